@@ -1,0 +1,1 @@
+//! The CPU-hotplug state machine of `kernel/cpu.c`.
