@@ -1,0 +1,19 @@
+//! The block layer model: `block/bio.c`, `include/linux/bio.h`, `include/linux/blk_types.h`,
+//! `block/blk-core.c`'s status table and the block tracepoints.
+
+mod bio;
+mod bio_list;
+mod blk_status;
+mod blk_types;
+pub mod trace;
+
+pub use bio::{
+    bio_chain, bio_endio, bio_endio_ref, bio_endio_status, bio_in_atomic, bio_inc_remaining,
+    bio_io_error, bio_wouldblock_error, BioRef,
+};
+pub use bio_list::{BioChain, BioList, BioListIter};
+pub use blk_status::*;
+pub use blk_types::{
+    BiPrivate, Bio, BioEndIo, BioEndIoFn, BioFlag, BioVec, BlkOpf, BvecIter, ChainShared, ReqFlags,
+    ReqOp, BIO_FLAG_LAST, SECTOR_SHIFT, SECTOR_SIZE,
+};

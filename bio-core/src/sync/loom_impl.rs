@@ -1,0 +1,48 @@
+//! loom build: instrumented locks, atomics and cells, wrapped into the parking_lot shape.
+
+pub use loom::sync::Arc;
+
+/// Atomics, re-exported so callers never name `loom::sync::atomic`.
+pub mod atomic {
+    pub use loom::sync::atomic::{
+        fence, AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+        Ordering,
+    };
+}
+
+pub use loom::cell::UnsafeCell;
+
+/// A loom mutex whose `lock()` returns the guard directly (no poisoning), like parking_lot.
+#[derive(Debug, Default)]
+pub struct Mutex<T>(loom::sync::Mutex<T>);
+
+/// Guard of [`Mutex`].
+pub type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+impl<T> Mutex<T> {
+    /// Wraps `value`.
+    pub fn new(value: T) -> Self {
+        Self(loom::sync::Mutex::new(value))
+    }
+
+    /// Locks, never reporting poisoning (a panicking model already failed).
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tries to lock without blocking.
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.0.try_lock().ok()
+    }
+
+    /// Consumes the mutex and returns its contents.
+    pub fn into_inner(self) -> T {
+        self.0.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A loom scheduling point inside retry loops.
+#[inline]
+pub fn spin_loop() {
+    loom::thread::yield_now();
+}

@@ -1,0 +1,17 @@
+//! The synchronisation facade of bio-core: the only module that names `std::sync`, `parking_lot`
+//! or `loom`.
+//!
+//! Normal builds use parking_lot locks and std atomics; `RUSTFLAGS="--cfg loom"` swaps in loom's
+//! instrumented types so the loom models in `tests/` explore the very code the simulator runs.
+//! Both builds offer the same parking_lot-shaped API (no lock poisoning) and loom's
+//! `UnsafeCell::with`/`with_mut` closure API, the way tokio's `loom` module does.
+
+#[cfg(not(loom))]
+mod std_impl;
+#[cfg(not(loom))]
+pub use std_impl::*;
+
+#[cfg(loom)]
+mod loom_impl;
+#[cfg(loom)]
+pub use loom_impl::*;
