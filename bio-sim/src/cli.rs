@@ -1,0 +1,70 @@
+//! The `biosim` command line.
+
+use bio_core::kernel::{KernelConfig, PreemptModel};
+use clap::{Args, Parser, Subcommand};
+
+/// biosim: run Linux block-layer bio completion patches instead of only reading them.
+///
+/// biosim simulates bio, bio_list and bio_endio, IRQ/softirq/task contexts under different kernel
+/// configs, CPU hotplug with rollback, and the task-context completion batcher of the
+/// BIO_COMPLETE_IN_TASK series, so a block-layer reviewer can check a patch's claims by running them.
+#[derive(Debug, Parser)]
+#[command(name = "biosim", version, about, long_about)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print what preempt.h's predicates and bio_in_atomic() answer in every execution context
+    /// (task, preempt-disabled, IRQs off, BH off, RCU, softirq, hardirq, NMI) under a kernel config.
+    Contexts(ContextsArgs),
+}
+
+/// Kernel configuration flags shared by the subcommands that simulate a kernel.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// Preemption model: none, voluntary, full, lazy or rt (CONFIG_PREEMPT_*).
+    #[arg(long, default_value = "voluntary")]
+    pub preempt: PreemptModel,
+    /// Build without CONFIG_PREEMPT_COUNT (and so without CONFIG_DEBUG_ATOMIC_SLEEP).
+    #[arg(long)]
+    pub no_preempt_count: bool,
+    /// Build without CONFIG_PREEMPT_RCU (allowed with PREEMPT_LAZY only).
+    #[arg(long)]
+    pub no_preempt_rcu: bool,
+    /// CONFIG_HZ: 100, 250, 300 or 1000.
+    #[arg(long, default_value_t = 250)]
+    pub hz: u32,
+}
+
+impl ConfigArgs {
+    /// The kernel config these flags describe, validated against the Kconfig rules.
+    pub fn config(&self) -> Result<KernelConfig, bio_core::kernel::ConfigError> {
+        let mut c = if self.no_preempt_count {
+            KernelConfig::without_preempt_count(self.preempt)
+        } else {
+            KernelConfig::for_model(self.preempt)
+        };
+        if self.no_preempt_rcu {
+            c.preempt_rcu = false;
+        }
+        c.hz = self.hz;
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// `biosim contexts`.
+#[derive(Debug, Args)]
+pub struct ContextsArgs {
+    /// The kernel configuration.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Print the table for every configuration biosim accepts instead.
+    #[arg(long)]
+    pub all: bool,
+}

@@ -1,0 +1,11 @@
+//! bio-sim: the machine that runs bio-core, and the `biosim` command line.
+//!
+//! - [`cli`]: the command-line interface (`biosim --help`).
+//! - [`contexts`]: the `bio_in_atomic()` truth table a reviewer can print for any kernel config.
+//! - [`trace`]: the `tracing` subscriber the binary installs (`RUST_LOG`-style filtering).
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod contexts;
+pub mod trace;

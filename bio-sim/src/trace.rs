@@ -1,0 +1,29 @@
+//! The binary's `tracing` subscriber.
+//!
+//! Events are named after kernel tracepoints (`block_bio_queue`, `block_bio_complete`,
+//! `cpuhp_enter`, ...) under targets named after their subsystem (`block`, `cpuhp`, ...), so
+//! `RUST_LOG=block=trace` shows the block tracepoints the way `echo 1 > events/block/enable` would.
+//! The default shows warnings only (every simulated kernel splat is a warning).
+
+use tracing_subscriber::EnvFilter;
+
+/// The environment variable read for the filter (same syntax as `RUST_LOG`).
+pub const FILTER_ENV: &str = "RUST_LOG";
+
+/// Installs the global subscriber writing to stderr. `default` is the filter used when
+/// `RUST_LOG` is unset. An invalid `RUST_LOG` is reported and the default used instead.
+pub fn init(default: &str) {
+    let filter = match std::env::var(FILTER_ENV) {
+        Ok(spec) => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            eprintln!("biosim: ignoring invalid {FILTER_ENV}={spec:?}: {e}");
+            EnvFilter::new(default)
+        }),
+        Err(_) => EnvFilter::new(default),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(true)
+        .try_init();
+}
