@@ -9,7 +9,7 @@
 use super::blk_status::{BlkStatus, BLK_STS_OK};
 use crate::kernel::Cpu;
 use crate::sync::atomic::{AtomicI32, AtomicU8, Ordering};
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, Mutex, UntrackedArc};
 use std::any::Any;
 use std::fmt;
 
@@ -229,7 +229,7 @@ pub enum BioEndIo {
         /// The function, e.g. `end_bio_bh_io_sync`.
         name: &'static str,
         /// The callback.
-        f: Arc<BioEndIoFn>,
+        f: UntrackedArc<BioEndIoFn>,
     },
     /// `bio_chain_endio`: the marker `bio_chain()` installs on a child. `bio_endio()` recognises
     /// it and walks to the parent instead of calling it; calling it directly is a `BUG()`.
@@ -241,7 +241,7 @@ impl BioEndIo {
     pub fn new(name: &'static str, f: impl Fn(Box<Bio>, &Cpu<'_>) + Send + Sync + 'static) -> Self {
         Self::Fn {
             name,
-            f: Arc::new(f),
+            f: UntrackedArc::new(f),
         }
     }
 
@@ -269,7 +269,7 @@ pub enum BiPrivate {
     /// A chain child's parent (`bio_chain()` stores the parent here).
     Chain(Arc<ChainShared>),
     /// The submitter's data.
-    Data(Arc<dyn Any + Send + Sync>),
+    Data(UntrackedArc<dyn Any + Send + Sync>),
 }
 
 impl BiPrivate {
@@ -399,7 +399,7 @@ impl Bio {
     }
 
     /// Sets `bi_private` to submitter data (builder style).
-    pub fn with_private(mut self: Box<Self>, data: Arc<dyn Any + Send + Sync>) -> Box<Self> {
+    pub fn with_private(mut self: Box<Self>, data: UntrackedArc<dyn Any + Send + Sync>) -> Box<Self> {
         self.bi_private = BiPrivate::Data(data);
         self
     }

@@ -129,6 +129,8 @@ pub struct Cpu<'k> {
     pub(crate) rcu_sched_depth: Cell<u32>,
     pub(crate) held_locks: RefCell<Vec<HeldLock>>,
     pub(crate) need_resched: Cell<bool>,
+    /// The IRQ flag of each context an NMI interrupted.
+    pub(crate) nmi_saved_irqs: RefCell<Vec<bool>>,
     current: RefCell<Task>,
 }
 
@@ -154,6 +156,7 @@ impl<'k> Cpu<'k> {
             rcu_sched_depth: Cell::new(0),
             held_locks: RefCell::new(Vec::new()),
             need_resched: Cell::new(false),
+            nmi_saved_irqs: RefCell::new(Vec::new()),
             current: RefCell::new(Task {
                 pid: 1000 + id.0,
                 comm: format!("biosim/{}", id.0),

@@ -328,8 +328,12 @@ impl Cpu<'_> {
         }
     }
 
-    /// `nmi_enter()`: adds `NMI_OFFSET + HARDIRQ_OFFSET`. NMIs ignore the IRQ flag.
+    /// `nmi_enter()`: adds `NMI_OFFSET + HARDIRQ_OFFSET`. An NMI arrives whatever the IRQ flag
+    /// says, and its handler runs with IRQs off (x86 enters it through an interrupt gate); the
+    /// interrupted state is restored by [`Cpu::nmi_exit`].
     pub fn nmi_enter(&self) {
+        self.nmi_saved_irqs.borrow_mut().push(self.irqs_off.get());
+        self.irqs_off.set(true);
         self.pc.set(self.pc.get() + NMI_OFFSET + HARDIRQ_OFFSET);
     }
 
@@ -340,6 +344,8 @@ impl Cpu<'_> {
             return;
         }
         self.pc.set(self.pc.get() - NMI_OFFSET - HARDIRQ_OFFSET);
+        let saved = self.nmi_saved_irqs.borrow_mut().pop().unwrap_or(false);
+        self.irqs_off.set(saved);
     }
 
     /// Runs `f` inside `preempt_disable()`/`preempt_enable()`.

@@ -15,3 +15,8 @@ pub use std_impl::*;
 mod loom_impl;
 #[cfg(loom)]
 pub use loom_impl::*;
+
+/// An `Arc` loom does not track, for immutable shared values that need unsized coercion
+/// (`Arc<dyn Fn>` callbacks, `Arc<dyn Any>` private data): loom's `Arc` cannot hold trait objects,
+/// and nothing about these values is a race loom should explore.
+pub use std::sync::Arc as UntrackedArc;
