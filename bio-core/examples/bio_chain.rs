@@ -39,13 +39,20 @@ fn main() {
     // Three split-off children chained to it.
     let mut children = BioList::new();
     for i in 0..3u64 {
-        let mut child = kernel.bio_alloc(ReqOp::Write, 2056 + 8 * i).with_data(vec![0xcd; 4096]);
+        let mut child = kernel
+            .bio_alloc(ReqOp::Write, 2056 + 8 * i)
+            .with_data(vec![0xcd; 4096]);
         child.bi_bdev = Some((8, 0));
         child.set_flag(BioFlag::TraceCompletion);
         bio_chain(&mut child, &mut parent, &cpu).expect("fresh child");
         children.add(child);
     }
-    println!("parent bio#{} __bi_remaining={} after chaining {} children", parent.id(), parent.remaining(), children.size());
+    println!(
+        "parent bio#{} __bi_remaining={} after chaining {} children",
+        parent.id(),
+        parent.remaining(),
+        children.size()
+    );
 
     // The device finishes the parent first, then the children; the middle one fails.
     bio_endio(parent, &cpu);
@@ -55,7 +62,11 @@ fn main() {
         if n == 1 {
             child.set_status(BLK_STS_MEDIUM);
         }
-        println!("completing child bio#{} with {}", child.id(), child.status());
+        println!(
+            "completing child bio#{} with {}",
+            child.id(),
+            child.status()
+        );
         // Completions arrive from the device's interrupt handler.
         cpu.with_hardirq(|cpu| bio_endio(child, cpu));
         n += 1;

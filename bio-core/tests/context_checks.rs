@@ -4,7 +4,7 @@
 use bio_core::kernel::{ContextKind, LockClass, PreemptModel, ReportKind};
 use bio_core::{CpuId, Kernel, KernelConfig};
 
-fn kernel(config: KernelConfig) -> Kernel {
+fn kernel(config: KernelConfig) -> std::sync::Arc<Kernel> {
     Kernel::new(config, 2).unwrap()
 }
 

@@ -62,7 +62,15 @@ pub fn render(config: KernelConfig) -> Result<String, bio_core::kernel::ConfigEr
     let _ = writeln!(
         out,
         "{:<22} {:>13} {:>7} {:>9} {:>13} {:>9} {:>11} {:>13} {:>9}",
-        "context", "preempt_count", "in_task", "in_atomic", "irqs_disabled", "rcu_depth", "preemptible", "bio_in_atomic", "may_sleep"
+        "context",
+        "preempt_count",
+        "in_task",
+        "in_atomic",
+        "irqs_disabled",
+        "rcu_depth",
+        "preemptible",
+        "bio_in_atomic",
+        "may_sleep"
     );
     for r in rows {
         let note = match (r.bio_in_atomic, r.may_sleep) {

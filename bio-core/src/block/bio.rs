@@ -27,7 +27,7 @@ impl Kernel {
 ///    threaded-IRQ case `!in_task() || irqs_disabled()` missed).
 /// 2. Without `CONFIG_PREEMPT_COUNT` the kernel cannot tell, so it answers "atomic".
 /// 3. Otherwise it is `!preemptible()`.
-pub fn bio_in_atomic(cpu: &Cpu<'_>) -> bool {
+pub fn bio_in_atomic(cpu: &Cpu) -> bool {
     let config = cpu.config();
     if config.preemption() && cpu.rcu_preempt_depth() != 0 {
         return true;
@@ -62,7 +62,7 @@ pub fn bio_inc_remaining(bio: &mut Bio) -> BioRef {
 ///
 /// The kernel's `BUG_ON(bio->bi_private || bio->bi_end_io)` becomes a BUG report, and the child
 /// is left unchanged.
-pub fn bio_chain(bio: &mut Bio, parent: &mut Bio, cpu: &Cpu<'_>) -> Result<(), Report> {
+pub fn bio_chain(bio: &mut Bio, parent: &mut Bio, cpu: &Cpu) -> Result<(), Report> {
     if !bio.bi_private.is_none() || bio.bi_end_io.is_some() {
         return Err(cpu.report(
             ReportKind::Bug,
@@ -82,7 +82,7 @@ pub fn bio_chain(bio: &mut Bio, parent: &mut Bio, cpu: &Cpu<'_>) -> Result<(), R
 
 /// `bio_remaining_done()` on a bio we hold: returns the bio to continue completing, or `None`
 /// when others still hold references (it is parked in the shared state until they finish).
-fn bio_remaining_done(mut bio: Box<Bio>, cpu: &Cpu<'_>) -> Option<Box<Bio>> {
+fn bio_remaining_done(mut bio: Box<Bio>, cpu: &Cpu) -> Option<Box<Bio>> {
     if !bio.flagged(BioFlag::Chain) {
         return Some(bio);
     }
@@ -108,7 +108,7 @@ fn bio_remaining_done(mut bio: Box<Bio>, cpu: &Cpu<'_>) -> Option<Box<Bio>> {
 
 /// `bio_remaining_done()` reached through a reference (a chain child or a [`BioRef`]): the bio
 /// itself is parked, or still with its owner.
-fn shared_remaining_done(shared: &ChainShared, cpu: &Cpu<'_>) -> Option<Box<Bio>> {
+fn shared_remaining_done(shared: &ChainShared, cpu: &Cpu) -> Option<Box<Bio>> {
     // Compare-and-swap so an underflow is reported without corrupting the count for others.
     let mut cur = shared.remaining.load(Ordering::Acquire);
     loop {
@@ -136,7 +136,7 @@ fn shared_remaining_done(shared: &ChainShared, cpu: &Cpu<'_>) -> Option<Box<Bio>
     Some(bio)
 }
 
-fn remaining_underflow(id: u64, cpu: &Cpu<'_>) {
+fn remaining_underflow(id: u64, cpu: &Cpu) {
     cpu.report(
         ReportKind::Bug,
         format!(
@@ -154,7 +154,7 @@ fn remaining_underflow(id: u64, cpu: &Cpu<'_>) {
 ///    parent has none yet (first error wins), is put, and the walk continues at the parent,
 ///    iteratively rather than recursively.
 /// 4. The final bio's `bi_end_io`, if any, is called in the caller's context.
-pub fn bio_endio(bio: Box<Bio>, cpu: &Cpu<'_>) {
+pub fn bio_endio(bio: Box<Bio>, cpu: &Cpu) {
     let Some(mut bio) = bio_remaining_done(bio, cpu) else {
         return;
     };
@@ -196,7 +196,7 @@ pub fn bio_endio(bio: Box<Bio>, cpu: &Cpu<'_>) {
 }
 
 /// The final `bio->bi_end_io(bio)` of `bio_endio()`.
-pub(crate) fn end_io(bio: Box<Bio>, cpu: &Cpu<'_>) {
+pub(crate) fn end_io(bio: Box<Bio>, cpu: &Cpu) {
     match bio.bi_end_io.clone() {
         Some(BioEndIo::Fn { f, .. }) => f(bio, cpu),
         Some(BioEndIo::ChainEndio) => {
@@ -213,7 +213,7 @@ pub(crate) fn end_io(bio: Box<Bio>, cpu: &Cpu<'_>) {
 /// `bio_endio()` through an extra reference from [`bio_inc_remaining`]: one decrement of
 /// `__bi_remaining`; the bio completes here if this was the last reference and its owner has
 /// already called `bio_endio()`.
-pub fn bio_endio_ref(r: BioRef, cpu: &Cpu<'_>) {
+pub fn bio_endio_ref(r: BioRef, cpu: &Cpu) {
     if let Some(bio) = shared_remaining_done(&r.shared, cpu) {
         // Continue as bio_endio() would after a successful bio_remaining_done().
         let mut bio = bio;
@@ -232,21 +232,21 @@ pub fn bio_endio_ref(r: BioRef, cpu: &Cpu<'_>) {
 }
 
 /// `bio_io_error()`: `bi_status = BLK_STS_IOERR`, then `bio_endio()`.
-pub fn bio_io_error(mut bio: Box<Bio>, cpu: &Cpu<'_>) {
+pub fn bio_io_error(mut bio: Box<Bio>, cpu: &Cpu) {
     bio.set_status(BLK_STS_IOERR);
     bio_endio(bio, cpu);
 }
 
 /// `bio_wouldblock_error()`: sets `BIO_QUIET` and `BLK_STS_AGAIN`, then `bio_endio()`: what a
 /// `REQ_NOWAIT` bio gets instead of waiting.
-pub fn bio_wouldblock_error(mut bio: Box<Bio>, cpu: &Cpu<'_>) {
+pub fn bio_wouldblock_error(mut bio: Box<Bio>, cpu: &Cpu) {
     bio.set_flag(BioFlag::Quiet);
     bio.set_status(BLK_STS_AGAIN);
     bio_endio(bio, cpu);
 }
 
 /// Convenience: `bio->bi_status = status; bio_endio(bio)`, the usual driver completion.
-pub fn bio_endio_status(mut bio: Box<Bio>, status: BlkStatus, cpu: &Cpu<'_>) {
+pub fn bio_endio_status(mut bio: Box<Bio>, status: BlkStatus, cpu: &Cpu) {
     bio.set_status(status);
     bio_endio(bio, cpu);
 }
@@ -268,7 +268,7 @@ mod tests {
         })
     }
 
-    fn kernel() -> Kernel {
+    fn kernel() -> crate::sync::UntrackedArc<Kernel> {
         Kernel::new(KernelConfig::default(), 2).unwrap()
     }
 
@@ -308,7 +308,7 @@ mod tests {
     }
 
     /// Builds parent <- child_a, parent <- child_b <- grandchild and returns them.
-    fn nested(k: &Kernel, cpu: &Cpu<'_>, log: &Log) -> [Box<Bio>; 4] {
+    fn nested(k: &Kernel, cpu: &Cpu, log: &Log) -> [Box<Bio>; 4] {
         let mut parent = k.bio_alloc(ReqOp::Write, 0).with_end_io(recorder(log));
         let mut a = k.bio_alloc(ReqOp::Write, 8);
         let mut b = k.bio_alloc(ReqOp::Write, 16);

@@ -219,7 +219,7 @@ impl fmt::Debug for BioVec {
 
 /// `bio_end_io_t`: the completion callback. It receives the bio by value (the kernel callback
 /// usually ends with `bio_put()`; here dropping the box does) and the context it runs in.
-pub type BioEndIoFn = dyn Fn(Box<Bio>, &Cpu<'_>) + Send + Sync;
+pub type BioEndIoFn = dyn Fn(Box<Bio>, &Cpu) + Send + Sync;
 
 /// `bi_end_io`.
 #[derive(Clone)]
@@ -238,7 +238,7 @@ pub enum BioEndIo {
 
 impl BioEndIo {
     /// A named callback.
-    pub fn new(name: &'static str, f: impl Fn(Box<Bio>, &Cpu<'_>) + Send + Sync + 'static) -> Self {
+    pub fn new(name: &'static str, f: impl Fn(Box<Bio>, &Cpu) + Send + Sync + 'static) -> Self {
         Self::Fn {
             name,
             f: UntrackedArc::new(f),
@@ -399,7 +399,10 @@ impl Bio {
     }
 
     /// Sets `bi_private` to submitter data (builder style).
-    pub fn with_private(mut self: Box<Self>, data: UntrackedArc<dyn Any + Send + Sync>) -> Box<Self> {
+    pub fn with_private(
+        mut self: Box<Self>,
+        data: UntrackedArc<dyn Any + Send + Sync>,
+    ) -> Box<Self> {
         self.bi_private = BiPrivate::Data(data);
         self
     }

@@ -7,7 +7,7 @@ use super::blk_types::Bio;
 use crate::kernel::Cpu;
 
 /// `trace_block_bio_queue()`: a bio is queued (`submit_bio_noacct()`).
-pub fn block_bio_queue(bio: &Bio, cpu: &Cpu<'_>) {
+pub fn block_bio_queue(bio: &Bio, cpu: &Cpu) {
     let (major, minor) = bio.bi_bdev.unwrap_or((0, 0));
     tracing::event!(
         target: "block",
@@ -27,7 +27,7 @@ pub fn block_bio_queue(bio: &Bio, cpu: &Cpu<'_>) {
 
 /// `trace_block_bio_complete()`: `bio_endio()` of a `BIO_TRACE_COMPLETION` bio. The bracket holds
 /// `blk_status_to_errno(bi_status)`, as the kernel's event does.
-pub fn block_bio_complete(bio: &Bio, cpu: &Cpu<'_>) {
+pub fn block_bio_complete(bio: &Bio, cpu: &Cpu) {
     let (major, minor) = bio.bi_bdev.unwrap_or((0, 0));
     tracing::event!(
         target: "block",

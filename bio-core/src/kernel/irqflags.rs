@@ -17,7 +17,7 @@ impl IrqFlags {
     }
 }
 
-impl Cpu<'_> {
+impl Cpu {
     /// `local_irq_save(flags)`: disables IRQs on this CPU and returns the previous state.
     pub fn local_irq_save(&self) -> IrqFlags {
         let flags = IrqFlags {

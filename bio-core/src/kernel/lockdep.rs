@@ -81,7 +81,7 @@ impl fmt::Display for HeldLock {
     }
 }
 
-impl Cpu<'_> {
+impl Cpu {
     /// The most a lock taken here may wait, lockdep's `curr_inner`: hardirq is `LD_WAIT_SPIN` on
     /// RT (only non-threaded handlers run there) and `LD_WAIT_CONFIG` on !RT (handlers that RT
     /// would thread); a held lock caps it at its own wait type.

@@ -29,6 +29,7 @@ pub use report::{Report, ReportKind, ReportLog};
 pub struct CpuId(pub u32);
 
 use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::UntrackedArc;
 use std::cell::{Cell, RefCell};
 use std::fmt;
 
@@ -46,19 +47,19 @@ impl Kernel {
     ///
     /// The config is validated against the Kconfig rules first: an impossible config is an error
     /// naming the rule, never a silently wrong simulation.
-    pub fn new(config: KernelConfig, nr_cpus: u32) -> Result<Self, ConfigError> {
+    pub fn new(config: KernelConfig, nr_cpus: u32) -> Result<UntrackedArc<Self>, ConfigError> {
         config.validate()?;
         if nr_cpus == 0 {
             return Err(ConfigError::Unsupported(
                 "a machine needs at least one CPU (nr_cpu_ids >= 1)",
             ));
         }
-        Ok(Self {
+        Ok(UntrackedArc::new(Self {
             config,
             nr_cpus,
             reports: ReportLog::default(),
             next_bio_id: AtomicU64::new(1),
-        })
+        }))
     }
 
     /// The configuration this kernel was built with.
@@ -83,8 +84,8 @@ impl Kernel {
 
     /// Creates the execution context of code running on `cpu`, in plain task context with
     /// preemption and IRQs enabled. Returns `None` for a CPU that does not exist.
-    pub fn cpu(&self, cpu: CpuId) -> Option<Cpu<'_>> {
-        (cpu.0 < self.nr_cpus).then(|| Cpu::new(self, cpu))
+    pub fn cpu(self: &UntrackedArc<Self>, cpu: CpuId) -> Option<Cpu> {
+        (cpu.0 < self.nr_cpus).then(|| Cpu::new(UntrackedArc::clone(self), cpu))
     }
 
     /// A fresh simulator-wide bio identity (not a kernel concept: traces and the oracle use it).
@@ -106,11 +107,11 @@ pub struct Task {
 /// per-CPU `preempt_count`, IRQ flag and RCU nesting of `include/linux/preempt.h`,
 /// `include/linux/irqflags.h` and `include/linux/rcupdate.h`.
 ///
-/// A `Cpu` is owned by whoever executes on that CPU (its thread in the threaded runtime, the event
+/// A `Cpu` holds a reference to its [`Kernel`] and is owned by whoever executes on that CPU (its thread in the threaded runtime, the event
 /// loop in the deterministic one, one loom thread per execution flow in the models), so its
 /// counters are plain cells: only the owner ever touches them.
-pub struct Cpu<'k> {
-    kernel: &'k Kernel,
+pub struct Cpu {
+    kernel: UntrackedArc<Kernel>,
     id: CpuId,
     /// Preempt-disable depth and hardirq/NMI bits as the kernel sees them (`preempt_count()`
     /// without the softirq bits, which live in `softirq`).
@@ -134,7 +135,7 @@ pub struct Cpu<'k> {
     current: RefCell<Task>,
 }
 
-impl fmt::Debug for Cpu<'_> {
+impl fmt::Debug for Cpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cpu")
             .field("id", &self.id)
@@ -143,8 +144,8 @@ impl fmt::Debug for Cpu<'_> {
     }
 }
 
-impl<'k> Cpu<'k> {
-    fn new(kernel: &'k Kernel, id: CpuId) -> Self {
+impl Cpu {
+    fn new(kernel: UntrackedArc<Kernel>, id: CpuId) -> Self {
         Self {
             kernel,
             id,
@@ -170,12 +171,12 @@ impl<'k> Cpu<'k> {
     }
 
     /// The kernel this CPU belongs to.
-    pub fn kernel(&self) -> &'k Kernel {
-        self.kernel
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
     }
 
     /// The kernel configuration (shorthand for `self.kernel().config()`).
-    pub fn config(&self) -> &'k KernelConfig {
+    pub fn config(&self) -> &KernelConfig {
         &self.kernel.config
     }
 

@@ -85,7 +85,7 @@ impl ContextKind {
     }
 
     /// Runs `f` on `cpu` inside this context, entering and leaving it with the kernel primitives.
-    pub fn run<R>(self, cpu: &Cpu<'_>, f: impl FnOnce(&Cpu<'_>) -> R) -> R {
+    pub fn run<R>(self, cpu: &Cpu, f: impl FnOnce(&Cpu) -> R) -> R {
         match self {
             Self::Task => f(cpu),
             Self::TaskPreemptDisabled => cpu.with_preempt_disabled(f),
@@ -144,7 +144,7 @@ impl fmt::Display for ContextSnapshot {
     }
 }
 
-impl Cpu<'_> {
+impl Cpu {
     /// `preempt_count()`: the count as the kernel reads it. Softirq bits are included on !RT only;
     /// on RT they live in `current->softirq_disable_cnt`.
     pub fn preempt_count(&self) -> u32 {

@@ -6,7 +6,7 @@
 
 use super::Cpu;
 
-impl Cpu<'_> {
+impl Cpu {
     /// `rcu_read_lock()`.
     pub fn rcu_read_lock(&self) {
         if self.config().preempt_rcu {

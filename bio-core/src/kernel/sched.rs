@@ -4,7 +4,7 @@
 use super::{Cpu, Report, ReportKind};
 use std::panic::Location;
 
-impl Cpu<'_> {
+impl Cpu {
     /// `might_sleep()`: with `CONFIG_DEBUG_ATOMIC_SLEEP`, reports "BUG: sleeping function called
     /// from invalid context" when `preempt_count()` is non-zero, IRQs are disabled or an RCU
     /// read-side section is open. The report names the caller's source location the way the
