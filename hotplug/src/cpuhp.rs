@@ -1,0 +1,684 @@
+//! The machine: the per-CPU `struct cpuhp_cpu_state`, `cpu_online_mask` /
+//! `cpu_dying_mask`, and state registration (`__cpuhp_setup_state_cpuslocked()`,
+//! `__cpuhp_remove_state_cpuslocked()`, `cpuhp_issue_call()`,
+//! `cpuhp_rollback_install()`, `cpuhp_reserve_state()`, `cpuhp_store_callbacks()`)
+//! of kernel/cpu.c.
+//!
+//! Transitions (`cpu_up()`/`cpu_down()` and the stepping API) live in
+//! [`crate::step`], the sysfs knobs in [`crate::sysfs`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::errno::Errno;
+use crate::error::HotplugError;
+use crate::invoke::{Callback, Invocation, InvokeFn, Origin, RunsOn};
+use crate::state::*;
+use crate::step::Operation;
+use crate::table::{default_steps, Step, StepInfo, StepKind};
+use crate::trace::{self, LogRecord, Warning};
+
+/// Kernel configuration knobs that change the hotplug core's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuhpConfig {
+    /// `CONFIG_CPU_HOTPLUG_STATE_CONTROL`: `hotplug/target` accepts any state in
+    /// `[0, CPUHP_ONLINE]` instead of only 0 and `CPUHP_ONLINE`.
+    pub state_control: bool,
+    /// `cpu_hotplug_offline_disabled` (`CC_ATTR_HOTPLUG_DISABLED`):
+    /// `cpu_down()` returns `-EOPNOTSUPP`.
+    pub offline_disabled: bool,
+    /// Reproduce the pre-6.10 bug of `__cpuhp_setup_state_cpuslocked()`
+    /// (`dynstate = state == CPUHP_AP_ONLINE_DYN;`): a `CPUHP_BP_PREPARE_DYN`
+    /// setup returns the allocated slot but skips the startup invocations.
+    /// Off by default: the model follows the fixed code
+    /// ("cpu/hotplug: Fix dynstate assignment in __cpuhp_setup_state_cpuslocked()").
+    pub legacy_bp_dynstate: bool,
+}
+
+/// Per-CPU hotplug state: models `struct cpuhp_cpu_state` (kernel/cpu.c) plus
+/// the CPU's bits in `cpu_online_mask` and `cpu_dying_mask`.
+#[derive(Debug)]
+pub(crate) struct CpuhpCpuState {
+    /// `st->state`.
+    pub(crate) state: StateId,
+    /// `st->target`.
+    pub(crate) target: StateId,
+    /// `st->fail` (`CPUHP_INVALID` when clear).
+    pub(crate) fail: StateId,
+    /// `st->bringup`.
+    pub(crate) bringup: bool,
+    /// `st->rollback`.
+    pub(crate) rollback: bool,
+    /// `cpu_online(cpu)`.
+    pub(crate) online: bool,
+    /// `cpu_dying(cpu)`.
+    pub(crate) dying: bool,
+    /// The `cpu_up()`/`cpu_down()` in progress, if any.
+    pub(crate) op: Option<Operation>,
+    /// The result of the last finished operation.
+    pub(crate) last_result: Option<Result<(), HotplugError>>,
+}
+
+/// The CPU-hotplug state machine of kernel/cpu.c for `nr_cpus` simulated CPUs.
+///
+/// `E` is the environment the runtime passes to callbacks; the crate never
+/// looks inside it. Hotplug operations are serialised as in the kernel
+/// (`cpu_hotplug_lock`): while one CPU's operation is in progress, other
+/// transitions and (de)registrations return [`HotplugError::Busy`].
+pub struct Cpuhp<E> {
+    pub(crate) steps: Vec<Step<E>>,
+    pub(crate) cpus: Vec<CpuhpCpuState>,
+    pub(crate) config: CpuhpConfig,
+    /// `cpu_hotplug_disabled` depth.
+    pub(crate) hotplug_disabled: u32,
+    /// The CPU whose operation holds `cpu_hotplug_lock`.
+    pub(crate) lock_holder: Option<CpuId>,
+    pub(crate) log: Vec<LogRecord>,
+    pub(crate) warnings: Vec<Warning>,
+    pub(crate) step_seq: u64,
+}
+
+impl<E> fmt::Debug for Cpuhp<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cpuhp")
+            .field("nr_cpus", &self.cpus.len())
+            .field("cpus", &self.cpus)
+            .field("config", &self.config)
+            .field("lock_holder", &self.lock_holder)
+            .field("warnings", &self.warnings.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: 'static> Cpuhp<E> {
+    /// A machine with `nr_cpus` CPUs of which the first `online_at_boot` are
+    /// online (state `CPUHP_ONLINE`, like the boot CPU and the CPUs
+    /// `bringup_nonboot_cpus()` brought up); the others are at `CPUHP_OFFLINE`.
+    /// Uses the default table and configuration.
+    ///
+    /// `-EINVAL` if `nr_cpus` is 0 or `online_at_boot` is not in `1..=nr_cpus`.
+    pub fn new(nr_cpus: u32, online_at_boot: u32) -> Result<Self, HotplugError> {
+        Self::with_config(nr_cpus, online_at_boot, CpuhpConfig::default())
+    }
+
+    /// Like [`Cpuhp::new`] with an explicit [`CpuhpConfig`].
+    pub fn with_config(
+        nr_cpus: u32,
+        online_at_boot: u32,
+        config: CpuhpConfig,
+    ) -> Result<Self, HotplugError> {
+        if nr_cpus == 0 {
+            return Err(HotplugError::invalid(
+                "Cpuhp::new",
+                "nr_cpus must be at least 1",
+            ));
+        }
+        if online_at_boot == 0 || online_at_boot > nr_cpus {
+            return Err(HotplugError::invalid(
+                "Cpuhp::new",
+                format!("online_at_boot must be in 1..={nr_cpus} (the boot CPU is always online), got {online_at_boot}"),
+            ));
+        }
+        let cpus = (0..nr_cpus)
+            .map(|i| {
+                let up = i < online_at_boot;
+                let s = if up { CPUHP_ONLINE } else { CPUHP_OFFLINE };
+                CpuhpCpuState {
+                    state: s,
+                    target: s,
+                    fail: CPUHP_INVALID,
+                    bringup: up,
+                    rollback: false,
+                    online: up,
+                    dying: false,
+                    op: None,
+                    last_result: None,
+                }
+            })
+            .collect();
+        Ok(Cpuhp {
+            steps: default_steps(),
+            cpus,
+            config,
+            hotplug_disabled: 0,
+            lock_holder: None,
+            log: Vec::new(),
+            warnings: Vec::new(),
+            step_seq: 0,
+        })
+    }
+
+    /// The configuration this machine was built with.
+    pub fn config(&self) -> CpuhpConfig {
+        self.config
+    }
+
+    /// Number of CPUs (`nr_cpu_ids`; all are possible and present).
+    pub fn nr_cpus(&self) -> u32 {
+        self.cpus.len() as u32
+    }
+
+    /// `cpu_online(cpu)`; `false` for a CPU that does not exist.
+    ///
+    /// A CPU joins `cpu_online_mask` on the way up when the STARTING section
+    /// has run (the AP's `set_cpu_online(cpu, true)` after
+    /// `notify_cpu_starting()`, just before `cpuhp_online_idle()` moves it to
+    /// `CPUHP_AP_ONLINE_IDLE`), and leaves it on the way down when the
+    /// `CPUHP_TEARDOWN_CPU` teardown (`takedown_cpu()` → `__cpu_disable()`)
+    /// succeeds, before any DYING callback runs.
+    pub fn cpu_online(&self, cpu: CpuId) -> bool {
+        self.cpus.get(cpu.index()).is_some_and(|c| c.online)
+    }
+
+    /// `cpu_dying(cpu)`: set while (and after) a CPU is taken down, cleared when a
+    /// bringup starts (`cpuhp_set_state()` / `cpuhp_reset_state()`).
+    pub fn cpu_dying(&self, cpu: CpuId) -> bool {
+        self.cpus.get(cpu.index()).is_some_and(|c| c.dying)
+    }
+
+    /// The online CPUs in ascending order (`for_each_online_cpu`).
+    pub fn online_cpus(&self) -> Vec<CpuId> {
+        (0..self.nr_cpus())
+            .map(CpuId)
+            .filter(|&c| self.cpu_online(c))
+            .collect()
+    }
+
+    /// `num_online_cpus()`.
+    pub fn num_online_cpus(&self) -> u32 {
+        self.cpus.iter().filter(|c| c.online).count() as u32
+    }
+
+    /// `cpumask_any_but(cpu_online_mask, cpu)`: the lowest online CPU other than
+    /// `cpu`, used as the control CPU of BP-side callbacks.
+    pub fn cpumask_any_but_online(&self, cpu: CpuId) -> Option<CpuId> {
+        self.online_cpus().into_iter().find(|&c| c != cpu)
+    }
+
+    /// The in-memory log of operations, callbacks, mask changes and warnings.
+    pub fn log(&self) -> &[LogRecord] {
+        &self.log
+    }
+
+    /// Takes the log, leaving it empty.
+    pub fn take_log(&mut self) -> Vec<LogRecord> {
+        std::mem::take(&mut self.log)
+    }
+
+    /// The callback invocations of the log, in order (`Call` records only).
+    pub fn invocations(&self) -> Vec<(Invocation, Result<(), Errno>, bool)> {
+        self.log
+            .iter()
+            .filter_map(|r| match r {
+                LogRecord::Call {
+                    invocation,
+                    result,
+                    injected,
+                    ..
+                } => Some((invocation.clone(), *result, *injected)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every WARN/BUG recorded so far.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// The table entry of `state`, or `None` outside `CPUHP_OFFLINE..=CPUHP_ONLINE`.
+    pub fn step_info(&self, state: StateId) -> Option<StepInfo> {
+        let step = self.step_ref(state)?;
+        Some(StepInfo {
+            state,
+            name: step.name.clone(),
+            has_startup: step.startup.is_some(),
+            has_teardown: step.teardown.is_some(),
+            cant_stop: step.cant_stop,
+            kind: step.kind,
+            registered: step.registered,
+        })
+    }
+
+    /// `cpu_hotplug_disable()`: further `cpu_up()`/`cpu_down()` return `-EBUSY`
+    /// until the matching [`Cpuhp::cpu_hotplug_enable`]. Counted.
+    pub fn cpu_hotplug_disable(&mut self) {
+        self.hotplug_disabled += 1;
+    }
+
+    /// `cpu_hotplug_enable()`; an unbalanced call records
+    /// [`Warning::UnbalancedHotplugEnable`].
+    pub fn cpu_hotplug_enable(&mut self) {
+        if self.hotplug_disabled == 0 {
+            self.warn(Warning::UnbalancedHotplugEnable);
+        } else {
+            self.hotplug_disabled -= 1;
+        }
+    }
+
+    // ---- registration -------------------------------------------------
+
+    /// Models `cpuhp_setup_state()` (include/linux/cpuhotplug.h →
+    /// `__cpuhp_setup_state(state, name, true, ...)`): installs the callbacks
+    /// and invokes `startup` on every CPU whose state is at or above the new
+    /// state, in ascending CPU order, calling callbacks directly with `env`.
+    ///
+    /// `state` is a fixed state or `CPUHP_AP_ONLINE_DYN` / `CPUHP_BP_PREPARE_DYN`
+    /// to allocate the lowest free slot of that range. Returns the state used:
+    /// the allocated slot for a dynamic request (as the kernel does) and the
+    /// fixed state itself otherwise (the kernel returns 0 there).
+    ///
+    /// AP states are invoked only on online CPUs (`cpuhp_invoke_ap_callback()`),
+    /// on the CPU itself; PREPARE states on a control CPU. If startup fails on
+    /// CPU N, teardown runs on the CPUs below N that were set up
+    /// (`cpuhp_rollback_install()`), the state is uninstalled and the error is
+    /// returned. `hotplug/fail` applies to each single invocation.
+    pub fn cpuhp_setup_state(
+        &mut self,
+        state: StateId,
+        name: &str,
+        startup: Option<Callback<E>>,
+        teardown: Option<Callback<E>>,
+        env: &E,
+    ) -> Result<StateId, HotplugError> {
+        self.cpuhp_setup_state_via(state, name, startup, teardown, &mut |inv, cb| cb(env, inv))
+    }
+
+    /// [`Cpuhp::cpuhp_setup_state`] with the invocations handed to `run`
+    /// instead of being called directly, so a runtime can execute each one in
+    /// the context its [`Invocation::runs_on`] names. `run` must call the
+    /// callback (or decide the result) and return what it returned.
+    pub fn cpuhp_setup_state_via(
+        &mut self,
+        state: StateId,
+        name: &str,
+        startup: Option<Callback<E>>,
+        teardown: Option<Callback<E>>,
+        run: &mut InvokeFn<'_, E>,
+    ) -> Result<StateId, HotplugError> {
+        self.setup_state(
+            "cpuhp_setup_state",
+            state,
+            name,
+            true,
+            startup,
+            teardown,
+            run,
+        )
+    }
+
+    /// Models `cpuhp_setup_state_nocalls()`: installs the callbacks without
+    /// invoking anything, so CPUs that are already up never see `startup`.
+    /// Returns the state used (the allocated slot for a dynamic request).
+    pub fn cpuhp_setup_state_nocalls(
+        &mut self,
+        state: StateId,
+        name: &str,
+        startup: Option<Callback<E>>,
+        teardown: Option<Callback<E>>,
+    ) -> Result<StateId, HotplugError> {
+        self.setup_state(
+            "cpuhp_setup_state_nocalls",
+            state,
+            name,
+            false,
+            startup,
+            teardown,
+            &mut |_, _| Ok(()),
+        )
+    }
+
+    /// Models `cpuhp_remove_state()`: invokes `teardown` on every CPU whose
+    /// state is at or above `state` (ascending CPU order; AP states only on
+    /// online CPUs), then uninstalls. A failing teardown is the kernel's
+    /// `BUG_ON(ret && !bringup)`: recorded as [`Warning::TeardownBug`], and the
+    /// removal carries on.
+    pub fn cpuhp_remove_state(&mut self, state: StateId, env: &E) -> Result<(), HotplugError> {
+        self.cpuhp_remove_state_via(state, &mut |inv, cb| cb(env, inv))
+    }
+
+    /// [`Cpuhp::cpuhp_remove_state`] with the invocations handed to `run`.
+    pub fn cpuhp_remove_state_via(
+        &mut self,
+        state: StateId,
+        run: &mut InvokeFn<'_, E>,
+    ) -> Result<(), HotplugError> {
+        self.remove_state("cpuhp_remove_state", state, true, run)
+    }
+
+    /// Models `cpuhp_remove_state_nocalls()`: uninstalls without invoking.
+    pub fn cpuhp_remove_state_nocalls(&mut self, state: StateId) -> Result<(), HotplugError> {
+        self.remove_state("cpuhp_remove_state_nocalls", state, false, &mut |_, _| {
+            Ok(())
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setup_state(
+        &mut self,
+        op: &'static str,
+        state: StateId,
+        name: &str,
+        invoke: bool,
+        startup: Option<Callback<E>>,
+        teardown: Option<Callback<E>>,
+        run: &mut InvokeFn<'_, E>,
+    ) -> Result<StateId, HotplugError> {
+        if let Some(holder) = self.lock_holder {
+            return Err(HotplugError::Busy {
+                op,
+                holder,
+                errno: Errno::EBUSY,
+            });
+        }
+        // cpuhp_cb_check()
+        if state.0 <= CPUHP_OFFLINE.0 || state.0 >= CPUHP_ONLINE.0 {
+            return Err(HotplugError::invalid_state(
+                op,
+                state.0,
+                "not a valid callback state (must be in CPUHP_OFFLINE+1..CPUHP_ONLINE)",
+            ));
+        }
+        if name.is_empty() {
+            return Err(HotplugError::invalid_state(
+                op,
+                state.0,
+                "a state needs a name",
+            ));
+        }
+        let has_teardown = teardown.is_some();
+        let has_startup = startup.is_some();
+        let slot = self.cpuhp_store_callbacks(op, state, name, startup, teardown)?;
+
+        // Pre-6.10 kernels only treated CPUHP_AP_ONLINE_DYN as dynamic here, so
+        // a positive slot from CPUHP_BP_PREPARE_DYN looked like an error code
+        // and skipped the invocations.
+        if self.config.legacy_bp_dynstate && state == CPUHP_BP_PREPARE_DYN {
+            return Ok(slot);
+        }
+        if !invoke || !has_startup {
+            return Ok(slot);
+        }
+        for i in 0..self.cpus.len() {
+            let cpu = CpuId(i as u32);
+            if self.cpus[i].state < slot {
+                continue;
+            }
+            if let Err((errno, injected)) =
+                self.cpuhp_issue_call(cpu, slot, true, Origin::Setup, run)
+            {
+                if has_teardown {
+                    self.cpuhp_rollback_install(cpu, slot, run);
+                }
+                let name = self.step_name(slot);
+                self.steps[slot.0 as usize].uninstall();
+                return Err(HotplugError::CallbackFailed {
+                    op,
+                    cpu,
+                    state: slot,
+                    name,
+                    bringup: true,
+                    errno,
+                    injected,
+                });
+            }
+        }
+        Ok(slot)
+    }
+
+    fn remove_state(
+        &mut self,
+        op: &'static str,
+        state: StateId,
+        invoke: bool,
+        run: &mut InvokeFn<'_, E>,
+    ) -> Result<(), HotplugError> {
+        if let Some(holder) = self.lock_holder {
+            return Err(HotplugError::Busy {
+                op,
+                holder,
+                errno: Errno::EBUSY,
+            });
+        }
+        // The kernel's BUG_ON(cpuhp_cb_check(state)) becomes an error value.
+        if state.0 <= CPUHP_OFFLINE.0 || state.0 >= CPUHP_ONLINE.0 {
+            return Err(HotplugError::invalid_state(
+                op,
+                state.0,
+                "not a valid callback state (must be in CPUHP_OFFLINE+1..CPUHP_ONLINE)",
+            ));
+        }
+        if !self.steps[state.0 as usize].registered {
+            return Err(HotplugError::invalid_state(
+                op,
+                state.0,
+                "no cpuhp_setup_state*() registration to remove",
+            ));
+        }
+        if invoke && self.steps[state.0 as usize].teardown.is_some() {
+            for i in 0..self.cpus.len() {
+                if self.cpus[i].state >= state {
+                    // Teardown failures are recorded as TeardownBug inside.
+                    let _ =
+                        self.cpuhp_issue_call(CpuId(i as u32), state, false, Origin::Remove, run);
+                }
+            }
+        }
+        self.steps[state.0 as usize].uninstall();
+        Ok(())
+    }
+
+    /// Models `cpuhp_store_callbacks()` + `cpuhp_reserve_state()`: returns the
+    /// slot the callbacks were stored in.
+    fn cpuhp_store_callbacks(
+        &mut self,
+        op: &'static str,
+        state: StateId,
+        name: &str,
+        startup: Option<Callback<E>>,
+        teardown: Option<Callback<E>>,
+    ) -> Result<StateId, HotplugError> {
+        let slot = if state == CPUHP_AP_ONLINE_DYN || state == CPUHP_BP_PREPARE_DYN {
+            self.cpuhp_reserve_state(op, state)?
+        } else {
+            let step = &self.steps[state.0 as usize];
+            if step.kind == StepKind::Core {
+                return Err(HotplugError::InvalidState {
+                    op,
+                    state: state.0,
+                    reason: "the step belongs to kernel/cpu.c itself".into(),
+                    errno: Errno::EBUSY,
+                });
+            }
+            if step.registered {
+                return Err(HotplugError::InvalidState {
+                    op,
+                    state: state.0,
+                    reason: format!(
+                        "already set up as \"{}\"",
+                        step.name.as_deref().unwrap_or("")
+                    ),
+                    errno: Errno::EBUSY,
+                });
+            }
+            state
+        };
+        let step = &mut self.steps[slot.0 as usize];
+        step.name = Some(Arc::from(name));
+        step.startup = startup;
+        step.teardown = teardown;
+        step.registered = true;
+        Ok(slot)
+    }
+
+    /// Models `cpuhp_reserve_state()`: the lowest slot without a name in the
+    /// requested dynamic range, or `-ENOSPC` (with the kernel's WARN).
+    fn cpuhp_reserve_state(
+        &mut self,
+        op: &'static str,
+        state: StateId,
+    ) -> Result<StateId, HotplugError> {
+        let (end, range) = if state == CPUHP_AP_ONLINE_DYN {
+            (CPUHP_AP_ONLINE_DYN_END, "CPUHP_AP_ONLINE_DYN")
+        } else {
+            (CPUHP_BP_PREPARE_DYN_END, "CPUHP_BP_PREPARE_DYN")
+        };
+        match (state.0..=end.0).find(|&s| self.steps[s as usize].name.is_none()) {
+            Some(s) => Ok(StateId(s)),
+            None => {
+                self.warn(Warning::NoDynamicStates { range });
+                Err(HotplugError::NoSpace {
+                    op,
+                    range,
+                    errno: Errno::ENOSPC,
+                })
+            }
+        }
+    }
+
+    /// Models `cpuhp_rollback_install()`: teardown on the CPUs below
+    /// `failed_cpu` that had the startup invoked.
+    fn cpuhp_rollback_install(
+        &mut self,
+        failed_cpu: CpuId,
+        state: StateId,
+        run: &mut InvokeFn<'_, E>,
+    ) {
+        for i in 0..failed_cpu.index() {
+            if self.cpus[i].state >= state {
+                let _ = self.cpuhp_issue_call(
+                    CpuId(i as u32),
+                    state,
+                    false,
+                    Origin::SetupRollback,
+                    run,
+                );
+            }
+        }
+    }
+
+    /// Models `cpuhp_issue_call()` (with `cpuhp_invoke_ap_callback()` and the
+    /// fail check of `cpuhp_invoke_callback()`): one single invocation for
+    /// setup/remove. Returns the error and whether it was injected.
+    fn cpuhp_issue_call(
+        &mut self,
+        cpu: CpuId,
+        state: StateId,
+        bringup: bool,
+        origin: Origin,
+        run: &mut InvokeFn<'_, E>,
+    ) -> Result<(), (Errno, bool)> {
+        let Some(cb) = self.steps[state.0 as usize].callback(bringup).cloned() else {
+            return Ok(());
+        };
+        let runs_on = if state.cpuhp_is_ap_state() {
+            // cpuhp_invoke_ap_callback() returns 0 for an offline CPU.
+            if !self.cpu_online(cpu) {
+                return Ok(());
+            }
+            RunsOn::Target {
+                irqs_off: state.cpuhp_is_atomic_state(),
+            }
+        } else {
+            // PREPARE callbacks run directly in the caller's context.
+            RunsOn::Control {
+                cpu: self.cpumask_any_but_online(cpu).unwrap_or(cpu),
+            }
+        };
+        let inv = Invocation {
+            cpu,
+            state,
+            name: self.step_name(state),
+            bringup,
+            rollback: origin == Origin::SetupRollback,
+            runs_on,
+            target: self.cpus[cpu.index()].target,
+            origin,
+            core: false,
+        };
+        trace::trace_enter(&inv);
+        let st = &mut self.cpus[cpu.index()];
+        let injected = st.fail == state;
+        let result = if injected {
+            st.fail = CPUHP_INVALID;
+            Err(Errno::EAGAIN)
+        } else {
+            run(&inv, &cb)
+        };
+        let state_after = self.cpus[cpu.index()].state;
+        trace::trace_exit(cpu, state_after, state, &result, injected);
+        self.log.push(LogRecord::Call {
+            invocation: inv.clone(),
+            result,
+            injected,
+            state_after,
+        });
+        let Err(errno) = result else {
+            return Ok(());
+        };
+        if !bringup {
+            self.warn(Warning::TeardownBug {
+                cpu,
+                state,
+                name: inv.name.clone(),
+                errno,
+                origin,
+            });
+            return Ok(());
+        }
+        if state.cpuhp_is_atomic_state() {
+            self.warn(Warning::AtomicCallbackFailed {
+                cpu,
+                state,
+                name: inv.name.clone(),
+                bringup,
+                errno,
+            });
+        }
+        Err((errno, injected))
+    }
+
+    // ---- helpers shared with step.rs / sysfs.rs ----------------------
+
+    pub(crate) fn step_ref(&self, state: StateId) -> Option<&Step<E>> {
+        if state.in_table() {
+            self.steps.get(state.0 as usize)
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn step_name(&self, state: StateId) -> Arc<str> {
+        self.step_ref(state)
+            .and_then(|s| s.name.clone())
+            .unwrap_or_else(|| Arc::from(format!("state{}", state.0)))
+    }
+
+    pub(crate) fn has_cb(&self, state: StateId, bringup: bool) -> bool {
+        self.step_ref(state).is_some_and(|s| s.has(bringup))
+    }
+
+    pub(crate) fn warn(&mut self, w: Warning) {
+        trace::trace_warning(&w);
+        self.log.push(LogRecord::Warning(w.clone()));
+        self.warnings.push(w);
+    }
+
+    pub(crate) fn check_cpu(
+        &self,
+        op: &'static str,
+        cpu: CpuId,
+        errno: Errno,
+    ) -> Result<(), HotplugError> {
+        if cpu.index() < self.cpus.len() {
+            Ok(())
+        } else {
+            Err(HotplugError::NoSuchCpu {
+                op,
+                cpu,
+                nr_cpus: self.nr_cpus(),
+                errno,
+            })
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Kernel error numbers (`include/uapi/asm-generic/errno-base.h`, `errno.h`).
+//!
+//! Hotplug callbacks and the hotplug core report failures as negative errno
+//! values; the model keeps them typed so callers match on `Errno::EBUSY`
+//! rather than on magic numbers, and converts with [`Errno::as_neg_i32`] when a
+//! kernel-style integer is wanted (sysfs, traces).
+
+use std::fmt;
+
+/// A kernel errno value, as returned (negated) by hotplug callbacks and by
+/// `cpu_up()`/`cpu_down()`/`cpuhp_setup_state()`.
+///
+/// Models the positive constants of `include/uapi/asm-generic/errno-base.h`
+/// and `errno.h`; [`Errno::Other`] carries any value without a named variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Errno {
+    /// `EPERM` (1): operation not permitted (`cpu_up()` on a CPU that may not boot).
+    EPERM,
+    /// `ENOENT` (2): no such entry.
+    ENOENT,
+    /// `EIO` (5): I/O error; a convenient "the callback failed" value for tests.
+    EIO,
+    /// `EAGAIN` (11): try again; what an injected `hotplug/fail` returns.
+    EAGAIN,
+    /// `ENOMEM` (12): out of memory.
+    ENOMEM,
+    /// `EBUSY` (16): busy; the last online CPU, hotplug disabled, a named state.
+    EBUSY,
+    /// `ENODEV` (19): no such device (a sysfs file of a CPU that does not exist).
+    ENODEV,
+    /// `EINVAL` (22): invalid argument.
+    EINVAL,
+    /// `ENOSPC` (28): no space left; the dynamic state ranges are full.
+    ENOSPC,
+    /// `EOPNOTSUPP` (95): operation not supported (`CC_ATTR_HOTPLUG_DISABLED`).
+    EOPNOTSUPP,
+    /// Any other positive errno value.
+    Other(u16),
+}
+
+impl Errno {
+    /// The positive errno number (`EBUSY` → 16).
+    pub fn as_i32(self) -> i32 {
+        match self {
+            Errno::EPERM => 1,
+            Errno::ENOENT => 2,
+            Errno::EIO => 5,
+            Errno::EAGAIN => 11,
+            Errno::ENOMEM => 12,
+            Errno::EBUSY => 16,
+            Errno::ENODEV => 19,
+            Errno::EINVAL => 22,
+            Errno::ENOSPC => 28,
+            Errno::EOPNOTSUPP => 95,
+            Errno::Other(n) => i32::from(n),
+        }
+    }
+
+    /// The value the kernel returns (`-EBUSY` → -16).
+    pub fn as_neg_i32(self) -> i32 {
+        -self.as_i32()
+    }
+
+    /// Converts a kernel return value (negative errno) or a positive errno into
+    /// an `Errno`; `None` for 0 and for values that are not errno numbers.
+    pub fn from_i32(value: i32) -> Option<Errno> {
+        let n = value.checked_abs()?;
+        Some(match n {
+            0 => return None,
+            1 => Errno::EPERM,
+            2 => Errno::ENOENT,
+            5 => Errno::EIO,
+            11 => Errno::EAGAIN,
+            12 => Errno::ENOMEM,
+            16 => Errno::EBUSY,
+            19 => Errno::ENODEV,
+            22 => Errno::EINVAL,
+            28 => Errno::ENOSPC,
+            95 => Errno::EOPNOTSUPP,
+            // MAX_ERRNO in include/linux/err.h.
+            n if n <= 4095 => Errno::Other(n as u16),
+            _ => return None,
+        })
+    }
+
+    /// The symbolic name (`"EBUSY"`), or `"E?"` for [`Errno::Other`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Errno::EPERM => "EPERM",
+            Errno::ENOENT => "ENOENT",
+            Errno::EIO => "EIO",
+            Errno::EAGAIN => "EAGAIN",
+            Errno::ENOMEM => "ENOMEM",
+            Errno::EBUSY => "EBUSY",
+            Errno::ENODEV => "ENODEV",
+            Errno::EINVAL => "EINVAL",
+            Errno::ENOSPC => "ENOSPC",
+            Errno::EOPNOTSUPP => "EOPNOTSUPP",
+            Errno::Other(_) => "E?",
+        }
+    }
+}
+
+impl fmt::Display for Errno {
+    /// `-EBUSY (-16)`, the way a kernel reviewer reads a return value.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "-{} ({})", self.name(), self.as_neg_i32())
+    }
+}
+
+impl std::error::Error for Errno {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_values_round_trip() {
+        for e in [
+            Errno::EPERM,
+            Errno::ENOENT,
+            Errno::EIO,
+            Errno::EAGAIN,
+            Errno::ENOMEM,
+            Errno::EBUSY,
+            Errno::ENODEV,
+            Errno::EINVAL,
+            Errno::ENOSPC,
+            Errno::EOPNOTSUPP,
+            Errno::Other(110),
+        ] {
+            assert_eq!(Errno::from_i32(e.as_neg_i32()), Some(e));
+            assert_eq!(Errno::from_i32(e.as_i32()), Some(e));
+        }
+        assert_eq!(Errno::EBUSY.as_neg_i32(), -16);
+        assert_eq!(Errno::EAGAIN.as_neg_i32(), -11);
+        assert_eq!(Errno::from_i32(0), None);
+        assert_eq!(Errno::from_i32(i32::MIN), None);
+        assert_eq!(Errno::EINVAL.to_string(), "-EINVAL (-22)");
+    }
+}

@@ -1,0 +1,940 @@
+//! Transitions: `cpu_up()` / `_cpu_up()`, `cpu_down()` / `_cpu_down()` and the
+//! machinery under them in kernel/cpu.c — `cpuhp_next_state()`,
+//! `cpuhp_invoke_callback_range()`, `cpuhp_set_state()`,
+//! `cpuhp_reset_state()`, `cpuhp_up_callbacks()`, `cpuhp_down_callbacks()`,
+//! `cpuhp_kick_ap()` / `cpuhp_thread_fun()`, and the nested ranges that run
+//! inside `bringup_cpu()` (`notify_cpu_starting()`, `cpuhp_online_idle()`,
+//! `cpuhp_bringup_ap()`) and `takedown_cpu()` (`take_cpu_down()`).
+//!
+//! The kernel runs these as nested function calls across two CPUs. The model
+//! keeps the same structure as an explicit stack of [`Frame`]s (one per range
+//! the kernel is iterating), so an operation can be suspended between any two
+//! callbacks: [`Cpuhp::begin_step`] picks the next callback exactly as
+//! `cpuhp_next_state()` would (adjusting `st->state` first, skipping steps
+//! without a callback for the direction), and [`Cpuhp::finish_step`] applies
+//! its result the way the kernel's caller of that range would, including
+//! rollback.
+
+use crate::errno::Errno;
+use crate::error::HotplugError;
+use crate::invoke::{Callback, Invocation, Origin, RunsOn};
+use crate::state::*;
+use crate::trace::{self, LogRecord, Warning};
+use crate::Cpuhp;
+
+/// Which transition an operation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpKind {
+    Up,
+    Down,
+}
+
+impl OpKind {
+    fn name(self) -> &'static str {
+        match self {
+            OpKind::Up => "cpu_up",
+            OpKind::Down => "cpu_down",
+        }
+    }
+}
+
+/// Who is iterating a range, which decides where its callbacks run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Runner {
+    /// The AP's hotplug thread (`cpuhp_thread_fun()`).
+    Ap,
+    /// The control task (`cpuhp_invoke_callback_range()` on the BP).
+    Bp,
+    /// The AP with interrupts off (`notify_cpu_starting()`, `take_cpu_down()`).
+    Atomic,
+}
+
+/// What to do when a rollback on the AP finishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterApRollback {
+    /// `cpuhp_kick_ap()` returns the error to `_cpu_up()`/`_cpu_down()`.
+    Finish,
+    /// `cpuhp_kick_ap()` returns it to `bringup_cpu()`, whose BP range fails.
+    BringupFailed,
+}
+
+/// The kernel function iterating a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// `cpuhp_kick_ap()` from `_cpu_up()` (CPU already past `CPUHP_BRINGUP_CPU`).
+    UpApKick { prev: StateId },
+    /// `cpuhp_kick_ap_work()` from `_cpu_down()`, down to `CPUHP_TEARDOWN_CPU`.
+    DownApKick { prev: StateId },
+    /// The second `__cpuhp_kick_ap()` of `cpuhp_kick_ap()`: rollback on the AP.
+    ApRollback { then: AfterApRollback },
+    /// `cpuhp_up_callbacks()`.
+    UpCallbacks { prev: StateId },
+    /// The rollback range inside `cpuhp_up_callbacks()`.
+    UpCallbacksRollback,
+    /// `notify_cpu_starting()`, nested in `bringup_cpu()`.
+    Starting,
+    /// `cpuhp_kick_ap()` from `cpuhp_bringup_ap()`, nested in `bringup_cpu()`.
+    BringupKick { prev: StateId },
+    /// `cpuhp_down_callbacks()`.
+    DownCallbacks { prev: StateId },
+    /// The rollback range inside `cpuhp_down_callbacks()`.
+    DownCallbacksRollback,
+    /// `take_cpu_down()`, nested in `takedown_cpu()`.
+    Dying,
+    /// `_cpu_down()`'s `__cpuhp_kick_ap()` after "CPU refused to die".
+    ReUp,
+}
+
+impl Role {
+    fn is_rollback(self) -> bool {
+        matches!(
+            self,
+            Role::ApRollback { .. }
+                | Role::UpCallbacksRollback
+                | Role::DownCallbacksRollback
+                | Role::ReUp
+        )
+    }
+}
+
+/// One range being iterated: `cpuhp_invoke_callback_range(bringup, cpu, st, target)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Frame {
+    role: Role,
+    runner: Runner,
+    bringup: bool,
+    target: StateId,
+    /// `cpuhp_invoke_callback_range_nofail()`: failures are warned and skipped.
+    nofail: bool,
+}
+
+#[derive(Debug)]
+struct Pending {
+    seq: u64,
+    invocation: Invocation,
+    injected: bool,
+}
+
+/// A `cpu_up()`/`cpu_down()` in progress.
+#[derive(Debug)]
+pub(crate) struct Operation {
+    kind: OpKind,
+    /// `prev_state` of `_cpu_up()`/`_cpu_down()`.
+    s0: StateId,
+    /// The requested target.
+    final_target: StateId,
+    /// The control CPU, chosen once at the start (`work_on_cpu()`).
+    control: CpuId,
+    stack: Vec<Frame>,
+    /// The first failure: what the operation returns.
+    error: Option<HotplugError>,
+    pending: Option<Pending>,
+    done: Option<Result<(), HotplugError>>,
+}
+
+/// A callback that has been begun with [`Cpuhp::begin_step`] and must be
+/// completed with [`Cpuhp::finish_step`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepCall {
+    /// What to run and where.
+    pub invocation: Invocation,
+    /// `hotplug/fail` fired for this step: do not run the callback; it counts
+    /// as `-EAGAIN` whatever `finish_step` is given.
+    pub injected_fail: bool,
+    seq: u64,
+}
+
+/// One callback that ran (or the injected failure standing in for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Executed {
+    /// What ran.
+    pub invocation: Invocation,
+    /// What it returned (`-EAGAIN` when injected).
+    pub result: Result<(), Errno>,
+    /// Whether `hotplug/fail` stood in for the callback.
+    pub injected_fail: bool,
+}
+
+/// The result of one [`Cpuhp::step`] / [`Cpuhp::finish_step`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// One callback ran. `finished` is `Some(result)` when that completed the
+    /// operation (the value `cpu_up()`/`cpu_down()` returns).
+    Ran {
+        /// The callback that ran.
+        executed: Executed,
+        /// The operation's result, if it is now complete.
+        finished: Option<Result<(), HotplugError>>,
+    },
+    /// No operation is in progress on this CPU.
+    Done,
+}
+
+impl<E: 'static> Cpuhp<E> {
+    // ---- public transition API ---------------------------------------
+
+    /// Models `cpu_up(cpu, target)` → `_cpu_up()`: brings `cpu` up to `target`,
+    /// running every callback with `env`, and returns the kernel's result.
+    ///
+    /// Errors: `-EINVAL` for a CPU that does not exist or a bad target (see
+    /// [`Cpuhp::start_cpu_up`]), `-EBUSY` while hotplug is disabled or another
+    /// operation is in progress, or the failing callback's error after the
+    /// kernel's rollback.
+    pub fn cpu_up(&mut self, cpu: CpuId, target: StateId, env: &E) -> Result<(), HotplugError> {
+        self.start_cpu_up(cpu, target)?;
+        self.run_to_completion(cpu, env)
+    }
+
+    /// Models `cpu_down(cpu, target)` → `cpu_down_maps_locked()` →
+    /// `_cpu_down()`: takes `cpu` down to `target`. `-EBUSY` if it is the last
+    /// online CPU; see [`Cpuhp::start_cpu_down`].
+    pub fn cpu_down(&mut self, cpu: CpuId, target: StateId, env: &E) -> Result<(), HotplugError> {
+        self.start_cpu_down(cpu, target)?;
+        self.run_to_completion(cpu, env)
+    }
+
+    /// Steps the operation in progress on `cpu` to its end and returns its
+    /// result (`Ok(())` if none was in progress and none has finished).
+    pub fn run_to_completion(&mut self, cpu: CpuId, env: &E) -> Result<(), HotplugError> {
+        self.check_cpu("run_to_completion", cpu, Errno::EINVAL)?;
+        while self.in_progress(cpu) {
+            if let StepOutcome::Ran {
+                finished: Some(result),
+                ..
+            } = self.step(cpu, env)?
+            {
+                return result;
+            }
+        }
+        self.cpus[cpu.index()].last_result.clone().unwrap_or(Ok(()))
+    }
+
+    /// Starts `cpu_up(cpu, target)` without running any callback; drive it with
+    /// [`Cpuhp::step`] or [`Cpuhp::begin_step`]/[`Cpuhp::finish_step`].
+    ///
+    /// Returns `Ok(())` without starting anything if the CPU is already at or
+    /// above `target` (as `_cpu_up()` does). An operation with no callback to
+    /// run completes inside this call.
+    ///
+    /// Valid targets are `CPUHP_OFFLINE..=CPUHP_BRINGUP_CPU` and
+    /// `CPUHP_TEARDOWN_CPU..=CPUHP_ONLINE`. A target inside the STARTING/DYING
+    /// section is `-EINVAL`: the kernel cannot stop there (the AP always runs
+    /// on to `CPUHP_AP_ONLINE_IDLE` on the way up and to `CPUHP_AP_IDLE_DEAD`
+    /// on the way down) and the model refuses rather than imitate that.
+    pub fn start_cpu_up(&mut self, cpu: CpuId, target: StateId) -> Result<(), HotplugError> {
+        let op = "cpu_up";
+        self.check_transition(op, cpu, target)?;
+        if self.hotplug_disabled > 0 {
+            return Err(HotplugError::Refused {
+                op,
+                cpu,
+                reason: "CPU hotplug is disabled (cpu_hotplug_disabled)",
+                errno: Errno::EBUSY,
+            });
+        }
+        let st = &self.cpus[cpu.index()];
+        if st.state >= target {
+            return Ok(());
+        }
+        let control = self.cpumask_any_but_online(cpu).unwrap_or(cpu);
+        let prev = self.cpuhp_set_state(cpu, target);
+        let frame = if prev > CPUHP_BRINGUP_CPU {
+            Frame {
+                role: Role::UpApKick { prev },
+                runner: Runner::Ap,
+                bringup: true,
+                target,
+                nofail: false,
+            }
+        } else {
+            Frame {
+                role: Role::UpCallbacks { prev },
+                runner: Runner::Bp,
+                bringup: true,
+                target: target.min(CPUHP_BRINGUP_CPU),
+                nofail: false,
+            }
+        };
+        self.begin_operation(cpu, OpKind::Up, prev, target, control, frame);
+        Ok(())
+    }
+
+    /// Starts `cpu_down(cpu, target)` without running any callback.
+    ///
+    /// Checks, in the kernel's order: `-EOPNOTSUPP` if offlining is not
+    /// supported, `-EBUSY` if hotplug is disabled, `-EBUSY` if no other CPU is
+    /// online to act as control CPU or only one CPU is online
+    /// (`num_online_cpus() == 1`). Returns `Ok(())` without starting anything
+    /// if the CPU is already at or below `target`. Valid targets as for
+    /// [`Cpuhp::start_cpu_up`].
+    pub fn start_cpu_down(&mut self, cpu: CpuId, target: StateId) -> Result<(), HotplugError> {
+        let op = "cpu_down";
+        self.check_transition(op, cpu, target)?;
+        if self.config.offline_disabled {
+            return Err(HotplugError::Refused {
+                op,
+                cpu,
+                reason: "offlining CPUs is not supported on this platform",
+                errno: Errno::EOPNOTSUPP,
+            });
+        }
+        if self.hotplug_disabled > 0 {
+            return Err(HotplugError::Refused {
+                op,
+                cpu,
+                reason: "CPU hotplug is disabled (cpu_hotplug_disabled)",
+                errno: Errno::EBUSY,
+            });
+        }
+        let Some(control) = self.cpumask_any_but_online(cpu) else {
+            return Err(HotplugError::Refused {
+                op,
+                cpu,
+                reason: "no other online CPU to run the offline on (last online CPU)",
+                errno: Errno::EBUSY,
+            });
+        };
+        if self.num_online_cpus() == 1 {
+            return Err(HotplugError::Refused {
+                op,
+                cpu,
+                reason: "only one CPU is online",
+                errno: Errno::EBUSY,
+            });
+        }
+        if self.cpus[cpu.index()].state <= target {
+            return Ok(());
+        }
+        let prev = self.cpuhp_set_state(cpu, target);
+        let frame = if prev > CPUHP_TEARDOWN_CPU {
+            // The AP thread first drives itself down to CPUHP_TEARDOWN_CPU.
+            let ap_target = target.max(CPUHP_TEARDOWN_CPU);
+            let ap_prev = self.cpuhp_set_state(cpu, ap_target);
+            Frame {
+                role: Role::DownApKick { prev: ap_prev },
+                runner: Runner::Ap,
+                bringup: false,
+                target: ap_target,
+                nofail: false,
+            }
+        } else {
+            Frame {
+                role: Role::DownCallbacks { prev },
+                runner: Runner::Bp,
+                bringup: false,
+                target,
+                nofail: false,
+            }
+        };
+        self.begin_operation(cpu, OpKind::Down, prev, target, control, frame);
+        Ok(())
+    }
+
+    /// Whether a `cpu_up()`/`cpu_down()` is in progress on `cpu`.
+    pub fn in_progress(&self, cpu: CpuId) -> bool {
+        self.cpus.get(cpu.index()).is_some_and(|c| c.op.is_some())
+    }
+
+    /// The result of the last operation that finished on `cpu`, if any.
+    pub fn last_result(&self, cpu: CpuId) -> Option<&Result<(), HotplugError>> {
+        self.cpus
+            .get(cpu.index())
+            .and_then(|c| c.last_result.as_ref())
+    }
+
+    /// Peeks at the callback the next [`Cpuhp::step`] of `cpu` will run
+    /// (skipping steps without a callback for the direction), without changing
+    /// anything. `None` when no operation is in progress. If a step has been
+    /// begun and not finished, returns that step's invocation.
+    pub fn next_invocation(&self, cpu: CpuId) -> Option<Invocation> {
+        let st = self.cpus.get(cpu.index())?;
+        let op = st.op.as_ref()?;
+        if let Some(p) = &op.pending {
+            return Some(p.invocation.clone());
+        }
+        let frame = op.stack.last()?;
+        let s = self.next_state(st.state, frame)?;
+        Some(self.invocation_for(cpu, op, frame, s, st.rollback, st.target))
+    }
+
+    /// Runs exactly one callback of the operation in progress on `cpu` (or the
+    /// injected failure in its place), applies the result (rolling back on
+    /// failure as the kernel does) and reports what ran. Built on
+    /// [`Cpuhp::begin_step`] / [`Cpuhp::finish_step`]; callbacks are called
+    /// with `env` while the machine is borrowed, so they cannot call back into
+    /// it — use the two-phase form for that.
+    pub fn step(&mut self, cpu: CpuId, env: &E) -> Result<StepOutcome, HotplugError> {
+        self.check_cpu("step", cpu, Errno::EINVAL)?;
+        if !self.in_progress(cpu) {
+            return Ok(StepOutcome::Done);
+        }
+        let call = self.begin_step(cpu)?;
+        let result = match self.callback_for(&call) {
+            Some(cb) => cb(env, &call.invocation),
+            None => Err(Errno::EAGAIN),
+        };
+        self.finish_step(call, result)
+    }
+
+    /// First half of a step: chooses the next callback like
+    /// `cpuhp_next_state()` (so `st->state` reads as the kernel's while the
+    /// callback runs: the step itself on the way up, one below it on the way
+    /// down), consumes a matching `hotplug/fail` (one-shot) and returns the
+    /// call. Run [`Cpuhp::callback_for`] anywhere, then [`Cpuhp::finish_step`].
+    ///
+    /// `-EINVAL` if no operation is in progress or a step is already begun.
+    pub fn begin_step(&mut self, cpu: CpuId) -> Result<StepCall, HotplugError> {
+        let op_name = "begin_step";
+        self.check_cpu(op_name, cpu, Errno::EINVAL)?;
+        let i = cpu.index();
+        let Some(op) = self.cpus[i].op.as_ref() else {
+            return Err(HotplugError::invalid(
+                op_name,
+                format!("no hotplug operation in progress on {cpu}"),
+            ));
+        };
+        if op.pending.is_some() {
+            return Err(HotplugError::invalid(
+                op_name,
+                format!("a step of {cpu} is already begun"),
+            ));
+        }
+        let Some(frame) = op.stack.last().copied() else {
+            return Err(HotplugError::invalid(
+                op_name,
+                format!("{cpu}: operation has nothing left to run"),
+            ));
+        };
+        let Some(s) = self.next_state(self.cpus[i].state, &frame) else {
+            return Err(HotplugError::invalid(
+                op_name,
+                format!("{cpu}: operation has nothing left to run"),
+            ));
+        };
+        let inv = {
+            let st = &self.cpus[i];
+            self.invocation_for(cpu, op, &frame, s, st.rollback, st.target)
+        };
+        self.step_seq += 1;
+        let seq = self.step_seq;
+        let st = &mut self.cpus[i];
+        // cpuhp_next_state(): the state moves before the callback runs.
+        st.state = if frame.bringup { s } else { StateId(s.0 - 1) };
+        let injected = st.fail == s;
+        if injected {
+            st.fail = CPUHP_INVALID;
+        }
+        trace::trace_enter(&inv);
+        if let Some(op) = st.op.as_mut() {
+            op.pending = Some(Pending {
+                seq,
+                invocation: inv.clone(),
+                injected,
+            });
+        }
+        Ok(StepCall {
+            invocation: inv,
+            injected_fail: injected,
+            seq,
+        })
+    }
+
+    /// The callback to run for a begun step, or `None` when `hotplug/fail`
+    /// stands in for it (the kernel returns `-EAGAIN` without calling it).
+    pub fn callback_for(&self, call: &StepCall) -> Option<Callback<E>> {
+        if call.injected_fail {
+            return None;
+        }
+        self.step_ref(call.invocation.state)?
+            .callback(call.invocation.bringup)
+            .cloned()
+    }
+
+    /// Second half of a step: applies `result` (ignored and replaced by
+    /// `-EAGAIN` for an injected failure), performs the rollback/continuation
+    /// the kernel performs, and reports what ran and whether the operation is
+    /// now complete. `-EINVAL` for a stale or foreign `call`.
+    pub fn finish_step(
+        &mut self,
+        call: StepCall,
+        result: Result<(), Errno>,
+    ) -> Result<StepOutcome, HotplugError> {
+        let op_name = "finish_step";
+        let cpu = call.invocation.cpu;
+        self.check_cpu(op_name, cpu, Errno::EINVAL)?;
+        let i = cpu.index();
+        let Some(mut op) = self.cpus[i].op.take() else {
+            return Err(HotplugError::invalid(
+                op_name,
+                format!("no hotplug operation in progress on {cpu}"),
+            ));
+        };
+        let pending = match op.pending.take() {
+            Some(p) if p.seq == call.seq => p,
+            other => {
+                op.pending = other;
+                self.cpus[i].op = Some(op);
+                return Err(HotplugError::invalid(
+                    op_name,
+                    format!("step token does not match the step begun on {cpu}"),
+                ));
+            }
+        };
+        let inv = pending.invocation;
+        let result = if pending.injected {
+            Err(Errno::EAGAIN)
+        } else {
+            result
+        };
+        let state_after = self.cpus[i].state;
+        trace::trace_exit(cpu, state_after, inv.state, &result, pending.injected);
+        self.log.push(LogRecord::Call {
+            invocation: inv.clone(),
+            result,
+            injected: pending.injected,
+            state_after,
+        });
+        let frame = op.stack.last().copied();
+        match (result, frame) {
+            (_, None) => {}
+            (Ok(()), Some(_)) => self.after_success(cpu, &mut op, &inv),
+            (Err(errno), Some(frame)) => {
+                let failure = HotplugError::CallbackFailed {
+                    op: op.kind.name(),
+                    cpu,
+                    state: inv.state,
+                    name: inv.name.clone(),
+                    bringup: inv.bringup,
+                    errno,
+                    injected: pending.injected,
+                };
+                if frame.nofail {
+                    // "STARTING/DYING must not fail!": warn and carry on.
+                    self.warn(Warning::AtomicCallbackFailed {
+                        cpu,
+                        state: inv.state,
+                        name: inv.name.clone(),
+                        bringup: inv.bringup,
+                        errno,
+                    });
+                } else {
+                    if frame.role.is_rollback() {
+                        self.warn(Warning::RollbackFailed {
+                            cpu,
+                            state: inv.state,
+                            name: inv.name.clone(),
+                            bringup: inv.bringup,
+                            errno,
+                            state_left: self.cpus[i].state,
+                        });
+                    }
+                    if op.error.is_none() {
+                        op.error = Some(failure);
+                    }
+                    op.stack.pop();
+                    self.returned(cpu, &mut op, frame.role, Err(()));
+                }
+            }
+        }
+        self.settle(cpu, &mut op);
+        let executed = Executed {
+            invocation: inv,
+            result,
+            injected_fail: pending.injected,
+        };
+        let finished = self.end_if_done(cpu, op);
+        Ok(StepOutcome::Ran { executed, finished })
+    }
+
+    // ---- engine --------------------------------------------------------
+
+    fn check_transition(
+        &self,
+        op: &'static str,
+        cpu: CpuId,
+        target: StateId,
+    ) -> Result<(), HotplugError> {
+        self.check_cpu(op, cpu, Errno::EINVAL)?;
+        if !target.in_table() {
+            return Err(HotplugError::invalid_state(
+                op,
+                target.0,
+                "target out of range",
+            ));
+        }
+        if CPUHP_AP_IDLE_DEAD <= target && target <= CPUHP_AP_ONLINE {
+            return Err(HotplugError::invalid_state(
+                op,
+                target.0,
+                "a CPU cannot stop inside the STARTING/DYING section",
+            ));
+        }
+        if let Some(holder) = self.lock_holder {
+            return Err(HotplugError::Busy {
+                op,
+                holder,
+                errno: Errno::EBUSY,
+            });
+        }
+        Ok(())
+    }
+
+    fn begin_operation(
+        &mut self,
+        cpu: CpuId,
+        kind: OpKind,
+        s0: StateId,
+        final_target: StateId,
+        control: CpuId,
+        frame: Frame,
+    ) {
+        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = kind.name(), from = s0.0, target = final_target.0, "cpuhp_op");
+        self.log.push(LogRecord::OpStart {
+            cpu,
+            op: kind.name(),
+            from: s0,
+            target: final_target,
+        });
+        self.lock_holder = Some(cpu);
+        let mut op = Operation {
+            kind,
+            s0,
+            final_target,
+            control,
+            stack: vec![frame],
+            error: None,
+            pending: None,
+            done: None,
+        };
+        self.settle(cpu, &mut op);
+        let _ = self.end_if_done(cpu, op);
+    }
+
+    /// Stores `op` back, or ends it if it is done; returns its result then.
+    fn end_if_done(&mut self, cpu: CpuId, mut op: Operation) -> Option<Result<(), HotplugError>> {
+        let i = cpu.index();
+        let Some(result) = op.done.take() else {
+            self.cpus[i].op = Some(op);
+            return None;
+        };
+        let ret = result.as_ref().map(|_| ()).map_err(HotplugError::errno);
+        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = op.kind.name(), ret = ?ret, "cpuhp_op");
+        self.log.push(LogRecord::OpEnd {
+            cpu,
+            op: op.kind.name(),
+            result: ret,
+            state: self.cpus[i].state,
+        });
+        self.lock_holder = None;
+        self.cpus[i].last_result = Some(result.clone());
+        Some(result)
+    }
+
+    /// The next step of `frame` from `state` with a callback for its direction
+    /// (`cpuhp_next_state()` without the side effect).
+    fn next_state(&self, state: StateId, frame: &Frame) -> Option<StateId> {
+        if frame.bringup {
+            ((state.0 + 1)..=frame.target.0)
+                .map(StateId)
+                .find(|&s| self.has_cb(s, true))
+        } else {
+            ((frame.target.0 + 1)..=state.0)
+                .rev()
+                .map(StateId)
+                .find(|&s| self.has_cb(s, false))
+        }
+    }
+
+    fn invocation_for(
+        &self,
+        cpu: CpuId,
+        op: &Operation,
+        frame: &Frame,
+        s: StateId,
+        rollback: bool,
+        target: StateId,
+    ) -> Invocation {
+        let runs_on = match frame.runner {
+            Runner::Ap => RunsOn::Target {
+                irqs_off: s.cpuhp_is_atomic_state(),
+            },
+            Runner::Atomic => RunsOn::Target { irqs_off: true },
+            Runner::Bp => RunsOn::Control { cpu: op.control },
+        };
+        Invocation {
+            cpu,
+            state: s,
+            name: self.step_name(s),
+            bringup: frame.bringup,
+            rollback,
+            runs_on,
+            target,
+            origin: Origin::Hotplug,
+            core: self
+                .step_ref(s)
+                .is_some_and(|st| st.kind == crate::table::StepKind::Core),
+        }
+    }
+
+    /// Ends ranges that have nothing left and performs what their callers do
+    /// next, until a callback is ready or the operation is done.
+    fn settle(&mut self, cpu: CpuId, op: &mut Operation) {
+        let i = cpu.index();
+        while op.done.is_none() {
+            let Some(frame) = op.stack.last().copied() else {
+                // Every path ends the operation explicitly; be safe anyway.
+                op.done = Some(op.error.clone().map_or(Ok(()), Err));
+                return;
+            };
+            if self.next_state(self.cpus[i].state, &frame).is_some() {
+                return;
+            }
+            // cpuhp_next_state() walks the remaining empty steps to the target.
+            let st = &mut self.cpus[i];
+            if (frame.bringup && st.state < frame.target)
+                || (!frame.bringup && st.state > frame.target)
+            {
+                st.state = frame.target;
+            }
+            op.stack.pop();
+            self.returned(cpu, op, frame.role, Ok(()));
+        }
+    }
+
+    /// Side effects of core steps that succeeded: `bringup_cpu()` boots the AP
+    /// (nested STARTING range), `takedown_cpu()` takes it out of the online
+    /// mask and runs the DYING range under `stop_machine`.
+    fn after_success(&mut self, cpu: CpuId, op: &mut Operation, inv: &Invocation) {
+        let i = cpu.index();
+        if inv.state == CPUHP_BRINGUP_CPU && inv.bringup {
+            let target = self.cpus[i].target.min(CPUHP_AP_ONLINE);
+            op.stack.push(Frame {
+                role: Role::Starting,
+                runner: Runner::Atomic,
+                bringup: true,
+                target,
+                nofail: true,
+            });
+        } else if inv.state == CPUHP_TEARDOWN_CPU && !inv.bringup {
+            self.set_online(cpu, false);
+            let target = self.cpus[i].target.max(CPUHP_AP_OFFLINE);
+            op.stack.push(Frame {
+                role: Role::Dying,
+                runner: Runner::Atomic,
+                bringup: false,
+                target,
+                nofail: true,
+            });
+        }
+    }
+
+    /// What the kernel function that iterated a finished range does next.
+    /// `result` is `Err(())` when the range stopped on a failure (the error
+    /// itself is in `op.error`).
+    fn returned(&mut self, cpu: CpuId, op: &mut Operation, role: Role, result: Result<(), ()>) {
+        let i = cpu.index();
+        match (role, result) {
+            (Role::UpApKick { .. }, Ok(())) => self.finish(op),
+            (Role::DownApKick { .. }, Ok(())) => {
+                // "We might have stopped still in the range of the AP hotplug thread."
+                if self.cpus[i].state > CPUHP_TEARDOWN_CPU {
+                    self.finish(op);
+                } else {
+                    self.cpus[i].target = op.final_target;
+                    let prev = self.cpus[i].state;
+                    op.stack.push(Frame {
+                        role: Role::DownCallbacks { prev },
+                        runner: Runner::Bp,
+                        bringup: false,
+                        target: op.final_target,
+                        nofail: false,
+                    });
+                }
+            }
+            (Role::UpApKick { prev } | Role::DownApKick { prev }, Err(())) => {
+                self.ap_rollback(cpu, op, prev, AfterApRollback::Finish)
+            }
+            (Role::BringupKick { prev }, Err(())) => {
+                self.ap_rollback(cpu, op, prev, AfterApRollback::BringupFailed)
+            }
+            (Role::BringupKick { .. }, Ok(())) => {
+                // bringup_cpu() returns 0; the BP range carries on.
+            }
+            (
+                Role::ApRollback {
+                    then: AfterApRollback::Finish,
+                },
+                _,
+            ) => self.finish(op),
+            (
+                Role::ApRollback {
+                    then: AfterApRollback::BringupFailed,
+                },
+                _,
+            ) => {
+                // bringup_cpu() returns the AP's error: the BP range that
+                // called it fails at CPUHP_BRINGUP_CPU.
+                match op.stack.pop() {
+                    Some(parent) => {
+                        if parent.role.is_rollback() {
+                            self.warn(Warning::RollbackFailed {
+                                cpu,
+                                state: CPUHP_BRINGUP_CPU,
+                                name: self.step_name(CPUHP_BRINGUP_CPU),
+                                bringup: true,
+                                errno: op.error.as_ref().map_or(Errno::EIO, HotplugError::errno),
+                                state_left: self.cpus[i].state,
+                            });
+                        }
+                        self.returned(cpu, op, parent.role, Err(()));
+                    }
+                    None => self.finish(op),
+                }
+            }
+            (Role::UpCallbacks { .. }, Ok(())) => self.finish(op),
+            (Role::UpCallbacks { prev }, Err(())) => {
+                self.cpuhp_reset_state(cpu, prev);
+                op.stack.push(Frame {
+                    role: Role::UpCallbacksRollback,
+                    runner: Runner::Bp,
+                    bringup: false,
+                    target: prev,
+                    nofail: false,
+                });
+            }
+            (Role::UpCallbacksRollback, _) => self.finish(op),
+            (Role::Starting, _) => {
+                // The AP marks itself online, then cpuhp_online_idle() moves it
+                // straight to CPUHP_AP_ONLINE_IDLE.
+                self.set_online(cpu, true);
+                self.cpus[i].state = CPUHP_AP_ONLINE_IDLE;
+                let target = self.cpus[i].target;
+                if target > CPUHP_AP_ONLINE_IDLE {
+                    let prev = self.cpuhp_set_state(cpu, target);
+                    op.stack.push(Frame {
+                        role: Role::BringupKick { prev },
+                        runner: Runner::Ap,
+                        bringup: true,
+                        target,
+                        nofail: false,
+                    });
+                }
+            }
+            (Role::Dying, _) => {
+                // The dead CPU's idle task reports CPUHP_AP_IDLE_DEAD.
+                self.cpus[i].state = CPUHP_AP_IDLE_DEAD;
+            }
+            (Role::DownCallbacks { .. }, Ok(())) => self.finish(op),
+            (Role::DownCallbacks { prev }, Err(())) => {
+                self.cpuhp_reset_state(cpu, prev);
+                if self.cpus[i].state < prev {
+                    op.stack.push(Frame {
+                        role: Role::DownCallbacksRollback,
+                        runner: Runner::Bp,
+                        bringup: true,
+                        target: prev,
+                        nofail: false,
+                    });
+                } else {
+                    self.after_down_callbacks_failed(cpu, op);
+                }
+            }
+            (Role::DownCallbacksRollback, _) => self.after_down_callbacks_failed(cpu, op),
+            (Role::ReUp, _) => self.finish(op),
+        }
+    }
+
+    /// `cpuhp_kick_ap()` after a failure: reset and run the AP back.
+    fn ap_rollback(
+        &mut self,
+        cpu: CpuId,
+        op: &mut Operation,
+        prev: StateId,
+        then: AfterApRollback,
+    ) {
+        self.cpuhp_reset_state(cpu, prev);
+        let st = &self.cpus[cpu.index()];
+        op.stack.push(Frame {
+            role: Role::ApRollback { then },
+            runner: Runner::Ap,
+            bringup: st.bringup,
+            target: st.target,
+            nofail: false,
+        });
+    }
+
+    /// The tail of `_cpu_down()` once `cpuhp_down_callbacks()` failed.
+    fn after_down_callbacks_failed(&mut self, cpu: CpuId, op: &mut Operation) {
+        let i = cpu.index();
+        let state = self.cpus[i].state;
+        if state < op.s0 {
+            if state == CPUHP_TEARDOWN_CPU {
+                // "CPU refused to die": the AP brings itself back up.
+                self.cpuhp_reset_state(cpu, op.s0);
+                let st = &self.cpus[i];
+                op.stack.push(Frame {
+                    role: Role::ReUp,
+                    runner: Runner::Ap,
+                    bringup: st.bringup,
+                    target: st.target,
+                    nofail: false,
+                });
+                return;
+            }
+            self.warn(Warning::DeadCallbackError {
+                cpu,
+                state_left: state,
+            });
+        }
+        self.finish(op);
+    }
+
+    fn finish(&mut self, op: &mut Operation) {
+        op.stack.clear();
+        op.done = Some(op.error.clone().map_or(Ok(()), Err));
+    }
+
+    fn set_online(&mut self, cpu: CpuId, online: bool) {
+        let st = &mut self.cpus[cpu.index()];
+        if st.online != online {
+            st.online = online;
+            self.log.push(LogRecord::Online { cpu, online });
+        }
+    }
+
+    /// Models `cpuhp_set_state()`: starts a transition towards `target` and
+    /// returns the previous state.
+    pub(crate) fn cpuhp_set_state(&mut self, cpu: CpuId, target: StateId) -> StateId {
+        let st = &mut self.cpus[cpu.index()];
+        let prev = st.state;
+        let bringup = st.state < target;
+        st.rollback = false;
+        st.target = target;
+        st.bringup = bringup;
+        st.dying = !bringup;
+        prev
+    }
+
+    /// Models `cpuhp_reset_state()`: turns a failed transition into its
+    /// rollback towards `prev_state`. The state adjustment of
+    /// `cpuhp_next_state()` is undone so the failed step's own opposite
+    /// callback is not called (unless the `bug-rollback-calls-failed-state`
+    /// feature is on).
+    pub(crate) fn cpuhp_reset_state(&mut self, cpu: CpuId, prev_state: StateId) {
+        let st = &mut self.cpus[cpu.index()];
+        st.target = prev_state;
+        if st.rollback {
+            return;
+        }
+        st.rollback = true;
+        if !cfg!(feature = "bug-rollback-calls-failed-state") {
+            if st.bringup {
+                st.state = StateId(st.state.0 - 1);
+            } else {
+                st.state = StateId(st.state.0 + 1);
+            }
+        }
+        st.bringup = !st.bringup;
+        st.dying = !st.bringup;
+    }
+}

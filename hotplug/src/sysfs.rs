@@ -1,0 +1,170 @@
+//! The sysfs interface of kernel/cpu.c: `/sys/devices/system/cpu/cpuN/hotplug/`
+//! `state` (`state_show()`), `target` (`target_show()`/`target_store()`),
+//! `fail` (`fail_show()`/`fail_store()`), and
+//! `/sys/devices/system/cpu/hotplug/states` (`states_show()`).
+//!
+//! `biosim states` prints [`Cpuhp::states_listing`].
+
+use std::fmt::Write as _;
+
+use crate::errno::Errno;
+use crate::error::HotplugError;
+use crate::state::*;
+use crate::trace::Warning;
+use crate::Cpuhp;
+
+impl<E: 'static> Cpuhp<E> {
+    /// `cpuN/hotplug/state` (`state_show()`): `st->state`. `-ENODEV` for a CPU
+    /// that does not exist.
+    pub fn state(&self, cpu: CpuId) -> Result<StateId, HotplugError> {
+        self.check_cpu("state_show", cpu, Errno::ENODEV)?;
+        Ok(self.cpus[cpu.index()].state)
+    }
+
+    /// `cpuN/hotplug/target` (`target_show()`): `st->target`.
+    pub fn target(&self, cpu: CpuId) -> Result<StateId, HotplugError> {
+        self.check_cpu("target_show", cpu, Errno::ENODEV)?;
+        Ok(self.cpus[cpu.index()].target)
+    }
+
+    /// `cpuN/hotplug/fail` (`fail_show()`): `st->fail`, -1 when clear.
+    pub fn fail(&self, cpu: CpuId) -> Result<i32, HotplugError> {
+        self.check_cpu("fail_show", cpu, Errno::ENODEV)?;
+        Ok(self.cpus[cpu.index()].fail.0)
+    }
+
+    /// Writes `cpuN/hotplug/fail` (`fail_store()`). `-1` clears it. Otherwise
+    /// the value must be in `[CPUHP_OFFLINE, CPUHP_ONLINE]` and is `-EINVAL`:
+    /// - for a STARTING/DYING state ("Cannot fail STARTING/DYING callbacks");
+    /// - for a state `<= CPUHP_BRINGUP_CPU` while the CPU is past
+    ///   `CPUHP_BRINGUP_CPU` ("DEAD callbacks cannot fail ... neither can
+    ///   CPUHP_BRINGUP_CPU during hotunplug"), checked at write time only;
+    /// - for a step with neither a startup nor a teardown callback.
+    ///
+    /// Once set, the next invocation of that step's callback on this CPU in
+    /// any direction that has a callback — a `cpu_up()`/`cpu_down()` step or a
+    /// single setup/remove invocation — returns `-EAGAIN` without running the
+    /// callback, and the knob clears itself (one-shot).
+    pub fn set_fail(&mut self, cpu: CpuId, value: i32) -> Result<(), HotplugError> {
+        let op = "fail_store";
+        self.check_cpu(op, cpu, Errno::ENODEV)?;
+        if value == CPUHP_INVALID.0 {
+            self.cpus[cpu.index()].fail = CPUHP_INVALID;
+            return Ok(());
+        }
+        let fail = StateId(value);
+        if !fail.in_table() {
+            return Err(HotplugError::invalid_state(
+                op,
+                value,
+                "out of range [0, CPUHP_ONLINE]",
+            ));
+        }
+        if fail.cpuhp_is_atomic_state() {
+            return Err(HotplugError::invalid_state(
+                op,
+                value,
+                "cannot fail STARTING/DYING callbacks",
+            ));
+        }
+        if fail <= CPUHP_BRINGUP_CPU && self.cpus[cpu.index()].state > CPUHP_BRINGUP_CPU {
+            return Err(HotplugError::invalid_state(
+                op,
+                value,
+                "DEAD callbacks (and CPUHP_BRINGUP_CPU) cannot fail while the CPU is up",
+            ));
+        }
+        if !self.has_cb(fail, true) && !self.has_cb(fail, false) {
+            return Err(HotplugError::invalid_state(
+                op,
+                value,
+                "the step has no callbacks",
+            ));
+        }
+        self.cpus[cpu.index()].fail = fail;
+        Ok(())
+    }
+
+    /// Writes `cpuN/hotplug/target` (`target_store()`): validates the value and
+    /// runs `cpu_up()`/`cpu_down()` to it with `env`.
+    ///
+    /// `-EINVAL` unless the value is 0 or `CPUHP_ONLINE` (any value in
+    /// `[0, CPUHP_ONLINE]` with [`crate::CpuhpConfig::state_control`]), and
+    /// unless the target step is named and not `cant_stop`. Then the transition's
+    /// own errors apply.
+    pub fn set_target(&mut self, cpu: CpuId, value: i32, env: &E) -> Result<(), HotplugError> {
+        let op = "target_store";
+        self.check_cpu(op, cpu, Errno::ENODEV)?;
+        let target = StateId(value);
+        if self.config.state_control {
+            if !target.in_table() {
+                return Err(HotplugError::invalid_state(
+                    op,
+                    value,
+                    "out of range [0, CPUHP_ONLINE]",
+                ));
+            }
+        } else if target != CPUHP_OFFLINE && target != CPUHP_ONLINE {
+            return Err(HotplugError::invalid_state(
+                op,
+                value,
+                "only 0 and CPUHP_ONLINE are accepted without CONFIG_CPU_HOTPLUG_STATE_CONTROL",
+            ));
+        }
+        // lock_device_hotplug_sysfs(): the kernel restarts the syscall.
+        if let Some(holder) = self.lock_holder {
+            return Err(HotplugError::Busy {
+                op,
+                holder,
+                errno: Errno::EBUSY,
+            });
+        }
+        let Some(step) = self.step_ref(target) else {
+            return Err(HotplugError::invalid_state(
+                op,
+                value,
+                "out of range [0, CPUHP_ONLINE]",
+            ));
+        };
+        if step.name.is_none() {
+            return Err(HotplugError::invalid_state(
+                op,
+                value,
+                "the step has no name",
+            ));
+        }
+        if step.cant_stop {
+            return Err(HotplugError::invalid_state(
+                op,
+                value,
+                "the step is cant_stop",
+            ));
+        }
+        let st = &self.cpus[cpu.index()];
+        if st.state < target {
+            self.cpu_up(cpu, target, env)
+        } else if st.state > target {
+            self.cpu_down(cpu, target, env)
+        } else {
+            if st.target != target {
+                let was = st.target;
+                self.warn(Warning::TargetMismatch { cpu, was, target });
+                self.cpus[cpu.index()].target = target;
+            }
+            Ok(())
+        }
+    }
+
+    /// `/sys/devices/system/cpu/hotplug/states` (`states_show()`): one
+    /// `"%3d: %s\n"` line per named step, in state order. `biosim states`
+    /// prints this.
+    pub fn states_listing(&self) -> String {
+        let mut out = String::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            if let Some(name) = &step.name {
+                let _ = writeln!(out, "{i:3}: {name}");
+            }
+        }
+        out
+    }
+}
