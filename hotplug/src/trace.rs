@@ -263,7 +263,8 @@ impl fmt::Display for LogRecord {
     /// ftrace-style text: the kernel's `cpuhp_enter`/`cpuhp_exit` formats
     /// (`" cpu: %04u target: %3d step: %3d (%ps)"`,
     /// `" cpu: %04u  state: %3d step: %3d ret: %d"`), with the callback shown as
-    /// `name:startup`/`name:teardown` and where it ran.
+    /// the kernel function for core steps (`takedown_cpu`) and as
+    /// `name startup`/`name teardown` otherwise, followed by where it ran.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LogRecord::OpStart {
@@ -283,14 +284,23 @@ impl fmt::Display for LogRecord {
                     RunsOn::Target { irqs_off: false } => format!("on cpuhp/{}", inv.cpu.0),
                     RunsOn::Control { cpu } => format!("on CPU{} (control)", cpu.0),
                 };
+                // Core steps show the kernel function (`%ps`), others the
+                // step name and direction.
+                let core_fn = crate::table::CORE_STEPS
+                    .iter()
+                    .find(|c| c.state == inv.state)
+                    .and_then(|c| if inv.bringup { c.startup } else { c.teardown });
+                let callback = match core_fn {
+                    Some(func) if inv.core => func.to_string(),
+                    _ => format!("{} {}", inv.name, inv.direction()),
+                };
                 write!(
                     f,
-                    "  cpuhp_enter: cpu: {:04} target: {:3} step: {:3} ({}:{}) {}{}",
+                    "  cpuhp_enter: cpu: {:04} target: {:3} step: {:3} ({}) {}{}",
                     inv.cpu.0,
                     inv.target.0,
                     inv.state.0,
-                    inv.name,
-                    inv.direction(),
+                    callback,
                     on,
                     if inv.rollback { " [rollback]" } else { "" }
                 )?;

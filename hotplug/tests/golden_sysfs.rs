@@ -1,0 +1,236 @@
+//! Golden tests for the sysfs rules of kernel-semantics.md §1.5:
+//! `hotplug/fail` validation and semantics, `hotplug/target` validation, and
+//! the `hotplug/states` listing.
+
+mod common;
+
+use common::*;
+use hotplug::*;
+
+fn einval(r: Result<(), HotplugError>) {
+    assert_eq!(r.unwrap_err().errno(), Errno::EINVAL);
+}
+
+#[test]
+fn fail_rejects_out_of_range() {
+    let Std { mut hp, .. } = std_machine(2);
+    einval(hp.set_fail(CpuId(1), CPUHP_ONLINE.0 + 1));
+    einval(hp.set_fail(CpuId(1), -2));
+    assert_eq!(hp.set_fail(CpuId(5), 0).unwrap_err().errno(), Errno::ENODEV);
+}
+
+#[test]
+fn fail_rejects_starting_dying_states_even_with_callbacks() {
+    let Std { mut hp, .. } = std_machine(1);
+    // sched:starting has callbacks but is atomic; CPU1 is offline.
+    assert!(hp.step_info(SCHED).unwrap().has_startup);
+    einval(hp.set_fail(CpuId(1), SCHED.0));
+    einval(hp.set_fail(CpuId(1), CPUHP_AP_IDLE_DEAD.0));
+    einval(hp.set_fail(CpuId(1), CPUHP_AP_TICK_DYING.0));
+}
+
+#[test]
+fn fail_rejects_dead_and_bringup_states_while_the_cpu_is_up() {
+    let Std { mut hp, bp_dyn, .. } = std_machine(1);
+    // CPU0 is up: PREPARE/DEAD states and CPUHP_BRINGUP_CPU are refused.
+    einval(hp.set_fail(CpuId(0), bp_dyn.0));
+    einval(hp.set_fail(CpuId(0), WQ_PREP.0));
+    einval(hp.set_fail(CpuId(0), CPUHP_BRINGUP_CPU.0));
+    // CPU1 is offline (state 0): allowed.
+    hp.set_fail(CpuId(1), bp_dyn.0).unwrap();
+    hp.set_fail(CpuId(1), CPUHP_BRINGUP_CPU.0).unwrap();
+    assert_eq!(hp.fail(CpuId(1)).unwrap(), CPUHP_BRINGUP_CPU.0);
+    // TEARDOWN_CPU is above BRINGUP_CPU and has a teardown: allowed while up.
+    hp.set_fail(CpuId(0), CPUHP_TEARDOWN_CPU.0).unwrap();
+}
+
+#[test]
+fn fail_rejects_steps_without_callbacks() {
+    let Std { mut hp, .. } = std_machine(2);
+    // A named builtin step nobody registered, a free dynamic slot, "online".
+    einval(hp.set_fail(CpuId(1), CPUHP_AP_BLK_MQ_ONLINE.0));
+    einval(hp.set_fail(CpuId(1), CPUHP_AP_ONLINE_DYN_END.0));
+    einval(hp.set_fail(CpuId(1), CPUHP_ONLINE.0));
+    einval(hp.set_fail(CpuId(1), CPUHP_AP_ONLINE_IDLE.0));
+}
+
+#[test]
+fn fail_minus_one_clears() {
+    let Std {
+        mut hp, env, d2, ..
+    } = std_machine(2);
+    hp.set_fail(CpuId(1), d2.0).unwrap();
+    hp.set_fail(CpuId(1), -1).unwrap();
+    assert_eq!(hp.fail(CpuId(1)).unwrap(), -1);
+    hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap();
+}
+
+#[test]
+fn fail_is_one_shot_and_does_not_run_the_callback() {
+    let Std {
+        mut hp,
+        env,
+        d2,
+        d3,
+        ..
+    } = std_machine(2);
+    hp.set_fail(CpuId(1), d2.0).unwrap();
+    let err = hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap_err();
+    assert_eq!(err.errno(), Errno::EAGAIN);
+    assert_eq!(err.errno().as_neg_i32(), -11);
+    // d2's teardown never ran: only d3 down and its rollback startup.
+    assert_eq!(env.take(), vec![down(1, d3), up_rb(1, d3)]);
+    let injected: Vec<_> = hp
+        .invocations()
+        .into_iter()
+        .filter(|(_, _, inj)| *inj)
+        .map(|(i, r, _)| (i.state, r))
+        .collect();
+    assert_eq!(injected, vec![(d2, Err(Errno::EAGAIN))]);
+    assert_eq!(hp.fail(CpuId(1)).unwrap(), -1, "one-shot");
+    hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap();
+    assert!(env.take().contains(&down(1, d2)));
+}
+
+#[test]
+fn fail_only_fires_in_a_direction_that_has_a_callback() {
+    let mut hp: Cpuhp<Env> = Cpuhp::new(2, 2).unwrap();
+    let env = Env::default();
+    let s = hp
+        .cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "t/up-only", rec(), None)
+        .unwrap();
+    hp.set_fail(CpuId(1), s.0).unwrap();
+    // Going down, the step has no teardown: skipped, the fail stays armed.
+    hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap();
+    assert_eq!(hp.fail(CpuId(1)).unwrap(), s.0);
+    assert!(env.take().is_empty());
+    // Going up, it fires at the startup, and the bringup is rolled back.
+    let err = hp.cpu_up(CpuId(1), CPUHP_ONLINE, &env).unwrap_err();
+    assert!(
+        matches!(err, HotplugError::CallbackFailed { injected: true, bringup: true, state, .. } if state == s)
+    );
+    assert!(env.take().is_empty(), "the startup itself never ran");
+    assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_OFFLINE);
+    hp.cpu_up(CpuId(1), CPUHP_ONLINE, &env).unwrap();
+    assert_eq!(env.take(), vec![up(1, s)]);
+}
+
+#[test]
+fn fail_applies_to_setup_and_remove_invocations() {
+    let mut hp: Cpuhp<Env> = Cpuhp::new(2, 2).unwrap();
+    let env = Env::default();
+    let s = CPUHP_AP_BLK_MQ_ONLINE;
+    hp.cpuhp_setup_state_nocalls(s, "block/mq:online", rec(), rec())
+        .unwrap();
+    hp.set_fail(CpuId(1), s.0).unwrap();
+    hp.cpuhp_remove_state_nocalls(s).unwrap();
+    // Invoking setup: CPU0 ok, CPU1 injected, CPU0 rolled back.
+    let err = hp
+        .cpuhp_setup_state(s, "block/mq:online", rec(), rec(), &env)
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        HotplugError::CallbackFailed {
+            cpu: CpuId(1),
+            injected: true,
+            ..
+        }
+    ));
+    assert_eq!(env.take(), vec![up(0, s), down_rb(0, s)]);
+    assert_eq!(hp.fail(CpuId(1)).unwrap(), -1);
+    // Invoking remove with a fail armed: the kernel's BUG_ON, recorded.
+    hp.cpuhp_setup_state(s, "block/mq:online", rec(), rec(), &env)
+        .unwrap();
+    env.take();
+    hp.set_fail(CpuId(0), s.0).unwrap();
+    hp.cpuhp_remove_state(s, &env).unwrap();
+    assert_eq!(env.take(), vec![down(1, s)]);
+    assert!(matches!(
+        hp.warnings(),
+        [Warning::TeardownBug {
+            cpu: CpuId(0),
+            origin: Origin::Remove,
+            errno: Errno::EAGAIN,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn target_accepts_only_offline_and_online_without_state_control() {
+    let Std { mut hp, env, .. } = std_machine(2);
+    einval(hp.set_target(CpuId(1), WQ_ONLINE.0, &env));
+    einval(hp.set_target(CpuId(1), -1, &env));
+    einval(hp.set_target(CpuId(1), CPUHP_ONLINE.0 + 1, &env));
+    hp.set_target(CpuId(1), 0, &env).unwrap();
+    assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_OFFLINE);
+    assert_eq!(hp.target(CpuId(1)).unwrap(), CPUHP_OFFLINE);
+    hp.set_target(CpuId(1), CPUHP_ONLINE.0, &env).unwrap();
+    assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_ONLINE);
+    // Writing the current state is a no-op.
+    hp.set_target(CpuId(1), CPUHP_ONLINE.0, &env).unwrap();
+    assert!(hp.warnings().is_empty());
+}
+
+#[test]
+fn target_with_state_control_needs_a_named_stoppable_step() {
+    let mut hp: Cpuhp<Env> = Cpuhp::with_config(
+        2,
+        2,
+        CpuhpConfig {
+            state_control: true,
+            ..CpuhpConfig::default()
+        },
+    )
+    .unwrap();
+    let env = Env::default();
+    // Unnamed (a free dynamic slot, AP_ONLINE_IDLE).
+    einval(hp.set_target(CpuId(1), CPUHP_AP_ONLINE_DYN.0, &env));
+    einval(hp.set_target(CpuId(1), CPUHP_AP_ONLINE_IDLE.0, &env));
+    // cant_stop.
+    for s in [
+        CPUHP_CREATE_THREADS,
+        CPUHP_BRINGUP_CPU,
+        CPUHP_AP_OFFLINE,
+        CPUHP_TEARDOWN_CPU,
+    ] {
+        einval(hp.set_target(CpuId(1), s.0, &env));
+    }
+    einval(hp.set_target(CpuId(1), CPUHP_ONLINE.0 + 1, &env));
+    // Named and stoppable: down to workqueue:online, then back up.
+    hp.set_target(CpuId(1), WQ_ONLINE.0, &env).unwrap();
+    assert_eq!(hp.state(CpuId(1)).unwrap(), WQ_ONLINE);
+    assert!(hp.cpu_online(CpuId(1)));
+    hp.set_target(CpuId(1), CPUHP_ONLINE.0, &env).unwrap();
+    // Into the PREPARE section and back.
+    hp.set_target(CpuId(1), CPUHP_TIMERS_PREPARE.0, &env)
+        .unwrap();
+    assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_TIMERS_PREPARE);
+    assert!(!hp.cpu_online(CpuId(1)));
+    hp.set_target(CpuId(1), CPUHP_ONLINE.0, &env).unwrap();
+    assert!(hp.cpu_online(CpuId(1)));
+}
+
+#[test]
+fn states_listing_is_the_sysfs_format() {
+    let Std { hp, bp_dyn, d1, .. } = std_machine(2);
+    let listing = hp.states_listing();
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines[0], "  0: offline");
+    assert_eq!(lines[1], "  1: threads:prepare");
+    assert_eq!(*lines.last().unwrap(), "236: online");
+    assert!(lines.contains(&" 21: block/bio:dead"));
+    assert!(lines.contains(&" 83: cpu:bringup"));
+    assert!(lines.contains(&"144: cpu:teardown"));
+    assert!(lines.contains(&"235: sched:active"));
+    assert!(lines.contains(&format!("{:3}: t/bp:dead", bp_dyn.0).as_str()));
+    assert!(lines.contains(&format!("{:3}: t/d1:online", d1.0).as_str()));
+    assert!(listing.ends_with('\n'));
+    // Every builtin/core name of a fresh machine matches the 6.18 listing.
+    let fresh: Cpuhp<()> = Cpuhp::new(1, 1).unwrap();
+    let reference = include_str!("data/cpuhp-states-linux-6.18.txt");
+    let real: Vec<&str> = reference.lines().filter(|l| !l.starts_with('#')).collect();
+    for line in fresh.states_listing().lines() {
+        assert!(real.contains(&line), "{line:?} is not in the 6.18 listing");
+    }
+}
