@@ -682,3 +682,270 @@ impl<E: 'static> Cpuhp<E> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Rec {
+        calls: Mutex<Vec<(u32, i32, bool)>>,
+        fail_on: Mutex<Option<(u32, bool)>>,
+    }
+
+    fn cb() -> Option<Callback<Rec>> {
+        Some(Arc::new(|r: &Rec, inv: &Invocation| {
+            r.calls
+                .lock()
+                .unwrap()
+                .push((inv.cpu.0, inv.state.0, inv.bringup));
+            if *r.fail_on.lock().unwrap() == Some((inv.cpu.0, inv.bringup)) {
+                return Err(Errno::EIO);
+            }
+            Ok(())
+        }))
+    }
+
+    #[test]
+    fn dyn_allocation_takes_the_lowest_free_slot_and_reuses_it() {
+        let mut hp: Cpuhp<Rec> = Cpuhp::new(2, 2).unwrap();
+        let a = hp
+            .cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "a", cb(), cb())
+            .unwrap();
+        let b = hp
+            .cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "b", cb(), None)
+            .unwrap();
+        let c = hp
+            .cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "c", None, None)
+            .unwrap();
+        assert_eq!((a.0, b.0, c.0), (192, 193, 194));
+        hp.cpuhp_remove_state_nocalls(b).unwrap();
+        let d = hp
+            .cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "d", None, cb())
+            .unwrap();
+        assert_eq!(d, b, "the freed slot is the lowest free one");
+        let p = hp
+            .cpuhp_setup_state_nocalls(CPUHP_BP_PREPARE_DYN, "p", None, cb())
+            .unwrap();
+        assert_eq!(p, CPUHP_BP_PREPARE_DYN);
+        assert_eq!(hp.step_info(d).unwrap().name.as_deref(), Some("d"));
+    }
+
+    #[test]
+    fn dyn_ranges_run_out_with_enospc() {
+        let mut hp: Cpuhp<Rec> = Cpuhp::new(1, 1).unwrap();
+        for i in 0..=40 {
+            let s = hp
+                .cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "x", None, None)
+                .unwrap();
+            assert_eq!(s.0, CPUHP_AP_ONLINE_DYN.0 + i);
+        }
+        let err = hp
+            .cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "x", None, None)
+            .unwrap_err();
+        assert_eq!(err.errno(), Errno::ENOSPC);
+        for i in 0..=20 {
+            let s = hp
+                .cpuhp_setup_state_nocalls(CPUHP_BP_PREPARE_DYN, "y", None, None)
+                .unwrap();
+            assert_eq!(s.0, CPUHP_BP_PREPARE_DYN.0 + i);
+        }
+        let err = hp
+            .cpuhp_setup_state(CPUHP_BP_PREPARE_DYN, "y", cb(), None, &Rec::default())
+            .unwrap_err();
+        assert_eq!(err.errno(), Errno::ENOSPC);
+        assert_eq!(
+            hp.warnings(),
+            &[
+                Warning::NoDynamicStates {
+                    range: "CPUHP_AP_ONLINE_DYN"
+                },
+                Warning::NoDynamicStates {
+                    range: "CPUHP_BP_PREPARE_DYN"
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn invoking_setup_calls_startup_on_cpus_at_or_above_the_state_nocalls_does_not() {
+        // CPU0,1 online; CPU2 offline.
+        let mut hp: Cpuhp<Rec> = Cpuhp::new(3, 2).unwrap();
+        let r = Rec::default();
+        hp.cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "quiet", cb(), cb())
+            .unwrap();
+        assert!(r.calls.lock().unwrap().is_empty());
+        let s = hp
+            .cpuhp_setup_state(CPUHP_AP_ONLINE_DYN, "loud", cb(), cb(), &r)
+            .unwrap();
+        assert_eq!(
+            *r.calls.lock().unwrap(),
+            vec![(0, s.0, true), (1, s.0, true)]
+        );
+        // A PREPARE state: also only CPUs whose state is >= it (CPU2 is at 0).
+        r.calls.lock().unwrap().clear();
+        hp.cpuhp_setup_state(CPUHP_BIO_DEAD, "block/bio:dead", cb(), cb(), &r)
+            .unwrap();
+        assert_eq!(
+            *r.calls.lock().unwrap(),
+            vec![(0, CPUHP_BIO_DEAD.0, true), (1, CPUHP_BIO_DEAD.0, true)]
+        );
+        let inv = hp.invocations();
+        assert_eq!(
+            inv.last().unwrap().0.runs_on,
+            RunsOn::Control { cpu: CpuId(0) }
+        );
+        assert_eq!(inv[0].0.runs_on, RunsOn::Target { irqs_off: false });
+        // Setup without a startup invokes nothing.
+        r.calls.lock().unwrap().clear();
+        hp.cpuhp_setup_state(CPUHP_AP_ONLINE_DYN, "teardown-only", None, cb(), &r)
+            .unwrap();
+        assert!(r.calls.lock().unwrap().is_empty());
+        // Invoking remove runs teardowns on CPUs at or above; nocalls does not.
+        hp.cpuhp_remove_state(s, &r).unwrap();
+        assert_eq!(
+            *r.calls.lock().unwrap(),
+            vec![(0, s.0, false), (1, s.0, false)]
+        );
+        r.calls.lock().unwrap().clear();
+        hp.cpuhp_remove_state_nocalls(CPUHP_BIO_DEAD).unwrap();
+        assert!(r.calls.lock().unwrap().is_empty());
+        // Removing restores the builtin name.
+        assert_eq!(
+            hp.step_info(CPUHP_BIO_DEAD).unwrap().name.as_deref(),
+            Some("block/bio:dead")
+        );
+        assert!(!hp.step_info(CPUHP_BIO_DEAD).unwrap().registered);
+    }
+
+    #[test]
+    fn invoking_setup_rolls_back_across_cpus_on_failure() {
+        let mut hp: Cpuhp<Rec> = Cpuhp::new(4, 4).unwrap();
+        let r = Rec::default();
+        *r.fail_on.lock().unwrap() = Some((2, true));
+        let err = hp
+            .cpuhp_setup_state(CPUHP_WORKQUEUE_PREP, "workqueue:prepare", cb(), cb(), &r)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            HotplugError::CallbackFailed {
+                cpu: CpuId(2),
+                errno: Errno::EIO,
+                ..
+            }
+        ));
+        let s = CPUHP_WORKQUEUE_PREP.0;
+        assert_eq!(
+            *r.calls.lock().unwrap(),
+            vec![
+                (0, s, true),
+                (1, s, true),
+                (2, s, true),
+                (0, s, false),
+                (1, s, false)
+            ]
+        );
+        let rb: Vec<bool> = hp.invocations().iter().map(|(i, ..)| i.rollback).collect();
+        assert_eq!(rb, vec![false, false, false, true, true]);
+        assert!(!hp.step_info(CPUHP_WORKQUEUE_PREP).unwrap().registered);
+        // Without a teardown there is nothing to roll back.
+        r.calls.lock().unwrap().clear();
+        hp.cpuhp_setup_state(CPUHP_WORKQUEUE_PREP, "workqueue:prepare", cb(), None, &r)
+            .unwrap_err();
+        assert_eq!(
+            *r.calls.lock().unwrap(),
+            vec![(0, s, true), (1, s, true), (2, s, true)]
+        );
+    }
+
+    #[test]
+    fn registration_errors() {
+        let mut hp: Cpuhp<Rec> = Cpuhp::new(1, 1).unwrap();
+        let e = |r: Result<StateId, HotplugError>| r.unwrap_err().errno();
+        assert_eq!(
+            e(hp.cpuhp_setup_state_nocalls(CPUHP_OFFLINE, "x", cb(), None)),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            e(hp.cpuhp_setup_state_nocalls(CPUHP_ONLINE, "x", cb(), None)),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            e(hp.cpuhp_setup_state_nocalls(StateId(-5), "x", cb(), None)),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            e(hp.cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "", cb(), None)),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            e(hp.cpuhp_setup_state_nocalls(CPUHP_BRINGUP_CPU, "x", cb(), None)),
+            Errno::EBUSY
+        );
+        assert_eq!(
+            e(hp.cpuhp_setup_state_nocalls(CPUHP_TEARDOWN_CPU, "x", cb(), None)),
+            Errno::EBUSY
+        );
+        hp.cpuhp_setup_state_nocalls(CPUHP_TIMERS_PREPARE, "timers:prepare", cb(), cb())
+            .unwrap();
+        assert_eq!(
+            e(hp.cpuhp_setup_state_nocalls(CPUHP_TIMERS_PREPARE, "again", cb(), None)),
+            Errno::EBUSY
+        );
+        assert_eq!(
+            hp.cpuhp_remove_state_nocalls(CPUHP_BIO_DEAD)
+                .unwrap_err()
+                .errno(),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            hp.cpuhp_remove_state_nocalls(CPUHP_ONLINE)
+                .unwrap_err()
+                .errno(),
+            Errno::EINVAL
+        );
+    }
+
+    #[test]
+    fn legacy_bp_dynstate_skips_the_startup_invocations() {
+        let r = Rec::default();
+        let mut fixed: Cpuhp<Rec> = Cpuhp::new(2, 2).unwrap();
+        let s = fixed
+            .cpuhp_setup_state(CPUHP_BP_PREPARE_DYN, "fork:vm_stack_cache", cb(), None, &r)
+            .unwrap();
+        assert_eq!(s, CPUHP_BP_PREPARE_DYN);
+        assert_eq!(r.calls.lock().unwrap().len(), 2);
+        r.calls.lock().unwrap().clear();
+        let cfg = CpuhpConfig {
+            legacy_bp_dynstate: true,
+            ..CpuhpConfig::default()
+        };
+        let mut old: Cpuhp<Rec> = Cpuhp::with_config(2, 2, cfg).unwrap();
+        let s = old
+            .cpuhp_setup_state(CPUHP_BP_PREPARE_DYN, "fork:vm_stack_cache", cb(), None, &r)
+            .unwrap();
+        assert_eq!(s, CPUHP_BP_PREPARE_DYN);
+        assert!(
+            r.calls.lock().unwrap().is_empty(),
+            "pre-6.10: startup never invoked"
+        );
+        // CPUHP_AP_ONLINE_DYN was always handled.
+        old.cpuhp_setup_state(CPUHP_AP_ONLINE_DYN, "x", cb(), None, &r)
+            .unwrap();
+        assert_eq!(r.calls.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn boot_state() {
+        let hp: Cpuhp<()> = Cpuhp::new(4, 2).unwrap();
+        assert_eq!(hp.online_cpus(), vec![CpuId(0), CpuId(1)]);
+        assert_eq!(hp.num_online_cpus(), 2);
+        assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_ONLINE);
+        assert_eq!(hp.state(CpuId(2)).unwrap(), CPUHP_OFFLINE);
+        assert_eq!(hp.fail(CpuId(2)).unwrap(), -1);
+        assert_eq!(hp.cpumask_any_but_online(CpuId(0)), Some(CpuId(1)));
+        assert!(!hp.cpu_online(CpuId(9)));
+    }
+}

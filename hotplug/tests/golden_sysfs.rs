@@ -66,6 +66,10 @@ fn fail_minus_one_clears() {
 }
 
 #[test]
+#[cfg_attr(
+    feature = "bug-rollback-calls-failed-state",
+    should_panic(expected = "assertion")
+)]
 fn fail_is_one_shot_and_does_not_run_the_callback() {
     let Std {
         mut hp,
