@@ -194,7 +194,8 @@ impl<E: 'static> Cpuhp<E> {
     }
 
     /// Steps the operation in progress on `cpu` to its end and returns its
-    /// result (`Ok(())` if none was in progress and none has finished).
+    /// result; `Ok(())` if none is in progress (see [`Cpuhp::last_result`] for
+    /// an operation that already finished).
     pub fn run_to_completion(&mut self, cpu: CpuId, env: &E) -> Result<(), HotplugError> {
         self.check_cpu("run_to_completion", cpu, Errno::EINVAL)?;
         while self.in_progress(cpu) {
@@ -206,7 +207,9 @@ impl<E: 'static> Cpuhp<E> {
                 return result;
             }
         }
-        self.cpus[cpu.index()].last_result.clone().unwrap_or(Ok(()))
+        // Nothing was in progress (or it completed without running a
+        // callback, which cannot fail).
+        Ok(())
     }
 
     /// Starts `cpu_up(cpu, target)` without running any callback; drive it with

@@ -9,12 +9,15 @@ use hotplug::*;
 /// One recorded callback call: (cpu, state, startup?, rollback?).
 pub type Call = (u32, i32, bool, bool);
 
+/// A one-shot callback failure: (cpu or `None` for any, state, bringup, errno).
+pub type Armed = (Option<u32>, i32, bool, Errno);
+
 /// The environment passed to callbacks.
 #[derive(Debug, Default)]
 pub struct Env {
     pub calls: Mutex<Vec<Call>>,
     /// One-shot failures: (cpu or None for any, state, bringup, errno).
-    pub armed: Mutex<Vec<(Option<u32>, i32, bool, Errno)>>,
+    pub armed: Mutex<Vec<Armed>>,
 }
 
 impl Env {
@@ -36,7 +39,7 @@ impl Env {
             .push((inv.cpu.0, inv.state.0, inv.bringup, inv.rollback));
         let mut armed = self.armed.lock().unwrap();
         if let Some(i) = armed.iter().position(|&(c, s, b, _)| {
-            c.map_or(true, |c| c == inv.cpu.0) && s == inv.state.0 && b == inv.bringup
+            (c.is_none() || c == Some(inv.cpu.0)) && s == inv.state.0 && b == inv.bringup
         }) {
             let (.., e) = armed.remove(i);
             return Err(e);
