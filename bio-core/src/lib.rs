@@ -6,6 +6,10 @@
 //!   (`block/bio.c`, `include/linux/bio.h`, `include/linux/blk_types.h`).
 //! - [`kernel`]: the kernel config, per-CPU execution contexts (`include/linux/preempt.h`,
 //!   `irqflags.h`, `rcupdate.h`), `might_sleep()` and lockdep's wait-context check.
+//! - [`workqueue`]: `kernel/workqueue.c`: workqueues, work and delayed work, worker pools, the
+//!   rescuer, disassociation on CPU offline.
+//! - [`time`]: jiffies and per-CPU timers (`kernel/time/timer.c`).
+//! - [`irq`]: hard IRQs, softirqs and IPIs (`kernel/irq/`, `kernel/softirq.c`, `kernel/smp.c`).
 //! - [`sync`]: the one facade over std, parking_lot and loom.
 //!
 //! Code the kernel runs "on this CPU" takes a [`kernel::Cpu`] explicitly; nothing here reads an OS
@@ -15,7 +19,10 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod irq;
 pub mod kernel;
 pub mod sync;
+pub mod time;
+pub mod workqueue;
 
 pub use kernel::{Cpu, CpuId, Kernel, KernelConfig};

@@ -8,6 +8,7 @@
 //! OS thread id or a thread-local.
 
 mod config;
+mod cpu;
 mod irqflags;
 mod lockdep;
 mod preempt;
@@ -16,6 +17,7 @@ mod report;
 mod sched;
 
 pub use config::{ConfigError, KernelConfig, PreemptModel};
+pub use cpu::HotplugStep;
 pub use irqflags::IrqFlags;
 pub use lockdep::{HeldLock, LockClass, WaitType};
 pub use preempt::{
@@ -24,42 +26,108 @@ pub use preempt::{
 };
 pub use report::{Report, ReportKind, ReportLog};
 
-// TEMP-CPUID
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CpuId(pub u32);
+pub use hotplug::CpuId;
 
-use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::UntrackedArc;
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{Mutex, UntrackedArc, UntrackedOnceLock};
+use hotplug::Cpuhp;
 use std::cell::{Cell, RefCell};
 use std::fmt;
 
-/// The machine-wide state of a simulated kernel.
-#[derive(Debug)]
+/// The machine-wide state of a simulated kernel: its config, the CPU masks, jiffies, the
+/// workqueue, timer and IRQ subsystems, the CPU-hotplug machine and the report log.
 pub struct Kernel {
     config: KernelConfig,
     nr_cpus: u32,
     reports: ReportLog,
     next_bio_id: AtomicU64,
+    next_ctx_id: AtomicU64,
+    pub(crate) percpu: Vec<PerCpuState>,
+    pub(crate) jiffies: AtomicU64,
+    pub(crate) workqueues: crate::workqueue::Workqueues,
+    pub(crate) timers: crate::time::Timers,
+    pub(crate) irqs: crate::irq::Irqs,
+    pub(crate) hotplug: Mutex<Cpuhp<Cpu>>,
+    waker: UntrackedOnceLock<UntrackedArc<dyn Fn(CpuId) + Send + Sync>>,
+    warned_once: Mutex<Vec<&'static str>>,
+}
+
+/// Per-CPU kernel state that any CPU may read.
+pub(crate) struct PerCpuState {
+    /// `cpu_online_mask` bit.
+    pub(crate) online: AtomicBool,
+    /// The IRQ flag as a lock: held while some context of this CPU runs with IRQs off, so that
+    /// two flows of one CPU (an IRQ and the task it interrupts) exclude each other for real in the
+    /// threaded runtime and under loom.
+    pub(crate) irq_lock: AtomicBool,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("config", &self.config)
+            .field("nr_cpus", &self.nr_cpus)
+            .field("jiffies", &self.jiffies())
+            .field("reports", &self.reports.len())
+            .finish()
+    }
 }
 
 impl Kernel {
-    /// Boots a kernel with `nr_cpus` possible CPUs under `config`.
+    /// Boots a kernel with `nr_cpus` possible CPUs, all online, under `config`.
     ///
     /// The config is validated against the Kconfig rules first: an impossible config is an error
     /// naming the rule, never a silently wrong simulation.
     pub fn new(config: KernelConfig, nr_cpus: u32) -> Result<UntrackedArc<Self>, ConfigError> {
+        Self::boot(config, nr_cpus, nr_cpus)
+    }
+
+    /// Boots a kernel with `nr_cpus` possible CPUs of which the first `online` are up (at
+    /// `CPUHP_ONLINE`) and the rest offline (at `CPUHP_OFFLINE`), as after a boot with
+    /// `maxcpus=online`. The subsystems register their hotplug states on the way, as their
+    /// `__init` code does.
+    pub fn boot(
+        config: KernelConfig,
+        nr_cpus: u32,
+        online: u32,
+    ) -> Result<UntrackedArc<Self>, ConfigError> {
         config.validate()?;
         if nr_cpus == 0 {
             return Err(ConfigError::Unsupported(
                 "a machine needs at least one CPU (nr_cpu_ids >= 1)",
             ));
         }
-        Ok(UntrackedArc::new(Self {
+        if online == 0 || online > nr_cpus {
+            return Err(ConfigError::Unsupported(
+                "the boot CPUs must be between 1 and nr_cpus (CPU0 always boots)",
+            ));
+        }
+        let cpuhp = Cpuhp::new(nr_cpus, online)
+            .map_err(|_| ConfigError::Unsupported("the hotplug machine rejected the CPU counts"))?;
+        let percpu = (0..nr_cpus)
+            .map(|i| PerCpuState {
+                online: AtomicBool::new(i < online),
+                irq_lock: AtomicBool::new(false),
+            })
+            .collect();
+        let kernel = UntrackedArc::new(Self {
             config,
             nr_cpus,
             reports: ReportLog::default(),
             next_bio_id: AtomicU64::new(1),
-        }))
+            next_ctx_id: AtomicU64::new(1),
+            percpu,
+            jiffies: AtomicU64::new(0),
+            workqueues: crate::workqueue::Workqueues::new(nr_cpus),
+            timers: crate::time::Timers::new(nr_cpus),
+            irqs: crate::irq::Irqs::new(nr_cpus),
+            hotplug: Mutex::new(cpuhp),
+            waker: UntrackedOnceLock::new(),
+            warned_once: Mutex::new(Vec::new()),
+        });
+        crate::workqueue::register_hotplug_states(&kernel);
+        crate::time::register_hotplug_states(&kernel);
+        Ok(kernel)
     }
 
     /// The configuration this kernel was built with.
@@ -77,6 +145,20 @@ impl Kernel {
         (0..self.nr_cpus).map(CpuId)
     }
 
+    /// `cpu_online(cpu)`: whether `cpu` is in `cpu_online_mask`.
+    pub fn cpu_online(&self, cpu: CpuId) -> bool {
+        self.percpu
+            .get(cpu.index())
+            .is_some_and(|p| p.online.load(Ordering::Acquire))
+    }
+
+    /// `for_each_online_cpu()`.
+    pub fn online_cpus(&self) -> Vec<CpuId> {
+        self.possible_cpus()
+            .filter(|c| self.cpu_online(*c))
+            .collect()
+    }
+
     /// Every BUG, WARN and context-check violation recorded so far.
     pub fn reports(&self) -> &ReportLog {
         &self.reports
@@ -85,13 +167,80 @@ impl Kernel {
     /// Creates the execution context of code running on `cpu`, in plain task context with
     /// preemption and IRQs enabled. Returns `None` for a CPU that does not exist.
     pub fn cpu(self: &UntrackedArc<Self>, cpu: CpuId) -> Option<Cpu> {
-        (cpu.0 < self.nr_cpus).then(|| Cpu::new(UntrackedArc::clone(self), cpu))
+        (cpu.0 < self.nr_cpus).then(|| Cpu::new(UntrackedArc::clone(self), cpu, None))
+    }
+
+    /// Like [`Kernel::cpu`], for a runtime: the context calls `runtime` at IRQ windows and when
+    /// it must wait.
+    pub fn cpu_with_runtime(
+        self: &UntrackedArc<Self>,
+        cpu: CpuId,
+        runtime: UntrackedArc<dyn Runtime>,
+    ) -> Option<Cpu> {
+        (cpu.0 < self.nr_cpus).then(|| Cpu::new(UntrackedArc::clone(self), cpu, Some(runtime)))
+    }
+
+    /// Installs the runtime's wake-up hook: called with a CPU whenever something becomes
+    /// runnable on it (queued work, a raised IRQ, an armed timer). Set once; later calls are
+    /// ignored and return `false`.
+    pub fn set_waker(&self, waker: UntrackedArc<dyn Fn(CpuId) + Send + Sync>) -> bool {
+        self.waker.set(waker).is_ok()
+    }
+
+    /// Wakes `cpu`'s runtime thread, if a runtime installed a waker.
+    pub(crate) fn wake(&self, cpu: CpuId) {
+        if let Some(w) = self.waker.get() {
+            w(cpu);
+        }
     }
 
     /// A fresh simulator-wide bio identity (not a kernel concept: traces and the oracle use it).
     pub(crate) fn alloc_bio_id(&self) -> u64 {
         self.next_bio_id.fetch_add(1, Ordering::Relaxed)
     }
+
+    /// `WARN_ON_ONCE()`: reports `message` the first time call site `site` fires.
+    pub(crate) fn warn_once(&self, cx: &Cpu, site: &'static str, message: &str) {
+        {
+            let mut w = self.warned_once.lock();
+            if w.contains(&site) {
+                return;
+            }
+            w.push(site);
+        }
+        cx.warn(message);
+    }
+
+    pub(crate) fn irq_lock_acquire(&self, cpu: CpuId) {
+        let lock = &self.percpu[cpu.index()].irq_lock;
+        while lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            crate::sync::spin_loop();
+        }
+    }
+
+    pub(crate) fn irq_lock_release(&self, cpu: CpuId) {
+        self.percpu[cpu.index()]
+            .irq_lock
+            .store(false, Ordering::Release);
+    }
+}
+
+/// What a runtime lends the code it runs. The deterministic runtime answers by choosing among
+/// its events; the threaded runtime by draining its inbox or parking; without a runtime (unit
+/// tests) nothing is delivered and waits can only succeed if the condition already holds.
+pub trait Runtime: Send + Sync {
+    /// IRQs just became enabled in `cpu`'s context (`local_irq_restore()`, `local_irq_enable()`,
+    /// a `cond_resched()` point): the runtime may deliver pending interrupts here, as hardware
+    /// would between two instructions.
+    fn irq_window(&self, cpu: &Cpu);
+
+    /// `cpu`'s context must sleep until `cond` holds (`schedule()` in a wait loop): the runtime
+    /// lets other work run meanwhile. Returns `false` if the condition can never become true
+    /// (a deadlock the caller reports).
+    fn wait_until(&self, cpu: &Cpu, what: &str, cond: &dyn Fn() -> bool) -> bool;
 }
 
 /// The task a CPU is running: `current`'s pid and comm, as a BUG report prints them.
@@ -113,6 +262,9 @@ pub struct Task {
 pub struct Cpu {
     kernel: UntrackedArc<Kernel>,
     id: CpuId,
+    /// Identity of this execution flow (to tell "the work I am running" from another's).
+    ctx_id: u64,
+    runtime: Option<UntrackedArc<dyn Runtime>>,
     /// Preempt-disable depth and hardirq/NMI bits as the kernel sees them (`preempt_count()`
     /// without the softirq bits, which live in `softirq`).
     pub(crate) pc: Cell<u32>,
@@ -145,10 +297,17 @@ impl fmt::Debug for Cpu {
 }
 
 impl Cpu {
-    fn new(kernel: UntrackedArc<Kernel>, id: CpuId) -> Self {
+    fn new(
+        kernel: UntrackedArc<Kernel>,
+        id: CpuId,
+        runtime: Option<UntrackedArc<dyn Runtime>>,
+    ) -> Self {
+        let ctx_id = kernel.next_ctx_id.fetch_add(1, Ordering::Relaxed);
         Self {
             kernel,
             id,
+            ctx_id,
+            runtime,
             pc: Cell::new(0),
             softirq: Cell::new(0),
             hidden_preempt: Cell::new(0),
@@ -168,6 +327,47 @@ impl Cpu {
     /// `smp_processor_id()`.
     pub fn id(&self) -> CpuId {
         self.id
+    }
+
+    /// The identity of this execution flow.
+    pub fn ctx_id(&self) -> u64 {
+        self.ctx_id
+    }
+
+    /// The runtime executing this context, if any.
+    pub fn runtime(&self) -> Option<&UntrackedArc<dyn Runtime>> {
+        self.runtime.as_ref()
+    }
+
+    /// An IRQ window: if IRQs are enabled here, lets the runtime deliver pending interrupts.
+    /// Called where the kernel re-enables IRQs and at `cond_resched()` points.
+    pub fn irq_window(&self) {
+        if self.irqs_off.get() {
+            return;
+        }
+        if let Some(rt) = &self.runtime {
+            rt.irq_window(self);
+        }
+    }
+
+    /// `cond_resched()`: a voluntary preemption point, where pending interrupts may come in.
+    pub fn cond_resched(&self) {
+        if self.may_sleep() {
+            self.irq_window();
+        }
+    }
+
+    /// Sleeps until `cond` holds, letting the runtime run other work (`schedule()` in a wait
+    /// loop). Without a runtime only an already-true condition succeeds. Returns whether the
+    /// condition holds.
+    pub fn wait_until(&self, what: &str, cond: &dyn Fn() -> bool) -> bool {
+        if cond() {
+            return true;
+        }
+        match &self.runtime {
+            Some(rt) => rt.wait_until(self, what, cond),
+            None => false,
+        }
     }
 
     /// The kernel this CPU belongs to.

@@ -312,7 +312,7 @@ impl Cpu {
         if self.irqs_off.get() {
             self.warn("hardirq delivered while IRQs are disabled on this CPU");
         }
-        self.irqs_off.set(true);
+        self.set_irqs_off(true);
         self.pc.set(self.pc.get() + HARDIRQ_OFFSET);
     }
 
@@ -324,13 +324,14 @@ impl Cpu {
         }
         self.pc.set(self.pc.get() - HARDIRQ_OFFSET);
         if self.pc.get() & HARDIRQ_MASK == 0 {
-            self.irqs_off.set(false);
+            self.set_irqs_off(false);
         }
     }
 
     /// `nmi_enter()`: adds `NMI_OFFSET + HARDIRQ_OFFSET`. An NMI arrives whatever the IRQ flag
     /// says, and its handler runs with IRQs off (x86 enters it through an interrupt gate); the
-    /// interrupted state is restored by [`Cpu::nmi_exit`].
+    /// interrupted state is restored by [`Cpu::nmi_exit`]. The IRQ lock is not taken: nothing
+    /// can hold an NMI off.
     pub fn nmi_enter(&self) {
         self.nmi_saved_irqs.borrow_mut().push(self.irqs_off.get());
         self.irqs_off.set(true);

@@ -20,3 +20,7 @@ pub use loom_impl::*;
 /// (`Arc<dyn Fn>` callbacks, `Arc<dyn Any>` private data): loom's `Arc` cannot hold trait objects,
 /// and nothing about these values is a race loom should explore.
 pub use std::sync::Arc as UntrackedArc;
+
+/// A once-set cell loom does not track, for values fixed before any simulated execution starts
+/// (a runtime's wake-up hook).
+pub use std::sync::OnceLock as UntrackedOnceLock;

@@ -1,0 +1,206 @@
+//! Interrupts: hard IRQs delivered to a CPU (`kernel/irq/handle.c`), softirqs
+//! (`kernel/softirq.c`: `raise_softirq()`, `irq_exit()` → `invoke_softirq()`, `ksoftirqd`) and
+//! IPIs for remote completion (`kernel/smp.c`: `smp_call_function_single_async()`).
+//!
+//! A device (or a test) raises an IRQ on a CPU; it waits in that CPU's pending queue until the
+//! runtime delivers it in a context of that CPU whose IRQs are enabled, where the handler runs in
+//! hardirq context. Softirq work raised by a handler runs on the way out of the interrupt
+//! (`irq_exit()`), unless the interrupted context is itself in interrupt or BH-disabled, in which
+//! case it waits for the runtime's softirq step (the `ksoftirqd` path).
+
+use crate::kernel::{Cpu, CpuId, Kernel};
+use crate::sync::Mutex;
+use std::collections::VecDeque;
+use std::fmt;
+
+/// A hard interrupt handler: runs once, in hardirq context on the CPU it was raised on.
+pub type IrqHandler = Box<dyn FnOnce(&Cpu) + Send>;
+
+/// A unit of softirq work (e.g. a `BLOCK_SOFTIRQ` completion), run in softirq context.
+pub type SoftirqWork = Box<dyn FnOnce(&Cpu) + Send>;
+
+/// The softirq vectors biosim uses (`enum { HI_SOFTIRQ, TIMER_SOFTIRQ, ... }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SoftirqVec {
+    /// `TIMER_SOFTIRQ`.
+    Timer,
+    /// `BLOCK_SOFTIRQ`: request completions (`blk_complete_reqs()`).
+    Block,
+}
+
+impl SoftirqVec {
+    /// The kernel name printed by the softirq tracepoints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Timer => "TIMER",
+            Self::Block => "BLOCK",
+        }
+    }
+}
+
+struct PendingIrq {
+    name: &'static str,
+    handler: IrqHandler,
+}
+
+#[derive(Default)]
+struct CpuIrqs {
+    hardirqs: VecDeque<PendingIrq>,
+    softirqs: VecDeque<(SoftirqVec, SoftirqWork)>,
+}
+
+/// The per-CPU interrupt queues of one kernel.
+pub(crate) struct Irqs {
+    per_cpu: Vec<Mutex<CpuIrqs>>,
+}
+
+impl fmt::Debug for Irqs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Irqs")
+    }
+}
+
+impl Irqs {
+    pub(crate) fn new(nr_cpus: u32) -> Self {
+        Self {
+            per_cpu: (0..nr_cpus)
+                .map(|_| Mutex::new(CpuIrqs::default()))
+                .collect(),
+        }
+    }
+}
+
+impl Kernel {
+    /// Raises a hard interrupt on `cpu`: `handler` runs there in hardirq context when the runtime
+    /// delivers it. An interrupt aimed at an offline CPU goes to the lowest online CPU instead, as
+    /// the IRQ core's affinity handling does. For a CPU that does not exist the handler is handed
+    /// back, not dropped.
+    pub fn raise_irq(
+        &self,
+        cpu: CpuId,
+        name: &'static str,
+        handler: IrqHandler,
+    ) -> Result<CpuId, IrqHandler> {
+        if cpu.index() >= self.irqs.per_cpu.len() {
+            return Err(handler);
+        }
+        let target = if self.cpu_online(cpu) {
+            cpu
+        } else {
+            match self.online_cpus().first() {
+                Some(c) => *c,
+                None => return Err(handler),
+            }
+        };
+        self.irqs.per_cpu[target.index()]
+            .lock()
+            .hardirqs
+            .push_back(PendingIrq { name, handler });
+        self.wake(target);
+        Ok(target)
+    }
+
+    /// `irq_migrate_all_off_this_cpu()`: moves the interrupts pending on a CPU that left the
+    /// online mask to the lowest online CPU.
+    pub(crate) fn migrate_irqs_off(&self, cpu: CpuId) {
+        let Some(to) = self.online_cpus().first().copied() else {
+            return;
+        };
+        let moved: Vec<PendingIrq> = self.irqs.per_cpu[cpu.index()]
+            .lock()
+            .hardirqs
+            .drain(..)
+            .collect();
+        if moved.is_empty() {
+            return;
+        }
+        tracing::debug!(target: "irq", cpu = cpu.0, "migrated {} pending IRQs from CPU{} to CPU{}", moved.len(), cpu.0, to.0);
+        self.irqs.per_cpu[to.index()].lock().hardirqs.extend(moved);
+        self.wake(to);
+    }
+
+    /// `smp_call_function_single_async()`: runs `f` on `cpu` from its IPI handler (hardirq
+    /// context), the remote-completion path of blk-mq.
+    pub fn send_ipi(&self, from: &Cpu, cpu: CpuId, f: IrqHandler) -> Result<CpuId, IrqHandler> {
+        tracing::trace!(target: "ipi", tracepoint = "ipi_send_cpu", cpu = from.id().0, "ipi_send_cpu: cpu={} callsite=smp_call_function_single_async", cpu.0);
+        self.raise_irq(cpu, "IPI:CSD", f)
+    }
+
+    /// `raise_softirq()` from `cx`: queues `work` for `vec` on `cx`'s CPU.
+    pub fn raise_softirq(&self, cx: &Cpu, vec: SoftirqVec, work: SoftirqWork) {
+        self.irqs.per_cpu[cx.id().index()]
+            .lock()
+            .softirqs
+            .push_back((vec, work));
+        tracing::trace!(target: "irq", tracepoint = "softirq_raise", cpu = cx.id().0, "softirq_raise: vec={}", vec.name());
+        self.wake(cx.id());
+    }
+
+    /// How many hard interrupts wait on `cpu`.
+    pub fn pending_irqs(&self, cpu: CpuId) -> usize {
+        self.irqs
+            .per_cpu
+            .get(cpu.index())
+            .map_or(0, |q| q.lock().hardirqs.len())
+    }
+
+    /// How many softirq work items wait on `cpu`.
+    pub fn pending_softirqs(&self, cpu: CpuId) -> usize {
+        self.irqs
+            .per_cpu
+            .get(cpu.index())
+            .map_or(0, |q| q.lock().softirqs.len())
+    }
+
+    /// Delivers one pending hard interrupt to `cx` if its IRQs are enabled: the handler runs in
+    /// hardirq context, then `irq_exit()` runs pending softirqs if the interrupted context allows.
+    /// Returns whether an interrupt was delivered.
+    pub fn deliver_irq(&self, cx: &Cpu) -> bool {
+        if cx.irqs_disabled() || !self.cpu_online(cx.id()) {
+            return false;
+        }
+        let Some(irq) = self.irqs.per_cpu[cx.id().index()]
+            .lock()
+            .hardirqs
+            .pop_front()
+        else {
+            return false;
+        };
+        cx.hardirq_enter();
+        tracing::trace!(target: "irq", tracepoint = "irq_handler_entry", cpu = cx.id().0, "irq_handler_entry: name={}", irq.name);
+        (irq.handler)(cx);
+        tracing::trace!(target: "irq", tracepoint = "irq_handler_exit", cpu = cx.id().0, "irq_handler_exit: name={} ret=handled", irq.name);
+        cx.hardirq_exit();
+        // irq_exit() -> invoke_softirq(): only if not interrupting an interrupt or a BH-off section.
+        if cx.preempt_count()
+            & (crate::kernel::SOFTIRQ_MASK | crate::kernel::HARDIRQ_MASK | crate::kernel::NMI_MASK)
+            == 0
+            && cx.softirq_count() == 0
+        {
+            self.run_softirqs(cx);
+        }
+        true
+    }
+
+    /// `__do_softirq()`/`ksoftirqd` on `cx`'s CPU: runs every pending softirq work item in softirq
+    /// context. Returns how many ran.
+    pub fn run_softirqs(&self, cx: &Cpu) -> usize {
+        let mut n = 0;
+        loop {
+            let Some((vec, work)) = self.irqs.per_cpu[cx.id().index()]
+                .lock()
+                .softirqs
+                .pop_front()
+            else {
+                break;
+            };
+            cx.with_softirq(|cx| {
+                tracing::trace!(target: "irq", tracepoint = "softirq_entry", cpu = cx.id().0, "softirq_entry: vec={}", vec.name());
+                work(cx);
+                tracing::trace!(target: "irq", tracepoint = "softirq_exit", cpu = cx.id().0, "softirq_exit: vec={}", vec.name());
+            });
+            n += 1;
+        }
+        n
+    }
+}

@@ -1,0 +1,168 @@
+//! The kernel side of CPU hotplug (`kernel/cpu.c`): the `cpu_online_mask` the rest of the kernel
+//! reads, and the glue that runs each step of the [`hotplug`] machine in the simulated context its
+//! side names: AP steps on the target CPU (the `cpuhp/N` thread in task context, or with IRQs off
+//! for STARTING/DYING), BP steps on the control CPU (a kworker from `work_on_cpu()`).
+//!
+//! A runtime drives an operation with [`Kernel::hotplug_begin_step`], executes the step on the CPU
+//! it names with [`Kernel::hotplug_run_step`], and applies the result with
+//! [`Kernel::hotplug_finish_step`]. Between two steps it may run anything else: that is how a
+//! completion lands between `down_prep` and `dead`.
+
+use super::{Cpu, CpuId, Kernel, Task};
+use crate::sync::atomic::Ordering;
+use crate::sync::MutexGuard;
+use hotplug::{Callback, Cpuhp, Errno, HotplugError, RunsOn, StateId, StepCall, StepOutcome};
+
+/// One begun hotplug step: where it must run and what it runs.
+pub struct HotplugStep {
+    call: StepCall,
+    callback: Option<Callback<Cpu>>,
+}
+
+impl std::fmt::Debug for HotplugStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HotplugStep({})", self.call.invocation)
+    }
+}
+
+impl HotplugStep {
+    /// The CPU whose context must execute the step.
+    pub fn run_on(&self) -> CpuId {
+        match self.call.invocation.runs_on {
+            RunsOn::Target { .. } => self.call.invocation.cpu,
+            RunsOn::Control { cpu } => cpu,
+        }
+    }
+
+    /// What the step is.
+    pub fn invocation(&self) -> &hotplug::Invocation {
+        &self.call.invocation
+    }
+
+    /// Whether `hotplug/fail` stands in for the callback.
+    pub fn injected_fail(&self) -> bool {
+        self.call.injected_fail
+    }
+}
+
+impl Kernel {
+    /// The hotplug machine, locked: sysfs knobs (`set_fail`, `state`, `target`), the state table,
+    /// registration. Do not hold it across [`Kernel::hotplug_run_step`].
+    pub fn hotplug(&self) -> MutexGuard<'_, Cpuhp<Cpu>> {
+        self.hotplug.lock()
+    }
+
+    /// Starts `cpu_down(cpu, target)` (no step runs yet).
+    pub fn cpu_down_start(&self, cpu: CpuId, target: StateId) -> Result<(), HotplugError> {
+        self.hotplug.lock().start_cpu_down(cpu, target)
+    }
+
+    /// Starts `cpu_up(cpu, target)` (no step runs yet).
+    pub fn cpu_up_start(&self, cpu: CpuId, target: StateId) -> Result<(), HotplugError> {
+        self.hotplug.lock().start_cpu_up(cpu, target)
+    }
+
+    /// Whether a hotplug operation on `cpu` has steps left.
+    pub fn hotplug_in_progress(&self, cpu: CpuId) -> bool {
+        self.hotplug.lock().in_progress(cpu)
+    }
+
+    /// Begins the next step of the operation on `cpu`.
+    pub fn hotplug_begin_step(&self, cpu: CpuId) -> Result<HotplugStep, HotplugError> {
+        let mut hp = self.hotplug.lock();
+        let call = hp.begin_step(cpu)?;
+        let callback = hp.callback_for(&call);
+        Ok(HotplugStep { call, callback })
+    }
+
+    /// Executes a begun step in `cx`, which must be a context of [`HotplugStep::run_on`] in plain
+    /// task context: the AP thread `cpuhp/N`, with IRQs off for STARTING/DYING, or the control
+    /// CPU's `work_on_cpu()` kworker. An injected failure returns `-EAGAIN` without running.
+    pub fn hotplug_run_step(&self, step: &HotplugStep, cx: &Cpu) -> Result<(), Errno> {
+        if step.call.injected_fail {
+            return Err(Errno::EAGAIN);
+        }
+        let Some(cb) = step.callback.as_ref() else {
+            return Ok(());
+        };
+        let inv = &step.call.invocation;
+        let comm = match inv.runs_on {
+            RunsOn::Target { .. } => format!("cpuhp/{}", inv.cpu.0),
+            RunsOn::Control { cpu } => format!("kworker/{}:0", cpu.0),
+        };
+        let saved = cx.current();
+        cx.set_current(Task {
+            pid: 100 + cx.id().0,
+            comm,
+        });
+        let r = match inv.runs_on {
+            RunsOn::Target { irqs_off: true } => cx.with_irqs_disabled(|cx| cb(cx, inv)),
+            _ => cb(cx, inv),
+        };
+        cx.set_current(saved);
+        r
+    }
+
+    /// Applies the result of a step, updates `cpu_online_mask`, and returns the outcome.
+    pub fn hotplug_finish_step(
+        &self,
+        step: HotplugStep,
+        result: Result<(), Errno>,
+    ) -> Result<StepOutcome, HotplugError> {
+        let cpu = step.call.invocation.cpu;
+        let (out, online) = {
+            let mut hp = self.hotplug.lock();
+            let out = hp.finish_step(step.call, result)?;
+            (out, hp.cpu_online(cpu))
+        };
+        let was = self.percpu[cpu.index()]
+            .online
+            .swap(online, Ordering::AcqRel);
+        if was && !online {
+            // irq_migrate_all_off_this_cpu(): interrupts aimed at the dying CPU move away.
+            self.migrate_irqs_off(cpu);
+        }
+        if was != online {
+            tracing::debug!(target: "cpuhp", cpu = cpu.0, "CPU{} is now {}", cpu.0, if online { "online" } else { "offline" });
+        }
+        Ok(out)
+    }
+
+    /// Runs one whole step on the context `cx_for(cpu)` returns: begin, run, finish.
+    pub fn hotplug_step(
+        &self,
+        cpu: CpuId,
+        cx_for: &dyn Fn(CpuId) -> Cpu,
+    ) -> Result<StepOutcome, HotplugError> {
+        let step = self.hotplug_begin_step(cpu)?;
+        let cx = cx_for(step.run_on());
+        let r = self.hotplug_run_step(&step, &cx);
+        self.hotplug_finish_step(step, r)
+    }
+
+    /// `cpu_down()` or `cpu_up()` to completion with fresh contexts (no other events between
+    /// steps). Returns the operation's result.
+    pub fn cpu_hotplug_to(
+        self: &crate::sync::UntrackedArc<Self>,
+        cpu: CpuId,
+        target: StateId,
+        up: bool,
+    ) -> Result<(), HotplugError> {
+        if up {
+            self.cpu_up_start(cpu, target)?;
+        } else {
+            self.cpu_down_start(cpu, target)?;
+        }
+        loop {
+            match self.hotplug_step(cpu, &|c| {
+                self.cpu(c).expect("the hotplug machine names a real CPU")
+            })? {
+                StepOutcome::Ran {
+                    finished: Some(r), ..
+                } => return r,
+                StepOutcome::Ran { finished: None, .. } => {}
+                StepOutcome::Done => return Ok(()),
+            }
+        }
+    }
+}

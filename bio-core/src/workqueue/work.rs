@@ -1,0 +1,574 @@
+//! `struct work_struct` and `struct delayed_work` with the queue, cancel, disable, enable and
+//! flush operations of `kernel/workqueue.c`.
+//!
+//! The rules (kernel-semantics.md §2): a queue call returns `true` only if it set PENDING itself,
+//! `false` if the work was already pending *or is disabled*; the disable count nests (up to
+//! `WORK_OFFQ_DISABLE_MAX`, warning on overflow and underflow) and `enable_work()` never
+//! requeues; `mod_delayed_work_on()` steals a pending work and re-arms it with the new delay and
+//! CPU; a work still running in one pool is queued behind itself there (non-reentrancy).
+
+use super::{Queued, Workqueue, WqState};
+use crate::kernel::{Cpu, CpuId, Kernel, ReportKind};
+use crate::sync::UntrackedArc;
+use crate::time::{TimerAction, TimerList};
+use std::fmt;
+
+/// `work_func_t`: the work function, run in task context by a worker. It receives the work it
+/// runs for (the kernel passes the `work_struct *` and the function finds its container).
+pub type WorkFn = dyn Fn(&Cpu, &WorkStruct) + Send + Sync;
+
+/// Identity of a work item within its kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkId(pub(crate) usize);
+
+/// `struct work_struct`: a handle to a work item (`INIT_WORK()` creates it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WorkStruct {
+    pub(crate) id: WorkId,
+}
+
+impl WorkStruct {
+    /// The work item's identity.
+    pub fn id(self) -> WorkId {
+        self.id
+    }
+}
+
+/// `struct delayed_work`: a work item plus the timer that queues it (`INIT_DELAYED_WORK()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DelayedWork {
+    /// `dwork->work`.
+    pub work: WorkStruct,
+    pub(crate) timer: TimerList,
+}
+
+/// `WORK_CPU_UNBOUND`: no CPU requested.
+pub const WORK_CPU_UNBOUND: Option<CpuId> = None;
+
+/// `WORK_OFFQ_DISABLE_MAX`: the disable count lives in 16 off-queue bits.
+pub const WORK_OFFQ_DISABLE_MAX: u32 = (1 << 16) - 1;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Running {
+    pub(crate) pool: usize,
+    pub(crate) wq: usize,
+    pub(crate) ctx: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DelayedInfo {
+    pub(crate) timer: TimerList,
+    /// `dwork->cpu`.
+    pub(crate) cpu: Option<CpuId>,
+    /// `dwork->wq`.
+    pub(crate) wq: Option<usize>,
+}
+
+pub(crate) struct WorkEntry {
+    pub(crate) name: &'static str,
+    pub(crate) func: UntrackedArc<WorkFn>,
+    /// `WORK_STRUCT_PENDING`.
+    pub(crate) pending: bool,
+    /// The off-queue disable count.
+    pub(crate) disable: u32,
+    /// The pool whose worklist holds it.
+    pub(crate) queued: Option<usize>,
+    pub(crate) running: Option<Running>,
+    /// Executions finished, for `flush_work()`.
+    pub(crate) completed: u64,
+    pub(crate) delayed: Option<DelayedInfo>,
+}
+
+impl fmt::Debug for WorkEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkEntry")
+            .field("name", &self.name)
+            .field("pending", &self.pending)
+            .field("disable", &self.disable)
+            .field("queued", &self.queued)
+            .field("running", &self.running)
+            .finish()
+    }
+}
+
+/// `work_busy()` bits.
+pub const WORK_BUSY_PENDING: u32 = 1;
+/// `work_busy()` bits.
+pub const WORK_BUSY_RUNNING: u32 = 2;
+
+const CANCEL_DISABLE: u32 = 1;
+
+impl Kernel {
+    /// `INIT_WORK()`: a work item running `func`.
+    pub fn init_work(
+        &self,
+        name: &'static str,
+        func: impl Fn(&Cpu, &WorkStruct) + Send + Sync + 'static,
+    ) -> WorkStruct {
+        let mut st = self.workqueues.state.lock();
+        st.works.push(WorkEntry {
+            name,
+            func: UntrackedArc::new(func),
+            pending: false,
+            disable: 0,
+            queued: None,
+            running: None,
+            completed: 0,
+            delayed: None,
+        });
+        WorkStruct {
+            id: WorkId(st.works.len() - 1),
+        }
+    }
+
+    /// `INIT_DELAYED_WORK()`: a work item with a timer that queues it.
+    pub fn init_delayed_work(
+        &self,
+        name: &'static str,
+        func: impl Fn(&Cpu, &WorkStruct) + Send + Sync + 'static,
+    ) -> DelayedWork {
+        let work = self.init_work(name, func);
+        let timer = self
+            .timers
+            .setup("delayed_work_timer_fn", TimerAction::DelayedWork(work.id));
+        self.workqueues.state.lock().works[work.id.0].delayed = Some(DelayedInfo {
+            timer,
+            cpu: None,
+            wq: None,
+        });
+        DelayedWork { work, timer }
+    }
+
+    /// The work function's name.
+    pub fn work_name(&self, work: WorkStruct) -> &'static str {
+        self.workqueues.state.lock().works[work.id.0].name
+    }
+
+    /// `queue_work_on()`: queues `work` on `wq` for `cpu` (or the local CPU for
+    /// [`WORK_CPU_UNBOUND`] on a per-CPU workqueue). `true` only if this call set PENDING;
+    /// `false` if the work was pending or is disabled.
+    pub fn queue_work_on(
+        &self,
+        cpu: Option<CpuId>,
+        wq: &Workqueue,
+        work: WorkStruct,
+        cx: &Cpu,
+    ) -> bool {
+        let wake = {
+            let mut st = self.workqueues.state.lock();
+            let e = &mut st.works[work.id.0];
+            if e.pending || e.disable > 0 {
+                return false;
+            }
+            e.pending = true;
+            self.queue_work_locked(&mut st, cpu, wq.id, work.id, cx)
+        };
+        self.wake_pool(wake);
+        true
+    }
+
+    /// `queue_work()`: [`Kernel::queue_work_on`] with [`WORK_CPU_UNBOUND`].
+    pub fn queue_work(&self, wq: &Workqueue, work: WorkStruct, cx: &Cpu) -> bool {
+        self.queue_work_on(WORK_CPU_UNBOUND, wq, work, cx)
+    }
+
+    /// `__queue_work()`: puts the (PENDING) work on a pool's worklist and returns the pool.
+    pub(crate) fn queue_work_locked(
+        &self,
+        st: &mut WqState,
+        req_cpu: Option<CpuId>,
+        wq: usize,
+        work: WorkId,
+        cx: &Cpu,
+    ) -> usize {
+        let info = UntrackedArc::clone(&st.wqs[wq]);
+        let unbound_pool = st.pools.len() - 1;
+        let mut pool = if info.flags.is_percpu() {
+            req_cpu.unwrap_or(cx.id()).index().min(unbound_pool - 1)
+        } else {
+            unbound_pool
+        };
+        // Non-reentrancy: still running in another pool of the same wq → queue it there.
+        if let Some(r) = st.works[work.0].running {
+            if r.pool != pool && r.wq == wq {
+                pool = r.pool;
+            }
+        }
+        st.pools[pool].worklist.push_back(Queued { work, wq });
+        let e = &mut st.works[work.0];
+        e.queued = Some(pool);
+        tracing::trace!(
+            target: "workqueue",
+            tracepoint = "workqueue_queue_work",
+            cpu = cx.id().0,
+            "workqueue_queue_work: work={} function={} workqueue={} req_cpu={} cpu={}",
+            work.0,
+            e.name,
+            info.name,
+            req_cpu.map_or(-1, |c| c.0 as i64),
+            st.pools[pool].cpu.map_or(-1, |c| c.0 as i64)
+        );
+        pool
+    }
+
+    /// `queue_delayed_work_on()`: like `queue_work_on()` but the work is queued `delay` jiffies
+    /// from now by a timer on `cpu` (immediately for `delay == 0`).
+    pub fn queue_delayed_work_on(
+        &self,
+        cpu: Option<CpuId>,
+        wq: &Workqueue,
+        dwork: DelayedWork,
+        delay: u64,
+        cx: &Cpu,
+    ) -> bool {
+        let wake = {
+            let mut st = self.workqueues.state.lock();
+            let e = &mut st.works[dwork.work.id.0];
+            if e.pending || e.disable > 0 {
+                return false;
+            }
+            e.pending = true;
+            self.queue_delayed_work_locked(&mut st, cpu, wq.id, dwork, delay, cx)
+        };
+        self.wake_target(wake);
+        true
+    }
+
+    /// `mod_delayed_work_on()`: steals the work if pending and re-arms it with the new `delay`
+    /// and `cpu`, or queues it if idle. Returns `true` if it was pending (now modified), `false`
+    /// if it was idle (now queued) or is disabled (not queued).
+    pub fn mod_delayed_work_on(
+        &self,
+        cpu: Option<CpuId>,
+        wq: &Workqueue,
+        dwork: DelayedWork,
+        delay: u64,
+        cx: &Cpu,
+    ) -> bool {
+        let (ret, wake) = {
+            let mut st = self.workqueues.state.lock();
+            let ret = self.grab_pending(&mut st, dwork.work.id);
+            let e = &mut st.works[dwork.work.id.0];
+            if e.disable > 0 {
+                // clear_pending_if_disabled()
+                e.pending = false;
+                return ret;
+            }
+            (
+                ret,
+                self.queue_delayed_work_locked(&mut st, cpu, wq.id, dwork, delay, cx),
+            )
+        };
+        self.wake_target(wake);
+        ret
+    }
+
+    /// `__queue_delayed_work()`.
+    fn queue_delayed_work_locked(
+        &self,
+        st: &mut WqState,
+        cpu: Option<CpuId>,
+        wq: usize,
+        dwork: DelayedWork,
+        delay: u64,
+        cx: &Cpu,
+    ) -> Target {
+        if delay == 0 {
+            return Target::Pool(self.queue_work_locked(st, cpu, wq, dwork.work.id, cx));
+        }
+        if let Some(c) = cpu {
+            if !self.cpu_online(c) {
+                self.warn_once(
+                    cx,
+                    "__queue_delayed_work",
+                    "kernel/workqueue.c: __queue_delayed_work: WARN_ON_ONCE(cpu != WORK_CPU_UNBOUND && !cpu_online(cpu))",
+                );
+            }
+        }
+        let e = &mut st.works[dwork.work.id.0];
+        if let Some(d) = e.delayed.as_mut() {
+            d.cpu = cpu;
+            d.wq = Some(wq);
+        }
+        let base = cpu.unwrap_or(cx.id());
+        let expires = self.jiffies() + delay;
+        self.timers.arm(dwork.timer, base, expires);
+        tracing::trace!(target: "workqueue", tracepoint = "workqueue_queue_delayed_work", cpu = cx.id().0, "queue_delayed_work: work={} function={} delay={delay} timer_cpu={}", dwork.work.id.0, e.name, base.0);
+        Target::Cpu(base)
+    }
+
+    /// `delayed_work_timer_fn()`, called with the workqueue lock held from the timer softirq:
+    /// queues the work the timer was armed for.
+    pub(crate) fn delayed_work_timer_fn_locked(
+        &self,
+        st: &mut WqState,
+        work: WorkId,
+        cx: &Cpu,
+    ) -> Option<usize> {
+        let d = st.works[work.0].delayed?;
+        let wq = d.wq?;
+        Some(self.queue_work_locked(st, d.cpu, wq, work, cx))
+    }
+
+    /// `try_to_grab_pending()`: takes ownership of PENDING. `true` if the work was pending (its
+    /// timer or worklist entry is removed), `false` if it was idle (PENDING is now set by us).
+    fn grab_pending(&self, st: &mut WqState, work: WorkId) -> bool {
+        let e = &st.works[work.0];
+        if let Some(d) = e.delayed {
+            if self.timers.disarm(d.timer) {
+                return true;
+            }
+        }
+        if let Some(pool) = e.queued {
+            let list = &mut st.pools[pool].worklist;
+            if let Some(pos) = list.iter().position(|q| q.work == work) {
+                list.remove(pos);
+            }
+            st.works[work.0].queued = None;
+            return true;
+        }
+        let e = &mut st.works[work.0];
+        let was = e.pending;
+        e.pending = true;
+        was
+    }
+
+    /// `__cancel_work()`: grabs PENDING, optionally bumps the disable count, clears PENDING.
+    fn cancel_work_flags(&self, work: WorkId, flags: u32, cx: Option<&Cpu>) -> bool {
+        let mut st = self.workqueues.state.lock();
+        let ret = self.grab_pending(&mut st, work);
+        let e = &mut st.works[work.0];
+        if flags & CANCEL_DISABLE != 0 {
+            if e.disable < WORK_OFFQ_DISABLE_MAX {
+                e.disable += 1;
+            } else if let Some(cx) = cx {
+                drop(st);
+                self.warn_once(
+                    cx,
+                    "work_offqd_disable",
+                    "kernel/workqueue.c: workqueue: work disable count overflowed",
+                );
+                return ret;
+            }
+        }
+        e.pending = false;
+        ret
+    }
+
+    /// `__cancel_work_sync()`: cancels with the work disabled meanwhile, then waits for a running
+    /// instance; re-enables unless asked to keep it disabled.
+    fn cancel_work_sync_flags(&self, work: WorkId, flags: u32, cx: &Cpu, site: &str) -> bool {
+        let _ = cx.might_sleep_at(format!("kernel/workqueue.c: {site}"));
+        let ret = self.cancel_work_flags(work, flags | CANCEL_DISABLE, Some(cx));
+        self.wait_not_running(work, cx, site);
+        if flags & CANCEL_DISABLE == 0 {
+            self.enable_work(WorkStruct { id: work }, cx);
+        }
+        ret
+    }
+
+    fn wait_not_running(&self, work: WorkId, cx: &Cpu, site: &str) {
+        let running = self.workqueues.state.lock().works[work.0].running;
+        match running {
+            None => {}
+            Some(r) if r.ctx == cx.ctx_id() => {
+                cx.report(
+                    ReportKind::Bug,
+                    format!("kernel/workqueue.c: {site}() on the work it is called from: it would wait for itself forever"),
+                );
+            }
+            Some(_) => {
+                let ok = cx.wait_until(site, &|| {
+                    self.workqueues.state.lock().works[work.0].running.is_none()
+                });
+                if !ok {
+                    cx.report(
+                        ReportKind::Bug,
+                        format!("kernel/workqueue.c: {site}() waits forever for a running work"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `cancel_work()`: cancels a pending work; returns whether it was pending.
+    pub fn cancel_work(&self, work: WorkStruct) -> bool {
+        self.cancel_work_flags(work.id, 0, None)
+    }
+
+    /// `cancel_work_sync()`: cancels and waits for a running instance; returns whether it was
+    /// pending. Queue attempts while it waits are rejected (the work is disabled meanwhile).
+    pub fn cancel_work_sync(&self, work: WorkStruct, cx: &Cpu) -> bool {
+        self.cancel_work_sync_flags(work.id, 0, cx, "cancel_work_sync")
+    }
+
+    /// `cancel_delayed_work()`: also stops the timer.
+    pub fn cancel_delayed_work(&self, dwork: DelayedWork) -> bool {
+        self.cancel_work_flags(dwork.work.id, 0, None)
+    }
+
+    /// `cancel_delayed_work_sync()`.
+    pub fn cancel_delayed_work_sync(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
+        self.cancel_work_sync_flags(dwork.work.id, 0, cx, "cancel_delayed_work_sync")
+    }
+
+    /// `disable_work()`: cancels and increments the disable count; returns whether it was
+    /// pending. Until a matching enable, every queue attempt fails.
+    pub fn disable_work(&self, work: WorkStruct, cx: &Cpu) -> bool {
+        self.cancel_work_flags(work.id, CANCEL_DISABLE, Some(cx))
+    }
+
+    /// `disable_work_sync()`: [`Kernel::disable_work`] and waits for a running instance.
+    pub fn disable_work_sync(&self, work: WorkStruct, cx: &Cpu) -> bool {
+        self.cancel_work_sync_flags(work.id, CANCEL_DISABLE, cx, "disable_work_sync")
+    }
+
+    /// `disable_delayed_work()`.
+    pub fn disable_delayed_work(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
+        self.cancel_work_flags(dwork.work.id, CANCEL_DISABLE, Some(cx))
+    }
+
+    /// `disable_delayed_work_sync()`.
+    pub fn disable_delayed_work_sync(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
+        self.cancel_work_sync_flags(
+            dwork.work.id,
+            CANCEL_DISABLE,
+            cx,
+            "disable_delayed_work_sync",
+        )
+    }
+
+    /// `enable_work()`: decrements the disable count; returns `true` when it reaches 0. Never
+    /// queues anything. Enabling a work that is not disabled warns "work disable count
+    /// underflowed".
+    pub fn enable_work(&self, work: WorkStruct, cx: &Cpu) -> bool {
+        let mut st = self.workqueues.state.lock();
+        let e = &mut st.works[work.id.0];
+        if e.disable == 0 {
+            drop(st);
+            self.warn_once(
+                cx,
+                "work_offqd_enable",
+                "kernel/workqueue.c: workqueue: work disable count underflowed",
+            );
+            return true;
+        }
+        e.disable -= 1;
+        e.disable == 0
+    }
+
+    /// `enable_delayed_work()`: `enable_work(&dwork->work)`.
+    pub fn enable_delayed_work(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
+        self.enable_work(dwork.work, cx)
+    }
+
+    /// `enable_and_queue_work()`: enables, and queues only if the count reached 0. Returns whether
+    /// it was enabled.
+    pub fn enable_and_queue_work(&self, wq: &Workqueue, work: WorkStruct, cx: &Cpu) -> bool {
+        if self.enable_work(work, cx) {
+            self.queue_work(wq, work, cx);
+            return true;
+        }
+        false
+    }
+
+    /// `flush_work()`: waits for the queued instance (if any) and the running one to finish.
+    /// Returns `true` if it waited. Flushing a work from itself is reported as a deadlock.
+    pub fn flush_work(&self, work: WorkStruct, cx: &Cpu) -> bool {
+        let _ = cx.might_sleep_at("kernel/workqueue.c: __flush_work");
+        let (target, running) = {
+            let st = self.workqueues.state.lock();
+            let e = &st.works[work.id.0];
+            let n = u64::from(e.queued.is_some()) + u64::from(e.running.is_some());
+            (e.completed + n, e.running)
+        };
+        let waited = {
+            let st = self.workqueues.state.lock();
+            st.works[work.id.0].completed < target
+        };
+        if !waited {
+            return false;
+        }
+        if running.is_some_and(|r| r.ctx == cx.ctx_id()) {
+            cx.report(
+                ReportKind::Bug,
+                "kernel/workqueue.c: flush_work() on the work it is called from: deadlock"
+                    .to_owned(),
+            );
+            return false;
+        }
+        let ok = cx.wait_until("flush_work", &|| {
+            self.workqueues.state.lock().works[work.id.0].completed >= target
+        });
+        if !ok {
+            cx.report(
+                ReportKind::Bug,
+                "kernel/workqueue.c: flush_work() waits forever: the work cannot run".to_owned(),
+            );
+        }
+        true
+    }
+
+    /// `flush_delayed_work()`: queues a delayed work whose timer is pending now, then flushes.
+    pub fn flush_delayed_work(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
+        let wake = {
+            let mut st = self.workqueues.state.lock();
+            let d = st.works[dwork.work.id.0].delayed;
+            match d {
+                Some(d) if self.timers.disarm(d.timer) => {
+                    d.wq.map(|wq| self.queue_work_locked(&mut st, d.cpu, wq, dwork.work.id, cx))
+                }
+                _ => None,
+            }
+        };
+        if let Some(p) = wake {
+            self.wake_pool(p);
+        }
+        self.flush_work(dwork.work, cx)
+    }
+
+    /// `work_pending()`.
+    pub fn work_pending(&self, work: WorkStruct) -> bool {
+        self.workqueues.state.lock().works[work.id.0].pending
+    }
+
+    /// `delayed_work_pending()`.
+    pub fn delayed_work_pending(&self, dwork: DelayedWork) -> bool {
+        self.work_pending(dwork.work)
+    }
+
+    /// `work_busy()`: [`WORK_BUSY_PENDING`] | [`WORK_BUSY_RUNNING`].
+    pub fn work_busy(&self, work: WorkStruct) -> u32 {
+        let st = self.workqueues.state.lock();
+        let e = &st.works[work.id.0];
+        (if e.pending { WORK_BUSY_PENDING } else { 0 })
+            | (if e.running.is_some() {
+                WORK_BUSY_RUNNING
+            } else {
+                0
+            })
+    }
+
+    /// The disable count of a work (for tests and traces; the kernel keeps it in `data`).
+    pub fn work_disable_count(&self, work: WorkStruct) -> u32 {
+        self.workqueues.state.lock().works[work.id.0].disable
+    }
+
+    /// Which CPU's timer base holds a delayed work's timer, if it is armed, and when it expires.
+    pub fn delayed_work_timer(&self, dwork: DelayedWork) -> Option<CpuId> {
+        self.timers.base_of(dwork.timer)
+    }
+
+    fn wake_target(&self, t: Target) {
+        match t {
+            Target::Pool(p) => self.wake_pool(p),
+            Target::Cpu(c) => self.wake(c),
+        }
+    }
+}
+
+/// Who to wake after a queue operation.
+pub(crate) enum Target {
+    Pool(usize),
+    Cpu(CpuId),
+}
