@@ -29,6 +29,19 @@ fn main() -> Result<(), HotplugError> {
     println!("registered: demo/batch:dead = {bp_dyn}, demo/a = {a}, demo/b = {b}, demo/c = {c}");
     println!();
     println!("$ cat /sys/devices/system/cpu/hotplug/states   (excerpt)");
+    let shown = [
+        CPUHP_BIO_DEAD,
+        bp_dyn,
+        CPUHP_BRINGUP_CPU,
+        CPUHP_AP_SCHED_STARTING,
+        CPUHP_TEARDOWN_CPU,
+        CPUHP_AP_WORKQUEUE_ONLINE,
+        a,
+        b,
+        c,
+        CPUHP_AP_ACTIVE,
+        CPUHP_ONLINE,
+    ];
     for line in hp.states_listing().lines() {
         let n: i32 = line
             .split(':')
@@ -37,15 +50,7 @@ fn main() -> Result<(), HotplugError> {
             .trim()
             .parse()
             .unwrap_or(-1);
-        if [
-            CPUHP_BIO_DEAD.0,
-            bp_dyn.0,
-            CPUHP_BRINGUP_CPU.0,
-            CPUHP_AP_SCHED_STARTING.0,
-        ]
-        .contains(&n)
-            || (CPUHP_TEARDOWN_CPU.0..=CPUHP_ONLINE.0).contains(&n) && n != CPUHP_AP_KVM_ONLINE.0
-        {
+        if shown.contains(&StateId(n)) {
             println!("{line}");
         }
     }
