@@ -443,3 +443,27 @@ fn bad_requests_are_errors() {
     assert_eq!(hp.warnings(), &[Warning::UnbalancedHotplugEnable]);
     hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap();
 }
+
+/// `bringup_cpu()` always lets the AP run on to `CPUHP_AP_ONLINE_IDLE`
+/// (`cpuhp_online_idle()`), so an up to `CPUHP_BRINGUP_CPU` or
+/// `CPUHP_TEARDOWN_CPU` from offline ends at 145, online, as in the kernel.
+#[test]
+fn bringup_lands_at_ap_online_idle() {
+    for target in [CPUHP_BRINGUP_CPU, CPUHP_TEARDOWN_CPU] {
+        let Std { mut hp, env, .. } = std_machine(1);
+        hp.cpu_up(CpuId(1), target, &env).unwrap();
+        assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_AP_ONLINE_IDLE);
+        assert_eq!(hp.target(CpuId(1)).unwrap(), target);
+        assert!(hp.cpu_online(CpuId(1)));
+        assert!(!hp.cpu_dying(CpuId(1)));
+        // notify_cpu_starting() runs to min(target, CPUHP_AP_ONLINE): for a
+        // target of CPUHP_BRINGUP_CPU no STARTING callback runs at all.
+        let mut expected = vec![up(1, WQ_PREP), up(1, StateId(61))];
+        if target == CPUHP_TEARDOWN_CPU {
+            expected.push(up(1, SCHED));
+        }
+        assert_eq!(env.take(), expected);
+        hp.cpu_up(CpuId(1), CPUHP_ONLINE, &env).unwrap();
+        assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_ONLINE);
+    }
+}
