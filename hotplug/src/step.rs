@@ -7,7 +7,7 @@
 //! `cpuhp_bringup_ap()`) and `takedown_cpu()` (`take_cpu_down()`).
 //!
 //! The kernel runs these as nested function calls across two CPUs. The model
-//! keeps the same structure as an explicit stack of [`Frame`]s (one per range
+//! keeps the same structure as an explicit stack of frames (one per range
 //! the kernel is iterating), so an operation can be suspended between any two
 //! callbacks: [`Cpuhp::begin_step`] picks the next callback exactly as
 //! `cpuhp_next_state()` would (adjusting `st->state` first, skipping steps
