@@ -22,6 +22,17 @@ pub enum Command {
     /// Print what preempt.h's predicates and bio_in_atomic() answer in every execution context
     /// (task, preempt-disabled, IRQs off, BH off, RCU, softirq, hardirq, NMI) under a kernel config.
     Contexts(ContextsArgs),
+    /// Print the CPU-hotplug state table as /sys/devices/system/cpu/hotplug/states does, with the
+    /// states biosim's subsystems register (workqueue, timers, ...).
+    States(StatesArgs),
+}
+
+/// `biosim states`.
+#[derive(Debug, Args)]
+pub struct StatesArgs {
+    /// Number of possible CPUs of the simulated machine.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub cpus: u32,
 }
 
 /// Kernel configuration flags shared by the subcommands that simulate a kernel.

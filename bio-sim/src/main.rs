@@ -32,6 +32,10 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 print!("{}", bio_sim::contexts::render(config)?);
             }
         }
+        Command::States(args) => {
+            let kernel = bio_core::Kernel::new(KernelConfig::default(), args.cpus)?;
+            print!("{}", kernel.hotplug().states_listing());
+        }
     }
     Ok(())
 }

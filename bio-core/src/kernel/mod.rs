@@ -231,7 +231,10 @@ impl Kernel {
 /// What a runtime lends the code it runs. The deterministic runtime answers by choosing among
 /// its events; the threaded runtime by draining its inbox or parking; without a runtime (unit
 /// tests) nothing is delivered and waits can only succeed if the condition already holds.
-pub trait Runtime: Send + Sync {
+///
+/// Not `Send`/`Sync`: a context and its runtime hook live on the thread that executes them (the
+/// deterministic runtime's hook refers back to its own single-threaded state).
+pub trait Runtime {
     /// IRQs just became enabled in `cpu`'s context (`local_irq_restore()`, `local_irq_enable()`,
     /// a `cond_resched()` point): the runtime may deliver pending interrupts here, as hardware
     /// would between two instructions.

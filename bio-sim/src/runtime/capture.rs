@@ -1,0 +1,67 @@
+//! Captures the kernel-named `tracing` events (`block_bio_complete`, `workqueue_execute_start`,
+//! `cpuhp_enter`, ...) into a runtime's trace, so a deterministic run's trace shows what the
+//! kernel model did inside each step.
+
+use parking_lot::Mutex;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Metadata, Subscriber};
+use tracing_subscriber::layer::{Context, Layer};
+use tracing_subscriber::prelude::*;
+
+/// A line buffer the capture layer appends to.
+pub type Lines = Arc<Mutex<Vec<String>>>;
+
+struct CaptureLayer {
+    lines: Lines,
+}
+
+#[derive(Default)]
+struct MessageVisitor {
+    message: String,
+    cpu: Option<u64>,
+}
+
+impl Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.message, "{value:?}");
+        }
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if field.name() == "cpu" {
+            self.cpu = Some(value);
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.message.push_str(value);
+        }
+    }
+}
+
+impl<S: Subscriber> Layer<S> for CaptureLayer {
+    fn enabled(&self, metadata: &Metadata<'_>, _ctx: Context<'_, S>) -> bool {
+        *metadata.level() <= Level::TRACE
+    }
+
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let mut v = MessageVisitor::default();
+        event.record(&mut v);
+        let cpu = v
+            .cpu
+            .map_or_else(|| "   ".to_owned(), |c| format!("{c:03}"));
+        self.lines.lock().push(format!("[{cpu}] {}", v.message));
+    }
+}
+
+/// A dispatcher that appends every event at or above `level` to `lines`.
+pub fn dispatch(lines: Lines, level: Level) -> tracing::Dispatch {
+    let filter = tracing_subscriber::filter::LevelFilter::from_level(level);
+    let subscriber =
+        tracing_subscriber::registry().with(CaptureLayer { lines }.with_filter(filter));
+    tracing::Dispatch::new(subscriber)
+}

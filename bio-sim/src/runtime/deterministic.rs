@@ -1,0 +1,506 @@
+//! The deterministic runtime: a seeded, single-threaded event loop on virtual time.
+//!
+//! Each [`Event`] is one thing a real CPU could do next: take an interrupt, run a worker, run its
+//! timer softirq, advance the clock, or take one step of a hotplug operation. [`DetRuntime::enabled`]
+//! lists what can happen now; a caller (a test, a scenario, a proptest state machine) picks each
+//! next step with [`DetRuntime::step`], or lets the seeded scheduler pick with
+//! [`DetRuntime::step_random`] / [`DetRuntime::run`]. Same seed, same choices, same trace.
+//!
+//! An event runs to completion, except at *IRQ windows*: where the kernel code re-enables
+//! interrupts (`local_irq_restore()`, `cond_resched()`), the runtime may deliver a pending IRQ on
+//! that CPU, nested as a real interrupt would be, with the probability set by
+//! [`DetConfig::irq_window_chance`]. When kernel code must sleep (`flush_work()`), the runtime
+//! runs other events until the condition holds, as the scheduler would.
+
+use super::capture::{self, Lines};
+use super::rng::SplitMix64;
+use super::Event;
+use bio_core::kernel::{CpuId, Runtime};
+use bio_core::workqueue::PoolId;
+use bio_core::{Cpu, Kernel};
+use hotplug::{HotplugError, StepOutcome};
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+
+/// How a deterministic run behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DetConfig {
+    /// The seed of every random choice.
+    pub seed: u64,
+    /// Record the kernel's tracepoints inside each step in the trace.
+    pub capture_trace: bool,
+    /// Chance `(num, den)` that a pending IRQ is delivered at each IRQ window inside an event.
+    /// `(0, 1)` never interrupts an event.
+    pub irq_window_chance: (u32, u32),
+}
+
+impl Default for DetConfig {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            capture_trace: true,
+            irq_window_chance: (0, 1),
+        }
+    }
+}
+
+/// Why a step could not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The event is not enabled now (nothing to deliver, CPU offline, pool empty, ...).
+    #[error("step {event} is not possible now: {why}")]
+    NotEnabled {
+        /// The event.
+        event: Event,
+        /// Why.
+        why: String,
+    },
+    /// The hotplug machine refused the step.
+    #[error("hotplug step on {cpu} failed: {source}")]
+    Hotplug {
+        /// The CPU.
+        cpu: CpuId,
+        /// The machine's error.
+        #[source]
+        source: HotplugError,
+    },
+}
+
+/// What one step did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRecord {
+    /// The step number.
+    pub step: u64,
+    /// The event.
+    pub event: Event,
+    /// What happened, in a line.
+    pub detail: String,
+    /// For a hotplug step that completed an operation: its result.
+    pub hotplug_finished: Option<Result<(), HotplugError>>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Steps taken.
+    pub steps: u64,
+    /// Whether nothing was left to run.
+    pub quiescent: bool,
+}
+
+struct Inner {
+    kernel: Arc<Kernel>,
+    cpus: Vec<Cpu>,
+    rng: RefCell<SplitMix64>,
+    config: DetConfig,
+    trace: RefCell<Vec<String>>,
+    capture: Option<(Lines, tracing::Dispatch)>,
+    steps: Cell<u64>,
+    wait_depth: Cell<u32>,
+}
+
+struct Hook {
+    inner: Weak<Inner>,
+}
+
+impl Runtime for Hook {
+    fn irq_window(&self, cpu: &Cpu) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let (num, den) = inner.config.irq_window_chance;
+        if num == 0 {
+            return;
+        }
+        while inner.kernel.pending_irqs(cpu.id()) > 0 && inner.rng.borrow_mut().chance(num, den) {
+            inner.trace.borrow_mut().push(format!(
+                "       irq window on {}: interrupt delivered inside the running code",
+                cpu.id()
+            ));
+            inner.kernel.deliver_irq(cpu);
+        }
+    }
+
+    fn wait_until(&self, cpu: &Cpu, what: &str, cond: &dyn Fn() -> bool) -> bool {
+        let Some(inner) = self.inner.upgrade() else {
+            return cond();
+        };
+        if inner.wait_depth.get() >= 8 {
+            return cond();
+        }
+        inner.wait_depth.set(inner.wait_depth.get() + 1);
+        inner.trace.borrow_mut().push(format!(
+            "       {} sleeps in {what}: running other events",
+            cpu.id()
+        ));
+        let mut ok = cond();
+        let mut budget = 100_000;
+        while !ok && budget > 0 {
+            let events = inner.enabled();
+            if events.is_empty() {
+                break;
+            }
+            let ev = events[inner.rng.borrow_mut().below(events.len())];
+            let _ = inner.exec(ev);
+            ok = cond();
+            budget -= 1;
+        }
+        inner.wait_depth.set(inner.wait_depth.get() - 1);
+        ok
+    }
+}
+
+/// The deterministic runtime.
+pub struct DetRuntime {
+    inner: Rc<Inner>,
+}
+
+impl std::fmt::Debug for DetRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DetRuntime")
+            .field("config", &self.inner.config)
+            .field("steps", &self.inner.steps.get())
+            .finish()
+    }
+}
+
+impl DetRuntime {
+    /// A runtime over `kernel`, with one task context per CPU.
+    pub fn new(kernel: Arc<Kernel>, config: DetConfig) -> Self {
+        let capture = config.capture_trace.then(|| {
+            let lines: Lines = Arc::default();
+            let d = capture::dispatch(Arc::clone(&lines), tracing::Level::TRACE);
+            (lines, d)
+        });
+        let inner = Rc::new_cyclic(|weak: &Weak<Inner>| {
+            let cpus = kernel
+                .possible_cpus()
+                .map(|c| {
+                    let hook: Arc<dyn Runtime> = Arc::new(Hook {
+                        inner: weak.clone(),
+                    });
+                    kernel.cpu_with_runtime(c, hook).expect("possible CPU")
+                })
+                .collect();
+            Inner {
+                kernel: Arc::clone(&kernel),
+                cpus,
+                rng: RefCell::new(SplitMix64::new(config.seed)),
+                config,
+                trace: RefCell::new(Vec::new()),
+                capture,
+                steps: Cell::new(0),
+                wait_depth: Cell::new(0),
+            }
+        });
+        Self { inner }
+    }
+
+    /// The kernel.
+    pub fn kernel(&self) -> &Arc<Kernel> {
+        &self.inner.kernel
+    }
+
+    /// The task context of `cpu` (to run scenario code "on CPU n"), or `None` if it does not exist.
+    pub fn cpu(&self, cpu: CpuId) -> Option<&Cpu> {
+        self.inner.cpus.get(cpu.index())
+    }
+
+    /// Runs `f` on `cpu`'s task context with the kernel's tracepoints captured into the trace.
+    pub fn on_cpu<R>(&self, cpu: CpuId, what: &str, f: impl FnOnce(&Cpu) -> R) -> Option<R> {
+        let cx = self.inner.cpus.get(cpu.index())?;
+        self.inner
+            .trace
+            .borrow_mut()
+            .push(format!("       {cpu}: {what}"));
+        Some(self.inner.captured(|| f(cx)))
+    }
+
+    /// Every event that can happen now, in a fixed order.
+    pub fn enabled(&self) -> Vec<Event> {
+        self.inner.enabled()
+    }
+
+    /// Whether nothing can happen any more.
+    pub fn quiescent(&self) -> bool {
+        self.inner.enabled().is_empty()
+    }
+
+    /// Runs `event` if it is enabled.
+    pub fn step(&self, event: Event) -> Result<StepRecord, StepError> {
+        self.inner.exec(event)
+    }
+
+    /// Lets the seeded scheduler pick and run one enabled event; `None` when quiescent.
+    pub fn step_random(&self) -> Option<Result<StepRecord, StepError>> {
+        let events = self.inner.enabled();
+        if events.is_empty() {
+            return None;
+        }
+        let i = self.inner.rng.borrow_mut().below(events.len());
+        Some(self.inner.exec(events[i]))
+    }
+
+    /// Runs seeded steps until quiescent or `max_steps` taken.
+    pub fn run(&self, max_steps: u64) -> RunSummary {
+        let mut n = 0;
+        while n < max_steps {
+            match self.step_random() {
+                None => {
+                    return RunSummary {
+                        steps: n,
+                        quiescent: true,
+                    }
+                }
+                Some(_) => n += 1,
+            }
+        }
+        RunSummary {
+            steps: n,
+            quiescent: self.quiescent(),
+        }
+    }
+
+    /// Adds a scenario line to the trace.
+    pub fn note(&self, line: impl Into<String>) {
+        self.inner.trace.borrow_mut().push(line.into());
+    }
+
+    /// The trace so far.
+    pub fn trace(&self) -> Vec<String> {
+        self.inner.trace.borrow().clone()
+    }
+
+    /// The trace as one text.
+    pub fn trace_text(&self) -> String {
+        let mut s = self.inner.trace.borrow().join("\n");
+        s.push('\n');
+        s
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.inner.steps.get()
+    }
+}
+
+impl Inner {
+    fn captured<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.capture {
+            None => f(),
+            Some((lines, d)) => {
+                let r = tracing::dispatcher::with_default(d, f);
+                let mut captured = lines.lock();
+                let mut trace = self.trace.borrow_mut();
+                for l in captured.drain(..) {
+                    trace.push(format!("       {l}"));
+                }
+                r
+            }
+        }
+    }
+
+    fn enabled(&self) -> Vec<Event> {
+        let k = &self.kernel;
+        let mut out = Vec::new();
+        let online = k.online_cpus();
+        for c in k.possible_cpus() {
+            if k.hotplug_in_progress(c) {
+                out.push(Event::Hotplug(c));
+            }
+        }
+        for &c in &online {
+            if k.pending_irqs(c) > 0 {
+                out.push(Event::Irq(c));
+            }
+            if k.pending_softirqs(c) > 0 {
+                out.push(Event::Softirq(c));
+            }
+            if k.timers_due(c) {
+                out.push(Event::Timers(c));
+            }
+        }
+        for p in k.pools() {
+            for (runnable, rescuer) in [(p.worker_runnable(), false), (p.rescuer_runnable(), true)]
+            {
+                if !runnable {
+                    continue;
+                }
+                let mk = |on| {
+                    if rescuer {
+                        Event::Rescuer { pool: p.id, on }
+                    } else {
+                        Event::Worker { pool: p.id, on }
+                    }
+                };
+                match p.bound_cpu() {
+                    Some(c) if online.contains(&c) => out.push(mk(c)),
+                    Some(_) => {}
+                    None => out.extend(online.iter().map(|&m| mk(m))),
+                }
+            }
+        }
+        if k.next_timer_expiry().is_some() {
+            out.push(Event::Tick);
+        }
+        out
+    }
+
+    fn not_enabled(event: Event, why: impl Into<String>) -> StepError {
+        StepError::NotEnabled {
+            event,
+            why: why.into(),
+        }
+    }
+
+    fn exec(&self, event: Event) -> Result<StepRecord, StepError> {
+        let k = &self.kernel;
+        let online = |c: CpuId| k.cpu_online(c);
+        let cx = |c: CpuId| {
+            self.cpus
+                .get(c.index())
+                .ok_or_else(|| Self::not_enabled(event, format!("{c} does not exist")))
+        };
+        let step = self.steps.get() + 1;
+        let header_at = self.trace.borrow().len();
+        self.trace.borrow_mut().push(String::new());
+        let mut hotplug_finished = None;
+        let detail: Result<String, StepError> = self.captured(|| match event {
+            Event::Irq(c) => {
+                let cpu = cx(c)?;
+                if !online(c) {
+                    return Err(Self::not_enabled(event, format!("{c} is offline")));
+                }
+                if k.deliver_irq(cpu) {
+                    Ok("hardirq handled".to_owned())
+                } else {
+                    Err(Self::not_enabled(event, format!("no IRQ pending on {c}")))
+                }
+            }
+            Event::Softirq(c) => {
+                let cpu = cx(c)?;
+                match k.run_softirqs(cpu) {
+                    0 => Err(Self::not_enabled(
+                        event,
+                        format!("no softirq pending on {c}"),
+                    )),
+                    n => Ok(format!("{n} softirq items")),
+                }
+            }
+            Event::Timers(c) => {
+                let cpu = cx(c)?;
+                if !online(c) {
+                    return Err(Self::not_enabled(event, format!("{c} is offline")));
+                }
+                match k.run_timers(cpu) {
+                    0 => Err(Self::not_enabled(event, format!("no timer due on {c}"))),
+                    n => Ok(format!("{n} timers fired")),
+                }
+            }
+            Event::Worker { pool, on } | Event::Rescuer { pool, on } => {
+                let rescuer = matches!(event, Event::Rescuer { .. });
+                let cpu = cx(on)?;
+                if !online(on) {
+                    return Err(Self::not_enabled(event, format!("{on} is offline")));
+                }
+                let info = k.pool(pool);
+                if let Some(b) = info.bound_cpu() {
+                    if b != on {
+                        return Err(Self::not_enabled(
+                            event,
+                            format!("{} is bound to {b}", super::pool_name(pool)),
+                        ));
+                    }
+                }
+                let ran = if rescuer {
+                    k.run_rescuer(pool, cpu)
+                } else {
+                    k.run_worker(pool, cpu)
+                };
+                match ran {
+                    Some(x) => Ok(format!(
+                        "{} ran {} from {}{}",
+                        if rescuer { "rescuer" } else { "worker" },
+                        x.function,
+                        x.workqueue,
+                        if x.disassociated {
+                            " (pool disassociated: unbound)"
+                        } else {
+                            ""
+                        }
+                    )),
+                    None => Err(Self::not_enabled(
+                        event,
+                        format!("nothing runnable in {}", super::pool_name(pool)),
+                    )),
+                }
+            }
+            Event::Tick => {
+                let j = k.advance_jiffies(1);
+                Ok(format!("jiffies={j}"))
+            }
+            Event::Hotplug(c) => {
+                let hstep = k
+                    .hotplug_begin_step(c)
+                    .map_err(|source| StepError::Hotplug { cpu: c, source })?;
+                let on = hstep.run_on();
+                let desc = hstep.invocation().to_string();
+                let injected = hstep.injected_fail();
+                let r = k.hotplug_run_step(&hstep, cx(on)?);
+                let out = k
+                    .hotplug_finish_step(hstep, r)
+                    .map_err(|source| StepError::Hotplug { cpu: c, source })?;
+                let mut s = format!(
+                    "{desc} -> {}",
+                    match r {
+                        Ok(()) => "0".to_owned(),
+                        Err(e) => format!(
+                            "{}{}",
+                            e.as_neg_i32(),
+                            if injected { " (injected)" } else { "" }
+                        ),
+                    }
+                );
+                if let StepOutcome::Ran {
+                    finished: Some(res),
+                    ..
+                } = out
+                {
+                    s.push_str(&format!(
+                        "; operation finished: {}",
+                        match &res {
+                            Ok(()) => "ok".to_owned(),
+                            Err(e) => e.to_string(),
+                        }
+                    ));
+                    hotplug_finished = Some(res);
+                }
+                Ok(s)
+            }
+        });
+        match detail {
+            Ok(detail) => {
+                self.steps.set(step);
+                self.trace.borrow_mut()[header_at] =
+                    format!("{step:>6} j={:<5} {event}: {detail}", k.jiffies());
+                Ok(StepRecord {
+                    step,
+                    event,
+                    detail,
+                    hotplug_finished,
+                })
+            }
+            Err(e) => {
+                // A refused step leaves no trace: it did not happen.
+                self.trace.borrow_mut().truncate(header_at);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Convenience for tests: pools as the event names them.
+pub fn cpu_pool(c: u32) -> PoolId {
+    PoolId::Cpu(CpuId(c))
+}

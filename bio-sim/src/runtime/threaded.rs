@@ -1,0 +1,1 @@
+//! The threaded runtime (see the module docs of [`super`]).
