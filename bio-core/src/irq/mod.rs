@@ -38,6 +38,33 @@ impl SoftirqVec {
     }
 }
 
+/// An interrupt that could not be raised, with its handler handed back so nothing is lost.
+pub struct IrqError {
+    /// The CPU it was aimed at.
+    pub cpu: CpuId,
+    /// Why it was refused.
+    pub reason: &'static str,
+    /// The handler, returned to the caller.
+    pub handler: IrqHandler,
+}
+
+impl fmt::Debug for IrqError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IrqError")
+            .field("cpu", &self.cpu)
+            .field("reason", &self.reason)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for IrqError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot raise an IRQ on {}: {}", self.cpu, self.reason)
+    }
+}
+
+impl std::error::Error for IrqError {}
+
 struct PendingIrq {
     name: &'static str,
     handler: IrqHandler,
@@ -80,16 +107,26 @@ impl Kernel {
         cpu: CpuId,
         name: &'static str,
         handler: IrqHandler,
-    ) -> Result<CpuId, IrqHandler> {
+    ) -> Result<CpuId, IrqError> {
         if cpu.index() >= self.irqs.per_cpu.len() {
-            return Err(handler);
+            return Err(IrqError {
+                cpu,
+                reason: "no such CPU",
+                handler,
+            });
         }
         let target = if self.cpu_online(cpu) {
             cpu
         } else {
             match self.online_cpus().first() {
                 Some(c) => *c,
-                None => return Err(handler),
+                None => {
+                    return Err(IrqError {
+                        cpu,
+                        reason: "no CPU is online",
+                        handler,
+                    })
+                }
             }
         };
         self.irqs.per_cpu[target.index()]
@@ -121,7 +158,7 @@ impl Kernel {
 
     /// `smp_call_function_single_async()`: runs `f` on `cpu` from its IPI handler (hardirq
     /// context), the remote-completion path of blk-mq.
-    pub fn send_ipi(&self, from: &Cpu, cpu: CpuId, f: IrqHandler) -> Result<CpuId, IrqHandler> {
+    pub fn send_ipi(&self, from: &Cpu, cpu: CpuId, f: IrqHandler) -> Result<CpuId, IrqError> {
         tracing::trace!(target: "ipi", tracepoint = "ipi_send_cpu", cpu = from.id().0, "ipi_send_cpu: cpu={} callsite=smp_call_function_single_async", cpu.0);
         self.raise_irq(cpu, "IPI:CSD", f)
     }

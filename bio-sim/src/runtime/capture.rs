@@ -17,28 +17,49 @@ struct CaptureLayer {
     lines: Lines,
 }
 
+/// Collects the message, the `cpu` field, and the other fields as ` key=value`. Events that
+/// carry a `tracepoint` field already format everything into their message (biosim's own
+/// convention), so their extra fields are left out.
 #[derive(Default)]
 struct MessageVisitor {
     message: String,
+    fields: String,
     cpu: Option<u64>,
+    tracepoint: bool,
 }
 
 impl Visit for MessageVisitor {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            let _ = write!(self.message, "{value:?}");
+        match field.name() {
+            "message" => {
+                let _ = write!(self.message, "{value:?}");
+            }
+            "tracepoint" => self.tracepoint = true,
+            name => {
+                let _ = write!(self.fields, " {name}={value:?}");
+            }
         }
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
         if field.name() == "cpu" {
             self.cpu = Some(value);
+        } else {
+            let _ = write!(self.fields, " {}={value}", field.name());
         }
     }
 
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        let _ = write!(self.fields, " {}={value}", field.name());
+    }
+
     fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.message.push_str(value);
+        match field.name() {
+            "message" => self.message.push_str(value),
+            "tracepoint" => self.tracepoint = true,
+            name => {
+                let _ = write!(self.fields, " {name}={value}");
+            }
         }
     }
 }
@@ -54,7 +75,10 @@ impl<S: Subscriber> Layer<S> for CaptureLayer {
         let cpu = v
             .cpu
             .map_or_else(|| "   ".to_owned(), |c| format!("{c:03}"));
-        self.lines.lock().push(format!("[{cpu}] {}", v.message));
+        let extra = if v.tracepoint { "" } else { v.fields.as_str() };
+        self.lines
+            .lock()
+            .push(format!("[{cpu}] {}{extra}", v.message));
     }
 }
 
