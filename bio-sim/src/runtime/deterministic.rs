@@ -16,9 +16,9 @@ use super::capture::{self, Lines};
 use super::rng::SplitMix64;
 use super::Event;
 use bio_core::kernel::{CpuId, Runtime};
-use bio_core::workqueue::PoolId;
+use bio_core::workqueue::{PoolId, WorkExecution};
 use bio_core::{Cpu, Kernel};
-use hotplug::{HotplugError, StepOutcome};
+use hotplug::{Errno, HotplugError, StepOutcome};
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
@@ -28,7 +28,10 @@ use std::sync::Arc;
 pub struct DetConfig {
     /// The seed of every random choice.
     pub seed: u64,
-    /// Record the kernel's tracepoints inside each step in the trace.
+    /// Record a line per step in the trace. Off, a run keeps no trace at all (benchmarks,
+    /// large explorations).
+    pub record_steps: bool,
+    /// Also record the kernel's tracepoints inside each step (needs `record_steps`).
     pub capture_trace: bool,
     /// Chance `(num, den)` that a pending IRQ is delivered at each IRQ window inside an event.
     /// `(0, 1)` never interrupts an event.
@@ -39,6 +42,7 @@ impl Default for DetConfig {
     fn default() -> Self {
         Self {
             seed: 0,
+            record_steps: true,
             capture_trace: true,
             irq_window_chance: (0, 1),
         }
@@ -74,10 +78,72 @@ pub struct StepRecord {
     pub step: u64,
     /// The event.
     pub event: Event,
-    /// What happened, in a line.
-    pub detail: String,
-    /// For a hotplug step that completed an operation: its result.
-    pub hotplug_finished: Option<Result<(), HotplugError>>,
+    /// Its outcome.
+    pub outcome: Outcome,
+}
+
+impl StepRecord {
+    /// The outcome in a line.
+    pub fn detail(&self) -> String {
+        self.outcome.to_string()
+    }
+}
+
+/// The outcome of one step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A hard interrupt was handled.
+    Irq,
+    /// Softirq work items ran.
+    Softirqs(usize),
+    /// Timers fired.
+    Timers(usize),
+    /// A worker or rescuer ran a work item.
+    Work(WorkExecution),
+    /// jiffies advanced to this value.
+    Tick(u64),
+    /// A hotplug step ran.
+    Hotplug {
+        /// The invocation, as `CPU1 187 workqueue:online teardown [on target, cpuhp thread]`.
+        invocation: String,
+        /// Its result (`-EAGAIN` for an injected failure).
+        result: Result<(), Errno>,
+        /// Whether `hotplug/fail` stood in for it.
+        injected: bool,
+        /// The operation's result, if this step completed it.
+        finished: Option<Result<(), HotplugError>>,
+    },
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Irq => f.write_str("hardirq handled"),
+            Outcome::Softirqs(n) => write!(f, "{n} softirq items"),
+            Outcome::Timers(n) => write!(f, "{n} timers fired"),
+            Outcome::Work(x) => write!(
+                f,
+                "{} ran {} from {}{}",
+                if x.rescuer { "rescuer" } else { "worker" },
+                x.function,
+                x.workqueue,
+                if x.disassociated { " (pool disassociated: unbound)" } else { "" }
+            ),
+            Outcome::Tick(j) => write!(f, "jiffies={j}"),
+            Outcome::Hotplug { invocation, result, injected, finished } => {
+                write!(f, "{invocation} -> ")?;
+                match result {
+                    Ok(()) => f.write_str("0")?,
+                    Err(e) => write!(f, "{}{}", e.as_neg_i32(), if *injected { " (injected)" } else { "" })?,
+                }
+                match finished {
+                    Some(Ok(())) => f.write_str("; operation finished: ok"),
+                    Some(Err(e)) => write!(f, "; operation finished: {e}"),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
 }
 
 /// How a run ended.
@@ -168,7 +234,7 @@ impl std::fmt::Debug for DetRuntime {
 impl DetRuntime {
     /// A runtime over `kernel`, with one task context per CPU.
     pub fn new(kernel: Arc<Kernel>, config: DetConfig) -> Self {
-        let capture = config.capture_trace.then(|| {
+        let capture = (config.record_steps && config.capture_trace).then(|| {
             let lines: Lines = Arc::default();
             let d = capture::dispatch(Arc::clone(&lines), tracing::Level::TRACE);
             (lines, d)
@@ -363,17 +429,19 @@ impl Inner {
                 .ok_or_else(|| Self::not_enabled(event, format!("{c} does not exist")))
         };
         let step = self.steps.get() + 1;
+        let record = self.config.record_steps;
         let header_at = self.trace.borrow().len();
-        self.trace.borrow_mut().push(String::new());
-        let mut hotplug_finished = None;
-        let detail: Result<String, StepError> = self.captured(|| match event {
+        if record {
+            self.trace.borrow_mut().push(String::new());
+        }
+        let outcome: Result<Outcome, StepError> = self.captured(|| match event {
             Event::Irq(c) => {
                 let cpu = cx(c)?;
                 if !online(c) {
                     return Err(Self::not_enabled(event, format!("{c} is offline")));
                 }
                 if k.deliver_irq(cpu) {
-                    Ok("hardirq handled".to_owned())
+                    Ok(Outcome::Irq)
                 } else {
                     Err(Self::not_enabled(event, format!("no IRQ pending on {c}")))
                 }
@@ -381,11 +449,8 @@ impl Inner {
             Event::Softirq(c) => {
                 let cpu = cx(c)?;
                 match k.run_softirqs(cpu) {
-                    0 => Err(Self::not_enabled(
-                        event,
-                        format!("no softirq pending on {c}"),
-                    )),
-                    n => Ok(format!("{n} softirq items")),
+                    0 => Err(Self::not_enabled(event, format!("no softirq pending on {c}"))),
+                    n => Ok(Outcome::Softirqs(n)),
                 }
             }
             Event::Timers(c) => {
@@ -395,7 +460,7 @@ impl Inner {
                 }
                 match k.run_timers(cpu) {
                     0 => Err(Self::not_enabled(event, format!("no timer due on {c}"))),
-                    n => Ok(format!("{n} timers fired")),
+                    n => Ok(Outcome::Timers(n)),
                 }
             }
             Event::Worker { pool, on } | Event::Rescuer { pool, on } => {
@@ -407,93 +472,42 @@ impl Inner {
                 let info = k.pool(pool);
                 if let Some(b) = info.bound_cpu() {
                     if b != on {
-                        return Err(Self::not_enabled(
-                            event,
-                            format!("{} is bound to {b}", super::pool_name(pool)),
-                        ));
+                        return Err(Self::not_enabled(event, format!("{} is bound to {b}", super::pool_name(pool))));
                     }
                 }
-                let ran = if rescuer {
-                    k.run_rescuer(pool, cpu)
-                } else {
-                    k.run_worker(pool, cpu)
-                };
-                match ran {
-                    Some(x) => Ok(format!(
-                        "{} ran {} from {}{}",
-                        if rescuer { "rescuer" } else { "worker" },
-                        x.function,
-                        x.workqueue,
-                        if x.disassociated {
-                            " (pool disassociated: unbound)"
-                        } else {
-                            ""
-                        }
-                    )),
-                    None => Err(Self::not_enabled(
-                        event,
-                        format!("nothing runnable in {}", super::pool_name(pool)),
-                    )),
-                }
+                let ran = if rescuer { k.run_rescuer(pool, cpu) } else { k.run_worker(pool, cpu) };
+                ran.map(Outcome::Work)
+                    .ok_or_else(|| Self::not_enabled(event, format!("nothing runnable in {}", super::pool_name(pool))))
             }
-            Event::Tick => {
-                let j = k.advance_jiffies(1);
-                Ok(format!("jiffies={j}"))
-            }
+            Event::Tick => Ok(Outcome::Tick(k.advance_jiffies(1))),
             Event::Hotplug(c) => {
-                let hstep = k
-                    .hotplug_begin_step(c)
-                    .map_err(|source| StepError::Hotplug { cpu: c, source })?;
+                let hstep = k.hotplug_begin_step(c).map_err(|source| StepError::Hotplug { cpu: c, source })?;
                 let on = hstep.run_on();
-                let desc = hstep.invocation().to_string();
+                let invocation = hstep.invocation().to_string();
                 let injected = hstep.injected_fail();
-                let r = k.hotplug_run_step(&hstep, cx(on)?);
-                let out = k
-                    .hotplug_finish_step(hstep, r)
-                    .map_err(|source| StepError::Hotplug { cpu: c, source })?;
-                let mut s = format!(
-                    "{desc} -> {}",
-                    match r {
-                        Ok(()) => "0".to_owned(),
-                        Err(e) => format!(
-                            "{}{}",
-                            e.as_neg_i32(),
-                            if injected { " (injected)" } else { "" }
-                        ),
-                    }
-                );
-                if let StepOutcome::Ran {
-                    finished: Some(res),
-                    ..
-                } = out
-                {
-                    s.push_str(&format!(
-                        "; operation finished: {}",
-                        match &res {
-                            Ok(()) => "ok".to_owned(),
-                            Err(e) => e.to_string(),
-                        }
-                    ));
-                    hotplug_finished = Some(res);
-                }
-                Ok(s)
+                let result = k.hotplug_run_step(&hstep, cx(on)?);
+                let out = k.hotplug_finish_step(hstep, result).map_err(|source| StepError::Hotplug { cpu: c, source })?;
+                let finished = match out {
+                    StepOutcome::Ran { finished, .. } => finished,
+                    StepOutcome::Done => None,
+                };
+                Ok(Outcome::Hotplug { invocation, result, injected, finished })
             }
         });
-        match detail {
-            Ok(detail) => {
+        match outcome {
+            Ok(outcome) => {
                 self.steps.set(step);
-                self.trace.borrow_mut()[header_at] =
-                    format!("{step:>6} j={:<5} {event}: {detail}", k.jiffies());
-                Ok(StepRecord {
-                    step,
-                    event,
-                    detail,
-                    hotplug_finished,
-                })
+                if record {
+                    self.trace.borrow_mut()[header_at] =
+                        format!("{step:>6} j={:<5} {event}: {outcome}", k.jiffies());
+                }
+                Ok(StepRecord { step, event, outcome })
             }
             Err(e) => {
                 // A refused step leaves no trace: it did not happen.
-                self.trace.borrow_mut().truncate(header_at);
+                if record {
+                    self.trace.borrow_mut().truncate(header_at);
+                }
                 Err(e)
             }
         }
