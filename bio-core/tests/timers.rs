@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 fn timers_fire_in_softirq_on_their_cpu_in_expiry_order() {
     let k = Kernel::new(KernelConfig::default(), 2).unwrap();
     let cx1 = k.cpu(CpuId(1)).unwrap();
-    let log: Arc<Mutex<Vec<(&str, u32, bool)>>> = Arc::default();
+    type Log = Arc<Mutex<Vec<(&'static str, u32, bool)>>>;
+    let log: Log = Arc::default();
     let mk = |name: &'static str| {
         let log = Arc::clone(&log);
         k.timer_setup(name, move |cx| {

@@ -358,6 +358,10 @@ fn a_congested_pool_is_served_by_the_rescuer_on_its_cpu() {
             on: CpuId(1),
         })
         .unwrap();
-    assert!(rec.detail().contains("rescuer ran w_fn"), "{}", rec.detail());
+    assert!(
+        rec.detail().contains("rescuer ran w_fn"),
+        "{}",
+        rec.detail()
+    );
     assert!(kernel.reports().of_kind(ReportKind::Warn).is_empty());
 }

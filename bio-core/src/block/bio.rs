@@ -2,9 +2,9 @@
 //! walk, `bio_chain()`, `bio_inc_remaining()`, `bio_io_error()`, `bio_wouldblock_error()` and
 //! `bio_in_atomic()`.
 //!
-//! `bio_endio()` here is the kernel's before the task-completion series: the final step calls
-//! `bi_end_io` directly. The deferral of `BIO_COMPLETE_IN_TASK` bios is added by the completion
-//! batcher, in its own module.
+//! `bio_endio()` includes the task-completion series: after the chain walk, a
+//! `BIO_COMPLETE_IN_TASK` bio completing where `bio_in_atomic()` is true goes to
+//! `__bio_complete_in_task()` (module [`complete_in_task`](super::complete_in_task)).
 
 use super::blk_status::{BlkStatus, BLK_STS_AGAIN, BLK_STS_IOERR, BLK_STS_OK};
 use super::blk_types::{BiPrivate, Bio, BioEndIo, BioFlag, ChainShared, ReqOp};
@@ -191,6 +191,11 @@ pub fn bio_endio(bio: Box<Bio>, cpu: &Cpu) {
             Some(p) => bio = p,
             None => return,
         }
+    }
+    // The task-completion series: the final bio's flag decides.
+    if bio.flagged(BioFlag::CompleteInTask) && bio_in_atomic(cpu) {
+        super::complete_in_task::__bio_complete_in_task(bio, cpu);
+        return;
     }
     end_io(bio, cpu);
 }

@@ -156,6 +156,16 @@ impl Drop for BioList {
     }
 }
 
+impl IntoIterator for BioList {
+    type Item = Box<Bio>;
+    type IntoIter = BioChain;
+
+    /// Pops every bio, in order.
+    fn into_iter(mut self) -> BioChain {
+        self.get()
+    }
+}
+
 /// Iterator of [`BioList::iter`].
 #[derive(Debug)]
 pub struct BioListIter<'a> {

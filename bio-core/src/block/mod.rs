@@ -5,6 +5,7 @@ mod bio;
 mod bio_list;
 mod blk_status;
 mod blk_types;
+pub mod complete_in_task;
 pub mod trace;
 
 pub use bio::{

@@ -115,6 +115,25 @@ impl Cpu {
     /// the rtlock `might_sleep()` splat. Either way the lock is still taken, as the kernel would
     /// (it prints and carries on), so the caller can release it.
     pub fn lock_acquire(&self, class: LockClass, name: &'static str) -> (HeldLock, Option<Report>) {
+        let (mut held, report) = self.lockdep_acquire(class, name);
+        held.disabled_preemption = !class.sleeps(self.config());
+        if held.disabled_preemption {
+            self.preempt_disable();
+            if let Some(h) = self.held_locks.borrow_mut().last_mut() {
+                h.disabled_preemption = true;
+            }
+        }
+        (held, report)
+    }
+
+    /// The lockdep half of taking a lock (`lock_acquire()` on its `lockdep_map`) with no effect on
+    /// preemption: what `local_lock_irqsave()` does on !RT after `local_irq_save()`, and the
+    /// check every lock type runs. Reports like [`Cpu::lock_acquire`].
+    pub fn lockdep_acquire(
+        &self,
+        class: LockClass,
+        name: &'static str,
+    ) -> (HeldLock, Option<Report>) {
         let mut report = None;
         let rt = self.config().preempt_rt();
         let effective = match class.wait_type() {
@@ -151,14 +170,10 @@ impl Cpu {
                 .might_sleep_at(format!("kernel/locking/spinlock_rt.c ({name})"))
                 .err();
         }
-        let disabled_preemption = !class.sleeps(self.config());
-        if disabled_preemption {
-            self.preempt_disable();
-        }
         let held = HeldLock {
             class,
             name,
-            disabled_preemption,
+            disabled_preemption: false,
         };
         self.held_locks.borrow_mut().push(held.clone());
         (held, report)

@@ -50,6 +50,8 @@ pub struct Kernel {
     pub(crate) hotplug: Mutex<Cpuhp<Cpu>>,
     waker: UntrackedOnceLock<UntrackedArc<dyn Fn(CpuId) + Send + Sync>>,
     warned_once: Mutex<Vec<&'static str>>,
+    pub(crate) bio_complete:
+        UntrackedOnceLock<UntrackedArc<crate::block::complete_in_task::BioCompleteBatcher>>,
 }
 
 /// Per-CPU kernel state that any CPU may read.
@@ -124,6 +126,7 @@ impl Kernel {
             hotplug: Mutex::new(cpuhp),
             waker: UntrackedOnceLock::new(),
             warned_once: Mutex::new(Vec::new()),
+            bio_complete: UntrackedOnceLock::new(),
         });
         crate::workqueue::register_hotplug_states(&kernel);
         crate::time::register_hotplug_states(&kernel);
@@ -199,8 +202,8 @@ impl Kernel {
         self.next_bio_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// `WARN_ON_ONCE()`: reports `message` the first time call site `site` fires.
-    pub(crate) fn warn_once(&self, cx: &Cpu, site: &'static str, message: &str) {
+    /// `WARN_ON_ONCE()`: reports `message` as a WARN the first time call site `site` fires.
+    pub fn warn_once(&self, cx: &Cpu, site: &'static str, message: &str) {
         {
             let mut w = self.warned_once.lock();
             if w.contains(&site) {

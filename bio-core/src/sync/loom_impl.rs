@@ -5,8 +5,8 @@ pub use loom::sync::Arc;
 /// Atomics, re-exported so callers never name `loom::sync::atomic`.
 pub mod atomic {
     pub use loom::sync::atomic::{
-        fence, AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
-        Ordering,
+        fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicU8,
+        AtomicUsize, Ordering,
     };
 }
 

@@ -6,8 +6,8 @@ pub use std::sync::Arc;
 /// Atomics, re-exported so callers never name `std::sync::atomic`.
 pub mod atomic {
     pub use std::sync::atomic::{
-        fence, AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
-        Ordering,
+        fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicU8,
+        AtomicUsize, Ordering,
     };
 }
 

@@ -245,6 +245,9 @@ impl Kernel {
             if rescuer { " (rescuer)" } else { "" }
         );
         func(cx, &exec.work);
+        // The worker returns to worker_thread(), which schedules if asked to: TIF_NEED_RESCHED is
+        // consumed here.
+        cx.set_need_resched(false);
         tracing::trace!(target: "workqueue", tracepoint = "workqueue_execute_end", cpu = cx.id().0, "workqueue_execute_end: work={} function={}", exec.work.id.0, exec.function);
         cx.set_current(saved);
         {

@@ -127,14 +127,28 @@ impl std::fmt::Display for Outcome {
                 if x.rescuer { "rescuer" } else { "worker" },
                 x.function,
                 x.workqueue,
-                if x.disassociated { " (pool disassociated: unbound)" } else { "" }
+                if x.disassociated {
+                    " (pool disassociated: unbound)"
+                } else {
+                    ""
+                }
             ),
             Outcome::Tick(j) => write!(f, "jiffies={j}"),
-            Outcome::Hotplug { invocation, result, injected, finished } => {
+            Outcome::Hotplug {
+                invocation,
+                result,
+                injected,
+                finished,
+            } => {
                 write!(f, "{invocation} -> ")?;
                 match result {
                     Ok(()) => f.write_str("0")?,
-                    Err(e) => write!(f, "{}{}", e.as_neg_i32(), if *injected { " (injected)" } else { "" })?,
+                    Err(e) => write!(
+                        f,
+                        "{}{}",
+                        e.as_neg_i32(),
+                        if *injected { " (injected)" } else { "" }
+                    )?,
                 }
                 match finished {
                     Some(Ok(())) => f.write_str("; operation finished: ok"),
@@ -233,6 +247,9 @@ impl std::fmt::Debug for DetRuntime {
 
 impl DetRuntime {
     /// A runtime over `kernel`, with one task context per CPU.
+    // The hooks are single-threaded by design (they reach back into this runtime's Rc state);
+    // `Cpu` takes an Arc only because the threaded runtime shares its hooks across threads.
+    #[allow(clippy::arc_with_non_send_sync)]
     pub fn new(kernel: Arc<Kernel>, config: DetConfig) -> Self {
         let capture = (config.record_steps && config.capture_trace).then(|| {
             let lines: Lines = Arc::default();
@@ -449,7 +466,10 @@ impl Inner {
             Event::Softirq(c) => {
                 let cpu = cx(c)?;
                 match k.run_softirqs(cpu) {
-                    0 => Err(Self::not_enabled(event, format!("no softirq pending on {c}"))),
+                    0 => Err(Self::not_enabled(
+                        event,
+                        format!("no softirq pending on {c}"),
+                    )),
                     n => Ok(Outcome::Softirqs(n)),
                 }
             }
@@ -472,26 +492,46 @@ impl Inner {
                 let info = k.pool(pool);
                 if let Some(b) = info.bound_cpu() {
                     if b != on {
-                        return Err(Self::not_enabled(event, format!("{} is bound to {b}", super::pool_name(pool))));
+                        return Err(Self::not_enabled(
+                            event,
+                            format!("{} is bound to {b}", super::pool_name(pool)),
+                        ));
                     }
                 }
-                let ran = if rescuer { k.run_rescuer(pool, cpu) } else { k.run_worker(pool, cpu) };
-                ran.map(Outcome::Work)
-                    .ok_or_else(|| Self::not_enabled(event, format!("nothing runnable in {}", super::pool_name(pool))))
+                let ran = if rescuer {
+                    k.run_rescuer(pool, cpu)
+                } else {
+                    k.run_worker(pool, cpu)
+                };
+                ran.map(Outcome::Work).ok_or_else(|| {
+                    Self::not_enabled(
+                        event,
+                        format!("nothing runnable in {}", super::pool_name(pool)),
+                    )
+                })
             }
             Event::Tick => Ok(Outcome::Tick(k.advance_jiffies(1))),
             Event::Hotplug(c) => {
-                let hstep = k.hotplug_begin_step(c).map_err(|source| StepError::Hotplug { cpu: c, source })?;
+                let hstep = k
+                    .hotplug_begin_step(c)
+                    .map_err(|source| StepError::Hotplug { cpu: c, source })?;
                 let on = hstep.run_on();
                 let invocation = hstep.invocation().to_string();
                 let injected = hstep.injected_fail();
                 let result = k.hotplug_run_step(&hstep, cx(on)?);
-                let out = k.hotplug_finish_step(hstep, result).map_err(|source| StepError::Hotplug { cpu: c, source })?;
+                let out = k
+                    .hotplug_finish_step(hstep, result)
+                    .map_err(|source| StepError::Hotplug { cpu: c, source })?;
                 let finished = match out {
                     StepOutcome::Ran { finished, .. } => finished,
                     StepOutcome::Done => None,
                 };
-                Ok(Outcome::Hotplug { invocation, result, injected, finished })
+                Ok(Outcome::Hotplug {
+                    invocation,
+                    result,
+                    injected,
+                    finished,
+                })
             }
         });
         match outcome {
@@ -501,7 +541,11 @@ impl Inner {
                     self.trace.borrow_mut()[header_at] =
                         format!("{step:>6} j={:<5} {event}: {outcome}", k.jiffies());
                 }
-                Ok(StepRecord { step, event, outcome })
+                Ok(StepRecord {
+                    step,
+                    event,
+                    outcome,
+                })
             }
             Err(e) => {
                 // A refused step leaves no trace: it did not happen.

@@ -1,0 +1,251 @@
+//! `struct bio_complete_batch`: one CPU's list of deferred bios and its work item, with the three
+//! ways the posted versions protect the list.
+//!
+//! The list is an [`UnsafeCell`] that only this CPU touches, with IRQs off (`local_irq_save()`
+//! variants) or under the local lock (`local_lock` variant), exactly as the kernel's per-CPU data.
+//! The dead-CPU drain touches it with neither: it relies on the hotplug protocol (the CPU is dead,
+//! its work disabled). Under loom that reliance is checked by the causality checker.
+
+use super::variant::{ListKind, Variant};
+use crate::block::{Bio, BioList};
+use crate::kernel::{Cpu, CpuId, HeldLock, IrqFlags, LockClass};
+use crate::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use crate::sync::UnsafeCell;
+use crate::workqueue::{DelayedWork, WorkStruct};
+use std::ptr;
+
+/// The batch's work item.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum BatchWork {
+    /// `struct work_struct` (v7).
+    Plain(WorkStruct),
+    /// `struct delayed_work` (v5, v6).
+    Delayed(DelayedWork),
+}
+
+/// A node of the v5 lock-less list (`struct llist_node`). biosim allocates it beside the bio
+/// instead of embedding it, which keeps `struct bio` free of raw pointers.
+struct LlistNode {
+    bio: Box<Bio>,
+    next: *mut LlistNode,
+}
+
+/// `struct bio_complete_batch`.
+pub(crate) struct BioCompleteBatch {
+    /// `batch->cpu`.
+    pub(crate) cpu: CpuId,
+    /// `batch->list` (bio_list variants).
+    list: UnsafeCell<BioList>,
+    /// `batch->list` as an `llist_head` (v5).
+    llist: AtomicPtr<LlistNode>,
+    /// `batch->lock` on PREEMPT_RT, where `local_lock_t` is a per-CPU `spinlock_t`.
+    rt_lock: AtomicBool,
+    /// `batch->work`.
+    pub(crate) work: BatchWork,
+}
+
+// SAFETY: the UnsafeCell'd list and the llist nodes are only reached under the per-CPU exclusion
+// described in the module docs; bios are Send.
+unsafe impl Send for BioCompleteBatch {}
+// SAFETY: as above.
+unsafe impl Sync for BioCompleteBatch {}
+
+/// Proof of holding the batch's list exclusively: IRQs off on its CPU, or the local lock.
+pub(crate) struct ListGuard<'a> {
+    batch: &'a BioCompleteBatch,
+    cx: &'a Cpu,
+    how: Held,
+}
+
+enum Held {
+    IrqSave(IrqFlags),
+    IrqDisable,
+    LocalLockIrqSave(IrqFlags, HeldLock),
+    LocalLockIrq(HeldLock),
+    RtLock(HeldLock),
+}
+
+const LOCK_NAME: &str = "bio_complete_batch.lock";
+
+impl BioCompleteBatch {
+    pub(crate) fn new(cpu: CpuId, work: BatchWork) -> Self {
+        Self {
+            cpu,
+            list: UnsafeCell::new(BioList::new()),
+            llist: AtomicPtr::new(ptr::null_mut()),
+            rt_lock: AtomicBool::new(false),
+            work,
+        }
+    }
+
+    /// Takes the list exclusively as the producer does (`local_irq_save()` or
+    /// `local_lock_irqsave()`), or as the worker does (`local_irq_disable()` or
+    /// `local_lock_irq()`) when `irq` is false... `producer` selects the irqsave forms.
+    pub(crate) fn lock<'a>(
+        &'a self,
+        cx: &'a Cpu,
+        variant: &Variant,
+        producer: bool,
+    ) -> ListGuard<'a> {
+        let how = match variant.list {
+            ListKind::BioListIrqSave | ListKind::Llist => {
+                if producer {
+                    Held::IrqSave(cx.local_irq_save())
+                } else {
+                    cx.local_irq_disable();
+                    Held::IrqDisable
+                }
+            }
+            ListKind::BioListLocalLock if cx.config().preempt_rt() => {
+                // RT: local_lock_t is a per-CPU spinlock_t (an rtmutex): a sleeping lock that does
+                // not disable interrupts. Lockdep checks the wait context; the lock excludes.
+                let (held, _report) = cx.lockdep_acquire(LockClass::LocalLock, LOCK_NAME);
+                while self
+                    .rt_lock
+                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    crate::sync::spin_loop();
+                }
+                Held::RtLock(held)
+            }
+            ListKind::BioListLocalLock => {
+                if producer {
+                    let flags = cx.local_irq_save();
+                    let (held, _report) = cx.lockdep_acquire(LockClass::LocalLock, LOCK_NAME);
+                    Held::LocalLockIrqSave(flags, held)
+                } else {
+                    cx.local_irq_disable();
+                    let (held, _report) = cx.lockdep_acquire(LockClass::LocalLock, LOCK_NAME);
+                    Held::LocalLockIrq(held)
+                }
+            }
+        };
+        ListGuard {
+            batch: self,
+            cx,
+            how,
+        }
+    }
+
+    /// `llist_add()`: pushes a bio; returns whether the list was empty.
+    pub(crate) fn llist_add(&self, bio: Box<Bio>) -> bool {
+        let node = Box::into_raw(Box::new(LlistNode {
+            bio,
+            next: ptr::null_mut(),
+        }));
+        let mut head = self.llist.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `node` is ours until the CAS publishes it.
+            unsafe { (*node).next = head };
+            match self
+                .llist
+                .compare_exchange_weak(head, node, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return head.is_null(),
+                Err(now) => head = now,
+            }
+            crate::sync::spin_loop();
+        }
+    }
+
+    /// `llist_del_all()` + `llist_reverse_order()`: takes every bio, oldest first.
+    pub(crate) fn llist_del_all(&self) -> BioList {
+        let mut node = self.llist.swap(ptr::null_mut(), Ordering::Acquire);
+        let mut newest_first = Vec::new();
+        while !node.is_null() {
+            // SAFETY: the swap made us the only owner of the chain.
+            let boxed = unsafe { Box::from_raw(node) };
+            node = boxed.next;
+            newest_first.push(boxed.bio);
+        }
+        let mut list = BioList::new();
+        for bio in newest_first.into_iter().rev() {
+            list.add(bio);
+        }
+        list
+    }
+
+    /// `llist_empty()`.
+    pub(crate) fn llist_empty(&self) -> bool {
+        self.llist.load(Ordering::Acquire).is_null()
+    }
+
+    /// Counts the bios without taking them, and without any lock (see [`Self::take_unlocked`]).
+    pub(crate) fn len_unlocked(&self, variant: &Variant) -> usize {
+        match variant.list {
+            ListKind::Llist => {
+                let mut n = 0;
+                let mut node = self.llist.load(Ordering::Acquire);
+                while !node.is_null() {
+                    n += 1;
+                    // SAFETY: nodes stay alive until taken; the caller excludes concurrent takers.
+                    node = unsafe { (*node).next };
+                }
+                n
+            }
+            // SAFETY: a read between steps, see the method docs.
+            _ => self.list.with(|l| unsafe { (*l).size() }),
+        }
+    }
+
+    /// The dead-CPU drain's access: no lock at all. Sound only once the CPU is dead and its work
+    /// disabled, which the hotplug protocol guarantees and loom checks.
+    pub(crate) fn take_unlocked(&self, variant: &Variant) -> BioList {
+        match variant.list {
+            ListKind::Llist => self.llist_del_all(),
+            // SAFETY: see the method docs; loom's UnsafeCell records the access.
+            _ => self.list.with_mut(|l| unsafe { std::mem::take(&mut *l) }),
+        }
+    }
+}
+
+impl ListGuard<'_> {
+    /// `bio_list_empty(&batch->list)`.
+    pub(crate) fn empty(&self) -> bool {
+        // SAFETY: the guard proves exclusive access.
+        self.batch.list.with(|l| unsafe { (*l).empty() })
+    }
+
+    /// `bio_list_add(&batch->list, bio)`.
+    pub(crate) fn add(&self, bio: Box<Bio>) {
+        // SAFETY: the guard proves exclusive access.
+        self.batch.list.with_mut(|l| unsafe { (*l).add(bio) });
+    }
+
+    /// `list = batch->list; bio_list_init(&batch->list)`.
+    pub(crate) fn take(&self) -> BioList {
+        // SAFETY: the guard proves exclusive access.
+        self.batch
+            .list
+            .with_mut(|l| unsafe { std::mem::take(&mut *l) })
+    }
+}
+
+impl Drop for ListGuard<'_> {
+    fn drop(&mut self) {
+        let cx = self.cx;
+        match std::mem::replace(&mut self.how, Held::IrqDisable) {
+            Held::IrqSave(flags) => cx.local_irq_restore(flags),
+            Held::IrqDisable => cx.local_irq_enable(),
+            Held::LocalLockIrqSave(flags, held) => {
+                cx.lock_release(held);
+                cx.local_irq_restore(flags);
+            }
+            Held::LocalLockIrq(held) => {
+                cx.lock_release(held);
+                cx.local_irq_enable();
+            }
+            Held::RtLock(held) => {
+                self.batch.rt_lock.store(false, Ordering::Release);
+                cx.lock_release(held);
+            }
+        }
+    }
+}
+
+impl Drop for BioCompleteBatch {
+    fn drop(&mut self) {
+        drop(self.llist_del_all());
+    }
+}

@@ -1,0 +1,118 @@
+//! The batcher's CPU-hotplug protocol, modelled on mm/vmstat.c:
+//!
+//! - `bio_complete_batch_cpu_online()` (startup at `CPUHP_AP_ONLINE_DYN`, on the CPU): enables the
+//!   work; the review's fix (v6-review, v7) also requeues it when the list is not empty.
+//! - `bio_complete_batch_cpu_down_prep()` (teardown at `CPUHP_AP_ONLINE_DYN`, on the CPU while it
+//!   is still online and its kworkers still bound): `disable_[delayed_]work_sync()`, so the work
+//!   cannot run on an unbound worker after `workqueue:online` is torn down.
+//! - `bio_complete_batch_cpu_dead()` (teardown at `CPUHP_BP_PREPARE_DYN`, on a control CPU): drains
+//!   the bios completed between `down_prep` and the CPU's death, calling `bi_end_io` directly.
+//! - At init, the work of CPUs offline then is disabled, so the online callback's enable balances.
+
+use super::batch::{BatchWork, BioCompleteBatch};
+use super::{call_end_io, BatchCallback, InitError};
+use crate::kernel::{Cpu, Kernel};
+use crate::sync::UntrackedArc;
+use hotplug::{Callback, Errno, Invocation, StateId, CPUHP_AP_ONLINE_DYN, CPUHP_BP_PREPARE_DYN};
+
+/// `disable_[delayed_]work_sync(&batch->work)`.
+pub(super) fn disable_sync(kernel: &Kernel, batch: &BioCompleteBatch, cx: &Cpu) {
+    match batch.work {
+        BatchWork::Plain(w) => {
+            kernel.disable_work_sync(w, cx);
+        }
+        BatchWork::Delayed(d) => {
+            kernel.disable_delayed_work_sync(d, cx);
+        }
+    }
+}
+
+fn online(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
+    let Some(b) = cx.kernel().bio_complete() else {
+        return Ok(());
+    };
+    if let Some(o) = &b.observer {
+        o.hotplug(BatchCallback::Online, inv.cpu, cx);
+    }
+    let batch = b.batch(inv.cpu);
+    match batch.work {
+        BatchWork::Plain(w) => {
+            cx.kernel().enable_work(w, cx);
+        }
+        BatchWork::Delayed(d) => {
+            cx.kernel().enable_delayed_work(d, cx);
+        }
+    }
+    if b.variant.requeue_on_online {
+        let empty = match b.variant.list {
+            super::ListKind::Llist => batch.llist_empty(),
+            _ => batch.lock(cx, &b.variant, true).empty(),
+        };
+        if !empty {
+            b.schedule(batch, cx, true);
+        }
+    }
+    Ok(())
+}
+
+fn down_prep(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
+    let Some(b) = cx.kernel().bio_complete() else {
+        return Ok(());
+    };
+    if let Some(o) = &b.observer {
+        o.hotplug(BatchCallback::DownPrep, inv.cpu, cx);
+    }
+    disable_sync(cx.kernel(), b.batch(inv.cpu), cx);
+    Ok(())
+}
+
+fn dead(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
+    let Some(b) = cx.kernel().bio_complete() else {
+        return Ok(());
+    };
+    if let Some(o) = &b.observer {
+        o.hotplug(BatchCallback::Dead, inv.cpu, cx);
+    }
+    if !b.variant.dead_drains {
+        return Ok(());
+    }
+    let mut list = b.batch(inv.cpu).take_unlocked(&b.variant);
+    let n = list.size();
+    tracing::trace!(target: "block", tracepoint = "bio_complete_dead_drain", cpu = cx.id().0, "bio_complete_batch_cpu_dead: draining {n} bios of dead CPU{}", inv.cpu.0);
+    while let Some(bio) = list.pop() {
+        call_end_io(bio, cx, "bio_complete_batch_cpu_dead");
+    }
+    Ok(())
+}
+
+/// Registers `block/bio:complete:online` and `block/bio:complete:dead` with
+/// `cpuhp_setup_state_nocalls()`, returning the dynamic states they got.
+pub(super) fn register(kernel: &Kernel) -> Result<(StateId, StateId), InitError> {
+    let mut hp = kernel.hotplug();
+    let on: Callback<Cpu> = UntrackedArc::new(online);
+    let prep: Callback<Cpu> = UntrackedArc::new(down_prep);
+    let d: Callback<Cpu> = UntrackedArc::new(dead);
+    let a = hp
+        .cpuhp_setup_state_nocalls(
+            CPUHP_AP_ONLINE_DYN,
+            "block/bio:complete:online",
+            Some(on),
+            Some(prep),
+        )
+        .map_err(|e| InitError::Hotplug {
+            state: "block/bio:complete:online",
+            error: e.to_string(),
+        })?;
+    let b = hp
+        .cpuhp_setup_state_nocalls(
+            CPUHP_BP_PREPARE_DYN,
+            "block/bio:complete:dead",
+            None,
+            Some(d),
+        )
+        .map_err(|e| InitError::Hotplug {
+            state: "block/bio:complete:dead",
+            error: e.to_string(),
+        })?;
+    Ok((a, b))
+}

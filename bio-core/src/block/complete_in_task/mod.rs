@@ -1,0 +1,398 @@
+//! Task-context bio completion: the infrastructure of "block: add task-context bio completion
+//! infrastructure" (block/bio.c, include/linux/bio.h), in every posted version.
+//!
+//! - `BIO_COMPLETE_IN_TASK` in [`bio_endio`](crate::block::bio_endio): after the chain walk, a
+//!   flagged bio whose completion runs where [`bio_in_atomic`] is true is handed to
+//!   [`__bio_complete_in_task`] instead of calling `bi_end_io` there.
+//! - [`bio_complete_in_task`]: the dynamic form a `bi_end_io` calls itself.
+//! - The per-CPU `bio_complete_batch` ([`batch`]), drained by `bio_complete_work_fn` on the
+//!   `bio_complete` workqueue (`WQ_MEM_RECLAIM | WQ_PERCPU`).
+//! - The init protocol and the three hotplug callbacks ([`cpuhp`]): online/down_prep at
+//!   `CPUHP_AP_ONLINE_DYN`, dead at `CPUHP_BP_PREPARE_DYN`, registered with
+//!   `cpuhp_setup_state_nocalls()`.
+//!
+//! Which version runs is a [`Variant`]: a preset of knobs (`v5`, `v6`, `v6-review`, `v7`). The code
+//! exists once; the knobs select the posted behaviour at the few places the versions differ.
+
+mod batch;
+mod cpuhp;
+mod variant;
+
+pub use variant::{ListKind, Variant, WorkKind};
+
+use self::batch::{BatchWork, BioCompleteBatch};
+use super::bio::{bio_in_atomic, end_io};
+use super::{Bio, BioEndIo, BioFlag};
+use crate::kernel::{Cpu, CpuId, Kernel, ReportKind};
+use crate::sync::UntrackedArc;
+use crate::workqueue::{Workqueue, WqError, WQ_MEM_RECLAIM, WQ_PERCPU};
+use std::fmt;
+
+/// Which hotplug callback of the batcher ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BatchCallback {
+    /// `bio_complete_batch_cpu_online()` (startup at `CPUHP_AP_ONLINE_DYN`).
+    Online,
+    /// `bio_complete_batch_cpu_down_prep()` (teardown at `CPUHP_AP_ONLINE_DYN`).
+    DownPrep,
+    /// `bio_complete_batch_cpu_dead()` (teardown at `CPUHP_BP_PREPARE_DYN`).
+    Dead,
+}
+
+/// What the batcher reports to an observer (the oracle, statistics). Every method has an empty
+/// default. Not a kernel concept.
+pub trait BatcherObserver: Send + Sync {
+    /// A bio was put on `cx`'s batch.
+    fn deferred(&self, _bio: u64, _cx: &Cpu) {}
+    /// `bio_complete_work_fn()` of `batch_cpu`'s batch started on `cx`.
+    fn work_fn(&self, _batch_cpu: CpuId, _cx: &Cpu) {}
+    /// The worker was (re)scheduled for `batch_cpu`: `queued` is the queue call's return value.
+    fn scheduled(&self, _batch_cpu: CpuId, _queued: bool) {}
+    /// A hotplug callback ran for `target` on `cx`.
+    fn hotplug(&self, _callback: BatchCallback, _target: CpuId, _cx: &Cpu) {}
+}
+
+/// Why the batcher could not be initialised.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InitError {
+    /// `init_bio()` already ran on this kernel.
+    #[error("the task-completion batcher is already initialised on this kernel")]
+    AlreadyInitialised,
+    /// `alloc_workqueue()` failed (the kernel panics: "bio: can't allocate bio_complete workqueue").
+    #[error("bio: can't allocate bio_complete workqueue: {0}")]
+    Workqueue(#[from] WqError),
+    /// A hotplug state could not be registered.
+    #[error("cpuhp_setup_state_nocalls({state}) failed: {error}")]
+    Hotplug {
+        /// The state's name.
+        state: &'static str,
+        /// The error.
+        error: String,
+    },
+}
+
+/// The batcher of one kernel: the `bio_complete` workqueue, the per-CPU batches and the variant.
+pub struct BioCompleteBatcher {
+    variant: Variant,
+    wq: Workqueue,
+    batches: Vec<BioCompleteBatch>,
+    observer: Option<UntrackedArc<dyn BatcherObserver>>,
+    /// The dynamic hotplug states it got: (`block/bio:complete:online`, `block/bio:complete:dead`).
+    states: (::hotplug::StateId, ::hotplug::StateId),
+}
+
+impl fmt::Debug for BioCompleteBatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BioCompleteBatcher")
+            .field("variant", &self.variant.name)
+            .field("cpus", &self.batches.len())
+            .finish()
+    }
+}
+
+/// What [`bio_complete_in_task`] did with the bio.
+#[derive(Debug)]
+pub enum InTask {
+    /// Offloaded to the worker (the kernel's `true`): the caller must not touch the bio again.
+    Deferred,
+    /// Not offloaded (`false`): the caller runs its completion here, with the bio handed back.
+    Run(Box<Bio>),
+}
+
+impl Kernel {
+    /// The task-completion batcher, once [`bio_complete_init`] ran.
+    pub fn bio_complete(&self) -> Option<&UntrackedArc<BioCompleteBatcher>> {
+        self.bio_complete.get()
+    }
+}
+
+/// The part of `init_bio()` the series adds: per-CPU batches (`bio_complete_batch_init()`, which
+/// disables the work of CPUs that are offline now, as mm/vmstat.c does), the `bio_complete`
+/// workqueue, and the two hotplug states registered with `cpuhp_setup_state_nocalls()`.
+pub fn bio_complete_init(
+    kernel: &UntrackedArc<Kernel>,
+    variant: Variant,
+    observer: Option<UntrackedArc<dyn BatcherObserver>>,
+) -> Result<UntrackedArc<BioCompleteBatcher>, InitError> {
+    if kernel.bio_complete.get().is_some() {
+        return Err(InitError::AlreadyInitialised);
+    }
+    let boot = kernel.cpu(CpuId(0)).expect("CPU0 exists");
+    let mut batches = Vec::new();
+    for cpu in kernel.possible_cpus() {
+        let func = move |cx: &Cpu, _w: &crate::workqueue::WorkStruct| {
+            if let Some(b) = cx.kernel().bio_complete() {
+                b.work_fn(cpu, cx);
+            }
+        };
+        let work = match variant.work {
+            WorkKind::Delayed { .. } => {
+                BatchWork::Delayed(kernel.init_delayed_work("bio_complete_work_fn", func))
+            }
+            WorkKind::Plain => BatchWork::Plain(kernel.init_work("bio_complete_work_fn", func)),
+        };
+        let batch = BioCompleteBatch::new(cpu, work);
+        if variant.init_disables_offline && !kernel.cpu_online(cpu) {
+            cpuhp::disable_sync(kernel, &batch, &boot);
+        }
+        batches.push(batch);
+    }
+    let wq = kernel.alloc_workqueue("bio_complete", WQ_MEM_RECLAIM | WQ_PERCPU, 0)?;
+    let states = cpuhp::register(kernel)?;
+    let batcher = UntrackedArc::new(BioCompleteBatcher {
+        variant,
+        wq,
+        batches,
+        observer,
+        states,
+    });
+    kernel
+        .bio_complete
+        .set(UntrackedArc::clone(&batcher))
+        .map_err(|_| InitError::AlreadyInitialised)?;
+    Ok(batcher)
+}
+
+impl BioCompleteBatcher {
+    /// The version running.
+    pub fn variant(&self) -> &Variant {
+        &self.variant
+    }
+
+    /// The `bio_complete` workqueue.
+    pub fn workqueue(&self) -> &Workqueue {
+        &self.wq
+    }
+
+    /// The hotplug states it registered: (`block/bio:complete:online`, `block/bio:complete:dead`).
+    pub fn hotplug_states(&self) -> (::hotplug::StateId, ::hotplug::StateId) {
+        self.states
+    }
+
+    fn batch(&self, cpu: CpuId) -> &BioCompleteBatch {
+        &self.batches[cpu.index()]
+    }
+
+    /// How many bios wait on `cpu`'s batch. A read for tests and the oracle between steps; it takes
+    /// no lock, so it must not race with the CPU's own producers and worker.
+    pub fn pending(&self, cpu: CpuId) -> usize {
+        self.batch(cpu).len_unlocked(&self.variant)
+    }
+
+    /// The work item of `cpu`'s batch (for tests: its pending/disable state).
+    pub fn work_of(&self, cpu: CpuId) -> crate::workqueue::WorkStruct {
+        match self.batch(cpu).work {
+            BatchWork::Plain(w) => w,
+            BatchWork::Delayed(d) => d.work,
+        }
+    }
+
+    /// `__bio_complete_in_task()`: puts `bio` on the current CPU's batch and schedules the worker if
+    /// the list was empty (v5/v6: `mod_delayed_work_on(cpu, wq, dwork, 1)`; v7:
+    /// `queue_work_on()`).
+    pub fn defer(&self, bio: Box<Bio>, cx: &Cpu) {
+        let b = self.batch(cx.id());
+        let id = bio.id();
+        tracing::trace!(target: "block", tracepoint = "bio_complete_defer", cpu = cx.id().0, bio = id, "bio_complete_defer: bio#{id} to the batch of CPU{}", cx.id().0);
+        let was_empty = match self.variant.list {
+            ListKind::Llist => b.llist_add(bio),
+            _ => {
+                let guard = b.lock(cx, &self.variant, true);
+                let was_empty = guard.empty();
+                guard.add(bio);
+                was_empty
+            }
+        };
+        if let Some(o) = &self.observer {
+            o.deferred(id, cx);
+        }
+        if was_empty {
+            self.schedule(b, cx, false);
+        }
+    }
+
+    /// Schedules the batch's worker: with the variant's delay, or at once (`now`) for the
+    /// `need_resched()` requeue and the online requeue.
+    fn schedule(&self, b: &BioCompleteBatch, cx: &Cpu, now: bool) {
+        let k = cx.kernel();
+        let queued = match (b.work, self.variant.work) {
+            (BatchWork::Delayed(dw), WorkKind::Delayed { delay }) => {
+                // mod_delayed_work_on() returns whether it modified a pending work; the work is
+                // scheduled either way unless it is disabled.
+                k.mod_delayed_work_on(Some(b.cpu), &self.wq, dw, if now { 0 } else { delay }, cx);
+                k.work_pending(dw.work)
+            }
+            (BatchWork::Delayed(dw), WorkKind::Plain) => {
+                k.queue_delayed_work_on(Some(b.cpu), &self.wq, dw, 0, cx)
+            }
+            (BatchWork::Plain(w), _) => k.queue_work_on(Some(b.cpu), &self.wq, w, cx),
+        };
+        if let Some(o) = &self.observer {
+            o.scheduled(b.cpu, queued);
+        }
+    }
+
+    /// `bio_complete_work_fn()`: takes the batch with IRQs off (or under the local lock), completes
+    /// every bio in task context, and loops until a pass finds the list empty. v5/v6 stop after a
+    /// batch when `need_resched()`, requeueing themselves if bios remain.
+    fn work_fn(&self, batch_cpu: CpuId, cx: &Cpu) {
+        let b = self.batch(batch_cpu);
+        if let Some(o) = &self.observer {
+            o.work_fn(batch_cpu, cx);
+        }
+        let mut completed = 0usize;
+        loop {
+            let list = match self.variant.list {
+                ListKind::Llist => b.llist_del_all(),
+                _ => b.lock(cx, &self.variant, false).take(),
+            };
+            if list.empty() {
+                break;
+            }
+            let mut list = list;
+            while let Some(bio) = list.pop() {
+                if completed >= SOFT_LOCKUP_BIOS {
+                    // The kernel's CPU would be stuck here: report it and stop, putting what is
+                    // left back on the batch so nothing is lost.
+                    self.soft_lockup(b, bio, list, cx);
+                    return;
+                }
+                call_end_io(bio, cx, "bio_complete_work_fn");
+                completed += 1;
+            }
+            if self.variant.need_resched_yield && cx.need_resched() {
+                let is_empty = match self.variant.list {
+                    ListKind::Llist => b.llist_empty(),
+                    _ => b.lock(cx, &self.variant, false).empty(),
+                };
+                if !is_empty && self.variant.yield_requeues {
+                    self.schedule(b, cx, true);
+                }
+                break;
+            }
+        }
+    }
+
+    /// `watchdog: BUG: soft lockup`: one run of the work function has completed
+    /// [`SOFT_LOCKUP_BIOS`] bios without the list ever becoming empty (a bio re-deferring itself
+    /// forever, with nothing to set `need_resched()`).
+    fn soft_lockup(
+        &self,
+        b: &BioCompleteBatch,
+        bio: Box<Bio>,
+        rest: crate::block::BioList,
+        cx: &Cpu,
+    ) {
+        cx.report(
+            ReportKind::Bug,
+            format!(
+                "watchdog: BUG: soft lockup - CPU#{} stuck in bio_complete_work_fn [{}]: {SOFT_LOCKUP_BIOS} bios completed and the batch is still not empty",
+                cx.id().0,
+                cx.current().comm
+            ),
+        );
+        let mut back = crate::block::BioList::new();
+        back.add(bio);
+        back.merge(rest);
+        match self.variant.list {
+            ListKind::Llist => {
+                for bio in back {
+                    b.llist_add(bio);
+                }
+            }
+            _ => {
+                let guard = b.lock(cx, &self.variant, false);
+                let mut all = back;
+                all.merge(guard.take());
+                for bio in all {
+                    guard.add(bio);
+                }
+            }
+        }
+    }
+}
+
+/// How many bios one run of the work function completes before the simulated soft-lockup watchdog
+/// fires. Only an endless re-deferral gets there: a real burst is bounded by what the devices
+/// completed.
+pub const SOFT_LOCKUP_BIOS: usize = 100_000;
+
+/// `bio->bi_end_io(bio)` as the worker and the dead drain call it: unconditionally. A deferred bio
+/// without `bi_end_io` is the kernel's NULL pointer dereference (finding 3), reported; the bio is
+/// lost, as it would be with the oops.
+pub(crate) fn call_end_io(bio: Box<Bio>, cx: &Cpu, site: &str) {
+    if bio.bi_end_io.is_none() {
+        cx.report(
+            ReportKind::Bug,
+            format!(
+                "BUG: kernel NULL pointer dereference, address: 0000000000000000\nRIP: {site}: bio#{} has no bi_end_io",
+                bio.id()
+            ),
+        );
+        return;
+    }
+    end_io(bio, cx);
+}
+
+/// `bio_complete_in_task()`: from inside a `bi_end_io`, offloads the bio to the worker when the
+/// current context is atomic ([`InTask::Deferred`]), or hands it back to run here
+/// ([`InTask::Run`]). With the review's guard (v6-review, v7) a bio already flagged
+/// `BIO_COMPLETE_IN_TASK` is handed back, and a deferred bio gets the flag; v6 as posted has no
+/// guard, so on a kernel without `CONFIG_PREEMPT_COUNT` it re-defers forever (finding 2).
+///
+/// Without an initialised batcher, or on a version without the dynamic helper (v5), the bio is
+/// handed back and a WARN is reported once.
+pub fn bio_complete_in_task(mut bio: Box<Bio>, cx: &Cpu) -> InTask {
+    let Some(b) = cx.kernel().bio_complete() else {
+        cx.kernel().warn_once(
+            cx,
+            "bio_complete_in_task:uninit",
+            "block/bio.c: bio_complete_in_task() without the task-completion batcher",
+        );
+        return InTask::Run(bio);
+    };
+    if !b.variant.dynamic_helper {
+        cx.kernel().warn_once(
+            cx,
+            "bio_complete_in_task:absent",
+            "block/bio.c: bio_complete_in_task() does not exist in this version",
+        );
+        return InTask::Run(bio);
+    }
+    if b.variant.in_task_guard && bio.flagged(BioFlag::CompleteInTask) {
+        return InTask::Run(bio);
+    }
+    if !bio_in_atomic(cx) {
+        return InTask::Run(bio);
+    }
+    if b.variant.in_task_guard {
+        bio.set_flag(BioFlag::CompleteInTask);
+    }
+    b.defer(bio, cx);
+    InTask::Deferred
+}
+
+/// `__bio_complete_in_task()`: defers `bio` to the current CPU's batch unconditionally. Without an
+/// initialised batcher the bio completes here, with a WARN reported once.
+pub fn __bio_complete_in_task(bio: Box<Bio>, cx: &Cpu) {
+    match cx.kernel().bio_complete() {
+        Some(b) => b.defer(bio, cx),
+        None => {
+            cx.kernel().warn_once(cx, "__bio_complete_in_task:uninit", "block/bio.c: BIO_COMPLETE_IN_TASK without the task-completion batcher: completing in place");
+            end_io(bio, cx);
+        }
+    }
+}
+
+/// A `bi_end_io` that calls [`bio_complete_in_task`] first and runs `f` only where it may sleep:
+/// the pattern of the series' dynamic users (fserror reporting).
+pub fn end_io_in_task(
+    name: &'static str,
+    f: impl Fn(Box<Bio>, &Cpu) + Send + Sync + 'static,
+) -> BioEndIo {
+    BioEndIo::new(name, move |bio, cx| {
+        if let InTask::Run(bio) = bio_complete_in_task(bio, cx) {
+            f(bio, cx);
+        }
+    })
+}

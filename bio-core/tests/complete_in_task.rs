@@ -1,0 +1,258 @@
+//! The task-completion batcher driven by hand: deferral from atomic contexts, the worker, the
+//! variants' scheduling, and the hotplug protocol's windows.
+
+use bio_core::block::complete_in_task::{
+    bio_complete_in_task, bio_complete_init, end_io_in_task, InTask, Variant,
+};
+use bio_core::block::{bio_endio, BioEndIo, BioFlag, ReqOp};
+use bio_core::kernel::{ContextKind, CpuId, PreemptModel, ReportKind};
+use bio_core::workqueue::PoolId;
+use bio_core::{Kernel, KernelConfig};
+use std::sync::{Arc, Mutex};
+
+type Seen = Arc<Mutex<Vec<(u64, u32, bool)>>>;
+
+fn recorder(seen: &Seen) -> BioEndIo {
+    let seen = Arc::clone(seen);
+    BioEndIo::new("record_end_io", move |bio, cx| {
+        seen.lock()
+            .unwrap()
+            .push((bio.id(), cx.id().0, cx.may_sleep()))
+    })
+}
+
+fn setup(variant: Variant, config: KernelConfig) -> Arc<Kernel> {
+    let k = Kernel::new(config, 2).unwrap();
+    bio_complete_init(&k, variant, None).unwrap();
+    k
+}
+
+#[test]
+fn a_flagged_bio_completed_in_hardirq_runs_its_end_io_in_the_cpus_worker() {
+    for variant in Variant::ALL {
+        let k = setup(variant, KernelConfig::default());
+        let cx = k.cpu(CpuId(1)).unwrap();
+        let seen = Seen::default();
+        let mut bio = k.bio_alloc(ReqOp::Write, 0).with_end_io(recorder(&seen));
+        bio.set_flag(BioFlag::CompleteInTask);
+        let id = bio.id();
+        cx.with_hardirq(|cx| bio_endio(bio, cx));
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "{variant}: deferred, not run in the IRQ"
+        );
+        assert_eq!(k.bio_complete().unwrap().pending(CpuId(1)), 1);
+        // Delayed variants need the jiffy to pass and the timer to fire.
+        k.advance_jiffies(1);
+        k.run_timers(&cx);
+        let ran = k
+            .run_worker(PoolId::Cpu(CpuId(1)), &cx)
+            .expect("the batch's work is queued on CPU1");
+        assert_eq!(ran.function, "bio_complete_work_fn");
+        assert_eq!(*seen.lock().unwrap(), [(id, 1, true)], "{variant}");
+        assert!(k.reports().is_empty(), "{variant}: {:?}", k.reports().all());
+    }
+}
+
+#[test]
+fn a_flagged_bio_completed_where_it_may_sleep_is_not_deferred() {
+    let k = setup(Variant::V7, KernelConfig::default());
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let seen = Seen::default();
+    let mut bio = k.bio_alloc(ReqOp::Write, 0).with_end_io(recorder(&seen));
+    bio.set_flag(BioFlag::CompleteInTask);
+    bio_endio(bio, &cx);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!(k.bio_complete().unwrap().pending(CpuId(0)), 0);
+}
+
+#[test]
+fn the_parent_flag_decides_after_the_chain_walk() {
+    let k = setup(Variant::V7, KernelConfig::default());
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let seen = Seen::default();
+    let mut parent = k.bio_alloc(ReqOp::Write, 0).with_end_io(recorder(&seen));
+    parent.set_flag(BioFlag::CompleteInTask);
+    let mut child = k.bio_alloc(ReqOp::Write, 8);
+    bio_core::block::bio_chain(&mut child, &mut parent, &cx).unwrap();
+    bio_endio(parent, &cx);
+    cx.with_hardirq(|cx| bio_endio(child, cx));
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the unflagged child's completion defers the flagged parent"
+    );
+    k.run_worker(PoolId::Cpu(CpuId(0)), &cx).unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn bio_complete_in_task_defers_from_atomic_and_runs_in_task() {
+    let k = setup(Variant::V7, KernelConfig::default());
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let seen = Seen::default();
+    let s = Arc::clone(&seen);
+    let end = end_io_in_task("fserror_end_io", move |bio, cx| {
+        s.lock()
+            .unwrap()
+            .push((bio.id(), cx.id().0, cx.may_sleep()))
+    });
+    cx.with_softirq(|cx| bio_endio(k.bio_alloc(ReqOp::Write, 0).with_end_io(end.clone()), cx));
+    assert!(seen.lock().unwrap().is_empty());
+    k.run_worker(PoolId::Cpu(CpuId(0)), &cx).unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert!(seen.lock().unwrap()[0].2, "ran where it may sleep");
+    // From task context it runs at once.
+    let bio = k.bio_alloc(ReqOp::Write, 0);
+    assert!(matches!(bio_complete_in_task(bio, &cx), InTask::Run(_)));
+}
+
+#[test]
+fn without_preempt_count_v6_re_defers_forever_and_the_guard_stops_it() {
+    let config = KernelConfig::without_preempt_count(PreemptModel::None);
+    for variant in [Variant::V6, Variant::V6_REVIEW] {
+        let k = setup(variant, config);
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let seen = Seen::default();
+        let s = Arc::clone(&seen);
+        let end = end_io_in_task("fserror_end_io", move |bio, cx| {
+            s.lock()
+                .unwrap()
+                .push((bio.id(), cx.id().0, cx.may_sleep()))
+        });
+        ContextKind::Hardirq.run(&cx, |cx| {
+            bio_endio(k.bio_alloc(ReqOp::Write, 0).with_end_io(end), cx)
+        });
+        k.advance_jiffies(1);
+        k.run_timers(&cx);
+        k.run_worker(PoolId::Cpu(CpuId(0)), &cx).unwrap();
+        if variant == Variant::V6 {
+            // No guard: the worker's bi_end_io finds bio_in_atomic() true again (no PREEMPT_COUNT)
+            // and defers the bio onto the list the worker is draining, forever.
+            assert!(seen.lock().unwrap().is_empty(), "v6: never completes");
+            let bugs = k.reports().of_kind(ReportKind::Bug);
+            assert_eq!(bugs.len(), 1, "{bugs:?}");
+            assert!(
+                bugs[0]
+                    .message
+                    .starts_with("watchdog: BUG: soft lockup - CPU#0"),
+                "{}",
+                bugs[0].message
+            );
+            assert_eq!(
+                k.bio_complete().unwrap().pending(CpuId(0)),
+                1,
+                "the bio is kept, not lost"
+            );
+        } else {
+            assert_eq!(
+                seen.lock().unwrap().len(),
+                1,
+                "v6-review: completes on the first worker run"
+            );
+            assert!(k.reports().is_empty());
+        }
+    }
+}
+
+#[test]
+fn with_need_resched_v6_yields_and_requeues_so_the_re_deferral_never_ends() {
+    let config = KernelConfig::without_preempt_count(PreemptModel::None);
+    let k = setup(Variant::V6, config);
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let end = end_io_in_task("fserror_end_io", |_, _| {});
+    ContextKind::Hardirq.run(&cx, |cx| {
+        bio_endio(k.bio_alloc(ReqOp::Write, 0).with_end_io(end), cx)
+    });
+    let mut runs = 0;
+    for _ in 0..20 {
+        k.advance_jiffies(1);
+        k.run_timers(&cx);
+        cx.set_need_resched(true);
+        if k.run_worker(PoolId::Cpu(CpuId(0)), &cx).is_some() {
+            runs += 1;
+        }
+    }
+    assert_eq!(
+        runs, 20,
+        "every run yields after one pass and requeues itself for the same bio"
+    );
+    assert_eq!(k.bio_complete().unwrap().pending(CpuId(0)), 1);
+    assert!(k.reports().is_empty());
+}
+
+#[test]
+fn local_lock_on_rt_from_hardirq_is_an_invalid_wait_context_only_in_v6() {
+    for (variant, caught) in [
+        (Variant::V5, false),
+        (Variant::V6, true),
+        (Variant::V6_REVIEW, false),
+        (Variant::V7, false),
+    ] {
+        let k = setup(variant, KernelConfig::for_model(PreemptModel::Rt));
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let mut bio = k
+            .bio_alloc(ReqOp::Write, 0)
+            .with_end_io(BioEndIo::new("e", |_, _| {}));
+        bio.set_flag(BioFlag::CompleteInTask);
+        cx.with_hardirq(|cx| bio_endio(bio, cx));
+        let n = k.reports().of_kind(ReportKind::InvalidWaitContext).len();
+        assert_eq!(n > 0, caught, "{variant}: {:?}", k.reports().all());
+    }
+}
+
+#[test]
+fn a_deferred_bio_without_end_io_is_a_null_dereference_in_the_worker() {
+    let k = setup(Variant::V7, KernelConfig::default());
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let mut bio = k.bio_alloc(ReqOp::Flush, 0);
+    bio.set_flag(BioFlag::CompleteInTask);
+    cx.with_hardirq(|cx| bio_endio(bio, cx));
+    k.run_worker(PoolId::Cpu(CpuId(0)), &cx).unwrap();
+    let bugs = k.reports().of_kind(ReportKind::Bug);
+    assert_eq!(bugs.len(), 1);
+    assert!(bugs[0]
+        .message
+        .starts_with("BUG: kernel NULL pointer dereference"));
+}
+
+#[test]
+fn init_disables_offline_cpus_so_online_enable_balances() {
+    for (disable, warns) in [(true, 0), (false, 1)] {
+        let k = Kernel::boot(KernelConfig::default(), 2, 1).unwrap();
+        let mut v = Variant::V7;
+        v.init_disables_offline = disable;
+        bio_complete_init(&k, v, None).unwrap();
+        k.cpu_hotplug_to(CpuId(1), hotplug::CPUHP_ONLINE, true)
+            .unwrap();
+        let under = k
+            .reports()
+            .all()
+            .iter()
+            .filter(|r| r.message.contains("disable count underflowed"))
+            .count();
+        assert_eq!(under, warns, "init_disables_offline={disable}");
+        assert_eq!(
+            k.work_disable_count(k.bio_complete().unwrap().work_of(CpuId(1))),
+            0
+        );
+    }
+}
+
+#[test]
+fn the_dynamic_states_are_registered_nocalls() {
+    let k = setup(Variant::V7, KernelConfig::default());
+    let (online, dead) = k.bio_complete().unwrap().hotplug_states();
+    let listing = k.hotplug().states_listing();
+    assert!(
+        listing.contains(&format!("{:3}: block/bio:complete:online", online.0)),
+        "{listing}"
+    );
+    assert!(
+        listing.contains(&format!("{:3}: block/bio:complete:dead", dead.0)),
+        "{listing}"
+    );
+    assert!(
+        bio_complete_init(&k, Variant::V7, None).is_err(),
+        "init once"
+    );
+}
