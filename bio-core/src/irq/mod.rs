@@ -181,6 +181,14 @@ impl Kernel {
             .map_or(0, |q| q.lock().hardirqs.len())
     }
 
+    /// `(hardirqs, softirq items)` waiting on `cpu`, under one lock.
+    pub fn pending_interrupts(&self, cpu: CpuId) -> (usize, usize) {
+        self.irqs.per_cpu.get(cpu.index()).map_or((0, 0), |q| {
+            let q = q.lock();
+            (q.hardirqs.len(), q.softirqs.len())
+        })
+    }
+
     /// How many softirq work items wait on `cpu`.
     pub fn pending_softirqs(&self, cpu: CpuId) -> usize {
         self.irqs

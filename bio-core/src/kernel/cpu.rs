@@ -67,6 +67,14 @@ impl Kernel {
         self.hotplug.lock().in_progress(cpu)
     }
 
+    /// The CPUs with a hotplug operation in progress (one lock for all of them).
+    pub fn hotplug_ops_in_progress(&self) -> Vec<CpuId> {
+        let hp = self.hotplug.lock();
+        self.possible_cpus()
+            .filter(|&c| hp.in_progress(c))
+            .collect()
+    }
+
     /// Begins the next step of the operation on `cpu`.
     pub fn hotplug_begin_step(&self, cpu: CpuId) -> Result<HotplugStep, HotplugError> {
         let mut hp = self.hotplug.lock();

@@ -122,6 +122,26 @@ impl Timers {
         self.state.lock().timers[t.id].running
     }
 
+    /// One pass over all timers: which of `cpus` have a timer due at `now`, and whether any timer
+    /// is pending on one of them.
+    pub(crate) fn scan(&self, cpus: &[CpuId], now: u64) -> (Vec<CpuId>, bool) {
+        let st = self.state.lock();
+        let mut due = Vec::new();
+        let mut any = false;
+        for t in &st.timers {
+            let Some(b) = t.base else { continue };
+            if !cpus.contains(&b) {
+                continue;
+            }
+            any = true;
+            if t.expires <= now && !due.contains(&b) {
+                due.push(b);
+            }
+        }
+        due.sort_unstable();
+        (due, any)
+    }
+
     /// The earliest expiry among pending timers on `cpus`.
     pub(crate) fn next_expiry(&self, cpus: &[CpuId]) -> Option<u64> {
         self.state
@@ -246,6 +266,12 @@ impl Kernel {
     /// `timer_pending()`.
     pub fn timer_pending(&self, timer: TimerList) -> bool {
         self.timers.pending(timer)
+    }
+
+    /// The online CPUs with a timer due now, and whether any timer is armed on an online CPU
+    /// (one pass, for a runtime computing what can happen next).
+    pub fn timer_scan(&self) -> (Vec<CpuId>, bool) {
+        self.timers.scan(&self.online_cpus(), self.jiffies())
     }
 
     /// Whether `cpu`'s timer base holds a timer due now.

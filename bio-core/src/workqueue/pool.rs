@@ -36,7 +36,8 @@ pub struct PoolInfo {
     pub busy: bool,
     /// Work items on the worklist.
     pub queued: usize,
-    /// Work items on the worklist whose workqueue has a rescuer (`WQ_MEM_RECLAIM`).
+    /// Work items on the worklist of a congested pool whose workqueue has a rescuer
+    /// (`WQ_MEM_RECLAIM`): what the rescuer may run. Zero while the pool is not congested.
     pub rescuable: usize,
 }
 

@@ -388,19 +388,17 @@ impl Inner {
         let k = &self.kernel;
         let mut out = Vec::new();
         let online = k.online_cpus();
-        for c in k.possible_cpus() {
-            if k.hotplug_in_progress(c) {
-                out.push(Event::Hotplug(c));
-            }
-        }
+        out.extend(k.hotplug_ops_in_progress().into_iter().map(Event::Hotplug));
+        let (timers_due, timer_armed) = k.timer_scan();
         for &c in &online {
-            if k.pending_irqs(c) > 0 {
+            let (hard, soft) = k.pending_interrupts(c);
+            if hard > 0 {
                 out.push(Event::Irq(c));
             }
-            if k.pending_softirqs(c) > 0 {
+            if soft > 0 {
                 out.push(Event::Softirq(c));
             }
-            if k.timers_due(c) {
+            if timers_due.contains(&c) {
                 out.push(Event::Timers(c));
             }
         }
@@ -424,7 +422,7 @@ impl Inner {
                 }
             }
         }
-        if k.next_timer_expiry().is_some() {
+        if timer_armed {
             out.push(Event::Tick);
         }
         out
