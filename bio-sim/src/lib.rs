@@ -2,6 +2,7 @@
 //!
 //! - [`cli`]: the command-line interface (`biosim --help`).
 //! - [`contexts`]: the `bio_in_atomic()` truth table a reviewer can print for any kernel config.
+//! - [`measure`]: measurements of the completion paths on the threaded runtime.
 //! - [`runtime`]: the deterministic and threaded runtimes.
 //! - [`trace`]: the `tracing` subscriber the binary installs (`RUST_LOG`-style filtering).
 
@@ -9,5 +10,6 @@
 
 pub mod cli;
 pub mod contexts;
+pub mod measure;
 pub mod runtime;
 pub mod trace;

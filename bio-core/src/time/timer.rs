@@ -263,6 +263,11 @@ impl Kernel {
         was
     }
 
+    /// `del_timer_sync()`: the name `timer_delete_sync()` had before 6.2.
+    pub fn del_timer_sync(&self, cx: &Cpu, timer: TimerList) -> bool {
+        self.timer_delete_sync(cx, timer)
+    }
+
     /// `timer_pending()`.
     pub fn timer_pending(&self, timer: TimerList) -> bool {
         self.timers.pending(timer)
