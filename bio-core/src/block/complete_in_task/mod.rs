@@ -259,6 +259,14 @@ impl BioCompleteBatcher {
                 }
                 call_end_io(bio, cx, "bio_complete_work_fn");
                 completed += 1;
+                if !self.variant.yield_keeps_batch && self.variant.need_resched_yield && cx.need_resched() {
+                    // The buggy twin of finding 7: yields mid-batch; what is left of the local
+                    // list goes out of scope with it.
+                    let abandoned = list.size();
+                    tracing::trace!(target: "block", tracepoint = "bio_complete_yield", cpu = cx.id().0, "bio_complete_work_fn: need_resched() mid-batch, {abandoned} bios left behind");
+                    drop(list);
+                    return;
+                }
             }
             if self.variant.need_resched_yield && cx.need_resched() {
                 let is_empty = match self.variant.list {

@@ -48,8 +48,12 @@ pub struct Variant {
     /// list is not empty (v4–v6, dropped after review: "lazy preempt ... should remove the need").
     pub need_resched_yield: bool,
     /// The `need_resched()` path requeues the work when bios remain (true in every posted
-    /// version; off in the buggy twin of finding 7).
+    /// version).
     pub yield_requeues: bool,
+    /// The `need_resched()` check runs only after the whole local batch is completed (true in every
+    /// posted version). Off, the buggy twin of finding 7 checks after each bio and abandons the
+    /// rest of the local batch when it yields.
+    pub yield_keeps_batch: bool,
     /// The online callback requeues the work when the list is not empty (the fix for finding 1,
     /// agreed in the v6 review).
     pub requeue_on_online: bool,
@@ -80,6 +84,7 @@ impl Variant {
         work: WorkKind::Delayed { delay: 1 },
         need_resched_yield: true,
         yield_requeues: true,
+        yield_keeps_batch: true,
         requeue_on_online: false,
         dynamic_helper: false,
         in_task_guard: false,
@@ -96,6 +101,7 @@ impl Variant {
         work: WorkKind::Delayed { delay: 1 },
         need_resched_yield: true,
         yield_requeues: true,
+        yield_keeps_batch: true,
         requeue_on_online: false,
         dynamic_helper: true,
         in_task_guard: false,
@@ -113,6 +119,7 @@ impl Variant {
         work: WorkKind::Delayed { delay: 1 },
         need_resched_yield: false,
         yield_requeues: true,
+        yield_keeps_batch: true,
         requeue_on_online: true,
         dynamic_helper: true,
         in_task_guard: true,
@@ -129,6 +136,7 @@ impl Variant {
         work: WorkKind::Plain,
         need_resched_yield: false,
         yield_requeues: true,
+        yield_keeps_batch: true,
         requeue_on_online: true,
         dynamic_helper: true,
         in_task_guard: true,
@@ -178,6 +186,7 @@ impl Variant {
             ),
             ("dead_drains", self.dead_drains.to_string()),
             ("yield_requeues", self.yield_requeues.to_string()),
+            ("yield_keeps_batch", self.yield_keeps_batch.to_string()),
             ("gate_reads", self.gate_reads.to_string()),
         ]
     }
@@ -194,6 +203,7 @@ impl Variant {
         match knob {
             "need_resched_yield" => self.need_resched_yield = b()?,
             "yield_requeues" => self.yield_requeues = b()?,
+            "yield_keeps_batch" => self.yield_keeps_batch = b()?,
             "requeue_on_online" => self.requeue_on_online = b()?,
             "dynamic_helper" => self.dynamic_helper = b()?,
             "in_task_guard" => self.in_task_guard = b()?,
@@ -215,7 +225,7 @@ impl Variant {
                     Err(_) => return Err(format!("knob delay: expected a number of jiffies, got `{value}`")),
                 }
             }
-            _ => return Err(format!("unknown knob `{knob}` (known: list, delay, need_resched_yield, yield_requeues, requeue_on_online, dynamic_helper, in_task_guard, init_disables_offline, dead_drains, gate_reads)")),
+            _ => return Err(format!("unknown knob `{knob}` (known: list, delay, need_resched_yield, yield_requeues, yield_keeps_batch, requeue_on_online, dynamic_helper, in_task_guard, init_disables_offline, dead_drains, gate_reads)")),
         }
         Ok(())
     }
