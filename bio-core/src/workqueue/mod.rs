@@ -18,6 +18,8 @@ mod work;
 pub use flags::{WqError, WqFlags, WQ_HIGHPRI, WQ_MEM_RECLAIM, WQ_PERCPU, WQ_UNBOUND};
 pub(crate) use pool::register_hotplug_states;
 pub use pool::{PoolId, PoolInfo, WorkExecution};
+
+
 pub use work::{DelayedWork, WorkFn, WorkId, WorkStruct, WORK_CPU_UNBOUND, WORK_OFFQ_DISABLE_MAX};
 
 use crate::kernel::CpuId;
@@ -96,6 +98,19 @@ pub(crate) struct WqState {
     pub(crate) works: Vec<work::WorkEntry>,
     /// `nr_cpus` per-CPU pools, then the unbound pool.
     pub(crate) pools: Vec<Pool>,
+    /// Where the rescuer runs a bound pool's work.
+    pub(crate) rescuer_affinity: RescuerAffinity,
+}
+
+/// Where a `WQ_MEM_RECLAIM` rescuer runs the work of an associated per-CPU pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RescuerAffinity {
+    /// The kernel: `worker_attach_to_pool()` binds the rescuer to the pool's CPU.
+    #[default]
+    PoolCpu,
+    /// What the automated review of v6 assumed ("this rescuer thread executes unbound"): any
+    /// online CPU. Not the kernel's behaviour; the machine knob of finding 5's buggy twin.
+    Unbound,
 }
 
 impl Workqueues {

@@ -36,6 +36,8 @@ pub struct PoolInfo {
     pub busy: bool,
     /// Work items on the worklist.
     pub queued: usize,
+    /// The rescuer runs this pool's work unbound ([`super::RescuerAffinity::Unbound`]).
+    pub rescuer_unbound: bool,
     /// Work items on the worklist of a congested pool whose workqueue has a rescuer
     /// (`WQ_MEM_RECLAIM`): what the rescuer may run. Zero while the pool is not congested.
     pub rescuable: usize,
@@ -47,6 +49,15 @@ impl PoolInfo {
         match self.id {
             PoolId::Cpu(c) if !self.disassociated => Some(c),
             _ => None,
+        }
+    }
+
+    /// The CPU the rescuer must run this pool's work on, or `None` if any online CPU may.
+    pub fn rescuer_cpu(&self) -> Option<CpuId> {
+        if self.rescuer_unbound {
+            None
+        } else {
+            self.bound_cpu()
         }
     }
 
@@ -108,6 +119,7 @@ impl Kernel {
                 congested: p.congested,
                 busy: p.busy,
                 queued: p.worklist.len(),
+                rescuer_unbound: st.rescuer_affinity == super::RescuerAffinity::Unbound,
                 rescuable: p
                     .worklist
                     .iter()
@@ -130,6 +142,12 @@ impl Kernel {
         let i = self.pool_index(id);
         self.workqueues.state.lock().pools[i].congested = congested;
         self.wake_pool(i);
+    }
+
+    /// Sets where rescuers run bound pools' work (the kernel's [`super::RescuerAffinity::PoolCpu`] by
+    /// default).
+    pub fn set_rescuer_affinity(&self, affinity: super::RescuerAffinity) {
+        self.workqueues.state.lock().rescuer_affinity = affinity;
     }
 
     /// Wakes whoever can run pool `index`: its CPU when associated, every online CPU otherwise.

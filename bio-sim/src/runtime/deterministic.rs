@@ -415,7 +415,8 @@ impl Inner {
                         Event::Worker { pool: p.id, on }
                     }
                 };
-                match p.bound_cpu() {
+                let bound = if rescuer { p.rescuer_cpu() } else { p.bound_cpu() };
+                match bound {
                     Some(c) if online.contains(&c) => out.push(mk(c)),
                     Some(_) => {}
                     None => out.extend(online.iter().map(|&m| mk(m))),
@@ -488,7 +489,8 @@ impl Inner {
                     return Err(Self::not_enabled(event, format!("{on} is offline")));
                 }
                 let info = k.pool(pool);
-                if let Some(b) = info.bound_cpu() {
+                let bound = if rescuer { info.rescuer_cpu() } else { info.bound_cpu() };
+                if let Some(b) = bound {
                     if b != on {
                         return Err(Self::not_enabled(
                             event,
