@@ -136,6 +136,7 @@ impl Workqueues {
                 wqs: Vec::new(),
                 works: Vec::new(),
                 pools,
+                rescuer_affinity: RescuerAffinity::PoolCpu,
             }),
         }
     }
