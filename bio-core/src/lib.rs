@@ -4,6 +4,7 @@
 //!
 //! - [`block`]: `struct bio`, `bio_list`, `blk_status_t`, `bio_endio()` and chaining
 //!   (`block/bio.c`, `include/linux/bio.h`, `include/linux/blk_types.h`).
+//! - [`fs`]: where filesystems set `BIO_COMPLETE_IN_TASK` (`fs/buffer.c`).
 //! - [`kernel`]: the kernel config, per-CPU execution contexts (`include/linux/preempt.h`,
 //!   `irqflags.h`, `rcupdate.h`), `might_sleep()` and lockdep's wait-context check.
 //! - [`workqueue`]: `kernel/workqueue.c`: workqueues, work and delayed work, worker pools, the
@@ -19,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod fs;
 pub mod irq;
 pub mod kernel;
 pub mod sync;

@@ -2,7 +2,11 @@
 //!
 //! - [`cli`]: the command-line interface (`biosim --help`).
 //! - [`contexts`]: the `bio_in_atomic()` truth table a reviewer can print for any kernel config.
+//! - [`findings`]: the review findings as checks and figures.
 //! - [`measure`]: measurements of the completion paths on the threaded runtime.
+//! - [`oracle`]: the invariants every run is checked against.
+//! - [`sim`], [`scenario`]: a machine with the batcher, the runtime and the oracle, and the
+//!   transitions scenarios apply to it.
 //! - [`runtime`]: the deterministic and threaded runtimes.
 //! - [`trace`]: the `tracing` subscriber the binary installs (`RUST_LOG`-style filtering).
 
@@ -10,6 +14,10 @@
 
 pub mod cli;
 pub mod contexts;
+pub mod findings;
 pub mod measure;
+pub mod oracle;
 pub mod runtime;
+pub mod scenario;
+pub mod sim;
 pub mod trace;

@@ -24,3 +24,9 @@ pub use std::sync::Arc as UntrackedArc;
 /// A once-set cell loom does not track, for values fixed before any simulated execution starts
 /// (a runtime's wake-up hook).
 pub use std::sync::OnceLock as UntrackedOnceLock;
+
+/// Atomics loom does not track, for heuristics and statistics that are not part of any protocol
+/// loom should explore (the simulated soft-lockup watchdog's counters).
+pub mod untracked {
+    pub use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+}

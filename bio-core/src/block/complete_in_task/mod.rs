@@ -24,6 +24,7 @@ use self::batch::{BatchWork, BioCompleteBatch};
 use super::bio::{bio_in_atomic, end_io};
 use super::{Bio, BioEndIo, BioFlag};
 use crate::kernel::{Cpu, CpuId, Kernel, ReportKind};
+use crate::sync::untracked::{self, Ordering::Relaxed};
 use crate::sync::UntrackedArc;
 use crate::workqueue::{Workqueue, WqError, WQ_MEM_RECLAIM, WQ_PERCPU};
 use std::fmt;
@@ -77,6 +78,7 @@ pub struct BioCompleteBatcher {
     wq: Workqueue,
     batches: Vec<BioCompleteBatch>,
     observer: Option<UntrackedArc<dyn BatcherObserver>>,
+    watchdog: Vec<Watchdog>,
     /// The dynamic hotplug states it got: (`block/bio:complete:online`, `block/bio:complete:dead`).
     states: (::hotplug::StateId, ::hotplug::StateId),
 }
@@ -139,11 +141,16 @@ pub fn bio_complete_init(
     }
     let wq = kernel.alloc_workqueue("bio_complete", WQ_MEM_RECLAIM | WQ_PERCPU, 0)?;
     let states = cpuhp::register(kernel)?;
+    let watchdog = kernel
+        .possible_cpus()
+        .map(|_| Watchdog::default())
+        .collect();
     let batcher = UntrackedArc::new(BioCompleteBatcher {
         variant,
         wq,
         batches,
         observer,
+        watchdog,
         states,
     });
     kernel
@@ -203,6 +210,7 @@ impl BioCompleteBatcher {
                 was_empty
             }
         };
+        self.watchdog[cx.id().index()].adds.fetch_add(1, Relaxed);
         if let Some(o) = &self.observer {
             o.deferred(id, cx);
         }
@@ -237,10 +245,15 @@ impl BioCompleteBatcher {
     /// batch when `need_resched()`, requeueing themselves if bios remain.
     fn work_fn(&self, batch_cpu: CpuId, cx: &Cpu) {
         let b = self.batch(batch_cpu);
+        let watch = &self.watchdog[batch_cpu.index()];
         if let Some(o) = &self.observer {
             o.work_fn(batch_cpu, cx);
         }
-        let mut completed = 0usize;
+        if watch.stuck.load(Relaxed) {
+            // The kernel's CPU never left the loop that tripped the watchdog.
+            return;
+        }
+        let mut no_progress_passes = 0usize;
         loop {
             let list = match self.variant.list {
                 ListKind::Llist => b.llist_del_all(),
@@ -250,16 +263,16 @@ impl BioCompleteBatcher {
                 break;
             }
             let mut list = list;
+            let mut progress = false;
             while let Some(bio) = list.pop() {
-                if completed >= SOFT_LOCKUP_BIOS {
-                    // The kernel's CPU would be stuck here: report it and stop, putting what is
-                    // left back on the batch so nothing is lost.
-                    self.soft_lockup(b, bio, list, cx);
-                    return;
-                }
+                let adds = watch.adds.load(Relaxed);
                 call_end_io(bio, cx, "bio_complete_work_fn");
-                completed += 1;
-                if !self.variant.yield_keeps_batch && self.variant.need_resched_yield && cx.need_resched() {
+                // A bio whose bi_end_io put it straight back on a batch made no progress.
+                progress |= watch.adds.load(Relaxed) == adds;
+                if !self.variant.yield_keeps_batch
+                    && self.variant.need_resched_yield
+                    && cx.need_resched()
+                {
                     // The buggy twin of finding 7: yields mid-batch; what is left of the local
                     // list goes out of scope with it.
                     let abandoned = list.size();
@@ -267,6 +280,19 @@ impl BioCompleteBatcher {
                     drop(list);
                     return;
                 }
+            }
+            no_progress_passes = if progress { 0 } else { no_progress_passes + 1 };
+            if no_progress_passes >= SOFT_LOCKUP_PASSES {
+                watch.stuck.store(true, Relaxed);
+                cx.report(
+                    ReportKind::Bug,
+                    format!(
+                        "watchdog: BUG: soft lockup - CPU#{} stuck in bio_complete_work_fn [{}]: {SOFT_LOCKUP_PASSES} passes completed no bio (every bi_end_io deferred its bio again)",
+                        cx.id().0,
+                        cx.current().comm
+                    ),
+                );
+                return;
             }
             if self.variant.need_resched_yield && cx.need_resched() {
                 let is_empty = match self.variant.list {
@@ -280,50 +306,21 @@ impl BioCompleteBatcher {
             }
         }
     }
-
-    /// `watchdog: BUG: soft lockup`: one run of the work function has completed
-    /// [`SOFT_LOCKUP_BIOS`] bios without the list ever becoming empty (a bio re-deferring itself
-    /// forever, with nothing to set `need_resched()`).
-    fn soft_lockup(
-        &self,
-        b: &BioCompleteBatch,
-        bio: Box<Bio>,
-        rest: crate::block::BioList,
-        cx: &Cpu,
-    ) {
-        cx.report(
-            ReportKind::Bug,
-            format!(
-                "watchdog: BUG: soft lockup - CPU#{} stuck in bio_complete_work_fn [{}]: {SOFT_LOCKUP_BIOS} bios completed and the batch is still not empty",
-                cx.id().0,
-                cx.current().comm
-            ),
-        );
-        let mut back = crate::block::BioList::new();
-        back.add(bio);
-        back.merge(rest);
-        match self.variant.list {
-            ListKind::Llist => {
-                for bio in back {
-                    b.llist_add(bio);
-                }
-            }
-            _ => {
-                let guard = b.lock(cx, &self.variant, false);
-                let mut all = back;
-                all.merge(guard.take());
-                for bio in all {
-                    guard.add(bio);
-                }
-            }
-        }
-    }
 }
 
-/// How many bios one run of the work function completes before the simulated soft-lockup watchdog
-/// fires. Only an endless re-deferral gets there: a real burst is bounded by what the devices
-/// completed.
-pub const SOFT_LOCKUP_BIOS: usize = 100_000;
+/// How many consecutive passes of one work-function run may complete nothing (every `bi_end_io`
+/// re-deferring its bio) before the simulated soft-lockup watchdog fires. A real burst always makes
+/// progress; only an endless re-deferral gets there.
+pub const SOFT_LOCKUP_PASSES: usize = 1_000;
+
+/// Per-CPU state of the simulated soft-lockup watchdog (not kernel state of the batcher).
+#[derive(Debug, Default)]
+struct Watchdog {
+    /// Bios put on this CPU's batch so far.
+    adds: untracked::AtomicUsize,
+    /// The watchdog fired: the CPU is considered stuck in the work function for good.
+    stuck: untracked::AtomicBool,
+}
 
 /// `bio->bi_end_io(bio)` as the worker and the dead drain call it: unconditionally. A deferred bio
 /// without `bi_end_io` is the kernel's NULL pointer dereference (finding 3), reported; the bio is

@@ -1,0 +1,4 @@
+//! The filesystem side of the task-completion series: where submitters set
+//! `BIO_COMPLETE_IN_TASK` (`fs/buffer.c`, patch 3/4).
+
+pub mod buffer;

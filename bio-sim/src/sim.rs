@@ -1,0 +1,302 @@
+//! A simulated machine ready for scenarios: a kernel with the task-completion batcher of one
+//! variant, the deterministic runtime, and the oracle watching both.
+//!
+//! Scenario code (the finding checks, the proptest state machine, `biosim` scenarios) drives it with
+//! [`Transition`](crate::scenario::Transition)s and asks the oracle after each one.
+
+use crate::oracle::{Invariant, Need, Oracle, Violation};
+use crate::runtime::deterministic::{DetConfig, DetRuntime};
+use bio_core::block::complete_in_task::{bio_complete_init, BatcherObserver, InitError, Variant};
+use bio_core::block::{bio_endio, ReqOp};
+use bio_core::kernel::{ConfigError, ContextKind, CpuId};
+use bio_core::workqueue::{PoolId, RescuerAffinity};
+use bio_core::{Kernel, KernelConfig};
+use hotplug::{HotplugError, StateId, CPUHP_OFFLINE, CPUHP_ONLINE};
+use std::fmt;
+use std::sync::Arc;
+
+/// How a simulated machine is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimConfig {
+    /// The kernel configuration.
+    pub kernel: KernelConfig,
+    /// Possible CPUs.
+    pub nr_cpus: u32,
+    /// CPUs online at boot.
+    pub online: u32,
+    /// The batcher version.
+    pub variant: Variant,
+    /// Where rescuers run (the kernel's way by default).
+    pub rescuer: RescuerAffinity,
+    /// The deterministic runtime's seed.
+    pub seed: u64,
+    /// Keep a trace (slower; for reading counterexamples).
+    pub trace: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            kernel: KernelConfig::default(),
+            nr_cpus: 2,
+            online: 2,
+            variant: Variant::DEFAULT,
+            rescuer: RescuerAffinity::PoolCpu,
+            seed: 0,
+            trace: true,
+        }
+    }
+}
+
+/// Why a machine could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// The kernel config or CPU counts were refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The batcher could not be initialised.
+    #[error(transparent)]
+    Init(#[from] InitError),
+}
+
+/// Where a completion runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CompletionContext {
+    /// A hard interrupt handler (NVMe, virtio-blk, buffer_head writeback).
+    Hardirq,
+    /// The block softirq (`blk_complete_reqs()`).
+    Softirq,
+    /// Task context with preemption disabled (under a spinlock).
+    AtomicTask,
+    /// Preemptible task context (a threaded IRQ handler without RCU, a kworker).
+    Task,
+}
+
+impl CompletionContext {
+    /// Every context.
+    pub const ALL: [CompletionContext; 4] =
+        [Self::Hardirq, Self::Softirq, Self::AtomicTask, Self::Task];
+
+    fn kind(self) -> ContextKind {
+        match self {
+            Self::Hardirq => ContextKind::Hardirq,
+            Self::Softirq => ContextKind::Softirq,
+            Self::AtomicTask => ContextKind::TaskPreemptDisabled,
+            Self::Task => ContextKind::Task,
+        }
+    }
+}
+
+impl fmt::Display for CompletionContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Hardirq => "hardirq",
+            Self::Softirq => "softirq",
+            Self::AtomicTask => "atomic task",
+            Self::Task => "preemptible task",
+        })
+    }
+}
+
+/// A machine under test.
+pub struct Sim {
+    /// The kernel.
+    pub kernel: Arc<Kernel>,
+    /// The deterministic runtime over it.
+    pub rt: DetRuntime,
+    /// The oracle.
+    pub oracle: Arc<Oracle>,
+    config: SimConfig,
+}
+
+impl fmt::Debug for Sim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sim").field("config", &self.config).finish()
+    }
+}
+
+impl Sim {
+    /// Boots the kernel, initialises the batcher with the oracle as its observer, and starts the
+    /// deterministic runtime.
+    pub fn new(config: SimConfig) -> Result<Self, SimError> {
+        let kernel = Kernel::boot(config.kernel, config.nr_cpus, config.online)?;
+        kernel.set_rescuer_affinity(config.rescuer);
+        let oracle = Arc::new(Oracle::new());
+        let observer: Arc<dyn BatcherObserver> = oracle.clone();
+        bio_complete_init(&kernel, config.variant, Some(observer))?;
+        let rt = DetRuntime::new(
+            Arc::clone(&kernel),
+            DetConfig {
+                seed: config.seed,
+                record_steps: config.trace,
+                capture_trace: config.trace,
+                ..DetConfig::default()
+            },
+        );
+        rt.note(format!(
+            "# biosim: variant {} ({}) on {} CPUs, {} online; {}",
+            config.variant.name,
+            config
+                .variant
+                .knobs()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            config.nr_cpus,
+            config.online,
+            config.kernel
+        ));
+        Ok(Self {
+            kernel,
+            rt,
+            oracle,
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Completes a new tracked bio on `cpu` from `ctx`: `bio_endio()` runs there. Returns the bio's
+    /// id, or `None` if `cpu` is not online (nothing runs on it).
+    pub fn complete(
+        &self,
+        cpu: CpuId,
+        ctx: CompletionContext,
+        need: Need,
+        op: ReqOp,
+    ) -> Option<u64> {
+        if !self.kernel.cpu_online(cpu) {
+            return None;
+        }
+        let bio = self.oracle.bio(&self.kernel, op, need);
+        let id = bio.id();
+        let what = format!(
+            "bio_endio(bio#{id} {}{}) from {ctx}",
+            op.name(),
+            match need {
+                Need::Any => "",
+                Need::Flag => ", BIO_COMPLETE_IN_TASK",
+                Need::Dynamic => ", bi_end_io calls bio_complete_in_task()",
+            }
+        );
+        self.rt
+            .on_cpu(cpu, &what, |cx| ctx.kind().run(cx, |cx| bio_endio(bio, cx)))?;
+        Some(id)
+    }
+
+    /// Runs one item of `cpu`'s pool: on `cpu` while the pool is bound, else on the lowest online
+    /// CPU. Returns whether something ran.
+    pub fn run_worker(&self, cpu: CpuId) -> bool {
+        let pool = self.kernel.pool(PoolId::Cpu(cpu));
+        let on = match pool.bound_cpu() {
+            Some(c) => c,
+            None => match self.kernel.online_cpus().first() {
+                Some(c) => *c,
+                None => return false,
+            },
+        };
+        let event = if pool.congested {
+            crate::runtime::Event::Rescuer {
+                pool: PoolId::Cpu(cpu),
+                on: pool.rescuer_cpu().unwrap_or(on),
+            }
+        } else {
+            crate::runtime::Event::Worker {
+                pool: PoolId::Cpu(cpu),
+                on,
+            }
+        };
+        self.rt.step(event).is_ok()
+    }
+
+    /// Advances `jiffies` by one and runs every online CPU's due timers.
+    pub fn tick(&self) {
+        let _ = self.rt.step(crate::runtime::Event::Tick);
+        for c in self.kernel.online_cpus() {
+            let _ = self.rt.step(crate::runtime::Event::Timers(c));
+        }
+    }
+
+    /// Starts taking `cpu` down (or up) fully, with `hotplug/fail` set to `fail_at` first if given
+    /// (a value the kernel's sysfs rejects is ignored, and said so in the trace).
+    pub fn hotplug_start(
+        &self,
+        cpu: CpuId,
+        up: bool,
+        fail_at: Option<StateId>,
+    ) -> Result<(), HotplugError> {
+        if let Some(s) = fail_at {
+            let r = self.kernel.hotplug().set_fail(cpu, s.0);
+            match r {
+                Ok(()) => self.rt.note(format!(
+                    "       echo {} > /sys/devices/system/cpu/cpu{}/hotplug/fail",
+                    s.0, cpu.0
+                )),
+                Err(e) => self
+                    .rt
+                    .note(format!("       (hotplug/fail={} refused: {e})", s.0)),
+            }
+        }
+        let r = if up {
+            self.kernel.cpu_up_start(cpu, CPUHP_ONLINE)
+        } else {
+            self.kernel.cpu_down_start(cpu, CPUHP_OFFLINE)
+        };
+        match &r {
+            Ok(()) => self.rt.note(format!(
+                "       {}({}, {})",
+                if up { "cpu_up" } else { "cpu_down" },
+                cpu,
+                if up { "CPUHP_ONLINE" } else { "CPUHP_OFFLINE" }
+            )),
+            Err(e) => {
+                self.rt.note(format!(
+                    "       {}({cpu}) refused: {e}",
+                    if up { "cpu_up" } else { "cpu_down" }
+                ));
+                // A refused operation leaves no armed fail behind.
+                let _ = self.kernel.hotplug().set_fail(cpu, -1);
+            }
+        }
+        r
+    }
+
+    /// Runs the next step of the hotplug operation in progress, if any.
+    pub fn hotplug_step(&self) -> bool {
+        match self.kernel.hotplug_ops_in_progress().first() {
+            Some(&c) => self.rt.step(crate::runtime::Event::Hotplug(c)).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Violations so far (no stranded check: the machine may not be quiescent).
+    pub fn check(&self) -> Vec<Violation> {
+        self.oracle.check(&self.kernel)
+    }
+
+    /// Lets the seeded scheduler run everything left (hotplug steps, ticks, timers, workers) for at
+    /// most `max_steps`, then checks every invariant including stranded bios. Not reaching
+    /// quiescence is itself a violation.
+    pub fn settle(&self, max_steps: u64) -> Vec<Violation> {
+        let summary = self.rt.run(max_steps);
+        if !summary.quiescent {
+            self.oracle.push(Violation {
+                invariant: Invariant::NoQuiescence,
+                message: format!(
+                    "still busy after {max_steps} steps: {:?}",
+                    self.rt.enabled()
+                ),
+            });
+        }
+        self.oracle.check_quiescent(&self.kernel)
+    }
+
+    /// The trace so far.
+    pub fn trace(&self) -> String {
+        self.rt.trace_text()
+    }
+}

@@ -1,0 +1,47 @@
+//! The finding gallery's expectations: every check is caught on the variants that have the bug,
+//! clean on those that fixed it, and every twin is caught.
+
+use bio_core::block::complete_in_task::Variant;
+use bio_core::workqueue::RescuerAffinity;
+use bio_sim::findings::{matrix, render, run_check, FINDINGS};
+
+#[test]
+fn every_cell_of_the_matrix_matches_its_expectation() {
+    let rows = matrix(&|| "(not measured in this test)".to_owned()).unwrap();
+    let text = render(&rows);
+    println!("{text}");
+    let mut bad = Vec::new();
+    for r in &rows {
+        for (col, got, want) in r.mismatches() {
+            bad.push(format!(
+                "finding {} {col}: got {got}, expected {want:?}",
+                r.finding.id
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}\n{text}", bad.join("\n"));
+    assert_eq!(rows.len(), FINDINGS.len());
+}
+
+#[test]
+fn finding_1_on_v6_strands_the_bio_and_the_trace_shows_the_rollback() {
+    let run = run_check(1, Variant::V6, RescuerAffinity::PoolCpu, true)
+        .unwrap()
+        .unwrap();
+    let text = run.trace;
+    assert!(
+        text.contains("block/bio:complete:online teardown"),
+        "{text}"
+    );
+    assert!(text.contains("(injected)"), "{text}");
+    assert!(
+        text.contains("block/bio:complete:online startup"),
+        "rollback re-ran online:\n{text}"
+    );
+    match run.verdict {
+        bio_sim::findings::Verdict::Caught(v) => {
+            assert!(v[0].message.contains("never completed"), "{v:?}")
+        }
+        other => panic!("expected caught, got {other}\n{text}"),
+    }
+}
