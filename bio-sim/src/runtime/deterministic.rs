@@ -415,7 +415,11 @@ impl Inner {
                         Event::Worker { pool: p.id, on }
                     }
                 };
-                let bound = if rescuer { p.rescuer_cpu() } else { p.bound_cpu() };
+                let bound = if rescuer {
+                    p.rescuer_cpu()
+                } else {
+                    p.bound_cpu()
+                };
                 match bound {
                     Some(c) if online.contains(&c) => out.push(mk(c)),
                     Some(_) => {}
@@ -489,7 +493,11 @@ impl Inner {
                     return Err(Self::not_enabled(event, format!("{on} is offline")));
                 }
                 let info = k.pool(pool);
-                let bound = if rescuer { info.rescuer_cpu() } else { info.bound_cpu() };
+                let bound = if rescuer {
+                    info.rescuer_cpu()
+                } else {
+                    info.bound_cpu()
+                };
                 if let Some(b) = bound {
                     if b != on {
                         return Err(Self::not_enabled(
