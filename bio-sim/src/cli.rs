@@ -22,9 +22,31 @@ pub enum Command {
     /// Print what preempt.h's predicates and bio_in_atomic() answer in every execution context
     /// (task, preempt-disabled, IRQs off, BH off, RCU, softirq, hardirq, NMI) under a kernel config.
     Contexts(ContextsArgs),
+    /// List the posted versions of the task-completion batcher and their knobs.
+    Variants,
+    /// Run the finding gallery: every review finding as a check on every variant (caught/clean),
+    /// its buggy twin, and the measured figures of findings 6 and 8.
+    Findings(FindingsArgs),
     /// Print the CPU-hotplug state table as /sys/devices/system/cpu/hotplug/states does, with the
     /// states biosim's subsystems register (workqueue, timers, ...).
     States(StatesArgs),
+}
+
+/// `biosim findings`.
+#[derive(Debug, Args)]
+pub struct FindingsArgs {
+    /// Exit non-zero when any cell differs from its expected value.
+    #[arg(long)]
+    pub check: bool,
+    /// Run one finding only, and print its kernel-style trace and violations.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub finding: Option<u32>,
+    /// With --finding: the variant to run it on (v5, v6, v6-review, v7, or twin).
+    #[arg(long, default_value = "v6", requires = "finding")]
+    pub variant: String,
+    /// Skip the threaded-runtime measurement of finding 8 (seconds of real time).
+    #[arg(long)]
+    pub no_figures: bool,
 }
 
 /// `biosim states`.

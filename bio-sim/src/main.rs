@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    bio_sim::trace::init("warn");
+    // The gallery provokes kernel splats on purpose and reports them itself.
+    let quiet = matches!(cli.command, Command::Findings(_));
+    bio_sim::trace::init(if quiet { "error" } else { "warn" });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -32,10 +34,124 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 print!("{}", bio_sim::contexts::render(config)?);
             }
         }
+        Command::Variants => print!("{}", variants()),
+        Command::Findings(args) => return findings(args),
         Command::States(args) => {
             let kernel = bio_core::Kernel::new(KernelConfig::default(), args.cpus)?;
             print!("{}", kernel.hotplug().states_listing());
         }
+    }
+    Ok(())
+}
+
+fn variants() -> String {
+    use bio_core::block::complete_in_task::Variant;
+    let mut out = String::new();
+    for v in Variant::ALL {
+        out.push_str(&format!(
+            "{}{}\n",
+            v.name,
+            if v == Variant::DEFAULT {
+                " (default)"
+            } else {
+                ""
+            }
+        ));
+        for (k, val) in v.knobs() {
+            out.push_str(&format!("    {k:<22} {val}\n"));
+        }
+    }
+    out
+}
+
+fn figure8() -> String {
+    use bio_core::block::complete_in_task::Variant;
+    use bio_sim::measure::{completion_latency, LatencyConfig};
+    let mut parts = Vec::new();
+    for v in [Variant::V6, Variant::V7] {
+        match completion_latency(v, LatencyConfig::default()) {
+            Ok(r) => parts.push(format!(
+                "{}: light median {:.2} ms p99 {:.2} ms, {:.2} wake-ups/bio; bursty median {:.2} ms, {:.2} wake-ups/bio",
+                v.name,
+                r.light.median.as_secs_f64() * 1e3,
+                r.light.p99.as_secs_f64() * 1e3,
+                r.light.worker_wakeups_per_bio(),
+                r.bursty.median.as_secs_f64() * 1e3,
+                r.bursty.worker_wakeups_per_bio()
+            )),
+            Err(e) => parts.push(format!("{}: not measured ({e})", v.name)),
+        }
+    }
+    format!("HZ=250, threaded runtime: {}", parts.join(" | "))
+}
+
+fn findings(args: bio_sim::cli::FindingsArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use bio_core::block::complete_in_task::Variant;
+    use bio_core::workqueue::RescuerAffinity;
+    use bio_sim::findings::{self, Verdict};
+    if let Some(id) = args.finding {
+        let f = findings::finding(id).ok_or_else(|| format!("no finding {id}"))?;
+        let (variant, rescuer) = if args.variant == "twin" {
+            match f.kind {
+                findings::FindingKind::Check { twin: Some(t), .. } => findings::twin_machine(&t),
+                _ => return Err(format!("finding {id} has no buggy twin").into()),
+            }
+        } else {
+            let v = Variant::by_name(&args.variant).ok_or_else(|| {
+                format!(
+                    "unknown variant `{}` (expected v5, v6, v6-review, v7 or twin)",
+                    args.variant
+                )
+            })?;
+            (v, RescuerAffinity::PoolCpu)
+        };
+        let Some(run) = findings::run_check(id, variant, rescuer, true) else {
+            println!(
+                "finding {id} ({}) is a measurement: run `biosim findings` for its figures",
+                f.title
+            );
+            return Ok(());
+        };
+        let run = run?;
+        print!("{}", run.trace);
+        println!(
+            "== finding {id}: {} on {}: {}",
+            f.title, variant.name, run.verdict
+        );
+        if let Verdict::Caught(v) = &run.verdict {
+            for x in v {
+                println!("   {x}");
+            }
+        }
+        println!("   (chapter: {})", f.chapter);
+        return Ok(());
+    }
+    let fig8: Box<dyn Fn() -> String> = if args.no_figures {
+        Box::new(|| "(skipped: --no-figures)".to_owned())
+    } else {
+        Box::new(figure8)
+    };
+    let rows = findings::matrix(&*fig8)?;
+    print!("{}", findings::render(&rows));
+    if args.check {
+        let mut bad = Vec::new();
+        for r in &rows {
+            for (col, got, want) in r.mismatches() {
+                bad.push(format!(
+                    "finding {} on {col}: {got}, expected {want:?}",
+                    r.finding.id
+                ));
+            }
+        }
+        if !bad.is_empty() {
+            eprintln!(
+                "biosim findings --check: {} cells differ:\n  {}",
+                bad.len(),
+                bad.join("\n  ")
+            );
+            std::process::exit(1);
+        }
+        println!("all cells as expected");
     }
     Ok(())
 }

@@ -235,6 +235,25 @@ impl BioCompleteBatcher {
             }
             (BatchWork::Plain(w), _) => k.queue_work_on(Some(b.cpu), &self.wq, w, cx),
         };
+        tracing::trace!(
+            target: "block",
+            tracepoint = "bio_complete_schedule",
+            cpu = cx.id().0,
+            "bio_complete_schedule: {} for CPU{}'s batch -> {}",
+            match (self.variant.work, now) {
+                (WorkKind::Plain, _) => "queue_work_on".to_owned(),
+                (WorkKind::Delayed { .. }, true) => "mod_delayed_work_on(delay 0)".to_owned(),
+                (WorkKind::Delayed { delay }, false) => format!("mod_delayed_work_on(delay {delay})"),
+            },
+            b.cpu.0,
+            if queued {
+                "work pending"
+            } else if k.work_disable_count(self.work_of(b.cpu)) > 0 {
+                "not queued: the work is disabled"
+            } else {
+                "not queued: already pending"
+            }
+        );
         if let Some(o) = &self.observer {
             o.scheduled(b.cpu, queued);
         }
