@@ -1,0 +1,83 @@
+//! The oracle on the threaded runtime: real threads, real interleavings, the same invariants. A
+//! workload of flagged and dynamic completions from hardirq on every CPU with a CPU going offline
+//! and back in the middle passes on v7; the oracle catches the init-protocol twin there too.
+
+use bio_core::block::complete_in_task::{bio_complete_init, BatcherObserver, Variant};
+use bio_core::block::{bio_endio, ReqOp};
+use bio_core::kernel::CpuId;
+use bio_core::{Kernel, KernelConfig};
+use bio_sim::oracle::{Invariant, Need, Oracle};
+use bio_sim::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
+use hotplug::{CPUHP_OFFLINE, CPUHP_ONLINE};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn machine(variant: Variant, nr: u32, online: u32) -> (Arc<Kernel>, Arc<Oracle>, ThreadedRuntime) {
+    let kernel = Kernel::boot(
+        KernelConfig {
+            hz: 1000,
+            ..KernelConfig::default()
+        },
+        nr,
+        online,
+    )
+    .unwrap();
+    let oracle = Arc::new(Oracle::new());
+    let observer: Arc<dyn BatcherObserver> = oracle.clone();
+    bio_complete_init(&kernel, variant, Some(observer)).unwrap();
+    let rt = ThreadedRuntime::start(Arc::clone(&kernel), ThreadedConfig::default()).unwrap();
+    (kernel, oracle, rt)
+}
+
+fn complete_from_irqs(kernel: &Arc<Kernel>, oracle: &Arc<Oracle>, cpu: CpuId, n: u32) {
+    for i in 0..n {
+        let need = if i % 3 == 0 {
+            Need::Dynamic
+        } else {
+            Need::Flag
+        };
+        let bio = oracle.bio(kernel, ReqOp::Write, need);
+        kernel
+            .raise_irq(cpu, "oracle_test", Box::new(move |cx| bio_endio(bio, cx)))
+            .expect("the CPU exists");
+    }
+}
+
+#[test]
+fn v7_holds_every_invariant_under_real_concurrency_and_hotplug() {
+    let (kernel, oracle, rt) = machine(Variant::V7, 4, 4);
+    for c in 0..4 {
+        complete_from_irqs(&kernel, &oracle, CpuId(c), 200);
+    }
+    rt.cpu_down(CpuId(2), CPUHP_OFFLINE).unwrap();
+    for c in [0, 1, 3] {
+        complete_from_irqs(&kernel, &oracle, CpuId(c), 200);
+    }
+    rt.cpu_up(CpuId(2), CPUHP_ONLINE).unwrap();
+    complete_from_irqs(&kernel, &oracle, CpuId(2), 200);
+    assert!(rt.quiesce(Duration::from_secs(20)), "the machine quiesces");
+    let violations = oracle.check_quiescent(&kernel);
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert_eq!(oracle.counts(), (1600, 1600), "every bio completed once");
+    let report = rt.shutdown();
+    assert!(report.is_clean(), "{report}");
+}
+
+#[test]
+fn the_oracle_catches_the_init_protocol_twin_on_threads_too() {
+    let mut twin = Variant::V7;
+    twin.init_disables_offline = false;
+    let (kernel, oracle, rt) = machine(twin, 2, 1);
+    rt.cpu_up(CpuId(1), CPUHP_ONLINE).unwrap();
+    complete_from_irqs(&kernel, &oracle, CpuId(1), 10);
+    assert!(rt.quiesce(Duration::from_secs(20)));
+    let violations = oracle.check_quiescent(&kernel);
+    assert!(
+        violations
+            .iter()
+            .any(|v| matches!(v.invariant, Invariant::KernelReport(_))
+                && v.message.contains("underflowed")),
+        "{violations:#?}"
+    );
+    drop(rt.shutdown());
+}
