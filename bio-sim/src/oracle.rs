@@ -285,13 +285,13 @@ impl BatcherObserver for Oracle {
 
     fn hotplug(&self, callback: BatchCallback, target: CpuId, cx: &Cpu) {
         let wrong = match callback {
-            BatchCallback::Online | BatchCallback::DownPrep => {
-                (cx.id() != target || !cx.may_sleep()).then(|| "on the CPU itself, in task context")
-            }
-            BatchCallback::Dead => {
-                (cx.id() == target || cx.kernel().cpu_online(target) || !cx.may_sleep())
-                    .then(|| "on another CPU, after the CPU left the online mask, in task context")
-            }
+            BatchCallback::Online | BatchCallback::DownPrep => (cx.id() != target
+                || !cx.may_sleep())
+            .then_some("on the CPU itself, in task context"),
+            BatchCallback::Dead => (cx.id() == target
+                || cx.kernel().cpu_online(target)
+                || !cx.may_sleep())
+            .then_some("on another CPU, after the CPU left the online mask, in task context"),
         };
         if let Some(expected) = wrong {
             self.state.lock().violations.push(Violation {
