@@ -641,5 +641,6 @@ pub fn render(rows: &[Row]) -> String {
             }
         }
     }
+    out.push_str("v5's hotplug protocol and need_resched() yield are inferred (see `biosim variants`); v7 is derived from a description of the landed code.\n");
     out
 }

@@ -57,8 +57,16 @@ fn variants() -> String {
                 ""
             }
         ));
+        let provenance = v.provenance();
         for (k, val) in v.knobs() {
-            out.push_str(&format!("    {k:<22} {val}\n"));
+            let mark = match provenance {
+                Some((knobs, _)) if knobs.contains(&k) => " *",
+                _ => "",
+            };
+            out.push_str(&format!("    {k:<22} {val}{mark}\n"));
+        }
+        if let Some((_, why)) = provenance {
+            out.push_str(&format!("    * {why}\n"));
         }
     }
     out
@@ -82,7 +90,11 @@ fn figure8() -> String {
             Err(e) => parts.push(format!("{}: not measured ({e})", v.name)),
         }
     }
-    format!("HZ=250, threaded runtime: {}", parts.join(" | "))
+    format!(
+        "threaded runtime, HZ={}: {}",
+        LatencyConfig::default().kernel.hz,
+        parts.join(" | ")
+    )
 }
 
 fn findings(args: bio_sim::cli::FindingsArgs) -> Result<(), Box<dyn std::error::Error>> {

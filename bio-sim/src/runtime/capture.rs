@@ -4,6 +4,7 @@
 
 use parking_lot::Mutex;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Metadata, Subscriber};
@@ -13,8 +14,14 @@ use tracing_subscriber::prelude::*;
 /// A line buffer the capture layer appends to.
 pub type Lines = Arc<Mutex<Vec<String>>>;
 
+/// The CPU whose context is executing, as the runtime sets it (`-1`: none, e.g. a tick). The
+/// capture layer prints it as ftrace's CPU column; an event whose own `cpu` field names another CPU
+/// (the target of a hotplug callback run on the control CPU) keeps it as `cpu=N`.
+pub type ExecCpu = Arc<AtomicI64>;
+
 struct CaptureLayer {
     lines: Lines,
+    exec_cpu: ExecCpu,
 }
 
 /// Collects the message, the `cpu` field, and the other fields as ` key=value`. Events that
@@ -72,20 +79,30 @@ impl<S: Subscriber> Layer<S> for CaptureLayer {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let mut v = MessageVisitor::default();
         event.record(&mut v);
-        let cpu = v
-            .cpu
-            .map_or_else(|| "   ".to_owned(), |c| format!("{c:03}"));
-        let extra = if v.tracepoint { "" } else { v.fields.as_str() };
+        let exec = self.exec_cpu.load(Ordering::Relaxed);
+        let column = if exec >= 0 { Some(exec as u64) } else { v.cpu };
+        let cpu = column.map_or_else(|| "   ".to_owned(), |c| format!("{c:03}"));
+        let mut extra = if v.tracepoint {
+            String::new()
+        } else {
+            v.fields.clone()
+        };
+        if let (Some(own), Some(col)) = (v.cpu, column) {
+            if own != col {
+                extra.push_str(&format!(" cpu={own}"));
+            }
+        }
         self.lines
             .lock()
             .push(format!("[{cpu}] {}{extra}", v.message));
     }
 }
 
-/// A dispatcher that appends every event at or above `level` to `lines`.
-pub fn dispatch(lines: Lines, level: Level) -> tracing::Dispatch {
+/// A dispatcher that appends every event at or above `level` to `lines`, with `exec_cpu` as the
+/// CPU column.
+pub fn dispatch(lines: Lines, exec_cpu: ExecCpu, level: Level) -> tracing::Dispatch {
     let filter = tracing_subscriber::filter::LevelFilter::from_level(level);
     let subscriber =
-        tracing_subscriber::registry().with(CaptureLayer { lines }.with_filter(filter));
+        tracing_subscriber::registry().with(CaptureLayer { lines, exec_cpu }.with_filter(filter));
     tracing::Dispatch::new(subscriber)
 }

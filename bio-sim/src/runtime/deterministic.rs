@@ -176,6 +176,7 @@ struct Inner {
     config: DetConfig,
     trace: RefCell<Vec<String>>,
     capture: Option<(Lines, tracing::Dispatch)>,
+    exec_cpu: capture::ExecCpu,
     steps: Cell<u64>,
     wait_depth: Cell<u32>,
 }
@@ -251,9 +252,14 @@ impl DetRuntime {
     // `Cpu` takes an Arc only because the threaded runtime shares its hooks across threads.
     #[allow(clippy::arc_with_non_send_sync)]
     pub fn new(kernel: Arc<Kernel>, config: DetConfig) -> Self {
+        let exec_cpu: capture::ExecCpu = Arc::new(std::sync::atomic::AtomicI64::new(-1));
         let capture = (config.record_steps && config.capture_trace).then(|| {
             let lines: Lines = Arc::default();
-            let d = capture::dispatch(Arc::clone(&lines), tracing::Level::TRACE);
+            let d = capture::dispatch(
+                Arc::clone(&lines),
+                Arc::clone(&exec_cpu),
+                tracing::Level::TRACE,
+            );
             (lines, d)
         });
         let inner = Rc::new_cyclic(|weak: &Weak<Inner>| {
@@ -273,6 +279,7 @@ impl DetRuntime {
                 config,
                 trace: RefCell::new(Vec::new()),
                 capture,
+                exec_cpu,
                 steps: Cell::new(0),
                 wait_depth: Cell::new(0),
             }
@@ -293,10 +300,13 @@ impl DetRuntime {
     /// Runs `f` on `cpu`'s task context with the kernel's tracepoints captured into the trace.
     pub fn on_cpu<R>(&self, cpu: CpuId, what: &str, f: impl FnOnce(&Cpu) -> R) -> Option<R> {
         let cx = self.inner.cpus.get(cpu.index())?;
-        self.inner
-            .trace
-            .borrow_mut()
-            .push(format!("       {cpu}: {what}"));
+        if self.inner.config.record_steps {
+            self.inner
+                .trace
+                .borrow_mut()
+                .push(format!("       {cpu}: {what}"));
+        }
+        let _on = self.inner.executing_on(Some(cpu));
         Some(self.inner.captured(|| f(cx)))
     }
 
@@ -368,7 +378,30 @@ impl DetRuntime {
     }
 }
 
+/// Restores the previous executing CPU when dropped.
+struct ExecGuard<'a> {
+    cell: &'a capture::ExecCpu,
+    prev: i64,
+}
+
+impl Drop for ExecGuard<'_> {
+    fn drop(&mut self) {
+        self.cell
+            .store(self.prev, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Inner {
+    /// Marks `cpu` as the CPU executing until the guard drops (the trace's CPU column).
+    fn executing_on(&self, cpu: Option<CpuId>) -> ExecGuard<'_> {
+        let v = cpu.map_or(-1, |c| i64::from(c.0));
+        let prev = self.exec_cpu.swap(v, std::sync::atomic::Ordering::Relaxed);
+        ExecGuard {
+            cell: &self.exec_cpu,
+            prev,
+        }
+    }
+
     fn captured<R>(&self, f: impl FnOnce() -> R) -> R {
         match &self.capture {
             None => f(),
@@ -454,6 +487,11 @@ impl Inner {
         if record {
             self.trace.borrow_mut().push(String::new());
         }
+        let _on = self.executing_on(match event {
+            Event::Irq(c) | Event::Softirq(c) | Event::Timers(c) => Some(c),
+            Event::Worker { on, .. } | Event::Rescuer { on, .. } => Some(on),
+            Event::Tick | Event::Hotplug(_) => None,
+        });
         let outcome: Result<Outcome, StepError> = self.captured(|| match event {
             Event::Irq(c) => {
                 let cpu = cx(c)?;
@@ -520,10 +558,17 @@ impl Inner {
             }
             Event::Tick => Ok(Outcome::Tick(k.advance_jiffies(1))),
             Event::Hotplug(c) => {
+                // cpuhp_enter is traced when the step begins: mark the CPU that will run it first.
+                let peek = k.hotplug().next_invocation(c).map(|inv| match inv.runs_on {
+                    hotplug::RunsOn::Target { .. } => inv.cpu,
+                    hotplug::RunsOn::Control { cpu } => cpu,
+                });
+                let _pre = self.executing_on(peek);
                 let hstep = k
                     .hotplug_begin_step(c)
                     .map_err(|source| StepError::Hotplug { cpu: c, source })?;
                 let on = hstep.run_on();
+                let _on = self.executing_on(Some(on));
                 let invocation = hstep.invocation().to_string();
                 let injected = hstep.injected_fail();
                 let result = k.hotplug_run_step(&hstep, cx(on)?);

@@ -158,6 +158,23 @@ impl Variant {
             .find(|v| v.name.eq_ignore_ascii_case(name))
     }
 
+    /// The knobs whose value is not read from the posted code but inferred (v5, whose hotplug and
+    /// work-function code is not in the seeds) or derived from a secondary description (v7, as
+    /// kernel-semantics.md §7 reports the landed commits), with why.
+    pub fn provenance(&self) -> Option<(&'static [&'static str], &'static str)> {
+        match self.name {
+            "v5" => Some((
+                &["need_resched_yield", "requeue_on_online", "init_disables_offline", "dead_drains", "gate_reads"],
+                "inferred: v5's hotplug and work-function code is not in the seeds (v6's changelog says v6 adopted the mm/vmstat.c protocol)",
+            )),
+            "v7" => Some((
+                &["list", "work", "requeue_on_online", "in_task_guard", "gate_reads"],
+                "derived: the landed code was not available, only a description of it (kernel-semantics.md §7)",
+            )),
+            _ => None,
+        }
+    }
+
     /// The knobs as `name=value` pairs, for `biosim variants` and trace headers.
     pub fn knobs(&self) -> Vec<(&'static str, String)> {
         vec![
