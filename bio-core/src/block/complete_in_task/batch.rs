@@ -63,6 +63,9 @@ enum Held {
     LocalLockIrqSave(IrqFlags, HeldLock),
     LocalLockIrq(HeldLock),
     RtLock(HeldLock),
+    /// The `bug-worker-list-no-irq-off` twin: the worker holds nothing.
+    #[cfg(feature = "bug-worker-list-no-irq-off")]
+    Nothing,
 }
 
 const LOCK_NAME: &str = "bio_complete_batch.lock";
@@ -88,6 +91,9 @@ impl BioCompleteBatch {
         producer: bool,
     ) -> ListGuard<'a> {
         let how = match variant.list {
+            // Twin: the worker takes the list with IRQs on, racing this CPU's IRQ producers.
+            #[cfg(feature = "bug-worker-list-no-irq-off")]
+            ListKind::BioListIrqSave if !producer => Held::Nothing,
             ListKind::BioListIrqSave | ListKind::Llist => {
                 if producer {
                     Held::IrqSave(cx.local_irq_save())
@@ -240,6 +246,8 @@ impl Drop for ListGuard<'_> {
                 self.batch.rt_lock.store(false, Ordering::Release);
                 cx.lock_release(held);
             }
+            #[cfg(feature = "bug-worker-list-no-irq-off")]
+            Held::Nothing => {}
         }
     }
 }

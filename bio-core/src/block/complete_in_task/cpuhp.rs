@@ -62,6 +62,14 @@ fn down_prep(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
     if let Some(o) = &b.observer {
         o.hotplug(BatchCallback::DownPrep, inv.cpu, cx);
     }
+    if cfg!(feature = "bug-down-prep-no-sync") {
+        // Twin: no wait for a running worker, which then outlives down_prep.
+        match b.batch(inv.cpu).work {
+            BatchWork::Plain(w) => cx.kernel().disable_work(w, cx),
+            BatchWork::Delayed(d) => cx.kernel().disable_delayed_work(d, cx),
+        };
+        return Ok(());
+    }
     disable_sync(cx.kernel(), b.batch(inv.cpu), cx);
     Ok(())
 }

@@ -1,0 +1,499 @@
+//! loom models of the task-context completion batcher: the real bio-core code (`bio_endio` →
+//! `__bio_complete_in_task` → per-CPU batch → `bio_complete_work_fn`, and the three hotplug
+//! callbacks driven through the kernel's hotplug glue), never a re-implementation.
+//!
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p biosim-tests --test loom_batcher --profile loom
+//! -- --nocapture` (CI: `LOOM_MAX_PREEMPTIONS=2`). Every model prints its iteration count.
+//!
+//! Each execution flow of a CPU (its interrupts, its kworker, its `cpuhp/N` thread) is one loom
+//! thread with its own `Cpu` context; the per-CPU IRQ lock makes flows of one CPU exclude each
+//! other while one has IRQs off, so the batch list's `UnsafeCell` is checked by loom's causality
+//! checker exactly where the kernel relies on IRQ-off or on the hotplug protocol. Main plays the
+//! hotplug control side and, after the joins, eventual execution (timers fire, workers run).
+//!
+//! Two rules keep loom's exploration finite. A CPU's hardirqs run in one flow, in sequence (they
+//! never nest or overlap on a real CPU). And at most two flows of a CPU ever spin for its IRQ
+//! lock: after a `yield_now()` loom may pick any runnable thread without spending a preemption,
+//! so two spinners can starve the lock holder indefinitely (two hardirq flows plus the worker on
+//! one CPU ran into "Model exceeded maximum number of branches" at bound 2). A flow that must
+//! sleep (`disable_work_sync()`) blocks on a loom condvar instead of spinning.
+//!
+//! Buggy twins (Cargo features of this crate; each must be caught at the CI bound, 2; minimum
+//! catching bound measured with loom 0.7.3):
+//! - `bug-worker-list-no-irq-off` (bio-core): the worker takes the list with IRQs on →
+//!   "Causality violation" in model a, v7 and v6-review (bound 0: no preemption needed, nothing
+//!   orders a later hardirq's `bio_list_add()` before the worker's take).
+//! - `bug-down-prep-no-sync` (bio-core): `down_prep` uses `disable_work()`, so a running worker
+//!   outlives it, is unbound with its pool and races the dead drain → "Causality violation" in
+//!   model b (bound 2; missed at 0 and 1).
+//! - `bug-drain-before-death` (model): the dead drain runs before the dying CPU's last flows are
+//!   known to have finished → "Causality violation" in model c (bound 0).
+//! - `bug-online-no-requeue` (model: finding 1's knob off, as in v5/v6): a hotplug rollback
+//!   re-enables the work without requeueing it for a bio deferred while it was disabled → a
+//!   lost wakeup, the "stranded" assertion in model d (bound 1; missed at 0).
+#![cfg(loom)]
+
+use bio_core::block::complete_in_task::{bio_complete_init, Variant, WorkKind};
+use bio_core::block::{bio_endio, Bio, BioEndIo, BioFlag, ReqOp};
+use bio_core::kernel::{HotplugStep, Runtime};
+use bio_core::sync::UntrackedArc;
+use bio_core::workqueue::PoolId;
+use bio_core::{Cpu, CpuId, Kernel, KernelConfig};
+use hotplug::{StateId, StepOutcome, CPUHP_OFFLINE, CPUHP_TEARDOWN_CPU};
+use loom::thread;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+const CPU0: CpuId = CpuId(0);
+const CPU1: CpuId = CpuId(1);
+
+// Model sizes (see the iteration counts each test prints).
+const A_BIOS: usize = 3;
+const A_WORKER_RUNS: usize = 2;
+const B_WORKER_RUNS: usize = 2;
+
+/// Runs `f` as a loom model: `default_bound` preemptions unless `LOOM_MAX_PREEMPTIONS` says
+/// otherwise; prints the iteration count (a std counter: loom objects cannot outlive a model).
+fn run(name: &str, default_bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(default_bound);
+    }
+    let iterations = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&iterations);
+    let t0 = Instant::now();
+    builder.check(move || {
+        counter.fetch_add(1, Ordering::Relaxed);
+        f();
+    });
+    let bound = builder
+        .preemption_bound
+        .map_or("unbounded".to_owned(), |b| b.to_string());
+    println!(
+        "{name}: {} iterations in {:.2} s (bound {bound})",
+        iterations.load(Ordering::Relaxed),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// How many work executions the kworker flow has finished: bumped by the worker flow, awaited by
+/// a sleeping flow.
+#[derive(Default)]
+struct WorkerRuns {
+    runs: loom::sync::Mutex<u32>,
+    cv: loom::sync::Condvar,
+}
+
+impl WorkerRuns {
+    fn bump(&self) {
+        *self.runs.lock().unwrap() += 1;
+        self.cv.notify_all();
+    }
+}
+
+/// The runtime of the `cpuhp/N` flow, which may sleep in `disable_work_sync()` until the running
+/// work returns. It blocks on the worker flow's [`WorkerRuns`] rather than spinning: a thread
+/// that waits by `yield_now()` lets loom pick another yielding thread for free after every yield,
+/// and at bound 3 loom starved the worker (holding CPU1's IRQ lock) through 1,000 yields of this
+/// flow and of a CPU1 IRQ spinning for that lock.
+struct SleepOnWorker(loom::sync::Arc<WorkerRuns>);
+
+impl Runtime for SleepOnWorker {
+    fn irq_window(&self, _cpu: &Cpu) {}
+
+    fn wait_until(&self, _cpu: &Cpu, _what: &str, cond: &dyn Fn() -> bool) -> bool {
+        // The worker flow is the only one running work concurrently: whatever `cond` waits for
+        // changes only when one of its executions ends. Bounded: it runs at most a few.
+        for _ in 0..8 {
+            let seen = *self.0.runs.lock().unwrap();
+            if cond() {
+                return true;
+            }
+            let mut runs = self.0.runs.lock().unwrap();
+            while *runs == seen {
+                runs = self.0.cv.wait(runs).unwrap();
+            }
+        }
+        cond()
+    }
+}
+
+/// `(bio id, may_sleep())` of every `bi_end_io` call. Test bookkeeping, invisible to loom.
+type Seen = Arc<Mutex<Vec<(u64, bool)>>>;
+
+/// One model's machine: a kernel with the batcher of `variant`, and the bios it completes.
+struct Machine {
+    k: UntrackedArc<Kernel>,
+    seen: Seen,
+    ids: Vec<u64>,
+}
+
+impl Machine {
+    fn boot(variant: Variant, nr_cpus: u32) -> Self {
+        let k = Kernel::new(KernelConfig::default(), nr_cpus).expect("default config boots");
+        bio_complete_init(&k, variant, None).expect("batcher initialises");
+        Machine {
+            k,
+            seen: Seen::default(),
+            ids: Vec::new(),
+        }
+    }
+
+    /// A write bio flagged `BIO_COMPLETE_IN_TASK` whose `bi_end_io` records where it ran.
+    fn flagged_bio(&mut self) -> Box<Bio> {
+        let seen = Arc::clone(&self.seen);
+        let mut bio = self.k.bio_alloc(ReqOp::Write, 0).with_end_io(BioEndIo::new(
+            "record_end_io",
+            move |bio, cx| {
+                seen.lock().unwrap().push((bio.id(), cx.may_sleep()));
+            },
+        ));
+        bio.set_flag(BioFlag::CompleteInTask);
+        self.ids.push(bio.id());
+        bio
+    }
+
+    /// `cpu`'s interrupts: one hardirq per bio, each completing it (`bio_endio()` defers it).
+    /// Hardirqs of one CPU never overlap, so one flow delivers them in sequence.
+    #[allow(clippy::vec_box)] // bios live boxed, as `bio_alloc()` returns and `bio_endio()` takes them
+    fn spawn_irqs(&self, cpu: CpuId, bios: Vec<Box<Bio>>) -> thread::JoinHandle<()> {
+        let k = UntrackedArc::clone(&self.k);
+        thread::spawn(move || {
+            let cx = k.cpu(cpu).expect("CPU exists");
+            for bio in bios {
+                cx.with_hardirq(|cx| bio_endio(bio, cx));
+            }
+        })
+    }
+
+    /// A flow on `cpu` completing `bio` from softirq (IRQs on: it excludes IRQ flows only while
+    /// the batcher's `local_irq_save()` is held).
+    fn spawn_softirq(&self, cpu: CpuId, bio: Box<Bio>) -> thread::JoinHandle<()> {
+        let k = UntrackedArc::clone(&self.k);
+        thread::spawn(move || {
+            let cx = k.cpu(cpu).expect("CPU exists");
+            cx.with_softirq(|cx| bio_endio(bio, cx));
+        })
+    }
+
+    /// `cpu`'s kworker: `runs` times, fires a due delayed-work timer (the tick that interrupted
+    /// it) and runs one queued work item, if any, counting executions on `done`.
+    fn spawn_worker(
+        &self,
+        cpu: CpuId,
+        runs: usize,
+        tick: bool,
+        done: loom::sync::Arc<WorkerRuns>,
+    ) -> thread::JoinHandle<()> {
+        let k = UntrackedArc::clone(&self.k);
+        thread::spawn(move || {
+            let cx = k.cpu(cpu).expect("CPU exists");
+            for _ in 0..runs {
+                if tick {
+                    k.advance_jiffies(1);
+                    k.run_timers(&cx);
+                }
+                if k.run_worker(PoolId::Cpu(cpu), &cx).is_some() {
+                    done.bump();
+                }
+            }
+        })
+    }
+
+    /// Eventual execution, single-threaded after the joins: time passes, timers fire and `cpu`'s
+    /// worker runs until nothing is queued (bounded).
+    fn settle(&self, cpu: CpuId) {
+        let cx = self.k.cpu(cpu).expect("CPU exists");
+        for _ in 0..4 {
+            self.k.advance_jiffies(1);
+            self.k.run_timers(&cx);
+            while self.k.run_worker(PoolId::Cpu(cpu), &cx).is_some() {}
+        }
+    }
+
+    /// The oracle: nothing stranded, every `bi_end_io` exactly once and where it may sleep, no
+    /// kernel report.
+    fn check(&self) {
+        let b = self.k.bio_complete().expect("initialised");
+        for cpu in self.k.possible_cpus() {
+            let n = b.pending(cpu);
+            assert_eq!(n, 0, "stranded: {n} bios left on the batch of {cpu:?}");
+        }
+        let seen = self.seen.lock().unwrap();
+        let mut got: Vec<u64> = seen.iter().map(|s| s.0).collect();
+        got.sort_unstable();
+        assert_eq!(got, self.ids, "every bi_end_io runs exactly once");
+        assert!(
+            seen.iter().all(|s| s.1),
+            "bi_end_io ran where it may not sleep: {seen:?}"
+        );
+        assert!(
+            self.k.reports().is_empty(),
+            "kernel reports: {:?}",
+            self.k.reports().all()
+        );
+    }
+
+    /// Runs hotplug steps of `cpu`'s operation, each on a fresh context of the CPU it names,
+    /// until the next one is `state` (returned begun, not run) or the operation ends (`None`).
+    fn steps_until(&self, cpu: CpuId, state: Option<StateId>) -> Option<HotplugStep> {
+        while self.k.hotplug_in_progress(cpu) {
+            let step = self.k.hotplug_begin_step(cpu).expect("step begins");
+            if Some(step.invocation().state) == state {
+                return Some(step);
+            }
+            let cx = self.k.cpu(step.run_on()).expect("CPU exists");
+            self.finish(step, &cx);
+        }
+        assert!(state.is_none(), "the operation ended before {state:?}");
+        None
+    }
+
+    /// Runs a begun step on `cx` and applies its result.
+    fn finish(&self, step: HotplugStep, cx: &Cpu) -> StepOutcome {
+        assert_eq!(cx.id(), step.run_on(), "{step:?} runs on its CPU");
+        let r = self.k.hotplug_run_step(&step, cx);
+        self.k.hotplug_finish_step(step, r).expect("step finishes")
+    }
+
+    /// `cpu`'s `cpuhp/N` thread, which may sleep in `disable_work_sync()` until `worker` returns.
+    fn cpuhp_thread(&self, cpu: CpuId, worker: &loom::sync::Arc<WorkerRuns>) -> Cpu {
+        let rt = SleepOnWorker(loom::sync::Arc::clone(worker));
+        self.k
+            .cpu_with_runtime(cpu, UntrackedArc::new(rt))
+            .expect("CPU exists")
+    }
+
+    fn states(&self) -> (StateId, StateId) {
+        self.k.bio_complete().expect("initialised").hotplug_states()
+    }
+}
+
+fn join(handles: Vec<thread::JoinHandle<()>>) {
+    for h in handles {
+        h.join().expect("flow finished");
+    }
+}
+
+// ---- a. IRQ producers and the worker on one CPU -----------------------------------------------
+
+/// `A_BIOS` hardirqs on CPU0 each complete a flagged bio while CPU0's kworker runs the batch's
+/// work (up to `A_WORKER_RUNS` times). The producers touch the list under `local_irq_save()`, the
+/// worker under `local_irq_disable()`; the workqueue's PENDING rule must leave no bio behind.
+fn irq_producers_and_worker(variant: Variant) {
+    let mut m = Machine::boot(variant, 1);
+    let bios = (0..A_BIOS).map(|_| m.flagged_bio()).collect();
+    let tick = !matches!(variant.work, WorkKind::Plain);
+    let done = loom::sync::Arc::new(WorkerRuns::default());
+    let flows = vec![
+        m.spawn_irqs(CPU0, bios),
+        m.spawn_worker(CPU0, A_WORKER_RUNS, tick, done),
+    ];
+    join(flows);
+    m.settle(CPU0);
+    m.check();
+}
+
+#[test]
+#[cfg_attr(
+    feature = "bug-worker-list-no-irq-off",
+    should_panic(expected = "Causality violation")
+)]
+fn a_irq_producers_and_worker_v7() {
+    run("a_irq_producers_and_worker_v7", 2, || {
+        irq_producers_and_worker(Variant::V7)
+    });
+}
+
+/// The delayed variant: the producer arms a 1-jiffy timer; the worker flow ticks first.
+#[test]
+#[cfg_attr(
+    feature = "bug-worker-list-no-irq-off",
+    should_panic(expected = "Causality violation")
+)]
+fn a_irq_producers_and_worker_v6_review() {
+    run("a_irq_producers_and_worker_v6_review", 2, || {
+        irq_producers_and_worker(Variant::V6_REVIEW)
+    });
+}
+
+/// v6 as posted: `local_lock_irqsave()`/`local_lock_irq()` (IRQs off on !RT) and the delay.
+#[test]
+fn a_irq_producers_and_worker_v6() {
+    run("a_irq_producers_and_worker_v6", 2, || {
+        irq_producers_and_worker(Variant::V6)
+    });
+}
+
+/// v5: the lock-less llist (`llist_add()` reports "was empty"; the worker `llist_del_all()`s).
+#[test]
+fn a_irq_producers_and_worker_v5() {
+    run("a_irq_producers_and_worker_v5", 2, || {
+        irq_producers_and_worker(Variant::V5)
+    });
+}
+
+// ---- b. two CPUs, the hotplug drain on the main thread ----------------------------------------
+
+/// Two hardirqs and the kworker on CPU1 while main offlines CPU1: `down_prep` on CPU1's cpuhp
+/// thread (`disable_work_sync()`, which waits for a running worker), `workqueue:online` teardown
+/// (the pool is unbound), the death handshake (the IRQ flows of CPU1 are joined: nothing runs on
+/// a dead CPU), then `takedown_cpu` and the dead drain on CPU0. The kworker is joined only at the
+/// end: once unbound it is no longer "on" CPU1, so only `disable_work_sync()` orders it before
+/// the drain.
+fn hotplug_drain_two_cpus(variant: Variant) {
+    let mut m = Machine::boot(variant, 2);
+    let bios = vec![m.flagged_bio(), m.flagged_bio()];
+    let (online_state, _) = m.states();
+    m.k.cpu_down_start(CPU1, CPUHP_OFFLINE)
+        .expect("cpu_down starts");
+    let down_prep = m
+        .steps_until(CPU1, Some(online_state))
+        .expect("down_prep step");
+    let done = loom::sync::Arc::new(WorkerRuns::default());
+    let irqs = vec![m.spawn_irqs(CPU1, bios)];
+    let tick = !matches!(variant.work, WorkKind::Plain);
+    let worker = m.spawn_worker(CPU1, B_WORKER_RUNS, tick, loom::sync::Arc::clone(&done));
+    m.finish(down_prep, &m.cpuhp_thread(CPU1, &done));
+    let takedown = m
+        .steps_until(CPU1, Some(CPUHP_TEARDOWN_CPU))
+        .expect("takedown_cpu step");
+    join(irqs);
+    m.finish(takedown, &m.k.cpu(CPU0).expect("CPU0"));
+    m.steps_until(CPU1, None);
+    assert!(!m.k.cpu_online(CPU1));
+    join(vec![worker]);
+    m.settle(CPU0);
+    m.check();
+}
+
+#[test]
+#[cfg_attr(
+    feature = "bug-down-prep-no-sync",
+    should_panic(expected = "Causality violation")
+)]
+fn b_hotplug_drain_two_cpus_v7() {
+    run("b_hotplug_drain_two_cpus_v7", 2, || {
+        hotplug_drain_two_cpus(Variant::V7)
+    });
+}
+
+/// The delayed variant: `down_prep`'s `disable_delayed_work_sync()` also races the timer the
+/// worker flow's tick fires.
+#[test]
+#[cfg_attr(
+    feature = "bug-down-prep-no-sync",
+    should_panic(expected = "Causality violation")
+)]
+fn b_hotplug_drain_two_cpus_v6_review() {
+    run("b_hotplug_drain_two_cpus_v6_review", 2, || {
+        hotplug_drain_two_cpus(Variant::V6_REVIEW)
+    });
+}
+
+// ---- c. the dead-CPU drain racing a late producer ---------------------------------------------
+
+/// After `down_prep` disabled CPU1's work, a hardirq and a softirq on CPU1 still complete flagged
+/// bios (finding 9): they stay on the batch (the queue attempt fails) until the dead callback on
+/// CPU0 drains it. The drain takes the list with no lock at all, so it is correct only after the
+/// death handshake; `bug-drain-before-death` drains first and joins the flows afterwards.
+fn late_producer_vs_dead_drain(variant: Variant) {
+    let mut m = Machine::boot(variant, 2);
+    let bios = [m.flagged_bio(), m.flagged_bio()];
+    let (online_state, _) = m.states();
+    m.k.cpu_down_start(CPU1, CPUHP_OFFLINE)
+        .expect("cpu_down starts");
+    let down_prep = m
+        .steps_until(CPU1, Some(online_state))
+        .expect("down_prep step");
+    m.finish(down_prep, &m.k.cpu(CPU1).expect("CPU1"));
+    let [hard, soft] = bios;
+    let flows = vec![m.spawn_irqs(CPU1, vec![hard]), m.spawn_softirq(CPU1, soft)];
+    let takedown = m
+        .steps_until(CPU1, Some(CPUHP_TEARDOWN_CPU))
+        .expect("takedown_cpu step");
+    let drain_before_death = cfg!(feature = "bug-drain-before-death");
+    let mut flows = Some(flows);
+    if !drain_before_death {
+        join(flows.take().expect("not joined yet"));
+    }
+    m.finish(takedown, &m.k.cpu(CPU0).expect("CPU0"));
+    m.steps_until(CPU1, None);
+    if let Some(flows) = flows {
+        join(flows);
+    }
+    m.check();
+}
+
+#[test]
+#[cfg_attr(
+    feature = "bug-drain-before-death",
+    should_panic(expected = "Causality violation")
+)]
+fn c_late_producer_vs_dead_drain_v7() {
+    run("c_late_producer_vs_dead_drain_v7", 2, || {
+        late_producer_vs_dead_drain(Variant::V7)
+    });
+}
+
+/// The delayed variant: the late producer's `mod_delayed_work_on()` meets a disabled work.
+#[test]
+#[cfg_attr(
+    feature = "bug-drain-before-death",
+    should_panic(expected = "Causality violation")
+)]
+fn c_late_producer_vs_dead_drain_v6_review() {
+    run("c_late_producer_vs_dead_drain_v6_review", 2, || {
+        late_producer_vs_dead_drain(Variant::V6_REVIEW)
+    });
+}
+
+// ---- d. a hotplug rollback racing a producer (finding 1, a lost wakeup) -----------------------
+
+/// A hardirq on CPU1 completes a flagged bio while main offlines CPU1 and the step after
+/// `down_prep` fails, so the rollback runs the online callback again. A bio deferred while the
+/// work was disabled (or whose queued work `down_prep` cancelled) must be requeued by the online
+/// callback (the review's fix, v6-review/v7); without the requeue it is stranded.
+fn rollback_vs_producer(variant: Variant) {
+    let mut m = Machine::boot(variant, 2);
+    let bio = m.flagged_bio();
+    let (online_state, _) = m.states();
+    m.k.cpu_down_start(CPU1, CPUHP_OFFLINE)
+        .expect("cpu_down starts");
+    let down_prep = m
+        .steps_until(CPU1, Some(online_state))
+        .expect("down_prep step");
+    // Fail the step after down_prep (workqueue:online teardown): the rollback brings CPU1 back.
+    m.k.hotplug()
+        .set_fail(CPU1, hotplug::CPUHP_AP_WORKQUEUE_ONLINE.0)
+        .expect("fail is settable");
+    let irq = m.spawn_irqs(CPU1, vec![bio]);
+    m.finish(down_prep, &m.k.cpu(CPU1).expect("CPU1"));
+    loop {
+        let step = m.k.hotplug_begin_step(CPU1).expect("step begins");
+        let cx = m.k.cpu(step.run_on()).expect("CPU exists");
+        if let StepOutcome::Ran {
+            finished: Some(r), ..
+        } = m.finish(step, &cx)
+        {
+            assert!(r.is_err(), "the injected failure rolls the offline back");
+            break;
+        }
+    }
+    assert!(m.k.cpu_online(CPU1));
+    join(vec![irq]);
+    m.settle(CPU1);
+    m.check();
+}
+
+#[test]
+#[cfg_attr(feature = "bug-online-no-requeue", should_panic(expected = "stranded"))]
+fn d_rollback_vs_producer_v7() {
+    run("d_rollback_vs_producer_v7", 2, || {
+        let mut v = Variant::V7;
+        // The twin: finding 1's knob off, as in v5/v6.
+        v.requeue_on_online = !cfg!(feature = "bug-online-no-requeue");
+        rollback_vs_producer(v)
+    });
+}
