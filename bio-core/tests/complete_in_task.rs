@@ -256,3 +256,19 @@ fn the_dynamic_states_are_registered_nocalls() {
         "init once"
     );
 }
+
+#[test]
+fn the_last_reference_ending_in_hardirq_defers_a_flagged_bio_too() {
+    let k = setup(Variant::V7, KernelConfig::default());
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let seen = Seen::default();
+    let mut bio = k.bio_alloc(ReqOp::Write, 0).with_end_io(recorder(&seen));
+    bio.set_flag(BioFlag::CompleteInTask);
+    let extra = bio_core::block::bio_inc_remaining(&mut bio);
+    bio_endio(bio, &cx);
+    cx.with_hardirq(|cx| bio_core::block::bio_endio_ref(extra, cx));
+    assert!(seen.lock().unwrap().is_empty(), "deferred, not run in the IRQ");
+    k.run_worker(PoolId::Cpu(CpuId(0)), &cx).unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert!(seen.lock().unwrap()[0].2);
+}

@@ -155,9 +155,14 @@ fn remaining_underflow(id: u64, cpu: &Cpu) {
 ///    iteratively rather than recursively.
 /// 4. The final bio's `bi_end_io`, if any, is called in the caller's context.
 pub fn bio_endio(bio: Box<Bio>, cpu: &Cpu) {
-    let Some(mut bio) = bio_remaining_done(bio, cpu) else {
-        return;
-    };
+    if let Some(bio) = bio_remaining_done(bio, cpu) {
+        bio_endio_done(bio, cpu);
+    }
+}
+
+/// The rest of `bio_endio()` once `bio_remaining_done()` said yes: trace, chain walk, and the final
+/// `bi_end_io` (or the task-context deferral).
+fn bio_endio_done(mut bio: Box<Bio>, cpu: &Cpu) {
     loop {
         if bio.bi_bdev.is_some() && bio.flagged(BioFlag::TraceCompletion) {
             trace::block_bio_complete(&bio, cpu);
@@ -220,19 +225,7 @@ pub(crate) fn end_io(bio: Box<Bio>, cpu: &Cpu) {
 /// already called `bio_endio()`.
 pub fn bio_endio_ref(r: BioRef, cpu: &Cpu) {
     if let Some(bio) = shared_remaining_done(&r.shared, cpu) {
-        // Continue as bio_endio() would after a successful bio_remaining_done().
-        let mut bio = bio;
-        // The bio's CHAIN flag was cleared; run the rest of bio_endio() on it.
-        if matches!(bio.bi_end_io, Some(BioEndIo::ChainEndio)) {
-            // A chain child with extra references: let bio_endio() walk on (its count is done).
-            bio_endio(bio, cpu);
-            return;
-        }
-        if bio.bi_bdev.is_some() && bio.flagged(BioFlag::TraceCompletion) {
-            trace::block_bio_complete(&bio, cpu);
-            bio.clear_flag(BioFlag::TraceCompletion);
-        }
-        end_io(bio, cpu);
+        bio_endio_done(bio, cpu);
     }
 }
 
