@@ -306,19 +306,7 @@ fn run_check_inner(
             // Offline CPU1 with the workqueue:online teardown failing, so the offline rolls back
             // after the batcher's down_prep disabled the work; a bio completes in between.
             let s = sim(variant, default, 2, rescuer, trace)?;
-            s.apply(&Transition::Hotplug {
-                cpu: 1,
-                up: false,
-                fail_at: Some(CPUHP_AP_WORKQUEUE_ONLINE.0),
-            });
-            s.apply(&Transition::HotplugStep); // block/bio:complete:online teardown: down_prep
-            s.apply(&Transition::Complete {
-                cpu: 1,
-                ctx: CompletionContext::Hardirq,
-                need: Need::Flag,
-            });
-            while s.apply(&Transition::HotplugStep) {}
-            let v = s.settle(BUDGET);
+            let v = offline_with_completion_after_down_prep(&s, Some(CPUHP_AP_WORKQUEUE_ONLINE.0));
             Ok(done(&s, verdict(v, |x| x.invariant == Invariant::Stranded)))
         }
         2 => {
@@ -434,19 +422,7 @@ fn run_check_inner(
         9 => {
             // A bio completes on CPU1 after down_prep disabled the work, before CPU1 dies.
             let s = sim(variant, default, 2, rescuer, trace)?;
-            s.apply(&Transition::Hotplug {
-                cpu: 1,
-                up: false,
-                fail_at: None,
-            });
-            s.apply(&Transition::HotplugStep);
-            s.apply(&Transition::Complete {
-                cpu: 1,
-                ctx: CompletionContext::Hardirq,
-                need: Need::Flag,
-            });
-            while s.apply(&Transition::HotplugStep) {}
-            let v = s.settle(BUDGET);
+            let v = offline_with_completion_after_down_prep(&s, None);
             Ok(done(&s, verdict(v, |x| x.invariant == Invariant::Stranded)))
         }
         10 => {
@@ -474,6 +450,25 @@ fn run_check_inner(
             trace: String::new(),
         }),
     }
+}
+
+/// Starts `cpu_down(CPU1)` (with `hotplug/fail` at `fail_at`), runs its first step (the batcher's
+/// `down_prep`: the highest state with a teardown), completes a flagged bio on CPU1 from hardirq,
+/// finishes the operation (or its rollback) and settles.
+fn offline_with_completion_after_down_prep(s: &Sim, fail_at: Option<i32>) -> Vec<Violation> {
+    s.apply(&Transition::Hotplug {
+        cpu: 1,
+        up: false,
+        fail_at,
+    });
+    s.apply(&Transition::HotplugStep);
+    s.apply(&Transition::Complete {
+        cpu: 1,
+        ctx: CompletionContext::Hardirq,
+        need: Need::Flag,
+    });
+    while s.apply(&Transition::HotplugStep) {}
+    s.settle(BUDGET)
 }
 
 /// Finding 6's figure for one variant: of `n` reads and `n` writes on dropbehind folios submitted
