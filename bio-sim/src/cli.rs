@@ -22,6 +22,10 @@ pub enum Command {
     /// Print what preempt.h's predicates and bio_in_atomic() answer in every execution context
     /// (task, preempt-disabled, IRQs off, BH off, RCU, softirq, hardirq, NMI) under a kernel config.
     Contexts(ContextsArgs),
+    /// Run a scenario file (a machine and its transitions) and print its kernel-style trace and
+    /// the oracle's verdict. Exit status 1 if an `expect` line does not hold (or, without
+    /// `expect` lines, if any invariant was violated); 2 for a bad file.
+    Run(RunArgs),
     /// List the posted versions of the task-completion batcher and their knobs.
     Variants,
     /// Run the finding gallery: every review finding as a check on every variant (caught/clean),
@@ -30,6 +34,16 @@ pub enum Command {
     /// Print the CPU-hotplug state table as /sys/devices/system/cpu/hotplug/states does, with the
     /// states biosim's subsystems register (workqueue, timers, ...).
     States(StatesArgs),
+}
+
+/// `biosim run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The scenario file (see docs/scenarios/).
+    pub file: std::path::PathBuf,
+    /// Print only the verdict, not the trace.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// `biosim findings`.

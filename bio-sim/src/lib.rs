@@ -6,7 +6,7 @@
 //! - [`measure`]: measurements of the completion paths on the threaded runtime.
 //! - [`oracle`]: the invariants every run is checked against.
 //! - [`sim`], [`scenario`]: a machine with the batcher, the runtime and the oracle, and the
-//!   transitions scenarios apply to it.
+//!   transitions scenarios apply to it; [`scenario_file`]: the same as a runnable text file.
 //! - [`runtime`]: the deterministic and threaded runtimes.
 //! - [`trace`]: the `tracing` subscriber the binary installs (`RUST_LOG`-style filtering).
 
@@ -19,5 +19,6 @@ pub mod measure;
 pub mod oracle;
 pub mod runtime;
 pub mod scenario;
+pub mod scenario_file;
 pub mod sim;
 pub mod trace;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The gallery provokes kernel splats on purpose and reports them itself.
-    let quiet = matches!(cli.command, Command::Findings(_));
+    let quiet = matches!(cli.command, Command::Findings(_) | Command::Run(_));
     bio_sim::trace::init(if quiet { "error" } else { "warn" });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -34,6 +34,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 print!("{}", bio_sim::contexts::render(config)?);
             }
         }
+        Command::Run(args) => return run_scenario(args),
         Command::Variants => print!("{}", variants()),
         Command::Findings(args) => return findings(args),
         Command::States(args) => {
@@ -164,6 +165,41 @@ fn findings(args: bio_sim::cli::FindingsArgs) -> Result<(), Box<dyn std::error::
             std::process::exit(1);
         }
         println!("all cells as expected");
+    }
+    Ok(())
+}
+
+fn run_scenario(args: bio_sim::cli::RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let scenario = bio_sim::scenario_file::Scenario::load(&args.file)?;
+    let run = scenario.run()?;
+    if !args.quiet {
+        print!("{}", run.trace);
+    }
+    if run.violations.is_empty() {
+        println!("== {}: no invariant violated", args.file.display());
+    } else {
+        println!(
+            "== {}: {} violation(s)",
+            args.file.display(),
+            run.violations.len()
+        );
+        for v in &run.violations {
+            println!("   {v}");
+        }
+    }
+    let failed = if scenario.expect.is_empty() {
+        !run.violations.is_empty()
+    } else {
+        for f in &run.failed_expectations {
+            println!("   expectation failed: {f}");
+        }
+        if run.failed_expectations.is_empty() {
+            println!("   every expectation holds");
+        }
+        !run.failed_expectations.is_empty()
+    };
+    if failed {
+        std::process::exit(1);
     }
     Ok(())
 }
