@@ -267,7 +267,10 @@ fn the_last_reference_ending_in_hardirq_defers_a_flagged_bio_too() {
     let extra = bio_core::block::bio_inc_remaining(&mut bio);
     bio_endio(bio, &cx);
     cx.with_hardirq(|cx| bio_core::block::bio_endio_ref(extra, cx));
-    assert!(seen.lock().unwrap().is_empty(), "deferred, not run in the IRQ");
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "deferred, not run in the IRQ"
+    );
     k.run_worker(PoolId::Cpu(CpuId(0)), &cx).unwrap();
     assert_eq!(seen.lock().unwrap().len(), 1);
     assert!(seen.lock().unwrap()[0].2);

@@ -61,7 +61,7 @@ pub(crate) struct PerCpuState {
     /// The IRQ flag as a lock: held while some context of this CPU runs with IRQs off, so that
     /// two flows of one CPU (an IRQ and the task it interrupts) exclude each other for real in the
     /// threaded runtime and under loom.
-    pub(crate) irq_lock: AtomicBool,
+    pub(crate) irq_lock: crate::sync::RawLock,
 }
 
 impl fmt::Debug for Kernel {
@@ -109,7 +109,7 @@ impl Kernel {
         let percpu = (0..nr_cpus)
             .map(|i| PerCpuState {
                 online: AtomicBool::new(i < online),
-                irq_lock: AtomicBool::new(false),
+                irq_lock: crate::sync::RawLock::new(),
             })
             .collect();
         let kernel = UntrackedArc::new(Self {
@@ -215,19 +215,11 @@ impl Kernel {
     }
 
     pub(crate) fn irq_lock_acquire(&self, cpu: CpuId) {
-        let lock = &self.percpu[cpu.index()].irq_lock;
-        while lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            crate::sync::spin_loop();
-        }
+        self.percpu[cpu.index()].irq_lock.lock();
     }
 
     pub(crate) fn irq_lock_release(&self, cpu: CpuId) {
-        self.percpu[cpu.index()]
-            .irq_lock
-            .store(false, Ordering::Release);
+        self.percpu[cpu.index()].irq_lock.unlock();
     }
 }
 

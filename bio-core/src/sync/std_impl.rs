@@ -47,3 +47,33 @@ impl<T> UnsafeCell<T> {
 pub fn spin_loop() {
     std::hint::spin_loop();
 }
+
+/// A lock taken and released by separate calls (not a guard), for the per-CPU IRQ flag: a
+/// test-and-set spin lock. Within one runtime it is never contended (one thread per CPU), so the
+/// fast path is a single compare-and-swap.
+#[derive(Debug, Default)]
+pub struct RawLock(std::sync::atomic::AtomicBool);
+
+impl RawLock {
+    /// An unlocked lock.
+    pub fn new() -> Self {
+        Self(std::sync::atomic::AtomicBool::new(false))
+    }
+
+    /// Takes the lock, spinning while another flow holds it.
+    pub fn lock(&self) {
+        use std::sync::atomic::Ordering;
+        while self
+            .0
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Releases the lock.
+    pub fn unlock(&self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
