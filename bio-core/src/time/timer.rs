@@ -142,6 +142,16 @@ impl Timers {
         (due, any)
     }
 
+    /// How many timers are armed on `cpus`.
+    pub(crate) fn armed(&self, cpus: &[CpuId]) -> usize {
+        self.state
+            .lock()
+            .timers
+            .iter()
+            .filter(|t| t.base.is_some_and(|b| cpus.contains(&b)))
+            .count()
+    }
+
     /// The earliest expiry among pending timers on `cpus`.
     pub(crate) fn next_expiry(&self, cpus: &[CpuId]) -> Option<u64> {
         self.state
@@ -282,6 +292,12 @@ impl Kernel {
     /// Whether `cpu`'s timer base holds a timer due now.
     pub fn timers_due(&self, cpu: CpuId) -> bool {
         self.timers.due(cpu, self.jiffies())
+    }
+
+    /// How many timers are armed on any CPU's base (online or not: a timer on an offline CPU's base
+    /// waits for it to come back).
+    pub fn armed_timers(&self) -> usize {
+        self.timers.armed(&self.possible_cpus().collect::<Vec<_>>())
     }
 
     /// The earliest expiry of a pending timer on an online CPU, for a runtime deciding how far to

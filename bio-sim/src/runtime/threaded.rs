@@ -328,6 +328,8 @@ pub struct ShutdownReport {
     pub pools: Vec<PoolInfo>,
     /// The earliest expiry of a timer still armed on an online CPU (`None`: no timer armed).
     pub next_timer_expiry: Option<u64>,
+    /// Timers still armed on any CPU's base, offline ones included.
+    pub armed_timers: usize,
     /// CPUs with a hotplug operation left in progress.
     pub hotplug_in_progress: Vec<CpuId>,
     /// Mailbox messages (`run_on` closures) refused because the runtime was stopping.
@@ -395,7 +397,17 @@ impl fmt::Display for ShutdownReport {
             )?;
         }
         if let Some(e) = self.next_timer_expiry {
-            writeln!(f, "  timers still armed (next expires at jiffies={e})")?;
+            writeln!(
+                f,
+                "  {} timers still armed (next on an online CPU expires at jiffies={e})",
+                self.armed_timers
+            )?;
+        } else if self.armed_timers > 0 {
+            writeln!(
+                f,
+                "  {} timers armed on offline CPUs' bases",
+                self.armed_timers
+            )?;
         }
         for c in &self.hotplug_in_progress {
             writeln!(f, "  {c}: hotplug operation left in progress")?;
@@ -1162,6 +1174,7 @@ impl ThreadedRuntime {
                 .filter(|p| p.queued > 0 || p.busy)
                 .collect(),
             next_timer_expiry: k.next_timer_expiry(),
+            armed_timers: k.armed_timers(),
             hotplug_in_progress: k
                 .possible_cpus()
                 .filter(|&c| k.hotplug_in_progress(c))
