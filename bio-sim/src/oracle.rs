@@ -61,6 +61,8 @@ pub struct Violation {
     pub invariant: Invariant,
     /// What was seen, in a line or a kernel splat.
     pub message: String,
+    /// The trace that led to it (the deterministic runtime's, when the machine keeps one).
+    pub trace: Vec<String>,
 }
 
 impl fmt::Display for Violation {
@@ -170,6 +172,7 @@ impl Oracle {
             st.violations.push(Violation {
                 invariant: Invariant::EndIoOnce,
                 message: format!("bio#{id}: bi_end_io ran {n} times (last on {})", cx.id()),
+                trace: Vec::new(),
             });
         }
         if need && !may_sleep {
@@ -180,6 +183,7 @@ impl Oracle {
                     cx.id(),
                     cx.snapshot()
                 ),
+                trace: Vec::new(),
             });
         }
     }
@@ -197,6 +201,7 @@ impl Oracle {
             st.violations.push(Violation {
                 invariant: Invariant::KernelReport(r.kind),
                 message: r.to_string(),
+                trace: Vec::new(),
             });
         }
         st.reports_seen = reports.len();
@@ -230,6 +235,7 @@ impl Oracle {
                         "bio#{id} never completed (deferred {} times; {where_})",
                         rec.deferrals
                     ),
+                    trace: Vec::new(),
                 });
             }
         }
@@ -278,8 +284,7 @@ impl BatcherObserver for Oracle {
         if batch_cpu != cx.id() && online {
             st.violations.push(Violation {
                 invariant: Invariant::WorkOffCpu,
-                message: format!("bio_complete_work_fn of {batch_cpu}'s batch ran on {} while {batch_cpu} is online", cx.id()),
-            });
+                message: format!("bio_complete_work_fn of {batch_cpu}'s batch ran on {} while {batch_cpu} is online", cx.id()), trace: Vec::new() });
         }
     }
 
@@ -301,6 +306,7 @@ impl BatcherObserver for Oracle {
                     cx.id(),
                     cx.snapshot()
                 ),
+                trace: Vec::new(),
             });
         }
     }

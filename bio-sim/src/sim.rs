@@ -273,9 +273,20 @@ impl Sim {
         }
     }
 
-    /// Violations so far (no stranded check: the machine may not be quiescent).
+    /// Violations so far (no stranded check: the machine may not be quiescent), each carrying the
+    /// trace that led to it.
     pub fn check(&self) -> Vec<Violation> {
-        self.oracle.check(&self.kernel)
+        self.with_trace(self.oracle.check(&self.kernel))
+    }
+
+    fn with_trace(&self, mut v: Vec<Violation>) -> Vec<Violation> {
+        if v.iter().any(|x| x.trace.is_empty()) && self.config.trace {
+            let trace = self.rt.trace();
+            for x in v.iter_mut().filter(|x| x.trace.is_empty()) {
+                x.trace = trace.clone();
+            }
+        }
+        v
     }
 
     /// Lets the seeded scheduler run everything left (hotplug steps, ticks, timers, workers) for at
@@ -290,9 +301,10 @@ impl Sim {
                     "still busy after {max_steps} steps: {:?}",
                     self.rt.enabled()
                 ),
+                trace: Vec::new(),
             });
         }
-        self.oracle.check_quiescent(&self.kernel)
+        self.with_trace(self.oracle.check_quiescent(&self.kernel))
     }
 
     /// The trace so far.

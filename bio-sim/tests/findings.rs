@@ -45,3 +45,32 @@ fn finding_1_on_v6_strands_the_bio_and_the_trace_shows_the_rollback() {
         other => panic!("expected caught, got {other}\n{text}"),
     }
 }
+
+#[test]
+fn a_violation_carries_the_trace_that_led_to_it() {
+    use bio_sim::scenario::Transition;
+    use bio_sim::sim::{Sim, SimConfig};
+    let s = Sim::new(SimConfig {
+        variant: Variant::V6,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    s.apply(&Transition::Hotplug {
+        cpu: 1,
+        up: false,
+        fail_at: Some(187),
+    });
+    s.apply(&Transition::Complete {
+        cpu: 1,
+        ctx: bio_sim::sim::CompletionContext::Hardirq,
+        need: bio_sim::oracle::Need::Flag,
+    });
+    let v = s.settle(5_000);
+    assert_eq!(v.len(), 1);
+    let trace = v[0].trace.join("\n");
+    assert!(
+        trace.contains("block/bio:complete:online startup (rollback)"),
+        "{trace}"
+    );
+    assert!(trace.contains("bio_complete_defer: bio#1"), "{trace}");
+}
