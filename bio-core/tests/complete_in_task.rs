@@ -275,3 +275,19 @@ fn the_last_reference_ending_in_hardirq_defers_a_flagged_bio_too() {
     assert_eq!(seen.lock().unwrap().len(), 1);
     assert!(seen.lock().unwrap()[0].2);
 }
+
+#[test]
+fn v6_on_rt_completing_from_softirq_is_clean() {
+    let k = setup(Variant::V6, KernelConfig::for_model(PreemptModel::Rt));
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let seen = Seen::default();
+    let mut bio = k.bio_alloc(ReqOp::Write, 0).with_end_io(recorder(&seen));
+    bio.set_flag(BioFlag::CompleteInTask);
+    cx.with_softirq(|cx| bio_endio(bio, cx));
+    assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+    assert_eq!(
+        k.bio_complete().unwrap().pending(CpuId(0)),
+        1,
+        "deferred: RCU read side on RT"
+    );
+}

@@ -199,3 +199,30 @@ fn unbalanced_operations_are_warnings_not_panics() {
         .all(|w| w.message.starts_with("WARNING: CPU: 0 at ")));
     assert!(cpu.may_sleep(), "state unchanged by the bad calls");
 }
+
+#[test]
+fn rt_spinlock_inside_rcu_read_lock_is_fine_but_not_with_preemption_off() {
+    // rtlock_might_resched() expects the current RCU nesting: every RT softirq holds
+    // rcu_read_lock(), and takes spinlock_t/local_lock_t there.
+    let k = kernel(KernelConfig::for_model(PreemptModel::Rt));
+    let cpu = k.cpu(CpuId(0)).unwrap();
+    for ctx in [
+        ContextKind::Softirq,
+        ContextKind::RcuReadSide,
+        ContextKind::TaskBhDisabled,
+    ] {
+        ctx.run(&cpu, |c| {
+            let (h, r) = c.lock_acquire(LockClass::LocalLock, "bio_complete_batch.lock");
+            assert!(r.is_none(), "{ctx}: {r:?}");
+            c.lock_release(h);
+        });
+    }
+    assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+    let r = cpu.with_preempt_disabled(|c| {
+        let (h, r) = c.lock_acquire(LockClass::Spinlock, "s");
+        c.lock_release(h);
+        r
+    });
+    let r = r.expect("an rtlock with preemption disabled is a sleeping-in-atomic bug");
+    assert_eq!(r.kind, ReportKind::SleepInAtomic);
+}

@@ -435,3 +435,34 @@ fn delayed_work_queued_to_an_offline_cpu_warns_once() {
         "pools of CPUs not up at boot start disassociated"
     );
 }
+
+#[test]
+fn an_unbalanced_enable_of_a_pending_work_steals_it_like_work_grab_pending() {
+    let m = machine(1);
+    let w = m.k.init_work("w", |_, _| {});
+    assert!(m.k.queue_work_on(Some(CpuId(0)), &m.wq, w, &m.cpus[0]));
+    assert!(m.k.enable_work(w, &m.cpus[0]), "count stays 0: true");
+    assert!(
+        !m.k.work_pending(w),
+        "enable_work() grabbed and cleared PENDING"
+    );
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).queued, 0);
+    assert_eq!(
+        m.k.reports().of_kind(ReportKind::Warn).len(),
+        1,
+        "underflow warned"
+    );
+}
+
+#[test]
+fn an_overflowing_disable_still_clears_pending() {
+    let m = machine(1);
+    let w = m.k.init_work("w", |_, _| {});
+    for _ in 0..WORK_OFFQ_DISABLE_MAX {
+        m.k.disable_work(w, &m.cpus[0]);
+    }
+    // The work cannot be queued now; the overflowing disable must not leave PENDING set by its
+    // own grab.
+    assert!(!m.k.disable_work(w, &m.cpus[0]));
+    assert!(!m.k.work_pending(w));
+}

@@ -338,20 +338,24 @@ impl Kernel {
         let mut st = self.workqueues.state.lock();
         let ret = self.grab_pending(&mut st, work);
         let e = &mut st.works[work.0];
+        let mut overflowed = false;
         if flags & CANCEL_DISABLE != 0 {
             if e.disable < WORK_OFFQ_DISABLE_MAX {
                 e.disable += 1;
-            } else if let Some(cx) = cx {
-                drop(st);
-                self.warn_once(
-                    cx,
-                    "work_offqd_disable",
-                    "kernel/workqueue.c: workqueue: work disable count overflowed",
-                );
-                return ret;
+            } else {
+                overflowed = true;
             }
         }
+        // set_work_pool_and_clear_pending(), overflow or not.
         e.pending = false;
+        drop(st);
+        if let (true, Some(cx)) = (overflowed, cx) {
+            self.warn_once(
+                cx,
+                "work_offqd_disable",
+                "kernel/workqueue.c: workqueue: work disable count overflowed",
+            );
+        }
         ret
     }
 
@@ -439,22 +443,29 @@ impl Kernel {
     }
 
     /// `enable_work()`: decrements the disable count; returns `true` when it reaches 0. Never
-    /// queues anything. Enabling a work that is not disabled warns "work disable count
-    /// underflowed".
+    /// queues anything. Like the kernel's, it grabs PENDING first (`work_grab_pending()`) and
+    /// clears it, so an unbalanced enable of a pending work cancels it; enabling a work that is not
+    /// disabled warns "work disable count underflowed".
     pub fn enable_work(&self, work: WorkStruct, cx: &Cpu) -> bool {
         let mut st = self.workqueues.state.lock();
+        // work_grab_pending(): an unbalanced enable of a pending work steals it, as the kernel's does.
+        self.grab_pending(&mut st, work.id);
         let e = &mut st.works[work.id.0];
-        if e.disable == 0 {
-            drop(st);
+        let underflow = e.disable == 0;
+        if !underflow {
+            e.disable -= 1;
+        }
+        e.pending = false;
+        let enabled = e.disable == 0;
+        drop(st);
+        if underflow {
             self.warn_once(
                 cx,
                 "work_offqd_enable",
                 "kernel/workqueue.c: workqueue: work disable count underflowed",
             );
-            return true;
         }
-        e.disable -= 1;
-        e.disable == 0
+        enabled
     }
 
     /// `enable_delayed_work()`: `enable_work(&dwork->work)`.

@@ -54,15 +54,15 @@ unsafe impl Sync for BioCompleteBatch {}
 pub(crate) struct ListGuard<'a> {
     batch: &'a BioCompleteBatch,
     cx: &'a Cpu,
-    how: Held,
+    how: Held<'a>,
 }
 
-enum Held {
+enum Held<'a> {
     IrqSave(IrqFlags),
     IrqDisable,
     LocalLockIrqSave(IrqFlags, HeldLock),
     LocalLockIrq(HeldLock),
-    RtLock(HeldLock),
+    RtLock(HeldLock, &'a AtomicBool),
     /// The `bug-worker-list-no-irq-off` twin: the worker holds nothing.
     #[cfg(feature = "bug-worker-list-no-irq-off")]
     Nothing,
@@ -84,8 +84,12 @@ impl BioCompleteBatch {
     /// Takes the list exclusively as the producer does (`local_irq_save()` or
     /// `local_lock_irqsave()`), or as the worker does (`local_irq_disable()` or
     /// `local_lock_irq()`) when `irq` is false... `producer` selects the irqsave forms.
+    ///
+    /// `this_cpu` is the batch of the CPU running `cx`: `local_lock(&bio_complete_batch.lock)`
+    /// takes `this_cpu_ptr()`'s lock, whichever batch's list the code then touches.
     pub(crate) fn lock<'a>(
         &'a self,
+        this_cpu: &'a BioCompleteBatch,
         cx: &'a Cpu,
         variant: &Variant,
         producer: bool,
@@ -106,14 +110,14 @@ impl BioCompleteBatch {
                 // RT: local_lock_t is a per-CPU spinlock_t (an rtmutex): a sleeping lock that does
                 // not disable interrupts. Lockdep checks the wait context; the lock excludes.
                 let (held, _report) = cx.lockdep_acquire(LockClass::LocalLock, LOCK_NAME);
-                while self
+                while this_cpu
                     .rt_lock
                     .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_err()
                 {
                     crate::sync::spin_loop();
                 }
-                Held::RtLock(held)
+                Held::RtLock(held, &this_cpu.rt_lock)
             }
             ListKind::BioListLocalLock => {
                 if producer {
@@ -242,8 +246,8 @@ impl Drop for ListGuard<'_> {
                 cx.lock_release(held);
                 cx.local_irq_enable();
             }
-            Held::RtLock(held) => {
-                self.batch.rt_lock.store(false, Ordering::Release);
+            Held::RtLock(held, lock) => {
+                lock.store(false, Ordering::Release);
                 cx.lock_release(held);
             }
             #[cfg(feature = "bug-worker-list-no-irq-off")]

@@ -46,7 +46,7 @@ fn online(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
     if b.variant.requeue_on_online {
         let empty = match b.variant.list {
             super::ListKind::Llist => batch.llist_empty(),
-            _ => batch.lock(cx, &b.variant, true).empty(),
+            _ => batch.lock(b.batch(cx.id()), cx, &b.variant, true).empty(),
         };
         if !empty {
             b.schedule(batch, cx, true);

@@ -204,7 +204,7 @@ impl BioCompleteBatcher {
         let was_empty = match self.variant.list {
             ListKind::Llist => b.llist_add(bio),
             _ => {
-                let guard = b.lock(cx, &self.variant, true);
+                let guard = b.lock(self.batch(cx.id()), cx, &self.variant, true);
                 let was_empty = guard.empty();
                 guard.add(bio);
                 was_empty
@@ -276,7 +276,7 @@ impl BioCompleteBatcher {
         loop {
             let list = match self.variant.list {
                 ListKind::Llist => b.llist_del_all(),
-                _ => b.lock(cx, &self.variant, false).take(),
+                _ => b.lock(self.batch(cx.id()), cx, &self.variant, false).take(),
             };
             if list.empty() {
                 break;
@@ -316,7 +316,9 @@ impl BioCompleteBatcher {
             if self.variant.need_resched_yield && cx.need_resched() {
                 let is_empty = match self.variant.list {
                     ListKind::Llist => b.llist_empty(),
-                    _ => b.lock(cx, &self.variant, false).empty(),
+                    _ => b
+                        .lock(self.batch(cx.id()), cx, &self.variant, false)
+                        .empty(),
                 };
                 if !is_empty && self.variant.yield_requeues {
                     self.schedule(b, cx, true);
