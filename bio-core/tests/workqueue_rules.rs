@@ -466,3 +466,16 @@ fn an_overflowing_disable_still_clears_pending() {
     assert!(!m.k.disable_work(w, &m.cpus[0]));
     assert!(!m.k.work_pending(w));
 }
+
+#[test]
+fn queueing_to_a_cpu_that_does_not_exist_is_reported_and_the_work_kept() {
+    let m = machine(2);
+    let w = m.k.init_work("w", |_, _| {});
+    assert!(m.k.queue_work_on(Some(CpuId(99)), &m.wq, w, &m.cpus[1]));
+    assert_eq!(m.k.reports().of_kind(ReportKind::Bug).len(), 1);
+    assert_eq!(
+        m.k.pool(PoolId::Cpu(CpuId(1))).queued,
+        1,
+        "kept on the local CPU"
+    );
+}

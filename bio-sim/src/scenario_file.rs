@@ -13,7 +13,7 @@
 //!
 //! Header lines (before the first transition): `variant NAME`, `knob NAME=VALUE`, `cpus N`,
 //! `online N`, `preempt MODEL`, `preempt_count y|n`, `preempt_rcu y|n`, `hz N`, `seed N`,
-//! `rescuer pool|unbound`. Transitions: `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic`,
+//! `rescuer pool|unbound`. Transitions: `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic` (all three words required),
 //! `worker CPU`, `tick`, `cpu_down CPU [fail=STATE]`, `cpu_up CPU [fail=STATE]`, `step`,
 //! `need_resched CPU`. Then `settle [STEPS]` (also implied at the end) and any number of
 //! `expect clean` / `expect INVARIANT` lines, where INVARIANT is one of `once`, `task`,
@@ -229,7 +229,7 @@ impl Scenario {
                         "task" => CompletionContext::Task,
                         w => return Err(err(format!("complete: unknown context `{w}` (expected hardirq, softirq, atomic or task)"))),
                     };
-                    let need = match words.get(3).copied().unwrap_or("flag") {
+                    let need = match arg(3, "a kind: plain, flag or dynamic")? {
                         "plain" => Need::Any,
                         "flag" => Need::Flag,
                         "dynamic" => Need::Dynamic,
@@ -416,8 +416,10 @@ mod tests {
         );
         let e = Scenario::parse("cpus 2\ncomplete 5 hardirq flag\n", "t.scn").unwrap_err();
         assert!(e.message.contains("CPU5 does not exist"), "{e}");
-        let e = Scenario::parse("complete 0 hardirq\nvariant v6\n", "t.scn").unwrap_err();
+        let e = Scenario::parse("complete 0 hardirq flag\nvariant v6\n", "t.scn").unwrap_err();
         assert!(e.message.contains("before the first transition"), "{e}");
+        let e = Scenario::parse("complete 0 hardirq\n", "t.scn").unwrap_err();
+        assert!(e.message.contains("needs a kind"), "{e}");
         let e = Scenario::parse("preempt full\npreempt_count n\n", "t.scn").unwrap_err();
         assert!(
             e.message

@@ -120,11 +120,14 @@ impl Kernel {
                 busy: p.busy,
                 queued: p.worklist.len(),
                 rescuer_unbound: st.rescuer_affinity == super::RescuerAffinity::Unbound,
-                rescuable: p
-                    .worklist
-                    .iter()
-                    .filter(|q| st.wqs[q.wq].flags.contains(WQ_MEM_RECLAIM))
-                    .count(),
+                rescuable: if p.congested {
+                    p.worklist
+                        .iter()
+                        .filter(|q| st.wqs[q.wq].flags.contains(WQ_MEM_RECLAIM))
+                        .count()
+                } else {
+                    0
+                },
             })
             .collect()
     }

@@ -184,7 +184,18 @@ impl Kernel {
         let info = UntrackedArc::clone(&st.wqs[wq]);
         let unbound_pool = st.pools.len() - 1;
         let mut pool = if info.flags.is_percpu() {
-            req_cpu.unwrap_or(cx.id()).index().min(unbound_pool - 1)
+            let cpu = req_cpu.unwrap_or(cx.id());
+            if cpu.index() >= unbound_pool {
+                // The kernel would index past per_cpu_ptr(); biosim reports it and keeps the work
+                // on the local CPU rather than lose it.
+                cx.report(
+                    ReportKind::Bug,
+                    format!("kernel/workqueue.c: __queue_work: {cpu} is not a possible CPU (nr_cpu_ids={unbound_pool})"),
+                );
+                cx.id().index()
+            } else {
+                cpu.index()
+            }
         } else {
             unbound_pool
         };

@@ -207,7 +207,9 @@ impl Runtime for Hook {
         let Some(inner) = self.inner.upgrade() else {
             return cond();
         };
-        if inner.wait_depth.get() >= 8 {
+        // Only a context that may sleep lets others run (the threaded runtime does the same); an
+        // atomic one already got its might_sleep() report and must not nest a task on itself.
+        if inner.wait_depth.get() >= 8 || !cpu.may_sleep() {
             return cond();
         }
         inner.wait_depth.set(inner.wait_depth.get() + 1);
