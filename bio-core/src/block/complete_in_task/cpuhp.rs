@@ -88,7 +88,12 @@ fn dead(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
     let n = list.size();
     tracing::trace!(target: "block", tracepoint = "bio_complete_dead_drain", cpu = cx.id().0, "bio_complete_batch_cpu_dead: draining {n} bios of dead CPU{}", inv.cpu.0);
     while let Some(bio) = list.pop() {
-        call_end_io(bio, cx, "bio_complete_batch_cpu_dead");
+        call_end_io(
+            bio,
+            cx,
+            "bio_complete_batch_cpu_dead",
+            b.variant.end_io_null_check,
+        );
     }
     Ok(())
 }

@@ -68,6 +68,10 @@ pub struct Variant {
     /// The `CPUHP_BP_PREPARE_DYN` dead callback drains the dead CPU's list (finding 9; off in its
     /// buggy twin).
     pub dead_drains: bool,
+    /// The worker and the dead drain check `bi_end_io` before calling it, as `bio_endio()` does
+    /// (the automated review's suggestion for finding 3; no posted version has it — the reviewers
+    /// made "never defer a bio without `bi_end_io`" a caller contract instead).
+    pub end_io_null_check: bool,
     /// The buffer_head submitter sets `BIO_COMPLETE_IN_TASK` only for writes (`op_is_write()`,
     /// agreed in the v6 review of patch 3/4; finding 6).
     pub gate_reads: bool,
@@ -85,6 +89,7 @@ impl Variant {
         need_resched_yield: true,
         yield_requeues: true,
         yield_keeps_batch: true,
+        end_io_null_check: false,
         requeue_on_online: false,
         dynamic_helper: false,
         in_task_guard: false,
@@ -102,6 +107,7 @@ impl Variant {
         need_resched_yield: true,
         yield_requeues: true,
         yield_keeps_batch: true,
+        end_io_null_check: false,
         requeue_on_online: false,
         dynamic_helper: true,
         in_task_guard: false,
@@ -120,6 +126,7 @@ impl Variant {
         need_resched_yield: false,
         yield_requeues: true,
         yield_keeps_batch: true,
+        end_io_null_check: false,
         requeue_on_online: true,
         dynamic_helper: true,
         in_task_guard: true,
@@ -137,6 +144,7 @@ impl Variant {
         need_resched_yield: false,
         yield_requeues: true,
         yield_keeps_batch: true,
+        end_io_null_check: false,
         requeue_on_online: true,
         dynamic_helper: true,
         in_task_guard: true,
@@ -204,6 +212,7 @@ impl Variant {
             ("dead_drains", self.dead_drains.to_string()),
             ("yield_requeues", self.yield_requeues.to_string()),
             ("yield_keeps_batch", self.yield_keeps_batch.to_string()),
+            ("end_io_null_check", self.end_io_null_check.to_string()),
             ("gate_reads", self.gate_reads.to_string()),
         ]
     }
@@ -227,6 +236,7 @@ impl Variant {
             "init_disables_offline" => self.init_disables_offline = b()?,
             "dead_drains" => self.dead_drains = b()?,
             "gate_reads" => self.gate_reads = b()?,
+            "end_io_null_check" => self.end_io_null_check = b()?,
             "list" => {
                 self.list = match value {
                     "llist" => ListKind::Llist,
@@ -242,7 +252,7 @@ impl Variant {
                     Err(_) => return Err(format!("knob delay: expected a number of jiffies, got `{value}`")),
                 }
             }
-            _ => return Err(format!("unknown knob `{knob}` (known: list, delay, need_resched_yield, yield_requeues, yield_keeps_batch, requeue_on_online, dynamic_helper, in_task_guard, init_disables_offline, dead_drains, gate_reads)")),
+            _ => return Err(format!("unknown knob `{knob}` (known: list, delay, need_resched_yield, yield_requeues, yield_keeps_batch, requeue_on_online, dynamic_helper, in_task_guard, init_disables_offline, dead_drains, end_io_null_check, gate_reads)")),
         }
         Ok(())
     }
