@@ -7,21 +7,24 @@
 //! Here `merge` takes `bl2` by value, so the stale alias the kernel permits cannot be used by
 //! mistake; `merge_init` takes `&mut` and leaves it empty, as the kernel's does.
 
-use super::blk_types::Bio;
+use super::blk_types::{drop_chain, Bio};
 use std::fmt;
+use std::marker::PhantomData;
 use std::ptr;
 
 /// `struct bio_list { struct bio *head, *tail; }`.
+///
+/// The list owns its bios through raw pointers (`Box::into_raw` on the way in, `Box::from_raw`
+/// on the way out), so the cached tail never aliases a `Box` that moves.
 pub struct BioList {
-    head: Option<Box<Bio>>,
-    /// The last bio, owned through the `bi_next` chain from `head`; null iff `head` is `None`.
+    head: *mut Bio,
+    /// The last bio; null iff `head` is null.
     tail: *mut Bio,
 }
 
-// SAFETY: the raw tail pointer only ever points into the chain owned by `head`; the list is a
-// plain owner of boxed bios, which are `Send`.
+// SAFETY: the list owns the bios its pointers reach (Send); nothing else aliases them.
 unsafe impl Send for BioList {}
-// SAFETY: shared references only read through `head`; the tail is never dereferenced via `&self`.
+// SAFETY: shared references only read through the chain.
 unsafe impl Sync for BioList {}
 
 impl Default for BioList {
@@ -40,14 +43,14 @@ impl BioList {
     /// `BIO_EMPTY_LIST` / `bio_list_init()`.
     pub const fn new() -> Self {
         Self {
-            head: None,
+            head: ptr::null_mut(),
             tail: ptr::null_mut(),
         }
     }
 
     /// `bio_list_empty()`: O(1).
     pub fn empty(&self) -> bool {
-        self.head.is_none()
+        self.head.is_null()
     }
 
     /// `bio_list_size()`: O(n), it walks the list.
@@ -58,47 +61,52 @@ impl BioList {
     /// `bio_list_for_each()`.
     pub fn iter(&self) -> BioListIter<'_> {
         BioListIter {
-            next: self.head.as_deref(),
+            next: self.head,
+            _list: PhantomData,
         }
     }
 
     /// `bio_list_add()`: appends `bio` after clearing its `bi_next`. O(1).
     ///
     /// A bio that still links others (only possible through [`BioChain::into_head`]) loses those
-    /// links here, as the kernel's `bio->bi_next = NULL` does; they are dropped, not leaked.
+    /// links here, as the kernel's `bio->bi_next = NULL` does; they are freed, not leaked.
     pub fn add(&mut self, mut bio: Box<Bio>) {
-        bio.bi_next = None;
-        let raw: *mut Bio = &mut *bio;
+        drop_chain(std::mem::replace(&mut bio.bi_next, ptr::null_mut()));
+        let raw = Box::into_raw(bio);
         if self.tail.is_null() {
-            self.head = Some(bio);
+            self.head = raw;
         } else {
-            // SAFETY: `tail` points at the last bio of the chain owned by `head`, which is alive
-            // and not otherwise borrowed while we hold `&mut self`.
-            unsafe { (*self.tail).bi_next = Some(bio) };
+            // SAFETY: `tail` is the last bio of the chain this list owns.
+            unsafe { (*self.tail).bi_next = raw };
         }
         self.tail = raw;
     }
 
     /// `bio_list_add_head()`: prepends `bio`; the tail moves only if the list was empty. O(1).
     pub fn add_head(&mut self, mut bio: Box<Bio>) {
-        bio.bi_next = self.head.take();
+        drop_chain(std::mem::replace(&mut bio.bi_next, ptr::null_mut()));
+        bio.bi_next = self.head;
+        let raw = Box::into_raw(bio);
         // The buggy twin forgets the tail on an empty list: the model test must catch it.
         if self.tail.is_null() && !cfg!(feature = "bug-bio-list-add-head-tail") {
-            self.tail = &mut *bio;
+            self.tail = raw;
         }
-        self.head = Some(bio);
+        self.head = raw;
     }
 
     /// `bio_list_merge(bl, bl2)`: appends all of `bl2`; a no-op when `bl2` is empty. O(1).
     pub fn merge(&mut self, mut bl2: BioList) {
-        let Some(head2) = bl2.head.take() else { return };
+        if bl2.head.is_null() {
+            return;
+        }
         if self.tail.is_null() {
-            self.head = Some(head2);
+            self.head = bl2.head;
         } else {
             // SAFETY: as in `add`.
-            unsafe { (*self.tail).bi_next = Some(head2) };
+            unsafe { (*self.tail).bi_next = bl2.head };
         }
         self.tail = bl2.tail;
+        bl2.head = ptr::null_mut();
         bl2.tail = ptr::null_mut();
     }
 
@@ -109,30 +117,36 @@ impl BioList {
 
     /// `bio_list_merge_head(bl, bl2)`: prepends all of `bl2`; a no-op when `bl2` is empty. O(1).
     pub fn merge_head(&mut self, mut bl2: BioList) {
-        let Some(head2) = bl2.head.take() else { return };
-        let old_head = self.head.take();
-        if old_head.is_none() {
+        if bl2.head.is_null() {
+            return;
+        }
+        if self.head.is_null() {
             self.tail = bl2.tail;
         } else {
-            // SAFETY: `bl2.tail` points at the last bio of the chain owned by `head2`, which we
-            // own now; nothing else borrows it.
-            unsafe { (*bl2.tail).bi_next = old_head };
+            // SAFETY: `bl2.tail` is the last bio of the chain `bl2` owns, which we take over.
+            unsafe { (*bl2.tail).bi_next = self.head };
         }
-        self.head = Some(head2);
+        self.head = bl2.head;
+        bl2.head = ptr::null_mut();
         bl2.tail = ptr::null_mut();
     }
 
     /// `bio_list_peek()`: the head, not removed. O(1).
     pub fn peek(&self) -> Option<&Bio> {
-        self.head.as_deref()
+        // SAFETY: a non-null head is a bio this list owns, alive as long as `&self`.
+        unsafe { self.head.as_ref() }
     }
 
     /// `bio_list_pop()`: unlinks and returns the head with `bi_next` cleared; the tail is cleared
     /// when the list becomes empty. O(1).
     pub fn pop(&mut self) -> Option<Box<Bio>> {
-        let mut bio = self.head.take()?;
-        self.head = bio.bi_next.take();
-        if self.head.is_none() {
+        if self.head.is_null() {
+            return None;
+        }
+        // SAFETY: the head came from `Box::into_raw` and is owned by this list alone.
+        let mut bio = unsafe { Box::from_raw(self.head) };
+        self.head = std::mem::replace(&mut bio.bi_next, ptr::null_mut());
+        if self.head.is_null() {
             self.tail = ptr::null_mut();
         }
         Some(bio)
@@ -144,15 +158,14 @@ impl BioList {
     pub fn get(&mut self) -> BioChain {
         self.tail = ptr::null_mut();
         BioChain {
-            head: self.head.take(),
+            head: std::mem::replace(&mut self.head, ptr::null_mut()),
         }
     }
 }
 
 impl Drop for BioList {
     fn drop(&mut self) {
-        // Unlink iteratively (Bio's own Drop does too); the tail pointer dies with us.
-        while self.pop().is_some() {}
+        drop_chain(std::mem::replace(&mut self.head, ptr::null_mut()));
     }
 }
 
@@ -169,15 +182,17 @@ impl IntoIterator for BioList {
 /// Iterator of [`BioList::iter`].
 #[derive(Debug)]
 pub struct BioListIter<'a> {
-    next: Option<&'a Bio>,
+    next: *const Bio,
+    _list: PhantomData<&'a BioList>,
 }
 
 impl<'a> Iterator for BioListIter<'a> {
     type Item = &'a Bio;
 
     fn next(&mut self) -> Option<&'a Bio> {
-        let bio = self.next?;
-        self.next = bio.bi_next.as_deref();
+        // SAFETY: the chain belongs to a list borrowed for `'a`.
+        let bio = unsafe { self.next.as_ref()? };
+        self.next = bio.bi_next;
         Some(bio)
     }
 }
@@ -185,30 +200,45 @@ impl<'a> Iterator for BioListIter<'a> {
 /// The chain `bio_list_get()` returns: bios still linked through `bi_next`. Iterating pops each
 /// bio off the front with its link cleared, as `while ((bio = next)) { next = bio->bi_next; ... }`
 /// does in the kernel.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BioChain {
-    head: Option<Box<Bio>>,
+    head: *mut Bio,
+}
+
+// SAFETY: as for BioList.
+unsafe impl Send for BioChain {}
+
+impl Default for BioChain {
+    fn default() -> Self {
+        Self {
+            head: ptr::null_mut(),
+        }
+    }
 }
 
 impl BioChain {
     /// Whether the chain is empty.
     pub fn is_empty(&self) -> bool {
-        self.head.is_none()
+        self.head.is_null()
     }
 
-    /// The first bio with its `bi_next` links intact (the raw `bio_list_get()` result).
+    /// The first bio with its `bi_next` links intact (the raw `bio_list_get()` result): the box
+    /// owns the rest of the chain and frees it when dropped.
     pub fn into_head(mut self) -> Option<Box<Bio>> {
-        self.head.take()
+        let head = std::mem::replace(&mut self.head, ptr::null_mut());
+        // SAFETY: the chain owned its head.
+        (!head.is_null()).then(|| unsafe { Box::from_raw(head) })
     }
 
     /// The first bio, not removed.
     pub fn peek(&self) -> Option<&Bio> {
-        self.head.as_deref()
+        // SAFETY: the chain owns its head.
+        unsafe { self.head.as_ref() }
     }
 
     /// Whether the first bio still links the next one (the kernel's `bi_next != NULL`).
     pub fn head_is_linked(&self) -> bool {
-        self.head.as_ref().is_some_and(|b| b.bi_next.is_some())
+        self.peek().is_some_and(|b| !b.bi_next.is_null())
     }
 }
 
@@ -216,9 +246,19 @@ impl Iterator for BioChain {
     type Item = Box<Bio>;
 
     fn next(&mut self) -> Option<Box<Bio>> {
-        let mut bio = self.head.take()?;
-        self.head = bio.bi_next.take();
+        if self.head.is_null() {
+            return None;
+        }
+        // SAFETY: the chain owns its head.
+        let mut bio = unsafe { Box::from_raw(self.head) };
+        self.head = std::mem::replace(&mut bio.bi_next, ptr::null_mut());
         Some(bio)
+    }
+}
+
+impl Drop for BioChain {
+    fn drop(&mut self) {
+        drop_chain(std::mem::replace(&mut self.head, ptr::null_mut()));
     }
 }
 
@@ -284,7 +324,7 @@ mod tests {
                     Op::AddHead(i) => { lists[i].add_head(bio(next_id)); model[i].push_front(next_id); next_id += 1; }
                     Op::Pop(i) => {
                         let got = lists[i].pop();
-                        prop_assert!(got.as_ref().is_none_or(|b| b.bi_next.is_none()), "pop clears bi_next");
+                        prop_assert!(got.as_ref().is_none_or(|b| b.bi_next.is_null()), "pop clears bi_next");
                         prop_assert_eq!(got.map(|b| b.id()), model[i].pop_front());
                     }
                     Op::Peek(i) => prop_assert_eq!(lists[i].peek().map(|b| b.id()), model[i].front().copied()),

@@ -318,8 +318,10 @@ impl fmt::Debug for ChainShared {
 
 /// `struct bio`.
 pub struct Bio {
-    /// `bi_next`: the link `bio_list` uses.
-    pub(crate) bi_next: Option<Box<Bio>>,
+    /// `bi_next`: the link `bio_list` uses. An owning raw pointer (null when unlinked): the
+    /// list and chain code keep bios as raw pointers from `add` to `pop`, and make a `Box` again
+    /// only when one leaves, so no `Box` is ever moved while a raw alias to its bio is live.
+    pub(crate) bi_next: *mut Bio,
     /// `bi_opf`.
     pub bi_opf: BlkOpf,
     pub(crate) bi_flags: u16,
@@ -361,7 +363,7 @@ impl Bio {
     /// `BLK_STS_OK`, no callback. `id` is the simulator's identity of the bio in traces.
     pub fn new(id: u64, op: ReqOp, sector: u64) -> Box<Bio> {
         Box::new(Bio {
-            bi_next: None,
+            bi_next: std::ptr::null_mut(),
             bi_opf: BlkOpf {
                 op,
                 flags: ReqFlags::NONE,
@@ -522,7 +524,7 @@ impl Bio {
 
     /// `bio_reset()`: back to the `bio_init()` state for `op`, keeping the data segments.
     pub fn reset(&mut self, op: ReqOp) {
-        self.bi_next = None;
+        drop_chain(std::mem::replace(&mut self.bi_next, std::ptr::null_mut()));
         self.bi_opf = BlkOpf {
             op,
             flags: ReqFlags::NONE,
@@ -540,11 +542,24 @@ impl Bio {
 }
 
 impl Drop for Bio {
-    // `bio_put()` of a long list must not recurse once per link.
+    // A bio that still links others owns them; freeing them is iterative, so a long chain does not
+    // recurse once per link.
     fn drop(&mut self) {
-        let mut next = self.bi_next.take();
-        while let Some(mut b) = next {
-            next = b.bi_next.take();
-        }
+        drop_chain(std::mem::replace(&mut self.bi_next, std::ptr::null_mut()));
     }
 }
+
+/// Frees a chain of bios linked through `bi_next`, starting at `next` (null: nothing).
+pub(crate) fn drop_chain(mut next: *mut Bio) {
+    while !next.is_null() {
+        // SAFETY: a non-null `bi_next` owns the bio it points to (it came from `Box::into_raw`
+        // and nothing else refers to it).
+        let mut b = unsafe { Box::from_raw(next) };
+        next = std::mem::replace(&mut b.bi_next, std::ptr::null_mut());
+    }
+}
+
+// SAFETY: `bi_next` is an owning link to other bios (which are Send); nothing else aliases it.
+unsafe impl Send for Bio {}
+// SAFETY: shared access never follows `bi_next` mutably; the lists that do need `&mut`.
+unsafe impl Sync for Bio {}
