@@ -353,6 +353,26 @@ impl<E: 'static> Cpuhp<E> {
         })
     }
 
+    /// What setup and removal check first: no hotplug operation holds `cpus_write_lock()`
+    /// (`-EBUSY`), and `cpuhp_cb_check()` (the kernel's `BUG_ON` on removal becomes an error).
+    fn registration_check(&self, op: &'static str, state: StateId) -> Result<(), HotplugError> {
+        if let Some(holder) = self.lock_holder {
+            return Err(HotplugError::Busy {
+                op,
+                holder,
+                errno: Errno::EBUSY,
+            });
+        }
+        if state.0 <= CPUHP_OFFLINE.0 || state.0 >= CPUHP_ONLINE.0 {
+            return Err(HotplugError::invalid_state(
+                op,
+                state.0,
+                "not a valid callback state (must be in CPUHP_OFFLINE+1..CPUHP_ONLINE)",
+            ));
+        }
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn setup_state(
         &mut self,
@@ -364,21 +384,7 @@ impl<E: 'static> Cpuhp<E> {
         teardown: Option<Callback<E>>,
         run: &mut InvokeFn<'_, E>,
     ) -> Result<StateId, HotplugError> {
-        if let Some(holder) = self.lock_holder {
-            return Err(HotplugError::Busy {
-                op,
-                holder,
-                errno: Errno::EBUSY,
-            });
-        }
-        // cpuhp_cb_check()
-        if state.0 <= CPUHP_OFFLINE.0 || state.0 >= CPUHP_ONLINE.0 {
-            return Err(HotplugError::invalid_state(
-                op,
-                state.0,
-                "not a valid callback state (must be in CPUHP_OFFLINE+1..CPUHP_ONLINE)",
-            ));
-        }
+        self.registration_check(op, state)?;
         if name.is_empty() {
             return Err(HotplugError::invalid_state(
                 op,
@@ -433,21 +439,7 @@ impl<E: 'static> Cpuhp<E> {
         invoke: bool,
         run: &mut InvokeFn<'_, E>,
     ) -> Result<(), HotplugError> {
-        if let Some(holder) = self.lock_holder {
-            return Err(HotplugError::Busy {
-                op,
-                holder,
-                errno: Errno::EBUSY,
-            });
-        }
-        // The kernel's BUG_ON(cpuhp_cb_check(state)) becomes an error value.
-        if state.0 <= CPUHP_OFFLINE.0 || state.0 >= CPUHP_ONLINE.0 {
-            return Err(HotplugError::invalid_state(
-                op,
-                state.0,
-                "not a valid callback state (must be in CPUHP_OFFLINE+1..CPUHP_ONLINE)",
-            ));
-        }
+        self.registration_check(op, state)?;
         if !self.steps[state.0 as usize].registered {
             return Err(HotplugError::invalid_state(
                 op,
