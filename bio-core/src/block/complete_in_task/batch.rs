@@ -19,8 +19,8 @@ use std::ptr;
 pub(crate) enum BatchWork {
     /// `struct work_struct` (v7).
     Plain(WorkStruct),
-    /// `struct delayed_work` (v5, v6).
-    Delayed(DelayedWork),
+    /// `struct delayed_work` (v5, v6), with the variant's delay in jiffies.
+    Delayed(DelayedWork, u64),
 }
 
 /// A node of the v5 lock-less list (`struct llist_node`). biosim allocates it beside the bio

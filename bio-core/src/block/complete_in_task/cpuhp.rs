@@ -21,7 +21,7 @@ pub(super) fn disable_sync(kernel: &Kernel, batch: &BioCompleteBatch, cx: &Cpu) 
         BatchWork::Plain(w) => {
             kernel.disable_work_sync(w, cx);
         }
-        BatchWork::Delayed(d) => {
+        BatchWork::Delayed(d, _) => {
             kernel.disable_delayed_work_sync(d, cx);
         }
     }
@@ -39,18 +39,13 @@ fn online(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
         BatchWork::Plain(w) => {
             cx.kernel().enable_work(w, cx);
         }
-        BatchWork::Delayed(d) => {
+        BatchWork::Delayed(d, _) => {
             cx.kernel().enable_delayed_work(d, cx);
         }
     }
-    if b.variant.requeue_on_online {
-        let empty = match b.variant.list {
-            super::ListKind::Llist => batch.llist_empty(),
-            _ => batch.lock(b.batch(cx.id()), cx, &b.variant, true).empty(),
-        };
-        if !empty {
-            b.schedule(batch, cx, true);
-        }
+    // The review's fix for finding 1: bios that arrived while the work was disabled.
+    if b.variant.requeue_on_online && !b.list_empty(batch, cx, true) {
+        b.schedule(batch, cx, true);
     }
     Ok(())
 }
@@ -66,7 +61,7 @@ fn down_prep(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
         // Twin: no wait for a running worker, which then outlives down_prep.
         match b.batch(inv.cpu).work {
             BatchWork::Plain(w) => cx.kernel().disable_work(w, cx),
-            BatchWork::Delayed(d) => cx.kernel().disable_delayed_work(d, cx),
+            BatchWork::Delayed(d, _) => cx.kernel().disable_delayed_work(d, cx),
         };
         return Ok(());
     }

@@ -128,9 +128,10 @@ pub fn bio_complete_init(
             }
         };
         let work = match variant.work {
-            WorkKind::Delayed { .. } => {
-                BatchWork::Delayed(kernel.init_delayed_work("bio_complete_work_fn", func))
-            }
+            WorkKind::Delayed { delay } => BatchWork::Delayed(
+                kernel.init_delayed_work("bio_complete_work_fn", func),
+                delay,
+            ),
             WorkKind::Plain => BatchWork::Plain(kernel.init_work("bio_complete_work_fn", func)),
         };
         let batch = BioCompleteBatch::new(cpu, work);
@@ -190,7 +191,7 @@ impl BioCompleteBatcher {
     pub fn work_of(&self, cpu: CpuId) -> crate::workqueue::WorkStruct {
         match self.batch(cpu).work {
             BatchWork::Plain(w) => w,
-            BatchWork::Delayed(d) => d.work,
+            BatchWork::Delayed(d, _) => d.work,
         }
     }
 
@@ -201,15 +202,7 @@ impl BioCompleteBatcher {
         let b = self.batch(cx.id());
         let id = bio.id();
         tracing::trace!(target: "block", tracepoint = "bio_complete_defer", cpu = cx.id().0, bio = id, "bio_complete_defer: bio#{id} to the batch of CPU{}", cx.id().0);
-        let was_empty = match self.variant.list {
-            ListKind::Llist => b.llist_add(bio),
-            _ => {
-                let guard = b.lock(self.batch(cx.id()), cx, &self.variant, true);
-                let was_empty = guard.empty();
-                guard.add(bio);
-                was_empty
-            }
-        };
+        let was_empty = self.list_add(b, bio, cx);
         self.watchdog[cx.id().index()].adds.fetch_add(1, Relaxed);
         if let Some(o) = &self.observer {
             o.deferred(id, cx);
@@ -219,21 +212,47 @@ impl BioCompleteBatcher {
         }
     }
 
+    /// `bio_list_add(&batch->list, bio)` under the variant's protection (or `llist_add()`);
+    /// returns whether the list was empty.
+    fn list_add(&self, b: &BioCompleteBatch, bio: Box<Bio>, cx: &Cpu) -> bool {
+        if self.variant.list == ListKind::Llist {
+            return b.llist_add(bio);
+        }
+        let guard = b.lock(self.batch(cx.id()), cx, &self.variant, true);
+        let was_empty = guard.empty();
+        guard.add(bio);
+        was_empty
+    }
+
+    /// The worker's `list = batch->list; bio_list_init(&batch->list)` (or `llist_del_all()`).
+    fn list_take(&self, b: &BioCompleteBatch, cx: &Cpu) -> crate::block::BioList {
+        if self.variant.list == ListKind::Llist {
+            return b.llist_del_all();
+        }
+        b.lock(self.batch(cx.id()), cx, &self.variant, false).take()
+    }
+
+    /// `bio_list_empty(&batch->list)` under the variant's protection (or `llist_empty()`).
+    fn list_empty(&self, b: &BioCompleteBatch, cx: &Cpu, producer: bool) -> bool {
+        if self.variant.list == ListKind::Llist {
+            return b.llist_empty();
+        }
+        b.lock(self.batch(cx.id()), cx, &self.variant, producer)
+            .empty()
+    }
+
     /// Schedules the batch's worker: with the variant's delay, or at once (`now`) for the
     /// `need_resched()` requeue and the online requeue.
     fn schedule(&self, b: &BioCompleteBatch, cx: &Cpu, now: bool) {
         let k = cx.kernel();
-        let queued = match (b.work, self.variant.work) {
-            (BatchWork::Delayed(dw), WorkKind::Delayed { delay }) => {
+        let queued = match b.work {
+            BatchWork::Delayed(dw, delay) => {
                 // mod_delayed_work_on() returns whether it modified a pending work; the work is
                 // scheduled either way unless it is disabled.
                 k.mod_delayed_work_on(Some(b.cpu), &self.wq, dw, if now { 0 } else { delay }, cx);
                 k.work_pending(dw.work)
             }
-            (BatchWork::Delayed(dw), WorkKind::Plain) => {
-                k.queue_delayed_work_on(Some(b.cpu), &self.wq, dw, 0, cx)
-            }
-            (BatchWork::Plain(w), _) => k.queue_work_on(Some(b.cpu), &self.wq, w, cx),
+            BatchWork::Plain(w) => k.queue_work_on(Some(b.cpu), &self.wq, w, cx),
         };
         tracing::trace!(
             target: "block",
@@ -274,10 +293,7 @@ impl BioCompleteBatcher {
         }
         let mut no_progress_passes = 0usize;
         loop {
-            let list = match self.variant.list {
-                ListKind::Llist => b.llist_del_all(),
-                _ => b.lock(self.batch(cx.id()), cx, &self.variant, false).take(),
-            };
+            let list = self.list_take(b, cx);
             if list.empty() {
                 break;
             }
@@ -319,13 +335,7 @@ impl BioCompleteBatcher {
                 return;
             }
             if self.variant.need_resched_yield && cx.need_resched() {
-                let is_empty = match self.variant.list {
-                    ListKind::Llist => b.llist_empty(),
-                    _ => b
-                        .lock(self.batch(cx.id()), cx, &self.variant, false)
-                        .empty(),
-                };
-                if !is_empty && self.variant.yield_requeues {
+                if !self.list_empty(b, cx, false) && self.variant.yield_requeues {
                     self.schedule(b, cx, true);
                 }
                 break;
