@@ -5,6 +5,8 @@
 //! `RUST_LOG=block=trace` shows the block tracepoints the way `echo 1 > events/block/enable` would.
 //! The default shows warnings only (every simulated kernel splat is a warning).
 
+use crate::runtime::capture::CaptureLayer;
+use tracing_subscriber::prelude::*;
 use tracing_subscriber::EnvFilter;
 
 /// The environment variable read for the filter (same syntax as `RUST_LOG`).
@@ -20,10 +22,20 @@ pub fn init(default: &str) {
         }),
         Err(_) => EnvFilter::new(default),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .with_target(true)
-        .try_init();
+        .with_filter(filter);
+    // The capture layer rides along so deterministic runs capture through this subscriber
+    // (see `runtime::capture` for why captures never use a scoped dispatcher).
+    if tracing_subscriber::registry()
+        .with(CaptureLayer)
+        .with(fmt)
+        .try_init()
+        .is_ok()
+    {
+        crate::runtime::capture::mark_global_capture_installed();
+    }
 }

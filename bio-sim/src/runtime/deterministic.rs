@@ -175,7 +175,7 @@ struct Inner {
     rng: RefCell<SplitMix64>,
     config: DetConfig,
     trace: RefCell<Vec<String>>,
-    capture: Option<(Lines, tracing::Dispatch)>,
+    capture: Option<Lines>,
     exec_cpu: capture::ExecCpu,
     steps: Cell<u64>,
     wait_depth: Cell<u32>,
@@ -255,15 +255,7 @@ impl DetRuntime {
     #[allow(clippy::arc_with_non_send_sync)]
     pub fn new(kernel: Arc<Kernel>, config: DetConfig) -> Self {
         let exec_cpu: capture::ExecCpu = Arc::new(std::sync::atomic::AtomicI64::new(-1));
-        let capture = (config.record_steps && config.capture_trace).then(|| {
-            let lines: Lines = Arc::default();
-            let d = capture::dispatch(
-                Arc::clone(&lines),
-                Arc::clone(&exec_cpu),
-                tracing::Level::TRACE,
-            );
-            (lines, d)
-        });
+        let capture = (config.record_steps && config.capture_trace).then(Lines::default);
         let inner = Rc::new_cyclic(|weak: &Weak<Inner>| {
             let cpus = kernel
                 .possible_cpus()
@@ -407,8 +399,8 @@ impl Inner {
     fn captured<R>(&self, f: impl FnOnce() -> R) -> R {
         match &self.capture {
             None => f(),
-            Some((lines, d)) => {
-                let r = tracing::dispatcher::with_default(d, f);
+            Some(lines) => {
+                let r = capture::capture(lines, &self.exec_cpu, tracing::Level::TRACE, f);
                 let mut captured = lines.lock();
                 let mut trace = self.trace.borrow_mut();
                 for l in captured.drain(..) {
