@@ -67,11 +67,11 @@ fn unbound_cpu_on_a_percpu_wq_means_the_local_cpu() {
     let log = Arc::default();
     let w = counting(&m.k, &log);
     assert!(m.k.queue_work_on(WORK_CPU_UNBOUND, &m.wq, w, &m.cpus[1]));
-    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(1))).queued, 1);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(1))).unwrap().queued, 1);
     let uwq = m.k.alloc_workqueue("unbound", WQ_UNBOUND, 0).unwrap();
     let w2 = counting(&m.k, &log);
     assert!(m.k.queue_work_on(Some(CpuId(1)), &uwq, w2, &m.cpus[1]));
-    assert_eq!(m.k.pool(PoolId::Unbound).queued, 1);
+    assert_eq!(m.k.pool(PoolId::Unbound).unwrap().queued, 1);
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn queueing_a_disabled_work_returns_false_for_every_queue_call() {
         .k
         .mod_delayed_work_on(Some(CpuId(0)), &m.wq, dw, 5, &m.cpus[0]));
     assert!(!m.k.work_pending(w) && !m.k.delayed_work_pending(dw));
-    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).queued, 0);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).unwrap().queued, 0);
     assert!(m.k.delayed_work_timer(dw).is_none());
 }
 
@@ -204,7 +204,7 @@ fn mod_delayed_work_rearms_a_pending_work_with_the_new_delay_and_cpu() {
     m.k.advance_jiffies(40);
     assert_eq!(m.k.run_timers(&m.cpus[1]), 1);
     assert_eq!(
-        m.k.pool(PoolId::Cpu(CpuId(1))).queued,
+        m.k.pool(PoolId::Cpu(CpuId(1))).unwrap().queued,
         1,
         "queued on dwork->cpu"
     );
@@ -214,13 +214,13 @@ fn mod_delayed_work_rearms_a_pending_work_with_the_new_delay_and_cpu() {
     assert!(!m
         .k
         .mod_delayed_work_on(Some(CpuId(0)), &m.wq, dw, 0, &m.cpus[0]));
-    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).queued, 1);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).unwrap().queued, 1);
     assert!(
         m.k.mod_delayed_work_on(Some(CpuId(1)), &m.wq, dw, 0, &m.cpus[0]),
         "stolen from the worklist"
     );
-    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).queued, 0);
-    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(1))).queued, 1);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).unwrap().queued, 0);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(1))).unwrap().queued, 1);
 }
 
 #[test]
@@ -234,7 +234,7 @@ fn cancel_delayed_work_stops_the_timer() {
     assert!(!m.k.cancel_delayed_work(dw));
     m.k.advance_jiffies(5);
     assert_eq!(m.k.run_timers(&m.cpus[0]), 0);
-    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).queued, 0);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).unwrap().queued, 0);
 }
 
 #[test]
@@ -254,13 +254,13 @@ fn a_work_running_in_one_pool_is_queued_behind_itself_there() {
     });
     m.k.queue_work_on(Some(CpuId(0)), &m.wq, w, &m.cpus[0]);
     m.k.run_worker(PoolId::Cpu(CpuId(0)), &m.cpus[0]).unwrap();
-    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).queued, 1);
-    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(1))).queued, 0);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).unwrap().queued, 1);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(1))).unwrap().queued, 0);
     m.k.run_worker(PoolId::Cpu(CpuId(0)), &m.cpus[0]).unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     // Once it is idle, the requested CPU is honoured again.
     m.k.queue_work_on(Some(CpuId(1)), &m.wq, w, &m.cpus[0]);
-    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(1))).queued, 1);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(1))).unwrap().queued, 1);
 }
 
 #[test]
@@ -285,7 +285,7 @@ fn per_cpu_work_runs_unbound_after_offline_and_bound_again_after_online() {
     // Associated: only CPU1 may run it; running it elsewhere trips the kernel's WARN.
     m.k.cpu_hotplug_to(CpuId(1), CPUHP_OFFLINE, false).unwrap();
     assert!(!m.k.cpu_online(CpuId(1)));
-    let pool = m.k.pool(PoolId::Cpu(CpuId(1)));
+    let pool = m.k.pool(PoolId::Cpu(CpuId(1))).unwrap();
     assert!(pool.disassociated);
     assert_eq!(pool.bound_cpu(), None, "runs on any online CPU now");
     let ran = m.k.run_worker(PoolId::Cpu(CpuId(1)), &m.cpus[0]).unwrap();
@@ -301,7 +301,7 @@ fn per_cpu_work_runs_unbound_after_offline_and_bound_again_after_online() {
     );
     assert!(m.k.reports().is_empty(), "{:?}", m.k.reports().all());
     m.k.cpu_hotplug_to(CpuId(1), CPUHP_ONLINE, true).unwrap();
-    assert!(!m.k.pool(PoolId::Cpu(CpuId(1))).disassociated);
+    assert!(!m.k.pool(PoolId::Cpu(CpuId(1))).unwrap().disassociated);
     m.k.queue_work_on(Some(CpuId(1)), &m.wq, w, &m.cpus[0]);
     m.k.run_worker(PoolId::Cpu(CpuId(1)), &m.cpus[0]).unwrap();
     let warns = m.k.reports().of_kind(ReportKind::Warn);
@@ -324,10 +324,10 @@ fn rescuer_runs_reclaim_work_of_a_congested_pool_on_the_pool_cpu() {
     let log = Arc::default();
     let w = counting(&m.k, &log);
     let plain = counting(&m.k, &log);
-    m.k.set_pool_congested(PoolId::Cpu(CpuId(1)), true);
+    assert!(m.k.set_pool_congested(PoolId::Cpu(CpuId(1)), true));
     m.k.queue_work_on(Some(CpuId(1)), &m.wq, plain, &m.cpus[0]);
     m.k.queue_work_on(Some(CpuId(1)), &reclaim, w, &m.cpus[0]);
-    let pool = m.k.pool(PoolId::Cpu(CpuId(1)));
+    let pool = m.k.pool(PoolId::Cpu(CpuId(1))).unwrap();
     assert!(!pool.worker_runnable(), "no worker can be created");
     assert!(pool.rescuer_runnable());
     assert_eq!(pool.rescuable, 1, "only WQ_MEM_RECLAIM work is rescued");
@@ -349,7 +349,7 @@ fn rescuer_runs_reclaim_work_of_a_congested_pool_on_the_pool_cpu() {
     m.k.queue_work_on(Some(CpuId(1)), &reclaim, w, &m.cpus[0]);
     m.k.run_rescuer(PoolId::Cpu(CpuId(1)), &m.cpus[0]).unwrap();
     assert_eq!(m.k.reports().of_kind(ReportKind::Warn).len(), 1);
-    m.k.set_pool_congested(PoolId::Cpu(CpuId(1)), false);
+    assert!(m.k.set_pool_congested(PoolId::Cpu(CpuId(1)), false));
     assert!(m.k.run_worker(PoolId::Cpu(CpuId(1)), &m.cpus[1]).is_some());
 }
 
@@ -362,7 +362,7 @@ fn rescuer_of_a_disassociated_pool_runs_unbound() {
     let log = Arc::default();
     let w = counting(&m.k, &log);
     m.k.queue_work_on(Some(CpuId(1)), &reclaim, w, &m.cpus[0]);
-    m.k.set_pool_congested(PoolId::Cpu(CpuId(1)), true);
+    assert!(m.k.set_pool_congested(PoolId::Cpu(CpuId(1)), true));
     m.k.cpu_hotplug_to(CpuId(1), CPUHP_OFFLINE, false).unwrap();
     let ran = m.k.run_rescuer(PoolId::Cpu(CpuId(1)), &m.cpus[0]).unwrap();
     assert!(ran.disassociated && ran.rescuer);
@@ -431,7 +431,7 @@ fn delayed_work_queued_to_an_offline_cpu_warns_once() {
     // The timer sits on the offline CPU's base: nothing runs timers there.
     assert_eq!(k.delayed_work_timer(dw), Some(CpuId(1)));
     assert!(
-        k.pool(PoolId::Cpu(CpuId(1))).disassociated,
+        k.pool(PoolId::Cpu(CpuId(1))).unwrap().disassociated,
         "pools of CPUs not up at boot start disassociated"
     );
 }
@@ -446,7 +446,7 @@ fn an_unbalanced_enable_of_a_pending_work_steals_it_like_work_grab_pending() {
         !m.k.work_pending(w),
         "enable_work() grabbed and cleared PENDING"
     );
-    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).queued, 0);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(0))).unwrap().queued, 0);
     assert_eq!(
         m.k.reports().of_kind(ReportKind::Warn).len(),
         1,
@@ -474,8 +474,23 @@ fn queueing_to_a_cpu_that_does_not_exist_is_reported_and_the_work_kept() {
     assert!(m.k.queue_work_on(Some(CpuId(99)), &m.wq, w, &m.cpus[1]));
     assert_eq!(m.k.reports().of_kind(ReportKind::Bug).len(), 1);
     assert_eq!(
-        m.k.pool(PoolId::Cpu(CpuId(1))).queued,
+        m.k.pool(PoolId::Cpu(CpuId(1))).unwrap().queued,
         1,
         "kept on the local CPU"
     );
+}
+
+#[test]
+fn a_pool_of_a_cpu_that_does_not_exist_is_none_not_another_cpus_pool() {
+    let m = machine(2);
+    let log = Arc::default();
+    let w = counting(&m.k, &log);
+    assert!(m.k.queue_work_on(Some(CpuId(1)), &m.wq, w, &m.cpus[0]));
+    // Once, an out-of-range CPU was clamped to the last one: CPU7's "worker" ran CPU1's work.
+    assert!(m.k.pool(PoolId::Cpu(CpuId(7))).is_none());
+    assert!(m.k.run_worker(PoolId::Cpu(CpuId(7)), &m.cpus[1]).is_none());
+    assert!(!m.k.set_pool_congested(PoolId::Cpu(CpuId(7)), true));
+    assert!(!m.k.pool(PoolId::Cpu(CpuId(1))).unwrap().congested);
+    assert_eq!(m.k.pool(PoolId::Cpu(CpuId(1))).unwrap().queued, 1);
+    assert!(log.lock().unwrap().is_empty());
 }

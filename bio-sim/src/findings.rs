@@ -395,7 +395,8 @@ fn run_check_inner(
             // CPU1's pool is congested: only the rescuer can run the batch's work. Offer it on the
             // other CPU first: the kernel never does (the rescuer attaches to the pool's CPU).
             let s = sim(variant, default, 2, rescuer, trace)?;
-            s.kernel.set_pool_congested(PoolId::Cpu(one), true);
+            let congested = s.kernel.set_pool_congested(PoolId::Cpu(one), true);
+            debug_assert!(congested, "the machine has CPU1");
             s.apply(&Transition::Complete {
                 cpu: 1,
                 ctx: CompletionContext::Hardirq,

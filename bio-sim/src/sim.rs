@@ -191,7 +191,9 @@ impl Sim {
     /// Runs one item of `cpu`'s pool: on `cpu` while the pool is bound, else on the lowest online
     /// CPU. Returns whether something ran.
     pub fn run_worker(&self, cpu: CpuId) -> bool {
-        let pool = self.kernel.pool(PoolId::Cpu(cpu));
+        let Some(pool) = self.kernel.pool(PoolId::Cpu(cpu)) else {
+            return false;
+        };
         let on = match pool.bound_cpu() {
             Some(c) => c,
             None => match self.kernel.online_cpus().first() {

@@ -343,7 +343,7 @@ fn a_congested_pool_is_served_by_the_rescuer_on_its_cpu() {
         .alloc_workqueue("bio_complete", WQ_PERCPU | WQ_MEM_RECLAIM, 0)
         .unwrap();
     let work = kernel.init_work("w_fn", |_, _| {});
-    kernel.set_pool_congested(PoolId::Cpu(CpuId(1)), true);
+    assert!(kernel.set_pool_congested(PoolId::Cpu(CpuId(1)), true));
     kernel.queue_work_on(Some(CpuId(1)), &wq, work, rt.cpu(CpuId(0)).unwrap());
     assert_eq!(
         rt.enabled(),

@@ -431,7 +431,7 @@ fn rescuer_serves_a_congested_reclaim_pool_on_the_pool_cpu() {
     let s2 = Arc::clone(&slots);
     let w = k.init_work("rescued_fn", move |cx, _| s2.hit(0, cx));
     let rt = start(&k);
-    k.set_pool_congested(PoolId::Cpu(CpuId(1)), true);
+    assert!(k.set_pool_congested(PoolId::Cpu(CpuId(1)), true));
     let k2 = Arc::clone(&k);
     assert!(rt
         .run_on(CpuId(0), move |cx| k2.queue_work_on(
@@ -471,7 +471,7 @@ fn shutdown_reports_work_nothing_can_run_instead_of_hanging() {
         },
     )
     .unwrap();
-    k.set_pool_congested(PoolId::Cpu(CpuId(1)), true);
+    assert!(k.set_pool_congested(PoolId::Cpu(CpuId(1)), true));
     let k2 = Arc::clone(&k);
     assert!(rt
         .run_on(CpuId(1), move |cx| k2.queue_work_on(None, &wq, w, cx))
@@ -509,7 +509,7 @@ fn shutdown_reports_a_task_stuck_waiting_and_never_hangs() {
         },
     )
     .unwrap();
-    k.set_pool_congested(PoolId::Cpu(CpuId(0)), true);
+    assert!(k.set_pool_congested(PoolId::Cpu(CpuId(0)), true));
     // A task on CPU0 flushes a work that can never run: it sleeps in flush_work().
     let k2 = Arc::clone(&k);
     let handle = rt

@@ -92,10 +92,12 @@ pub struct WorkExecution {
 }
 
 impl Kernel {
-    fn pool_index(&self, id: PoolId) -> usize {
+    /// The index of pool `id`, or `None` for a CPU that does not exist.
+    fn pool_index(&self, id: PoolId) -> Option<usize> {
         match id {
-            PoolId::Cpu(c) => c.index().min(self.nr_cpus() as usize - 1),
-            PoolId::Unbound => self.nr_cpus() as usize,
+            PoolId::Cpu(c) if c.index() < self.nr_cpus() as usize => Some(c.index()),
+            PoolId::Cpu(_) => None,
+            PoolId::Unbound => Some(self.nr_cpus() as usize),
         }
     }
 
@@ -132,19 +134,24 @@ impl Kernel {
             .collect()
     }
 
-    /// One pool's snapshot.
-    pub fn pool(&self, id: PoolId) -> PoolInfo {
-        let i = self.pool_index(id);
-        self.pools().swap_remove(i)
+    /// One pool's snapshot, or `None` if `id` names a CPU that does not exist.
+    pub fn pool(&self, id: PoolId) -> Option<PoolInfo> {
+        let i = self.pool_index(id)?;
+        Some(self.pools().swap_remove(i))
     }
 
     /// Sets the congestion knob of a pool: while set, no normal worker runs (as when the pool
     /// cannot create workers under memory pressure) and `WQ_MEM_RECLAIM` work waits for the
     /// rescuer (`pool_mayday_timeout()` → `send_mayday()`).
-    pub fn set_pool_congested(&self, id: PoolId, congested: bool) {
-        let i = self.pool_index(id);
+    /// Returns `false` (and changes nothing) if `id` names a CPU that does not exist.
+    #[must_use = "false means there is no such pool"]
+    pub fn set_pool_congested(&self, id: PoolId, congested: bool) -> bool {
+        let Some(i) = self.pool_index(id) else {
+            return false;
+        };
         self.workqueues.state.lock().pools[i].congested = congested;
         self.wake_pool(i);
+        true
     }
 
     /// Sets where rescuers run bound pools' work (the kernel's [`super::RescuerAffinity::PoolCpu`] by
@@ -183,7 +190,7 @@ impl Kernel {
     }
 
     fn process_one_work(&self, pool_id: PoolId, cx: &Cpu, rescuer: bool) -> Option<WorkExecution> {
-        let p = self.pool_index(pool_id);
+        let p = self.pool_index(pool_id)?;
         let (exec, func) = {
             let mut guard = self.workqueues.state.lock();
             let st = &mut *guard;
@@ -287,7 +294,10 @@ impl Kernel {
 
     /// `workqueue_offline_cpu()` → `unbind_workers()`: the CPU's pool becomes disassociated.
     fn unbind_workers(&self, cpu: CpuId) {
-        let i = self.pool_index(PoolId::Cpu(cpu));
+        // The callback only runs for CPUs of the machine.
+        let Some(i) = self.pool_index(PoolId::Cpu(cpu)) else {
+            return;
+        };
         self.workqueues.state.lock().pools[i].disassociated = true;
         tracing::debug!(target: "workqueue", cpu = cpu.0, "unbind_workers: pool of CPU{} is disassociated", cpu.0);
         self.wake_pool(i);
@@ -295,7 +305,9 @@ impl Kernel {
 
     /// `workqueue_online_cpu()` → `rebind_workers()`.
     fn rebind_workers(&self, cpu: CpuId) {
-        let i = self.pool_index(PoolId::Cpu(cpu));
+        let Some(i) = self.pool_index(PoolId::Cpu(cpu)) else {
+            return;
+        };
         self.workqueues.state.lock().pools[i].disassociated = false;
         tracing::debug!(target: "workqueue", cpu = cpu.0, "rebind_workers: pool of CPU{} is bound again", cpu.0);
         self.wake(cpu);

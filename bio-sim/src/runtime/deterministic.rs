@@ -524,7 +524,9 @@ impl Inner {
                 if !online(on) {
                     return Err(Self::not_enabled(event, format!("{on} is offline")));
                 }
-                let info = k.pool(pool);
+                let Some(info) = k.pool(pool) else {
+                    return Err(Self::not_enabled(event, format!("{pool:?}: no such pool")));
+                };
                 let bound = if rescuer {
                     info.rescuer_cpu()
                 } else {

@@ -603,7 +603,7 @@ fn run_one(sh: &Shared, cx: &Cpu, rx: Option<&Receiver<Msg>>) -> bool {
         };
         // Rebinding happens only in a hotplug step of CPU m, which holds this lock: the pool
         // stays disassociated until we are done.
-        if !k.pool(p.id).disassociated {
+        if !k.pool(p.id).is_some_and(|now| now.disassociated) {
             continue;
         }
         if let Some(x) = k.run_worker(p.id, cx).or_else(|| k.run_rescuer(p.id, cx)) {
