@@ -191,7 +191,7 @@ impl Scenario {
                 }
                 "online" => {
                     header_only("online")?;
-                    online = Some(num(1, "a CPU count")? as u32);
+                    online = Some((num(1, "a CPU count")?, line));
                 }
                 "preempt" => {
                     header_only("preempt")?;
@@ -206,7 +206,11 @@ impl Scenario {
                 }
                 "hz" => {
                     header_only("hz")?;
-                    hz = Some(num(1, "a tick rate")? as u32);
+                    let h = num(1, "a tick rate")?;
+                    // Out-of-range values must not wrap into a valid one (`hz 4294967546` is not 250).
+                    hz = Some(u32::try_from(h).map_err(|_| {
+                        err(format!("unsupported CONFIG_HZ={h} (kernel/Kconfig.hz offers 100, 250, 300 or 1000)"))
+                    })?);
                 }
                 "seed" => {
                     header_only("seed")?;
@@ -278,15 +282,18 @@ impl Scenario {
                 }
             }
         }
-        if let Some(o) = online {
-            if o == 0 || o > config.nr_cpus {
+        if let Some((o, line)) = online {
+            if o == 0 || o > u64::from(config.nr_cpus) {
                 return Err(ScenarioError {
                     file: file.to_owned(),
-                    line: 0,
-                    message: format!("online {o}: must be 1..={}", config.nr_cpus),
+                    line,
+                    message: format!(
+                        "online {o}: must be 1..={} (the machine's CPU count)",
+                        config.nr_cpus
+                    ),
                 });
             }
-            config.online = o;
+            config.online = o as u32;
         }
         let model = preempt.unwrap_or(config.kernel.preempt);
         let mut k = if preempt_count == Some(false) {

@@ -1,0 +1,297 @@
+//! Scenario files are user input: whatever the text, `Scenario::parse` either accepts it or returns
+//! an error naming the file (and the line, for a line's mistake), and an accepted scenario runs to
+//! a verdict. Nothing panics. The generator mixes the real grammar with boundary numbers (0, the
+//! last CPU, 64/65 CPUs, the hotplug state range, values that wrap a `u32`) and free junk.
+//!
+//! The checker's own power is shown by `the_harness_reports_a_panic`: the same harness, given a
+//! runner that panics, fails.
+
+use bio_sim::scenario_file::Scenario;
+use proptest::prelude::*;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+const FILE: &str = "fuzz.scn";
+
+fn number() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0u64..4).prop_map(|n| n.to_string()),
+        Just("63".to_owned()),
+        Just("64".to_owned()),
+        Just("65".to_owned()),
+        Just("187".to_owned()),
+        Just("192".to_owned()),
+        Just("236".to_owned()),
+        Just("237".to_owned()),
+        Just("250".to_owned()),
+        Just("-1".to_owned()),
+        Just("4294967297".to_owned()),
+        Just("4294967546".to_owned()),
+        Just("18446744073709551615".to_owned()),
+        Just("18446744073709551616".to_owned()),
+        Just("0x10".to_owned()),
+    ]
+}
+
+fn word() -> impl Strategy<Value = String> {
+    prop_oneof![
+        number(),
+        prop::sample::select(vec![
+            "v5",
+            "v6",
+            "v6-review",
+            "v7",
+            "v8",
+            "none",
+            "voluntary",
+            "full",
+            "lazy",
+            "rt",
+            "y",
+            "n",
+            "maybe",
+            "hardirq",
+            "softirq",
+            "atomic",
+            "task",
+            "nmi",
+            "plain",
+            "flag",
+            "dynamic",
+            "pool",
+            "unbound",
+            "clean",
+            "once",
+            "stranded",
+            "bug",
+            "warn",
+            "no-quiescence",
+            "requeue_on_online=true",
+            "delay=0",
+            "list=llist",
+            "x=y",
+            "=",
+            "fail=",
+            "fail=187",
+            "fail=-1",
+            "fail=999",
+            "fail=abc",
+        ])
+        .prop_map(str::to_owned),
+        "\\PC{0,8}",
+    ]
+}
+
+/// A grammatical line whose values are mostly in range.
+fn header_line() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec!["v5", "v6", "v6-review", "v7"])
+            .prop_map(|v| format!("variant {v}")),
+        (
+            prop::sample::select(vec![
+                "need_resched_yield",
+                "yield_requeues",
+                "yield_keeps_batch",
+                "requeue_on_online",
+                "dynamic_helper",
+                "in_task_guard",
+                "init_disables_offline",
+                "dead_drains",
+                "gate_reads",
+                "end_io_null_check",
+            ]),
+            any::<bool>()
+        )
+            .prop_map(|(k, v)| format!("knob {k}={v}")),
+        prop::sample::select(vec!["llist", "local_lock", "irq_save"])
+            .prop_map(|v| format!("knob list={v}")),
+        (0u64..3).prop_map(|d| format!("knob delay={d}")),
+        (1u32..5).prop_map(|n| format!("online {n}")),
+        prop::sample::select(vec!["none", "voluntary", "full", "lazy", "rt"])
+            .prop_map(|m| format!("preempt {m}")),
+        prop::sample::select(vec![
+            "preempt_count y",
+            "preempt_count n",
+            "preempt_rcu y",
+            "preempt_rcu n"
+        ])
+        .prop_map(str::to_owned),
+        prop::sample::select(vec![100u32, 250, 300, 1000]).prop_map(|h| format!("hz {h}")),
+        any::<u64>().prop_map(|n| format!("seed {n}")),
+        prop::sample::select(vec!["pool", "unbound"]).prop_map(|r| format!("rescuer {r}")),
+    ]
+}
+
+fn transition_line(nr_cpus: u32) -> impl Strategy<Value = String> {
+    let cpu = 0..nr_cpus;
+    let state = prop::sample::select(vec![0i32, 58, 61, 83, 144, 187, 192, 193, 236]);
+    prop_oneof![
+        4 => (cpu.clone(), prop::sample::select(vec!["hardirq", "softirq", "atomic", "task"]),
+              prop::sample::select(vec!["plain", "flag", "dynamic"]))
+            .prop_map(|(c, x, k)| format!("complete {c} {x} {k}")),
+        2 => cpu.clone().prop_map(|c| format!("worker {c}")),
+        2 => Just("tick".to_owned()),
+        2 => (cpu.clone(), any::<bool>(), prop::option::of(state))
+            .prop_map(|(c, up, f)| format!(
+                "{} {c}{}",
+                if up { "cpu_up" } else { "cpu_down" },
+                f.map(|s| format!(" fail={s}")).unwrap_or_default()
+            )),
+        3 => Just("step".to_owned()),
+        1 => cpu.prop_map(|c| format!("need_resched {c}")),
+    ]
+}
+
+/// A line with the grammar's keywords and arbitrary words, or free text.
+fn junk_line() -> impl Strategy<Value = String> {
+    let keyword = prop::sample::select(vec![
+        "variant",
+        "knob",
+        "cpus",
+        "online",
+        "preempt",
+        "preempt_count",
+        "preempt_rcu",
+        "hz",
+        "seed",
+        "rescuer",
+        "complete",
+        "worker",
+        "tick",
+        "cpu_down",
+        "cpu_up",
+        "step",
+        "need_resched",
+        "settle",
+        "expect",
+        "#",
+        "",
+    ]);
+    prop_oneof![
+        4 => (keyword, prop::collection::vec(word(), 0..4))
+            .prop_map(|(k, ws)| format!("{k} {}", ws.join(" "))),
+        1 => "\\PC{0,30}",
+    ]
+}
+
+/// A scenario in the file's order (header, transitions, settle, expectations), then, half the
+/// time, one junk line put anywhere.
+fn scenario_text() -> impl Strategy<Value = String> {
+    let tail = prop_oneof![
+        Just(String::new()),
+        (0u64..3000).prop_map(|n| format!("settle {n}")),
+        Just("settle\nexpect clean".to_owned()),
+        prop::sample::select(vec![
+            "once",
+            "task",
+            "stranded",
+            "off-cpu",
+            "bug",
+            "no-quiescence"
+        ])
+        .prop_map(|i| format!("expect {i}")),
+    ];
+    (1u32..5)
+        .prop_flat_map(move |n| {
+            (
+                Just(n),
+                prop::collection::vec(header_line(), 0..4),
+                prop::collection::vec(transition_line(n), 0..24),
+                tail.clone(),
+                prop::option::of((junk_line(), any::<prop::sample::Index>())),
+            )
+        })
+        .prop_map(|(n, header, transitions, tail, junk)| {
+            let mut lines = vec![format!("cpus {n}")];
+            lines.extend(header.into_iter().chain(transitions));
+            lines.push(tail);
+            if let Some((j, at)) = junk {
+                let i = at.index(lines.len() + 1);
+                lines.insert(i, j);
+            }
+            lines.join("\n")
+        })
+}
+
+/// Parses and, if accepted, runs `text`; `Err` describes a broken promise (a panic, an error that
+/// does not name the file).
+fn check(text: &str, run: impl FnOnce(&Scenario)) -> Result<(), String> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| match Scenario::parse(text, FILE) {
+        Ok(mut s) => {
+            // The step budget is the user's to choose; keep the fuzzer fast.
+            s.settle = s.settle.min(500);
+            run(&s);
+            Ok(())
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            if msg.starts_with(FILE) && !e.message.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("an error that does not say where: {msg:?}"))
+            }
+        }
+    }));
+    match outcome {
+        Ok(r) => r,
+        Err(p) => Err(format!(
+            "panicked: {}",
+            p.downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("?")
+        )),
+    }
+}
+
+fn run_to_verdict(s: &Scenario) {
+    // A `SimError` is a clear refusal (e.g. a machine the kernel config cannot build); either way
+    // no panic.
+    if let Ok(r) = s.run() {
+        assert!(
+            r.trace.contains("# biosim"),
+            "the trace opens with its header"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_text_is_accepted_or_refused_with_its_place_and_never_panics(text in scenario_text()) {
+        if let Err(e) = check(&text, run_to_verdict) {
+            prop_assert!(false, "{e}\n--- scenario ---\n{text}");
+        }
+    }
+}
+
+#[test]
+fn the_harness_reports_a_panic() {
+    // Hide the expected panic's message from the test output.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = check("cpus 2\ncomplete 1 hardirq flag\n", |_| {
+        panic!("simulated crash")
+    });
+    std::panic::set_hook(hook);
+    assert_eq!(r, Err("panicked: simulated crash".to_owned()));
+    assert_eq!(
+        check("cpus 2\ncomplete 1 hardirq flag\n", run_to_verdict),
+        Ok(())
+    );
+}
+
+#[test]
+fn values_that_wrap_a_u32_are_refused_not_wrapped() {
+    // `as u32` once turned `online 4294967297` into `online 1` and `hz 4294967546` into 250.
+    for (text, says) in [
+        ("online 4294967297\n", "fuzz.scn:1: online 4294967297"),
+        (
+            "hz 4294967546\n",
+            "fuzz.scn:1: unsupported CONFIG_HZ=4294967546",
+        ),
+    ] {
+        let e = Scenario::parse(text, FILE).unwrap_err().to_string();
+        assert!(e.starts_with(says), "{e}");
+    }
+}
