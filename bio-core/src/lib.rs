@@ -4,6 +4,8 @@
 //!
 //! - [`block`]: `struct bio`, `bio_list`, `blk_status_t`, `bio_endio()` and chaining
 //!   (`block/bio.c`, `include/linux/bio.h`, `include/linux/blk_types.h`).
+//! - [`drivers`]: block drivers: the loop driver with its NOWAIT series
+//!   (`drivers/block/loop.c`).
 //! - [`fs`]: where filesystems set `BIO_COMPLETE_IN_TASK` (`fs/buffer.c`).
 //! - [`kernel`]: the kernel config, per-CPU execution contexts (`include/linux/preempt.h`,
 //!   `irqflags.h`, `rcupdate.h`), `might_sleep()` and lockdep's wait-context check.
@@ -20,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod drivers;
 pub mod fs;
 pub mod irq;
 pub mod kernel;

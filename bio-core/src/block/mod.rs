@@ -3,6 +3,7 @@
 
 mod bio;
 mod bio_list;
+pub mod blk_core;
 mod blk_status;
 mod blk_types;
 pub mod complete_in_task;
@@ -13,6 +14,7 @@ pub use bio::{
     bio_io_error, bio_wouldblock_error, BioRef,
 };
 pub use bio_list::{BioChain, BioList, BioListIter};
+pub use blk_core::{submit_bio_noacct, BlockDriver, QueueLimits, Submission};
 pub use blk_status::*;
 pub use blk_types::{
     BiPrivate, Bio, BioEndIo, BioEndIoFn, BioFlag, BioVec, BlkOpf, BvecIter, ChainShared, ReqFlags,

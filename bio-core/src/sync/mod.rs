@@ -21,6 +21,9 @@ pub use loom_impl::*;
 /// and nothing about these values is a race loom should explore.
 pub use std::sync::Arc as UntrackedArc;
 
+/// The weak half of [`UntrackedArc`] (a work function's way back to the device that owns it).
+pub use std::sync::Weak as UntrackedWeak;
+
 /// A once-set cell loom does not track, for values fixed before any simulated execution starts
 /// (a runtime's wake-up hook).
 pub use std::sync::OnceLock as UntrackedOnceLock;

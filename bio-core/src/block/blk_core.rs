@@ -1,0 +1,331 @@
+//! `block/blk-core.c`: the checks `submit_bio_noacct()` makes before a bio reaches its driver, and
+//! the driver interface it hands the bio to (`block_device_operations->submit_bio`, or blk-mq's
+//! `->queue_rq` for one-bio requests).
+//!
+//! The order is the kernel's (kernel-semantics.md §4.5): `REQ_NOWAIT` on a queue without
+//! `BLK_FEAT_NOWAIT` fails with `BLK_STS_NOTSUPP`; `bio_check_ro()` only warns; `bio_check_eod()`
+//! fails an access beyond the end of the device with `BLK_STS_IOERR` (quietly for a 0-capacity
+//! device); on a queue without a volatile write cache `REQ_PREFLUSH`/`REQ_FUA` are stripped and an
+//! empty flush completes `BLK_STS_OK` at once. A read or write whose size is not a multiple of the
+//! logical block size fails: `bio_split_rw_at()` returns `-EINVAL` and `bio_submit_split()` ends
+//! the bio with `errno_to_blk_status(-EINVAL)`, which is `BLK_STS_IOERR` with the status table of
+//! kernel-semantics.md §4.4 (it has no `-EINVAL` entry).
+
+use super::bio::{bio_endio, bio_endio_status};
+use super::blk_status::{errno_to_blk_status, BLK_STS_IOERR, BLK_STS_NOTSUPP};
+use super::blk_types::{Bio, ReqFlags, ReqOp, SECTOR_SHIFT};
+use super::trace;
+use crate::kernel::Cpu;
+use std::fmt;
+
+/// The parts of `struct queue_limits` and the gendisk that the submit path reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// `get_capacity()`: the device size in 512-byte sectors.
+    pub capacity_sectors: u64,
+    /// `logical_block_size`: every bio's size is a multiple of it.
+    pub logical_block_size: u32,
+    /// `BLK_FEAT_NOWAIT`: the driver honours `REQ_NOWAIT`.
+    pub nowait: bool,
+    /// `BLK_FEAT_WRITE_CACHE`: a volatile write cache, so flushes mean something.
+    pub write_cache: bool,
+    /// `BLK_FEAT_FUA`: the device implements `REQ_FUA` natively.
+    pub fua: bool,
+    /// `bdev_read_only()`.
+    pub read_only: bool,
+}
+
+impl QueueLimits {
+    /// A queue of `bytes` (rounded down to whole logical blocks) with 512-byte blocks, no NOWAIT,
+    /// a write cache, no native FUA, writable.
+    pub fn new(bytes: u64) -> Self {
+        QueueLimits {
+            capacity_sectors: bytes >> SECTOR_SHIFT,
+            logical_block_size: 512,
+            nowait: false,
+            write_cache: true,
+            fua: false,
+            read_only: false,
+        }
+    }
+
+    /// The capacity in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_sectors << SECTOR_SHIFT
+    }
+}
+
+/// A block driver: what `submit_bio_noacct()` hands a checked bio to. The driver owns the bio
+/// from here and must end it exactly once (`bio_endio()`), in whatever context its completion
+/// path runs.
+pub trait BlockDriver: Send + Sync + fmt::Debug {
+    /// The disk name (`loop0`, `nullb0`).
+    fn disk_name(&self) -> String;
+    /// `(major, minor)` for the block tracepoints.
+    fn devt(&self) -> (u32, u32);
+    /// The queue limits.
+    fn limits(&self) -> QueueLimits;
+    /// `->submit_bio()` / `->queue_rq()`: take the bio.
+    fn submit_bio(&self, bio: Box<Bio>, cx: &Cpu);
+}
+
+/// What `submit_bio_noacct()` did with a bio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submission {
+    /// Handed to the driver.
+    Submitted,
+    /// Ended at once without reaching the driver (an empty flush on a queue without a write
+    /// cache), with `BLK_STS_OK`.
+    Completed,
+    /// Ended at once with an error status; the reason is in the status.
+    Failed(super::BlkStatus),
+}
+
+/// `submit_bio_noacct()`: the generic checks, then the driver. Every bio given here is ended
+/// exactly once: by this function on a failed check, or by the driver.
+pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> Submission {
+    let lim = dev.limits();
+    bio.bi_bdev = Some(dev.devt());
+    if bio.bi_opf.flags.contains(ReqFlags::REQ_NOWAIT) && !lim.nowait {
+        bio_endio_status(bio, BLK_STS_NOTSUPP, cx);
+        return Submission::Failed(BLK_STS_NOTSUPP);
+    }
+    // bio_check_ro(): "Trying to write to read-only block-device" is a warning only.
+    if lim.read_only && bio.op().is_write() && bio.bi_iter.bi_size > 0 {
+        cx.kernel().warn_once(
+            cx,
+            "block/blk-core.c:bio_check_ro",
+            &format!(
+                "block/blk-core.c: Trying to write to read-only block-device {}",
+                dev.disk_name()
+            ),
+        );
+    }
+    // bio_check_eod(): only a bio with sectors can be beyond the end.
+    let nr = bio.sectors();
+    let max = lim.capacity_sectors;
+    if nr > 0 && (nr > max || bio.bi_iter.bi_sector > max - nr) {
+        if max > 0 {
+            tracing::info!(
+                target: "block",
+                cpu = cx.id().0,
+                "{}: attempt to access beyond end of device\n{}: rw={}, sector={}, nr_sectors = {} limit={}",
+                dev.disk_name(),
+                dev.disk_name(),
+                bio.bi_opf.rwbs(),
+                bio.bi_iter.bi_sector,
+                nr,
+                max
+            );
+        }
+        bio_endio_status(bio, BLK_STS_IOERR, cx);
+        return Submission::Failed(BLK_STS_IOERR);
+    }
+    if !lim.write_cache {
+        // blk_queue_write_cache() off: flush/FUA mean nothing; an empty flush is done.
+        bio.bi_opf.flags.0 &= !(ReqFlags::REQ_PREFLUSH.0 | ReqFlags::REQ_FUA.0);
+        if bio.op() == ReqOp::Flush || (bio.bi_iter.bi_size == 0 && bio.op() == ReqOp::Write) {
+            trace::block_bio_queue(&bio, cx);
+            bio_endio(bio, cx);
+            return Submission::Completed;
+        }
+    }
+    let lbs = lim.logical_block_size.max(1);
+    if matches!(bio.op(), ReqOp::Read | ReqOp::Write) && !bio.bi_iter.bi_size.is_multiple_of(lbs) {
+        const EINVAL: i32 = 22;
+        let status = errno_to_blk_status(-EINVAL);
+        bio_endio_status(bio, status, cx);
+        return Submission::Failed(status);
+    }
+    trace::block_bio_queue(&bio, cx);
+    dev.submit_bio(bio, cx);
+    Submission::Submitted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::{BioEndIo, BlkStatus, BLK_STS_OK};
+    use crate::kernel::{CpuId, KernelConfig};
+    use crate::sync::{Arc, Mutex};
+    use crate::Kernel;
+
+    #[derive(Debug)]
+    struct Sink {
+        lim: QueueLimits,
+        got: Mutex<Vec<u64>>,
+    }
+
+    impl BlockDriver for Sink {
+        fn disk_name(&self) -> String {
+            "sink0".into()
+        }
+        fn devt(&self) -> (u32, u32) {
+            (7, 0)
+        }
+        fn limits(&self) -> QueueLimits {
+            self.lim
+        }
+        fn submit_bio(&self, bio: Box<Bio>, cx: &Cpu) {
+            self.got.lock().push(bio.bi_iter.bi_sector);
+            bio_endio(bio, cx);
+        }
+    }
+
+    fn run(
+        lim: QueueLimits,
+        op: ReqOp,
+        sector: u64,
+        bytes: usize,
+        flags: ReqFlags,
+    ) -> (Submission, Vec<BlkStatus>, usize) {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let ended: Arc<Mutex<Vec<BlkStatus>>> = Arc::default();
+        let e2 = Arc::clone(&ended);
+        let mut bio = k
+            .bio_alloc(op, sector)
+            .with_flags(flags)
+            .with_end_io(BioEndIo::new("test_end_io", move |b, _| {
+                e2.lock().push(b.status())
+            }));
+        if bytes > 0 {
+            bio.add_data(vec![0; bytes]);
+        }
+        let dev = Sink {
+            lim,
+            got: Mutex::new(Vec::new()),
+        };
+        let s = submit_bio_noacct(bio, &dev, &cx);
+        let got = dev.got.lock().len();
+        let e = ended.lock().clone();
+        (s, e, got)
+    }
+
+    #[test]
+    fn every_bio_ends_exactly_once_whatever_the_check_says() {
+        let lim = QueueLimits::new(1 << 20); // 2048 sectors
+        let cases = [
+            (
+                ReqOp::Write,
+                0,
+                4096,
+                ReqFlags::NONE,
+                Submission::Submitted,
+                BLK_STS_OK,
+                1,
+            ),
+            (
+                ReqOp::Read,
+                2040,
+                4096,
+                ReqFlags::NONE,
+                Submission::Submitted,
+                BLK_STS_OK,
+                1,
+            ),
+            (
+                ReqOp::Read,
+                2041,
+                4096,
+                ReqFlags::NONE,
+                Submission::Failed(BLK_STS_IOERR),
+                BLK_STS_IOERR,
+                0,
+            ),
+            (
+                ReqOp::Read,
+                u64::MAX - 2,
+                4096,
+                ReqFlags::NONE,
+                Submission::Failed(BLK_STS_IOERR),
+                BLK_STS_IOERR,
+                0,
+            ),
+            // A zero-length bio is never beyond the end.
+            (
+                ReqOp::Flush,
+                5000,
+                0,
+                ReqFlags::NONE,
+                Submission::Submitted,
+                BLK_STS_OK,
+                1,
+            ),
+            (
+                ReqOp::Write,
+                0,
+                4096,
+                ReqFlags::REQ_NOWAIT,
+                Submission::Failed(BLK_STS_NOTSUPP),
+                BLK_STS_NOTSUPP,
+                0,
+            ),
+            (
+                ReqOp::Write,
+                0,
+                1000,
+                ReqFlags::NONE,
+                Submission::Failed(BLK_STS_IOERR),
+                BLK_STS_IOERR,
+                0,
+            ),
+        ];
+        for (op, sector, bytes, flags, want, status, reached) in cases {
+            let (s, ended, got) = run(lim, op, sector, bytes, flags);
+            assert_eq!(s, want, "{op:?} at {sector}");
+            assert_eq!(ended, vec![status], "{op:?} at {sector}: ended once");
+            assert_eq!(got, reached, "{op:?} at {sector}");
+        }
+    }
+
+    #[test]
+    fn a_zero_capacity_device_fails_quietly_and_nowait_queues_accept_nowait() {
+        let (s, _, _) = run(QueueLimits::new(0), ReqOp::Read, 0, 512, ReqFlags::NONE);
+        assert_eq!(s, Submission::Failed(BLK_STS_IOERR));
+        let lim = QueueLimits {
+            nowait: true,
+            ..QueueLimits::new(1 << 20)
+        };
+        let (s, e, got) = run(lim, ReqOp::Read, 0, 512, ReqFlags::REQ_NOWAIT);
+        assert_eq!((s, e, got), (Submission::Submitted, vec![BLK_STS_OK], 1));
+    }
+
+    #[test]
+    fn without_a_write_cache_an_empty_flush_completes_without_the_driver() {
+        let lim = QueueLimits {
+            write_cache: false,
+            ..QueueLimits::new(1 << 20)
+        };
+        let (s, e, got) = run(lim, ReqOp::Flush, 0, 0, ReqFlags::NONE);
+        assert_eq!((s, e, got), (Submission::Completed, vec![BLK_STS_OK], 0));
+        let (s, _, got) = run(
+            lim,
+            ReqOp::Write,
+            0,
+            512,
+            ReqFlags::REQ_FUA | ReqFlags::REQ_PREFLUSH,
+        );
+        assert_eq!((s, got), (Submission::Submitted, 1));
+    }
+
+    #[test]
+    fn writing_a_read_only_device_warns_and_goes_on() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let dev = Sink {
+            lim: QueueLimits {
+                read_only: true,
+                ..QueueLimits::new(1 << 20)
+            },
+            got: Mutex::new(Vec::new()),
+        };
+        let bio = k.bio_alloc(ReqOp::Write, 0).with_data(vec![1; 512]);
+        assert_eq!(submit_bio_noacct(bio, &dev, &cx), Submission::Submitted);
+        let warns = k.reports().all();
+        assert_eq!(warns.len(), 1);
+        assert!(warns[0]
+            .message
+            .contains("Trying to write to read-only block-device sink0"));
+    }
+}

@@ -1,0 +1,651 @@
+//! `drivers/block/loop.c` with Ming Lei's NOWAIT series (seed 004, "[PATCH V5 0/6] loop: improve
+//! loop aio perf by IOCB_NOWAIT"; kernel-semantics.md §6.1).
+//!
+//! A loop device turns bios into reads and writes of a backing file. With `LO_FLAGS_DIRECT_IO`
+//! (`use_aio`), `loop_queue_rq()` first tries the I/O with `IOCB_NOWAIT` in the submitter's
+//! context (`lo_rw_aio_nowait()`); on `-EAGAIN` or `-EOPNOTSUPP` it falls back to the device's
+//! workqueue (`loop_queue_work()`), whose worker (`loop_process_work()`) does the blocking I/O.
+//! Patch 6/6 adds the hint `lo_aio_try_nowait()`: try NOWAIT only for a backing block device, a
+//! read, or while no blocking write is queued (`lo_nr_blocking_writes == 0`), so a sparse backing
+//! file's random writes stop paying a failed NOWAIT attempt each.
+//!
+//! The backing file is a trait ([`LoopBacking`]): bio-sim provides a real file (preadv2/pwritev2
+//! with `RWF_NOWAIT`), tests and the deterministic runtime an in-memory one whose `-EAGAIN` rules
+//! are those of a filesystem's direct I/O (see [`MemBacking`]).
+//!
+//! Simplifications, each documented where it matters: one bio is one request (no blk-mq merging),
+//! the backing I/O completes synchronously (`lo_rw_aio_complete()` runs inline where the I/O was
+//! issued: in the submitter for a NOWAIT hit, in the worker otherwise), and there is one root
+//! cgroup worker (`lo->rootcg_work`).
+
+use crate::block::Bio;
+use crate::block::{
+    bio_endio_status, errno_to_blk_status, BioVec, BlockDriver, QueueLimits, ReqOp, BLK_STS_IOERR,
+    BLK_STS_OK, SECTOR_SHIFT,
+};
+use crate::kernel::Cpu;
+use crate::kernel::LockClass;
+use crate::sync::untracked::{AtomicUsize, Ordering};
+use crate::sync::{Mutex, UntrackedArc, UntrackedWeak};
+use crate::workqueue::{WorkStruct, Workqueue, WQ_UNBOUND};
+use crate::Kernel;
+use std::collections::VecDeque;
+use std::fmt;
+
+/// `EAGAIN`.
+pub const EAGAIN: i32 = 11;
+/// `EOPNOTSUPP`.
+pub const EOPNOTSUPP: i32 = 95;
+/// `EIO`.
+pub const EIO: i32 = 5;
+/// `ENOSPC`.
+pub const ENOSPC: i32 = 28;
+
+/// `LO_FLAGS_READ_ONLY` (`include/uapi/linux/loop.h`).
+pub const LO_FLAGS_READ_ONLY: u32 = 1;
+/// `LO_FLAGS_DIRECT_IO`: the backing file is opened `O_DIRECT` and reads/writes go through
+/// `lo_rw_aio()` (`cmd->use_aio`).
+pub const LO_FLAGS_DIRECT_IO: u32 = 16;
+
+/// The `fallocate()` modes `lo_fallocate()` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallocate {
+    /// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`: `REQ_OP_DISCARD`.
+    PunchHole,
+    /// `FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE`: `REQ_OP_WRITE_ZEROES`.
+    ZeroRange,
+}
+
+/// The backing file (`lo->lo_backing_file`). Errors are positive errnos.
+pub trait LoopBacking: Send + Sync + fmt::Debug {
+    /// `i_size_read()` of the backing inode, in bytes.
+    fn size(&self) -> u64;
+    /// `S_ISBLK(inode->i_mode)`: a block device rather than a regular file.
+    fn is_block_device(&self) -> bool;
+    /// `f_mode & FMODE_NOWAIT`: the file honours `IOCB_NOWAIT`.
+    fn fmode_nowait(&self) -> bool;
+    /// One read (into `buf`) or write (from `buf`) at byte `pos`: `lo_submit_rw_aio()` →
+    /// `call_read_iter()`/`call_write_iter()`, with `IOCB_NOWAIT` when `nowait`. Returns the
+    /// bytes done; a NOWAIT call that would block returns `Err(EAGAIN)` and does nothing.
+    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, i32>;
+    /// `vfs_fsync()` (`lo_req_flush()`).
+    fn fsync(&self) -> Result<(), i32>;
+    /// `vfs_fallocate()` (`lo_fallocate()`).
+    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), i32>;
+}
+
+/// Which of the posted designs runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopVariant {
+    /// The name shown by the CLI.
+    pub name: &'static str,
+    /// Patch 5/6: try `IOCB_NOWAIT` before queueing `use_aio` commands to the worker.
+    pub nowait_first: bool,
+    /// Patch 6/6: `lo_aio_try_nowait()`.
+    pub hint: bool,
+    /// V5: only if `lo_backfile_support_nowait()` (`FMODE_NOWAIT`); before, the attempt ran and
+    /// the file's `-EOPNOTSUPP` sent the command to the worker.
+    pub check_fmode_nowait: bool,
+    /// The lock `loop_{inc,dec}_blocking_writes()` asserts with `lockdep_assert_held()`. V5 asserts
+    /// `lo_work_lock`, the lock held there; V4 asserted `lo_mutex`, which syzbot caught firing.
+    pub asserted_lock: &'static str,
+}
+
+impl LoopVariant {
+    /// Before the series: every `use_aio` command goes through the workqueue.
+    pub const BASE: LoopVariant = LoopVariant {
+        name: "base",
+        nowait_first: false,
+        hint: false,
+        check_fmode_nowait: true,
+        asserted_lock: LO_WORK_LOCK,
+    };
+    /// V5 up to patch 5/6: NOWAIT first, no hint (the sparse-file randwrite regression).
+    pub const V5_NO_HINT: LoopVariant = LoopVariant {
+        name: "v5-no-hint",
+        nowait_first: true,
+        hint: false,
+        check_fmode_nowait: true,
+        asserted_lock: LO_WORK_LOCK,
+    };
+    /// V4 as applied to linux-next (0ba93a906dda): NOWAIT first with the hint, asserting the
+    /// wrong lock, trying NOWAIT on any backing file.
+    pub const V4: LoopVariant = LoopVariant {
+        name: "v4",
+        nowait_first: true,
+        hint: true,
+        check_fmode_nowait: false,
+        asserted_lock: LO_MUTEX,
+    };
+    /// V5 as posted (seed 004): the default.
+    pub const V5: LoopVariant = LoopVariant {
+        name: "v5",
+        nowait_first: true,
+        hint: true,
+        check_fmode_nowait: true,
+        asserted_lock: LO_WORK_LOCK,
+    };
+    /// Every preset.
+    pub const ALL: [LoopVariant; 4] = [Self::BASE, Self::V5_NO_HINT, Self::V4, Self::V5];
+
+    /// The preset called `name`.
+    pub fn by_name(name: &str) -> Option<LoopVariant> {
+        Self::ALL.into_iter().find(|v| v.name == name)
+    }
+}
+
+/// `lo->lo_work_lock`'s lockdep name.
+pub const LO_WORK_LOCK: &str = "&lo->lo_work_lock";
+/// `lo->lo_mutex`'s lockdep name.
+pub const LO_MUTEX: &str = "&lo->lo_mutex";
+
+/// A command on its way through the driver (`struct loop_cmd`): the bio and `use_aio`.
+#[derive(Debug)]
+struct LoopCmd {
+    bio: Box<Bio>,
+    use_aio: bool,
+}
+
+/// What `lo_work_lock` protects.
+#[derive(Debug, Default)]
+struct LoopWork {
+    /// `lo->rootcg_cmd_list`.
+    cmd_list: VecDeque<LoopCmd>,
+    /// `lo->lo_nr_blocking_writes`: queued plus being-submitted `use_aio` writes.
+    nr_blocking_writes: u32,
+}
+
+/// How commands went through a device (simulator counters; the kernel has only
+/// `nr_blocking_writes` in sysfs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopStats {
+    /// NOWAIT attempts that reached the backing file.
+    pub nowait_tried: usize,
+    /// ... and completed there (no worker involved).
+    pub nowait_done: usize,
+    /// ... and returned `-EAGAIN` (a wasted attempt).
+    pub nowait_eagain: usize,
+    /// ... and returned `-EOPNOTSUPP` (V4 on a file without `FMODE_NOWAIT`).
+    pub nowait_eopnotsupp: usize,
+    /// `use_aio` commands the hint sent straight to the worker.
+    pub hint_skipped: usize,
+    /// Commands handled by the worker.
+    pub worker_cmds: usize,
+    /// Times the work was queued (`queue_work()` returned true).
+    pub work_queued: usize,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    nowait_tried: AtomicUsize,
+    nowait_done: AtomicUsize,
+    nowait_eagain: AtomicUsize,
+    nowait_eopnotsupp: AtomicUsize,
+    hint_skipped: AtomicUsize,
+    worker_cmds: AtomicUsize,
+    work_queued: AtomicUsize,
+}
+
+/// `struct loop_device`.
+pub struct LoopDevice {
+    number: u32,
+    backing: UntrackedArc<dyn LoopBacking>,
+    lo_flags: u32,
+    variant: LoopVariant,
+    /// `lo->workqueue`: `alloc_workqueue("loop%d", WQ_UNBOUND | WQ_FREEZABLE, 0)`.
+    wq: Workqueue,
+    /// `lo->rootcg_work`.
+    work: WorkStruct,
+    /// `lo->lo_work_lock` (a `spinlock_t` taken with `spin_lock_irq()`).
+    lo_work_lock: Mutex<LoopWork>,
+    counters: Counters,
+}
+
+impl fmt::Debug for LoopDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoopDevice")
+            .field("number", &self.number)
+            .field("backing", &self.backing)
+            .field("lo_flags", &self.lo_flags)
+            .field("variant", &self.variant.name)
+            .finish()
+    }
+}
+
+/// `LOOP_MAJOR`.
+pub const LOOP_MAJOR: u32 = 7;
+
+impl LoopDevice {
+    /// `loop_add()` + `LOOP_CONFIGURE`: device `loop<number>` over `backing` with `lo_flags`.
+    pub fn new(
+        kernel: &Kernel,
+        number: u32,
+        backing: UntrackedArc<dyn LoopBacking>,
+        lo_flags: u32,
+        variant: LoopVariant,
+    ) -> UntrackedArc<LoopDevice> {
+        let wq = kernel
+            .alloc_workqueue(&format!("loop{number}"), WQ_UNBOUND, 0)
+            .expect("WQ_UNBOUND alone is a valid flag set");
+        UntrackedArc::new_cyclic(|me: &UntrackedWeak<LoopDevice>| {
+            let me = me.clone();
+            let work = kernel.init_work("loop_rootcg_workfn", move |cx, _| {
+                if let Some(lo) = me.upgrade() {
+                    lo.loop_process_work(cx);
+                }
+            });
+            LoopDevice {
+                number,
+                backing,
+                lo_flags,
+                variant,
+                wq,
+                work,
+                lo_work_lock: Mutex::new(LoopWork::default()),
+                counters: Counters::default(),
+            }
+        })
+    }
+
+    /// The variant.
+    pub fn variant(&self) -> LoopVariant {
+        self.variant
+    }
+
+    /// The backing file.
+    pub fn backing(&self) -> &UntrackedArc<dyn LoopBacking> {
+        &self.backing
+    }
+
+    /// `/sys/block/loopN/loop/nr_blocking_writes`.
+    pub fn nr_blocking_writes(&self) -> u32 {
+        self.lo_work_lock.lock().nr_blocking_writes
+    }
+
+    /// Commands waiting for the worker.
+    pub fn queued(&self) -> usize {
+        self.lo_work_lock.lock().cmd_list.len()
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> LoopStats {
+        let c = &self.counters;
+        let g = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        LoopStats {
+            nowait_tried: g(&c.nowait_tried),
+            nowait_done: g(&c.nowait_done),
+            nowait_eagain: g(&c.nowait_eagain),
+            nowait_eopnotsupp: g(&c.nowait_eopnotsupp),
+            hint_skipped: g(&c.hint_skipped),
+            worker_cmds: g(&c.worker_cmds),
+            work_queued: g(&c.work_queued),
+        }
+    }
+
+    fn bump(a: &AtomicUsize) {
+        a.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `loop_queue_rq()`.
+    fn loop_queue_rq(&self, bio: Box<Bio>, cx: &Cpu) {
+        let use_aio = match bio.op() {
+            ReqOp::Flush | ReqOp::Discard | ReqOp::WriteZeroes => false,
+            ReqOp::Read | ReqOp::Write => self.lo_flags & LO_FLAGS_DIRECT_IO != 0,
+        };
+        let mut cmd = LoopCmd { bio, use_aio };
+        let supports = !self.variant.check_fmode_nowait || self.backing.fmode_nowait();
+        if cmd.use_aio && self.variant.nowait_first && supports {
+            match self.lo_rw_aio_nowait(&mut cmd) {
+                Err(e) if e == EAGAIN || e == EOPNOTSUPP => {} // fall back to the workqueue
+                res => {
+                    self.lo_rw_aio_complete(cmd, res, cx);
+                    return;
+                }
+            }
+        }
+        self.loop_queue_work(cmd, cx);
+    }
+
+    /// `lo_aio_try_nowait()` (patch 6/6).
+    fn lo_aio_try_nowait(&self, cmd: &LoopCmd) -> bool {
+        if self.backing.is_block_device() || cmd.bio.op() == ReqOp::Read {
+            return true;
+        }
+        // READ_ONCE(): read without the lock, as the kernel does.
+        self.lo_work_lock.lock().nr_blocking_writes == 0
+    }
+
+    /// `lo_rw_aio_nowait()`: the hint, then one `IOCB_NOWAIT` attempt.
+    fn lo_rw_aio_nowait(&self, cmd: &mut LoopCmd) -> Result<usize, i32> {
+        if self.variant.hint && !self.lo_aio_try_nowait(cmd) {
+            Self::bump(&self.counters.hint_skipped);
+            return Err(EAGAIN);
+        }
+        Self::bump(&self.counters.nowait_tried);
+        let r = self.lo_submit_rw(cmd, true);
+        match r {
+            Err(EAGAIN) => Self::bump(&self.counters.nowait_eagain),
+            Err(EOPNOTSUPP) => Self::bump(&self.counters.nowait_eopnotsupp),
+            _ => Self::bump(&self.counters.nowait_done),
+        }
+        r
+    }
+
+    /// `lo_submit_rw_aio()` over every segment of the bio, from `bi_sector << 9`. A short
+    /// transfer ends the command (the kernel's `lo_rw_aio_do_completion()` zero-fills a short
+    /// read and fails a short write).
+    fn lo_submit_rw(&self, cmd: &mut LoopCmd, nowait: bool) -> Result<usize, i32> {
+        let write = cmd.bio.op() == ReqOp::Write;
+        let mut pos = cmd.bio.bi_iter.bi_sector << SECTOR_SHIFT;
+        let mut done = 0;
+        for BioVec { data } in cmd.bio.bi_io_vec.iter_mut() {
+            let n = self.backing.rw(write, pos, data, nowait)?;
+            done += n;
+            if n < data.len() {
+                if !write {
+                    data[n..].fill(0);
+                    done += data.len() - n;
+                    pos += data.len() as u64;
+                    continue;
+                }
+                return Ok(done);
+            }
+            pos += n as u64;
+        }
+        Ok(done)
+    }
+
+    /// `lo_rw_aio_complete()` → `lo_rw_aio_do_completion()` → `blk_mq_complete_request()` →
+    /// `lo_complete_rq()`: the bio ends with the status of the result, in the caller's context.
+    fn lo_rw_aio_complete(&self, cmd: LoopCmd, res: Result<usize, i32>, cx: &Cpu) {
+        let want = cmd.bio.data_len();
+        let status = match res {
+            Ok(n) if n >= want => BLK_STS_OK,
+            Ok(_) => BLK_STS_IOERR, // a short write
+            Err(e) => errno_to_blk_status(-e),
+        };
+        bio_endio_status(cmd.bio, status, cx);
+    }
+
+    /// `lockdep_assert_held()` of the variant's lock in `loop_{inc,dec}_blocking_writes()`.
+    fn assert_blocking_writes_lock(&self, cx: &Cpu) {
+        let lock = self.variant.asserted_lock;
+        if !cx.held_locks().iter().any(|h| h.name == lock) {
+            cx.kernel().warn_once(
+                cx,
+                if lock == LO_MUTEX {
+                    "drivers/block/loop.c:loop_inc_blocking_writes(lo_mutex)"
+                } else {
+                    "drivers/block/loop.c:loop_inc_blocking_writes"
+                },
+                &format!(
+                    "drivers/block/loop.c: lockdep_assert_held({lock}) in loop_inc_blocking_writes(): not held (held: {})",
+                    cx.held_locks()
+                        .iter()
+                        .map(|h| h.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+    }
+
+    /// `loop_queue_work()`: under `spin_lock_irq(&lo->lo_work_lock)`, count a blocking write,
+    /// add the command to `rootcg_cmd_list`, `queue_work()`.
+    fn loop_queue_work(&self, cmd: LoopCmd, cx: &Cpu) {
+        let irq = cx.local_irq_save();
+        let (held, report) = cx.lock_acquire(LockClass::Spinlock, LO_WORK_LOCK);
+        drop(report); // the kernel prints and carries on; the report is already logged
+        {
+            let mut w = self.lo_work_lock.lock();
+            if cmd.use_aio {
+                self.assert_blocking_writes_lock(cx);
+                if cmd.bio.op() == ReqOp::Write {
+                    w.nr_blocking_writes += 1;
+                }
+            }
+            w.cmd_list.push_back(cmd);
+        }
+        if cx.kernel().queue_work(&self.wq, self.work, cx) {
+            Self::bump(&self.counters.work_queued);
+        }
+        cx.lock_release(held);
+        cx.local_irq_restore(irq);
+    }
+
+    /// `loop_process_work()`: take one command at a time under the lock, handle it unlocked,
+    /// `cond_resched()`, and uncount it under the lock again.
+    fn loop_process_work(&self, cx: &Cpu) {
+        loop {
+            let irq = cx.local_irq_save();
+            let (held, _) = cx.lock_acquire(LockClass::Spinlock, LO_WORK_LOCK);
+            let cmd = self.lo_work_lock.lock().cmd_list.pop_front();
+            cx.lock_release(held);
+            cx.local_irq_restore(irq);
+            let Some(cmd) = cmd else { return };
+            let (use_aio, write) = (cmd.use_aio, cmd.bio.op() == ReqOp::Write);
+            self.loop_handle_cmd(cmd, cx);
+            cx.cond_resched();
+            let irq = cx.local_irq_save();
+            let (held, _) = cx.lock_acquire(LockClass::Spinlock, LO_WORK_LOCK);
+            if use_aio {
+                self.assert_blocking_writes_lock(cx);
+                if write {
+                    let mut w = self.lo_work_lock.lock();
+                    w.nr_blocking_writes = w.nr_blocking_writes.saturating_sub(1);
+                }
+            }
+            cx.lock_release(held);
+            cx.local_irq_restore(irq);
+        }
+    }
+
+    /// `loop_handle_cmd()` → `do_req_filebacked()`: the blocking I/O of one command.
+    fn loop_handle_cmd(&self, mut cmd: LoopCmd, cx: &Cpu) {
+        Self::bump(&self.counters.worker_cmds);
+        let _ = cx.might_sleep_at("drivers/block/loop.c:loop_handle_cmd");
+        let pos = cmd.bio.bi_iter.bi_sector << SECTOR_SHIFT;
+        let res = match cmd.bio.op() {
+            ReqOp::Read | ReqOp::Write => self.lo_submit_rw(&mut cmd, false),
+            ReqOp::Flush => self.backing.fsync().map(|()| 0),
+            ReqOp::Discard => self
+                .backing
+                .fallocate(
+                    Fallocate::PunchHole,
+                    pos,
+                    u64::from(cmd.bio.bi_iter.bi_size),
+                )
+                .map(|()| 0),
+            ReqOp::WriteZeroes => self
+                .backing
+                .fallocate(
+                    Fallocate::ZeroRange,
+                    pos,
+                    u64::from(cmd.bio.bi_iter.bi_size),
+                )
+                .map(|()| 0),
+        };
+        let res = match (cmd.bio.op(), res) {
+            // Only reads and writes carry data to count.
+            (ReqOp::Read | ReqOp::Write, r) => r,
+            (_, Ok(_)) => Ok(cmd.bio.data_len()),
+            (_, Err(e)) => Err(e),
+        };
+        self.lo_rw_aio_complete(cmd, res, cx);
+    }
+}
+
+impl BlockDriver for LoopDevice {
+    fn disk_name(&self) -> String {
+        format!("loop{}", self.number)
+    }
+
+    fn devt(&self) -> (u32, u32) {
+        (LOOP_MAJOR, self.number)
+    }
+
+    fn limits(&self) -> QueueLimits {
+        QueueLimits {
+            read_only: self.lo_flags & LO_FLAGS_READ_ONLY != 0,
+            // loop_update_limits(): 512-byte blocks; O_DIRECT backing needs the file's DIO
+            // alignment, which the bio-sim backing reports through its size rounding.
+            ..QueueLimits::new(self.backing.size())
+        }
+    }
+
+    fn submit_bio(&self, bio: Box<Bio>, cx: &Cpu) {
+        self.loop_queue_rq(bio, cx);
+    }
+}
+
+/// An in-memory backing file whose `IOCB_NOWAIT` answers follow a filesystem's direct I/O
+/// (ext4's `ext4_dio_write_checks()`, XFS's `xfs_file_dio_write_aligned()`): a NOWAIT **write**
+/// that would allocate blocks (any 4 KiB block of the range never written, i.e. a hole of a sparse
+/// file) returns `-EAGAIN`; overwrites and reads do not block. The blocking path allocates.
+/// `fmode_nowait` and `is_block_device` are settable to model other backings.
+#[derive(Debug)]
+pub struct MemBacking {
+    state: Mutex<MemState>,
+    size: u64,
+    fmode_nowait: bool,
+    block_device: bool,
+}
+
+#[derive(Debug, Default)]
+struct MemState {
+    data: std::collections::HashMap<u64, Vec<u8>>, // 4 KiB block index → contents
+    syncs: u64,
+}
+
+/// The allocation unit of [`MemBacking`].
+pub const MEM_BLOCK: u64 = 4096;
+
+impl MemBacking {
+    /// A sparse file of `size` bytes (every block a hole), supporting NOWAIT.
+    pub fn sparse(size: u64) -> Self {
+        MemBacking {
+            state: Mutex::new(MemState::default()),
+            size,
+            fmode_nowait: true,
+            block_device: false,
+        }
+    }
+
+    /// A fully allocated file of `size` bytes (zeros): NOWAIT never blocks.
+    pub fn preallocated(size: u64) -> Self {
+        let b = Self::sparse(size);
+        {
+            let mut st = b.state.lock();
+            for i in 0..size.div_ceil(MEM_BLOCK) {
+                st.data.insert(i, vec![0; MEM_BLOCK as usize]);
+            }
+        }
+        b
+    }
+
+    /// Sets `FMODE_NOWAIT`.
+    pub fn with_fmode_nowait(mut self, v: bool) -> Self {
+        self.fmode_nowait = v;
+        self
+    }
+
+    /// Makes it a block device (`S_ISBLK`).
+    pub fn as_block_device(mut self) -> Self {
+        self.block_device = true;
+        self
+    }
+
+    /// Allocated blocks.
+    pub fn allocated_blocks(&self) -> usize {
+        self.state.lock().data.len()
+    }
+
+    /// `fsync()` calls so far.
+    pub fn syncs(&self) -> u64 {
+        self.state.lock().syncs
+    }
+}
+
+impl LoopBacking for MemBacking {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn is_block_device(&self) -> bool {
+        self.block_device
+    }
+
+    fn fmode_nowait(&self) -> bool {
+        self.fmode_nowait
+    }
+
+    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, i32> {
+        if nowait && !self.fmode_nowait {
+            return Err(EOPNOTSUPP); // kiocb_set_rw_flags()
+        }
+        let end = (pos + buf.len() as u64).min(self.size);
+        if pos >= end {
+            return if write && !buf.is_empty() {
+                Err(ENOSPC)
+            } else {
+                Ok(0)
+            };
+        }
+        let mut st = self.state.lock();
+        let (first, last) = (pos / MEM_BLOCK, (end - 1) / MEM_BLOCK);
+        if write
+            && nowait
+            && !self.block_device
+            && (first..=last).any(|b| !st.data.contains_key(&b))
+        {
+            return Err(EAGAIN);
+        }
+        let mut off = pos;
+        while off < end {
+            let (b, within) = (off / MEM_BLOCK, (off % MEM_BLOCK) as usize);
+            let n = ((MEM_BLOCK as usize) - within).min((end - off) as usize);
+            let at = (off - pos) as usize;
+            if write {
+                let blk = st
+                    .data
+                    .entry(b)
+                    .or_insert_with(|| vec![0; MEM_BLOCK as usize]);
+                blk[within..within + n].copy_from_slice(&buf[at..at + n]);
+            } else {
+                match st.data.get(&b) {
+                    Some(blk) => buf[at..at + n].copy_from_slice(&blk[within..within + n]),
+                    None => buf[at..at + n].fill(0),
+                }
+            }
+            off += n as u64;
+        }
+        Ok((end - pos) as usize)
+    }
+
+    fn fsync(&self) -> Result<(), i32> {
+        self.state.lock().syncs += 1;
+        Ok(())
+    }
+
+    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), i32> {
+        let mut st = self.state.lock();
+        let end = (pos + len).min(self.size);
+        let mut off = pos;
+        while off < end {
+            let (b, within) = (off / MEM_BLOCK, (off % MEM_BLOCK) as usize);
+            let n = ((MEM_BLOCK as usize) - within).min((end - off) as usize);
+            if within == 0 && n == MEM_BLOCK as usize && mode == Fallocate::PunchHole {
+                st.data.remove(&b);
+            } else if let Some(blk) = st.data.get_mut(&b) {
+                blk[within..within + n].fill(0);
+            } else if mode == Fallocate::ZeroRange {
+                st.data.insert(b, vec![0; MEM_BLOCK as usize]);
+            }
+            off += n as u64;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,303 @@
+//! The loop driver on an in-memory backing file: the test plays the runtime (it runs the
+//! workqueue's worker when it wants).
+
+use super::*;
+use crate::block::blk_core::{submit_bio_noacct, Submission};
+use crate::block::{BioEndIo, BlkStatus, BLK_STS_AGAIN, BLK_STS_NOTSUPP};
+use crate::kernel::{CpuId, KernelConfig, ReportKind};
+use crate::workqueue::PoolId;
+
+/// What each `bi_end_io` saw: (bio id, status, data, ran in task context).
+type Ended = UntrackedArc<Mutex<Vec<(u64, BlkStatus, Vec<u8>, bool)>>>;
+
+struct Rig {
+    k: UntrackedArc<Kernel>,
+    cx: Cpu,
+    lo: UntrackedArc<LoopDevice>,
+    mem: UntrackedArc<MemBacking>,
+    ended: Ended,
+}
+
+fn rig(mem: MemBacking, variant: LoopVariant, lo_flags: u32) -> Rig {
+    let k = Kernel::new(KernelConfig::default(), 2).unwrap();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let mem = UntrackedArc::new(mem);
+    let backing: UntrackedArc<dyn LoopBacking> = mem.clone();
+    let lo = LoopDevice::new(&k, 0, backing, lo_flags, variant);
+    Rig {
+        k,
+        cx,
+        lo,
+        mem,
+        ended: Ended::default(),
+    }
+}
+
+impl Rig {
+    fn submit(&self, op: ReqOp, sector: u64, data: Option<Vec<u8>>) -> Submission {
+        let e = UntrackedArc::clone(&self.ended);
+        let mut bio =
+            self.k
+                .bio_alloc(op, sector)
+                .with_end_io(BioEndIo::new("t_end_io", move |b, cx| {
+                    e.lock().push((b.id(), b.status(), b.data(), cx.in_task()));
+                }));
+        if let Some(d) = data {
+            bio.add_data(d);
+        }
+        submit_bio_noacct(bio, &*self.lo, &self.cx)
+    }
+
+    /// Runs the loop workqueue's worker until it has nothing left.
+    fn run_worker(&self) -> usize {
+        let worker = self.k.cpu(CpuId(1)).unwrap();
+        let mut n = 0;
+        while self.k.run_worker(PoolId::Unbound, &worker).is_some() {
+            n += 1;
+        }
+        n
+    }
+
+    fn statuses(&self) -> Vec<BlkStatus> {
+        self.ended.lock().iter().map(|e| e.1).collect()
+    }
+}
+
+fn block(fill: u8) -> Vec<u8> {
+    vec![fill; MEM_BLOCK as usize]
+}
+
+#[test]
+fn data_read_back_equals_data_written_on_every_variant() {
+    for v in LoopVariant::ALL {
+        for mem in [
+            MemBacking::sparse(1 << 20),
+            MemBacking::preallocated(1 << 20),
+        ] {
+            let r = rig(mem, v, LO_FLAGS_DIRECT_IO);
+            for i in 0..8u8 {
+                r.submit(ReqOp::Write, u64::from(i) * 8, Some(block(i + 1)));
+                r.run_worker();
+            }
+            for i in 0..8u8 {
+                r.submit(ReqOp::Read, u64::from(i) * 8, Some(block(0)));
+            }
+            r.run_worker();
+            let ended = r.ended.lock();
+            assert_eq!(ended.len(), 16, "{}: every bio ends once", v.name);
+            for (i, e) in ended[8..].iter().enumerate() {
+                assert_eq!(e.1, BLK_STS_OK);
+                assert_eq!(e.2, block(i as u8 + 1), "{}: block {i}", v.name);
+            }
+            assert!(
+                r.k.reports().is_empty() || v.name == "v4",
+                "{}: {:?}",
+                v.name,
+                r.k.reports().all()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_nowait_hit_completes_in_the_submitter_without_the_worker() {
+    let r = rig(
+        MemBacking::preallocated(1 << 20),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Write, 0, Some(block(7)));
+    assert_eq!(
+        r.statuses(),
+        [BLK_STS_OK],
+        "completed inside submit_bio_noacct()"
+    );
+    assert_eq!(r.run_worker(), 0);
+    let s = r.lo.stats();
+    assert_eq!((s.nowait_tried, s.nowait_done, s.worker_cmds), (1, 1, 0));
+}
+
+#[test]
+fn before_the_series_every_aio_command_goes_through_the_worker() {
+    let r = rig(
+        MemBacking::preallocated(1 << 20),
+        LoopVariant::BASE,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Write, 0, Some(block(7)));
+    r.submit(ReqOp::Read, 0, Some(block(0)));
+    assert!(
+        r.statuses().is_empty(),
+        "nothing ends before the worker runs"
+    );
+    assert_eq!(r.lo.nr_blocking_writes(), 1, "one queued use_aio write");
+    r.run_worker();
+    assert_eq!(r.statuses(), [BLK_STS_OK, BLK_STS_OK]);
+    assert_eq!(r.lo.nr_blocking_writes(), 0);
+    assert_eq!(r.lo.stats().nowait_tried, 0);
+    assert_eq!(r.lo.stats().worker_cmds, 2);
+}
+
+#[test]
+fn without_the_hint_every_write_to_a_hole_wastes_a_nowait_attempt() {
+    let r = rig(
+        MemBacking::sparse(1 << 20),
+        LoopVariant::V5_NO_HINT,
+        LO_FLAGS_DIRECT_IO,
+    );
+    for i in 0..16 {
+        r.submit(ReqOp::Write, i * 8, Some(block(1)));
+    }
+    let s = r.lo.stats();
+    assert_eq!((s.nowait_tried, s.nowait_eagain), (16, 16));
+    assert_eq!(r.lo.nr_blocking_writes(), 16);
+    r.run_worker();
+    assert_eq!(r.statuses(), vec![BLK_STS_OK; 16]);
+    assert_eq!(r.mem.allocated_blocks(), 16);
+}
+
+#[test]
+fn the_hint_stops_trying_nowait_writes_while_blocking_writes_are_queued() {
+    let r = rig(
+        MemBacking::sparse(1 << 20),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    for i in 0..16 {
+        r.submit(ReqOp::Write, i * 8, Some(block(1)));
+    }
+    let s = r.lo.stats();
+    assert_eq!(
+        (s.nowait_tried, s.nowait_eagain, s.hint_skipped),
+        (1, 1, 15)
+    );
+    // Reads still try NOWAIT: they do not contend with the blocking writes.
+    r.submit(ReqOp::Read, 200 * 8, Some(block(9)));
+    assert_eq!(r.lo.stats().nowait_done, 1);
+    r.run_worker();
+    assert_eq!(r.lo.nr_blocking_writes(), 0);
+    // Now the blocks exist: an overwrite is a NOWAIT hit again.
+    r.submit(ReqOp::Write, 0, Some(block(2)));
+    assert_eq!(r.lo.stats().nowait_done, 2);
+    assert_eq!(r.statuses(), vec![BLK_STS_OK; 18]);
+}
+
+#[test]
+fn a_backing_block_device_always_tries_nowait() {
+    let r = rig(
+        MemBacking::sparse(1 << 20).as_block_device(),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    for i in 0..4 {
+        r.submit(ReqOp::Write, i * 8, Some(block(1)));
+    }
+    assert_eq!(r.lo.stats().nowait_done, 4);
+}
+
+#[test]
+fn v4_asserts_lo_mutex_where_lo_work_lock_is_held_and_v5_does_not() {
+    let r = rig(
+        MemBacking::sparse(1 << 20),
+        LoopVariant::V4,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Write, 0, Some(block(1)));
+    let warns = r.k.reports().of_kind(ReportKind::Warn);
+    assert_eq!(warns.len(), 1, "{warns:?}");
+    assert!(
+        warns[0]
+            .message
+            .contains("lockdep_assert_held(&lo->lo_mutex)"),
+        "{}",
+        warns[0].message
+    );
+    assert!(
+        warns[0].message.contains("held: &lo->lo_work_lock"),
+        "{}",
+        warns[0].message
+    );
+    let r = rig(
+        MemBacking::sparse(1 << 20),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Write, 0, Some(block(1)));
+    r.run_worker();
+    assert!(r.k.reports().is_empty(), "{:?}", r.k.reports().all());
+}
+
+#[test]
+fn without_fmode_nowait_v5_skips_the_attempt_and_v4_pays_eopnotsupp() {
+    let v5 = rig(
+        MemBacking::preallocated(1 << 20).with_fmode_nowait(false),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    v5.submit(ReqOp::Read, 0, Some(block(0)));
+    assert_eq!(v5.lo.stats().nowait_tried, 0);
+    assert_eq!(v5.lo.queued(), 1);
+    let v4 = rig(
+        MemBacking::preallocated(1 << 20).with_fmode_nowait(false),
+        LoopVariant::V4,
+        LO_FLAGS_DIRECT_IO,
+    );
+    v4.submit(ReqOp::Read, 0, Some(block(0)));
+    assert_eq!(v4.lo.stats().nowait_eopnotsupp, 1);
+    assert_eq!(v4.lo.queued(), 1);
+    v4.run_worker();
+    assert_eq!(v4.statuses(), [BLK_STS_OK]);
+}
+
+#[test]
+fn buffered_loop_never_uses_aio_and_flush_discard_zeroes_go_to_the_worker() {
+    let r = rig(MemBacking::preallocated(1 << 20), LoopVariant::V5, 0);
+    r.submit(ReqOp::Write, 8, Some(block(5)));
+    assert_eq!(
+        r.lo.stats().nowait_tried,
+        0,
+        "no LO_FLAGS_DIRECT_IO: no use_aio"
+    );
+    assert_eq!(
+        r.lo.nr_blocking_writes(),
+        0,
+        "only use_aio writes are counted"
+    );
+    r.run_worker();
+    r.submit(ReqOp::Flush, 0, None);
+    let zero = r.k.bio_alloc(ReqOp::Discard, 8).with_size(4096);
+    submit_bio_noacct(zero, &*r.lo, &r.cx);
+    r.run_worker();
+    assert_eq!(r.mem.syncs(), 1);
+    r.submit(ReqOp::Read, 8, Some(block(9)));
+    r.run_worker();
+    let ended = r.ended.lock();
+    assert_eq!(ended.last().unwrap().2, block(0), "discarded: reads zeros");
+    assert!(
+        ended.iter().all(|e| e.1 == BLK_STS_OK && e.3),
+        "all in task context"
+    );
+}
+
+#[test]
+fn beyond_the_end_and_nowait_bios_fail_before_the_driver() {
+    let r = rig(
+        MemBacking::preallocated(1 << 20),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    assert_eq!(
+        r.submit(ReqOp::Read, 2048, Some(block(0))),
+        Submission::Failed(BLK_STS_IOERR)
+    );
+    let nowait =
+        r.k.bio_alloc(ReqOp::Read, 0)
+            .with_flags(crate::block::ReqFlags::REQ_NOWAIT)
+            .with_data(block(0));
+    assert_eq!(
+        submit_bio_noacct(nowait, &*r.lo, &r.cx),
+        Submission::Failed(BLK_STS_NOTSUPP)
+    );
+    assert_eq!(r.lo.stats(), LoopStats::default(), "the driver saw nothing");
+    let _ = BLK_STS_AGAIN;
+}

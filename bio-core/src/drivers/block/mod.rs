@@ -1,0 +1,3 @@
+//! `drivers/block/`: block drivers.
+
+pub mod loop_drv;

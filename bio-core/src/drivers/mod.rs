@@ -1,0 +1,3 @@
+//! `drivers/`: the device drivers biosim models.
+
+pub mod block;
