@@ -6,7 +6,8 @@
 //!   (`block/bio.c`, `include/linux/bio.h`, `include/linux/blk_types.h`).
 //! - [`drivers`]: block drivers: the loop driver with its NOWAIT series
 //!   (`drivers/block/loop.c`).
-//! - [`fs`]: where filesystems set `BIO_COMPLETE_IN_TASK` (`fs/buffer.c`).
+//! - [`fs`]: where filesystems set `BIO_COMPLETE_IN_TASK` (`fs/buffer.c`, `fs/iomap/ioend.c`).
+//! - [`mm`]: the page cache's dropbehind folios (`mm/filemap.c`), the `RWF_DONTCACHE` path.
 //! - [`kernel`]: the kernel config, per-CPU execution contexts (`include/linux/preempt.h`,
 //!   `irqflags.h`, `rcupdate.h`), `might_sleep()` and lockdep's wait-context check.
 //! - [`workqueue`]: `kernel/workqueue.c`: workqueues, work and delayed work, worker pools, the
@@ -26,6 +27,7 @@ pub mod drivers;
 pub mod fs;
 pub mod irq;
 pub mod kernel;
+pub mod mm;
 pub mod sync;
 pub mod time;
 pub mod workqueue;

@@ -10,9 +10,10 @@ use crate::block::{Bio, BioFlag};
 
 /// The flag decision of `submit_bh_wbc()` for a buffer_head on a folio with `dropbehind` set:
 /// `if (folio_test_dropbehind(bh->b_folio)) bio_set_flag(bio, BIO_COMPLETE_IN_TASK);`, with the
-/// review's `op_is_write()` gate when the variant has it. Returns whether the flag was set.
+/// review's `op_is_write()` gate when the variant has it, and nothing before the series
+/// ([`Variant::fs_flag`] off). Returns whether the flag was set.
 pub fn submit_bh_wbc_set_flags(bio: &mut Bio, folio_dropbehind: bool, variant: &Variant) -> bool {
-    if folio_dropbehind && (!variant.gate_reads || bio.op().is_write()) {
+    if variant.fs_flag && folio_dropbehind && (!variant.gate_reads || bio.op().is_write()) {
         bio.set_flag(BioFlag::CompleteInTask);
         return true;
     }

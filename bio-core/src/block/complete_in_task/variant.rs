@@ -75,6 +75,10 @@ pub struct Variant {
     /// The buffer_head submitter sets `BIO_COMPLETE_IN_TASK` only for writes (`op_is_write()`,
     /// agreed in the v6 review of patch 3/4; finding 6).
     pub gate_reads: bool,
+    /// Patches 2-3/4: iomap and buffer_head writeback set `BIO_COMPLETE_IN_TASK` on bios of
+    /// dropbehind folios (every posted version; off is the kernel before the series, finding 11's
+    /// twin).
+    pub fs_flag: bool,
 }
 
 impl Variant {
@@ -96,6 +100,7 @@ impl Variant {
         init_disables_offline: true,
         dead_drains: true,
         gate_reads: false,
+        fs_flag: true,
     };
 
     /// v6 exactly as posted in the seed: `bio_list` under `local_lock`, 1-jiffy delayed work on a
@@ -114,6 +119,7 @@ impl Variant {
         init_disables_offline: true,
         dead_drains: true,
         gate_reads: false,
+        fs_flag: true,
     };
 
     /// v6 with the fixes its review agreed: requeue on online, the `BIO_COMPLETE_IN_TASK` guard
@@ -133,6 +139,7 @@ impl Variant {
         init_disables_offline: true,
         dead_drains: true,
         gate_reads: true,
+        fs_flag: true,
     };
 
     /// v7 as landed (`for-7.3/block`): plain work with no delay, `local_irq_save()`, requeue on
@@ -151,6 +158,7 @@ impl Variant {
         init_disables_offline: true,
         dead_drains: true,
         gate_reads: true,
+        fs_flag: true,
     };
 
     /// Every posted version, oldest first.
@@ -214,6 +222,7 @@ impl Variant {
             ("yield_keeps_batch", self.yield_keeps_batch.to_string()),
             ("end_io_null_check", self.end_io_null_check.to_string()),
             ("gate_reads", self.gate_reads.to_string()),
+            ("fs_flag", self.fs_flag.to_string()),
         ]
     }
 
@@ -237,6 +246,7 @@ impl Variant {
             "dead_drains" => self.dead_drains = b()?,
             "gate_reads" => self.gate_reads = b()?,
             "end_io_null_check" => self.end_io_null_check = b()?,
+            "fs_flag" => self.fs_flag = b()?,
             "list" => {
                 self.list = match value {
                     "llist" => ListKind::Llist,
@@ -252,7 +262,7 @@ impl Variant {
                     Err(_) => return Err(format!("knob delay: expected a number of jiffies, got `{value}`")),
                 }
             }
-            _ => return Err(format!("unknown knob `{knob}` (known: list, delay, need_resched_yield, yield_requeues, yield_keeps_batch, requeue_on_online, dynamic_helper, in_task_guard, init_disables_offline, dead_drains, end_io_null_check, gate_reads)")),
+            _ => return Err(format!("unknown knob `{knob}` (known: list, delay, need_resched_yield, yield_requeues, yield_keeps_batch, requeue_on_online, dynamic_helper, in_task_guard, init_disables_offline, dead_drains, end_io_null_check, gate_reads, fs_flag)")),
         }
         Ok(())
     }

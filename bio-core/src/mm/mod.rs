@@ -1,0 +1,3 @@
+//! `mm/`: the page cache, as far as `RWF_DONTCACHE` needs it.
+
+pub mod filemap;
