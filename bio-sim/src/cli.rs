@@ -53,7 +53,7 @@ pub struct FindingsArgs {
     #[arg(long)]
     pub check: bool,
     /// Run one finding only, and print its kernel-style trace and violations.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=11))]
     pub finding: Option<u32>,
     /// With --finding: the variant to run it on (v5, v6, v6-review, v7, or twin).
     #[arg(long, default_value = "v6", requires = "finding")]

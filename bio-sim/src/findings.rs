@@ -10,7 +10,10 @@ use crate::sim::{CompletionContext, Sim, SimConfig, SimError};
 use bio_core::block::complete_in_task::Variant;
 use bio_core::block::{bio_endio, BioFlag, ReqOp};
 use bio_core::fs::buffer::submit_bh_wbc_set_flags;
+use bio_core::fs::iomap::iomap_writepages;
 use bio_core::kernel::{CpuId, PreemptModel, ReportKind};
+use bio_core::mm::filemap::AddressSpace;
+use bio_core::sync::UntrackedArc;
 use bio_core::workqueue::{PoolId, RescuerAffinity};
 use bio_core::KernelConfig;
 use hotplug::CPUHP_AP_WORKQUEUE_ONLINE;
@@ -107,7 +110,7 @@ impl fmt::Display for Verdict {
 use Expect::{Caught as C, Clean as K, NotApplicable as NA};
 
 /// The gallery, in DESIGN.md's order.
-pub const FINDINGS: [Finding; 10] = [
+pub const FINDINGS: [Finding; 11] = [
     Finding {
         id: 1,
         title: "hotplug rollback strands deferred bios",
@@ -221,6 +224,19 @@ pub const FINDINGS: [Finding; 10] = [
                 expect: C,
                 base: "v7",
                 knob: "init_disables_offline=false",
+            }),
+        },
+    },
+    Finding {
+        id: 11,
+        title: "DONTCACHE writeback ended in IRQ leaves folios cached (the gap)",
+        chapter: "docs/findings/11-dontcache-gap.md",
+        kind: FindingKind::Check {
+            expected: [K, K, K, K],
+            twin: Some(Twin {
+                expect: C,
+                base: "v7",
+                knob: "fs_flag=false",
             }),
         },
     },
@@ -458,6 +474,45 @@ fn run_check_inner(
             Ok(done(
                 &s,
                 verdict(v, |x| x.message.contains("disable count underflowed")),
+            ))
+        }
+        11 => {
+            // RWF_DONTCACHE writes of 8 pages, written back by iomap, the device IRQ on CPU1 ends
+            // the bios; at quiescence no dropbehind folio may be left in the page cache.
+            let s = sim(variant, default, 2, rescuer, trace)?;
+            let mapping = UntrackedArc::new(AddressSpace::new());
+            for i in 0..8u64 {
+                mapping.write_page(i, &[i as u8; 64], true);
+            }
+            for bio in iomap_writepages(&s.kernel, &mapping, 0, 7, &variant) {
+                let what = format!(
+                    "device IRQ: bio_endio(writeback bio#{}{}) from hardirq",
+                    bio.id(),
+                    if bio.flagged(BioFlag::CompleteInTask) {
+                        ", BIO_COMPLETE_IN_TASK"
+                    } else {
+                        ""
+                    }
+                );
+                s.rt.on_cpu(one, &what, |cx| cx.with_hardirq(|cx| bio_endio(bio, cx)));
+            }
+            let mut v = s.settle(BUDGET);
+            let left = mapping.dropbehind_left();
+            if !left.is_empty() {
+                let st = mapping.stats();
+                v.push(Violation {
+                    invariant: Invariant::DropbehindCached,
+                    message: format!(
+                        "{} of 8 DONTCACHE folios still cached after writeback (pages {left:?}; folio_end_dropbehind() skipped {} outside task context)",
+                        left.len(),
+                        st.skipped_not_in_task
+                    ),
+                    trace: Vec::new(),
+                });
+            }
+            Ok(done(
+                &s,
+                verdict(v, |x| x.invariant == Invariant::DropbehindCached),
             ))
         }
         _ => Ok(CheckRun {

@@ -38,6 +38,9 @@ pub enum Invariant {
     KernelReport(ReportKind),
     /// The machine did not reach quiescence within its step budget.
     NoQuiescence,
+    /// A DONTCACHE (dropbehind) folio is still cached after its writeback ended
+    /// (`folio_end_dropbehind()` could not invalidate it).
+    DropbehindCached,
 }
 
 impl fmt::Display for Invariant {
@@ -50,6 +53,7 @@ impl fmt::Display for Invariant {
             Invariant::HotplugContext => f.write_str("hotplug callbacks in their context"),
             Invariant::KernelReport(k) => write!(f, "no kernel splat ({k:?})"),
             Invariant::NoQuiescence => f.write_str("quiescence reached"),
+            Invariant::DropbehindCached => f.write_str("DONTCACHE folios dropped after writeback"),
         }
     }
 }

@@ -86,6 +86,7 @@ fn invariant_name(s: &str) -> Option<Invariant> {
         "sleep-in-atomic" => Invariant::KernelReport(ReportKind::SleepInAtomic),
         "invalid-wait-context" => Invariant::KernelReport(ReportKind::InvalidWaitContext),
         "no-quiescence" => Invariant::NoQuiescence,
+        "dropbehind" => Invariant::DropbehindCached,
         _ => return None,
     })
 }
