@@ -89,6 +89,10 @@ pub struct LoopVariant {
     /// The lock `loop_{inc,dec}_blocking_writes()` asserts with `lockdep_assert_held()`. V5 asserts
     /// `lo_work_lock`, the lock held there; V4 asserted `lo_mutex`, which syzbot caught firing.
     pub asserted_lock: &'static str,
+    /// `lo_rw_aio_nowait()` computes the file position itself, `(blk_rq_pos(rq) << 9) +
+    /// lo->lo_offset`, apart from `do_req_filebacked()`'s. True in every posted version; off is the
+    /// buggy twin of the data check (the NOWAIT path forgets `lo_offset`).
+    pub nowait_adds_lo_offset: bool,
 }
 
 impl LoopVariant {
@@ -99,6 +103,7 @@ impl LoopVariant {
         hint: false,
         check_fmode_nowait: true,
         asserted_lock: LO_WORK_LOCK,
+        nowait_adds_lo_offset: true,
     };
     /// V5 up to patch 5/6: NOWAIT first, no hint (the sparse-file randwrite regression).
     pub const V5_NO_HINT: LoopVariant = LoopVariant {
@@ -107,6 +112,7 @@ impl LoopVariant {
         hint: false,
         check_fmode_nowait: true,
         asserted_lock: LO_WORK_LOCK,
+        nowait_adds_lo_offset: true,
     };
     /// V4 as applied to linux-next (0ba93a906dda): NOWAIT first with the hint, asserting the
     /// wrong lock, trying NOWAIT on any backing file.
@@ -116,6 +122,7 @@ impl LoopVariant {
         hint: true,
         check_fmode_nowait: false,
         asserted_lock: LO_MUTEX,
+        nowait_adds_lo_offset: true,
     };
     /// V5 as posted (seed 004): the default.
     pub const V5: LoopVariant = LoopVariant {
@@ -124,6 +131,7 @@ impl LoopVariant {
         hint: true,
         check_fmode_nowait: true,
         asserted_lock: LO_WORK_LOCK,
+        nowait_adds_lo_offset: true,
     };
     /// Every preset.
     pub const ALL: [LoopVariant; 4] = [Self::BASE, Self::V5_NO_HINT, Self::V4, Self::V5];
@@ -131,6 +139,20 @@ impl LoopVariant {
     /// The preset called `name`.
     pub fn by_name(name: &str) -> Option<LoopVariant> {
         Self::ALL.into_iter().find(|v| v.name == name)
+    }
+
+    /// The knobs as `name=value` pairs.
+    pub fn knobs(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("nowait_first", self.nowait_first.to_string()),
+            ("hint", self.hint.to_string()),
+            ("check_fmode_nowait", self.check_fmode_nowait.to_string()),
+            ("asserted_lock", self.asserted_lock.to_owned()),
+            (
+                "nowait_adds_lo_offset",
+                self.nowait_adds_lo_offset.to_string(),
+            ),
+        ]
     }
 }
 
@@ -191,6 +213,8 @@ pub struct LoopDevice {
     number: u32,
     backing: UntrackedArc<dyn LoopBacking>,
     lo_flags: u32,
+    /// `lo->lo_offset`: where the device starts in the backing file.
+    lo_offset: u64,
     variant: LoopVariant,
     /// `lo->workqueue`: `alloc_workqueue("loop%d", WQ_UNBOUND | WQ_FREEZABLE, 0)`.
     wq: Workqueue,
@@ -216,12 +240,14 @@ impl fmt::Debug for LoopDevice {
 pub const LOOP_MAJOR: u32 = 7;
 
 impl LoopDevice {
-    /// `loop_add()` + `LOOP_CONFIGURE`: device `loop<number>` over `backing` with `lo_flags`.
+    /// `loop_add()` + `LOOP_CONFIGURE`: device `loop<number>` over `backing` from byte
+    /// `lo_offset` on, with `lo_flags`.
     pub fn new(
         kernel: &Kernel,
         number: u32,
         backing: UntrackedArc<dyn LoopBacking>,
         lo_flags: u32,
+        lo_offset: u64,
         variant: LoopVariant,
     ) -> UntrackedArc<LoopDevice> {
         let wq = kernel
@@ -238,6 +264,7 @@ impl LoopDevice {
                 number,
                 backing,
                 lo_flags,
+                lo_offset,
                 variant,
                 wq,
                 work,
@@ -322,7 +349,12 @@ impl LoopDevice {
             return Err(EAGAIN);
         }
         Self::bump(&self.counters.nowait_tried);
-        let r = self.lo_submit_rw(cmd, true);
+        let offset = if self.variant.nowait_adds_lo_offset {
+            self.lo_offset
+        } else {
+            0
+        };
+        let r = self.lo_submit_rw(cmd, offset, true);
         match r {
             Err(EAGAIN) => Self::bump(&self.counters.nowait_eagain),
             Err(EOPNOTSUPP) => Self::bump(&self.counters.nowait_eopnotsupp),
@@ -331,12 +363,12 @@ impl LoopDevice {
         r
     }
 
-    /// `lo_submit_rw_aio()` over every segment of the bio, from `bi_sector << 9`. A short
-    /// transfer ends the command (the kernel's `lo_rw_aio_do_completion()` zero-fills a short
-    /// read and fails a short write).
-    fn lo_submit_rw(&self, cmd: &mut LoopCmd, nowait: bool) -> Result<usize, i32> {
+    /// `lo_submit_rw_aio()` over every segment of the bio, from `(bi_sector << 9) + offset`. A
+    /// short transfer ends the command (the kernel's `lo_rw_aio_do_completion()` zero-fills a
+    /// short read and fails a short write).
+    fn lo_submit_rw(&self, cmd: &mut LoopCmd, offset: u64, nowait: bool) -> Result<usize, i32> {
         let write = cmd.bio.op() == ReqOp::Write;
-        let mut pos = cmd.bio.bi_iter.bi_sector << SECTOR_SHIFT;
+        let mut pos = (cmd.bio.bi_iter.bi_sector << SECTOR_SHIFT) + offset;
         let mut done = 0;
         for BioVec { data } in cmd.bio.bi_io_vec.iter_mut() {
             let n = self.backing.rw(write, pos, data, nowait)?;
@@ -444,9 +476,10 @@ impl LoopDevice {
     fn loop_handle_cmd(&self, mut cmd: LoopCmd, cx: &Cpu) {
         Self::bump(&self.counters.worker_cmds);
         let _ = cx.might_sleep_at("drivers/block/loop.c:loop_handle_cmd");
-        let pos = cmd.bio.bi_iter.bi_sector << SECTOR_SHIFT;
+        // do_req_filebacked(): pos = (blk_rq_pos(rq) << 9) + lo->lo_offset.
+        let pos = (cmd.bio.bi_iter.bi_sector << SECTOR_SHIFT) + self.lo_offset;
         let res = match cmd.bio.op() {
-            ReqOp::Read | ReqOp::Write => self.lo_submit_rw(&mut cmd, false),
+            ReqOp::Read | ReqOp::Write => self.lo_submit_rw(&mut cmd, self.lo_offset, false),
             ReqOp::Flush => self.backing.fsync().map(|()| 0),
             ReqOp::Discard => self
                 .backing
@@ -489,7 +522,7 @@ impl BlockDriver for LoopDevice {
             read_only: self.lo_flags & LO_FLAGS_READ_ONLY != 0,
             // loop_update_limits(): 512-byte blocks; O_DIRECT backing needs the file's DIO
             // alignment, which the bio-sim backing reports through its size rounding.
-            ..QueueLimits::new(self.backing.size())
+            ..QueueLimits::new(self.backing.size().saturating_sub(self.lo_offset))
         }
     }
 

@@ -23,7 +23,7 @@ fn rig(mem: MemBacking, variant: LoopVariant, lo_flags: u32) -> Rig {
     let cx = k.cpu(CpuId(0)).unwrap();
     let mem = UntrackedArc::new(mem);
     let backing: UntrackedArc<dyn LoopBacking> = mem.clone();
-    let lo = LoopDevice::new(&k, 0, backing, lo_flags, variant);
+    let lo = LoopDevice::new(&k, 0, backing, lo_flags, 0, variant);
     Rig {
         k,
         cx,
@@ -300,4 +300,30 @@ fn beyond_the_end_and_nowait_bios_fail_before_the_driver() {
     );
     assert_eq!(r.lo.stats(), LoopStats::default(), "the driver saw nothing");
     let _ = BLK_STS_AGAIN;
+}
+
+#[test]
+fn lo_offset_shifts_both_paths_and_the_twin_forgets_it_on_the_nowait_path() {
+    for (v, consistent) in [
+        (LoopVariant::V5, true),
+        (
+            LoopVariant {
+                nowait_adds_lo_offset: false,
+                ..LoopVariant::V5
+            },
+            false,
+        ),
+    ] {
+        let k = Kernel::new(KernelConfig::default(), 2).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let mem = UntrackedArc::new(MemBacking::preallocated(1 << 20));
+        let backing: UntrackedArc<dyn LoopBacking> = mem.clone();
+        let lo = LoopDevice::new(&k, 0, backing, LO_FLAGS_DIRECT_IO, 64 << 10, v);
+        assert_eq!(lo.limits().capacity_bytes(), (1 << 20) - (64 << 10));
+        // A NOWAIT write at sector 0, read back through the worker path (buffered: no use_aio).
+        submit_bio_noacct(k.bio_alloc(ReqOp::Write, 0).with_data(block(9)), &*lo, &cx);
+        let mut at = vec![0; 4096];
+        mem.rw(false, 64 << 10, &mut at, false).unwrap();
+        assert_eq!(at == block(9), consistent, "the data is at lo_offset");
+    }
 }
