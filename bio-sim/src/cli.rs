@@ -34,6 +34,23 @@ pub enum Command {
     /// Print the CPU-hotplug state table as /sys/devices/system/cpu/hotplug/states does, with the
     /// states biosim's subsystems register (workqueue, timers, ...).
     States(StatesArgs),
+    /// Run the loop driver's NOWAIT-series checks (drivers/block/loop.c, seed 004) on every posted
+    /// version (base, v5-no-hint, v4, v5): caught/clean, with the NOWAIT counters.
+    Loop(LoopArgs),
+}
+
+/// `biosim loop`.
+#[derive(Debug, Args)]
+pub struct LoopArgs {
+    /// Exit non-zero when any cell differs from its expected value.
+    #[arg(long)]
+    pub check: bool,
+    /// Run one check only (L1..L4), and print its kernel-style trace and counters.
+    #[arg(long)]
+    pub finding: Option<String>,
+    /// With --finding: the version (base, v5-no-hint, v4, v5, or twin).
+    #[arg(long, default_value = "v5", requires = "finding")]
+    pub variant: String,
 }
 
 /// `biosim run`.

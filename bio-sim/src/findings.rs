@@ -91,7 +91,8 @@ impl Verdict {
         }
     }
 
-    fn matches(&self, e: Expect) -> bool {
+    /// Whether this verdict is the expected one.
+    pub fn matches(&self, e: Expect) -> bool {
         matches!(
             (self, e),
             (Verdict::Caught(_), Expect::Caught)

@@ -15,6 +15,7 @@
 pub mod cli;
 pub mod contexts;
 pub mod findings;
+pub mod loop_checks;
 pub mod measure;
 pub mod oracle;
 pub mod runtime;

@@ -8,7 +8,10 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The gallery provokes kernel splats on purpose and reports them itself.
-    let quiet = matches!(cli.command, Command::Findings(_) | Command::Run(_));
+    let quiet = matches!(
+        cli.command,
+        Command::Findings(_) | Command::Run(_) | Command::Loop(_)
+    );
     bio_sim::trace::init(if quiet { "error" } else { "warn" });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -37,6 +40,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Run(args) => return run_scenario(args),
         Command::Variants => print!("{}", variants()),
         Command::Findings(args) => return findings(args),
+        Command::Loop(args) => return loop_checks(args),
         Command::States(args) => {
             let kernel = bio_core::Kernel::new(KernelConfig::default(), args.cpus)?;
             print!("{}", kernel.hotplug().states_listing());
@@ -159,6 +163,66 @@ fn findings(args: bio_sim::cli::FindingsArgs) -> Result<(), Box<dyn std::error::
         if !bad.is_empty() {
             eprintln!(
                 "biosim findings --check: {} cells differ:\n  {}",
+                bad.len(),
+                bad.join("\n  ")
+            );
+            std::process::exit(1);
+        }
+        println!("all cells as expected");
+    }
+    Ok(())
+}
+
+fn loop_checks(args: bio_sim::cli::LoopArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use bio_core::drivers::block::loop_drv::LoopVariant;
+    use bio_sim::findings::Verdict;
+    use bio_sim::loop_checks::{
+        loop_check, loop_matrix, render_loop, run_loop_check, twin_variant,
+    };
+    if let Some(id) = &args.finding {
+        let c = loop_check(id).ok_or_else(|| format!("no loop check `{id}` (expected L1..L4)"))?;
+        let variant = if args.variant == "twin" {
+            twin_variant(
+                c.twin
+                    .ok_or_else(|| format!("loop check {} has no twin", c.id))?,
+            )
+        } else {
+            LoopVariant::by_name(&args.variant).ok_or_else(|| {
+                format!(
+                    "unknown loop variant `{}` (expected base, v5-no-hint, v4, v5 or twin)",
+                    args.variant
+                )
+            })?
+        };
+        let run = run_loop_check(c.id, variant, true)?;
+        print!("{}", run.trace);
+        println!(
+            "== loop check {}: {} on {}: {}",
+            c.id, c.title, variant.name, run.verdict
+        );
+        if let Verdict::Caught(v) = &run.verdict {
+            for x in v {
+                println!("   {x}");
+            }
+        }
+        println!("   counters: {:?}", run.stats);
+        println!("   (chapter: docs/loop.md)");
+        return Ok(());
+    }
+    let rows = loop_matrix()?;
+    print!("{}", render_loop(&rows));
+    if args.check {
+        let bad: Vec<String> = rows
+            .iter()
+            .flat_map(|r| {
+                r.mismatches().into_iter().map(move |(col, got, want)| {
+                    format!("{} on {col}: {got}, expected {want:?}", r.check.id)
+                })
+            })
+            .collect();
+        if !bad.is_empty() {
+            eprintln!(
+                "biosim loop --check: {} cells differ:\n  {}",
                 bad.len(),
                 bad.join("\n  ")
             );

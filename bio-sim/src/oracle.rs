@@ -41,6 +41,8 @@ pub enum Invariant {
     /// A DONTCACHE (dropbehind) folio is still cached after its writeback ended
     /// (`folio_end_dropbehind()` could not invalidate it).
     DropbehindCached,
+    /// Data read back from a device differs from what was written there.
+    DataMismatch,
 }
 
 impl fmt::Display for Invariant {
@@ -54,6 +56,7 @@ impl fmt::Display for Invariant {
             Invariant::KernelReport(k) => write!(f, "no kernel splat ({k:?})"),
             Invariant::NoQuiescence => f.write_str("quiescence reached"),
             Invariant::DropbehindCached => f.write_str("DONTCACHE folios dropped after writeback"),
+            Invariant::DataMismatch => f.write_str("data read back equals data written"),
         }
     }
 }

@@ -87,6 +87,7 @@ fn invariant_name(s: &str) -> Option<Invariant> {
         "invalid-wait-context" => Invariant::KernelReport(ReportKind::InvalidWaitContext),
         "no-quiescence" => Invariant::NoQuiescence,
         "dropbehind" => Invariant::DropbehindCached,
+        "data" => Invariant::DataMismatch,
         _ => return None,
     })
 }

@@ -41,6 +41,16 @@ pub const EIO: i32 = 5;
 /// `ENOSPC`.
 pub const ENOSPC: i32 = 28;
 
+fn errno_name(e: i32) -> String {
+    match e {
+        EAGAIN => "EAGAIN".into(),
+        EOPNOTSUPP => "EOPNOTSUPP".into(),
+        EIO => "EIO".into(),
+        ENOSPC => "ENOSPC".into(),
+        e => e.to_string(),
+    }
+}
+
 /// `LO_FLAGS_READ_ONLY` (`include/uapi/linux/loop.h`).
 pub const LO_FLAGS_READ_ONLY: u32 = 1;
 /// `LO_FLAGS_DIRECT_IO`: the backing file is opened `O_DIRECT` and reads/writes go through
@@ -346,6 +356,7 @@ impl LoopDevice {
     fn lo_rw_aio_nowait(&self, cmd: &mut LoopCmd) -> Result<usize, i32> {
         if self.variant.hint && !self.lo_aio_try_nowait(cmd) {
             Self::bump(&self.counters.hint_skipped);
+            tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.bio.bi_opf.rwbs(), cmd.bio.bi_iter.bi_sector, cmd.bio.sectors(), self.nr_blocking_writes());
             return Err(EAGAIN);
         }
         Self::bump(&self.counters.nowait_tried);
@@ -355,6 +366,7 @@ impl LoopDevice {
             0
         };
         let r = self.lo_submit_rw(cmd, offset, true);
+        tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.bio.bi_opf.rwbs(), cmd.bio.bi_iter.bi_sector, cmd.bio.sectors(), match r { Ok(n) => format!("{n} bytes"), Err(e) => format!("-{}", errno_name(e)) });
         match r {
             Err(EAGAIN) => Self::bump(&self.counters.nowait_eagain),
             Err(EOPNOTSUPP) => Self::bump(&self.counters.nowait_eopnotsupp),
@@ -475,6 +487,7 @@ impl LoopDevice {
     /// `loop_handle_cmd()` → `do_req_filebacked()`: the blocking I/O of one command.
     fn loop_handle_cmd(&self, mut cmd: LoopCmd, cx: &Cpu) {
         Self::bump(&self.counters.worker_cmds);
+        tracing::trace!(target: "loop", tracepoint = "loop_handle_cmd", "loop{}: worker: {} {} + {} (blocking)", self.number, cmd.bio.bi_opf.rwbs(), cmd.bio.bi_iter.bi_sector, cmd.bio.sectors());
         let _ = cx.might_sleep_at("drivers/block/loop.c:loop_handle_cmd");
         // do_req_filebacked(): pos = (blk_rq_pos(rq) << 9) + lo->lo_offset.
         let pos = (cmd.bio.bi_iter.bi_sector << SECTOR_SHIFT) + self.lo_offset;
