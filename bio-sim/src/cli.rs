@@ -37,6 +37,58 @@ pub enum Command {
     /// Run the loop driver's NOWAIT-series checks (drivers/block/loop.c, seed 004) on every posted
     /// version (base, v5-no-hint, v4, v5): caught/clean, with the NOWAIT counters.
     Loop(LoopArgs),
+    /// Measure on real files: the loop driver model over an O_DIRECT file against raw
+    /// pread/pwrite (`bench loop`), and buffered writes with and without RWF_DONTCACHE
+    /// (`bench dontcache`). Medians of interleaved rounds, ratios side by side.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// `biosim bench`.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// The loop driver model (base, v5-no-hint, v5) on the threaded runtime over a real O_DIRECT
+    /// file, against raw pread/pwrite from as many threads.
+    Loop(BenchLoopArgs),
+    /// Buffered writes with and without RWF_DONTCACHE: MB/s and pages left cached (cachestat).
+    Dontcache(BenchDontcacheArgs),
+}
+
+/// `biosim bench loop`.
+#[derive(Debug, Args)]
+pub struct BenchLoopArgs {
+    /// Directory for the backing file (a real filesystem with O_DIRECT; removed afterwards).
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    pub dir: std::path::PathBuf,
+    /// Backing file size (K, M, G suffixes).
+    #[arg(long, default_value = "64M")]
+    pub size: String,
+    /// 4 KiB I/Os per submitting CPU per round.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub ios: u64,
+    /// Simulated CPUs submitting (and raw threads).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub cpus: u32,
+    /// Rounds (each runs every design once, interleaved).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: u64,
+    /// randwrite-sparse, randwrite-overwrite, randread or all.
+    #[arg(long, default_value = "all")]
+    pub workload: String,
+}
+
+/// `biosim bench dontcache`.
+#[derive(Debug, Args)]
+pub struct BenchDontcacheArgs {
+    /// Directory for the file (removed afterwards).
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    pub dir: std::path::PathBuf,
+    /// Bytes written per run (K, M, G suffixes).
+    #[arg(long, default_value = "256M")]
+    pub size: String,
+    /// Rounds.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: u64,
 }
 
 /// `biosim loop`.

@@ -12,8 +12,10 @@
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod cli;
 pub mod contexts;
+pub mod dev;
 pub mod findings;
 pub mod loop_checks;
 pub mod measure;

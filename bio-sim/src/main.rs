@@ -41,6 +41,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Variants => print!("{}", variants()),
         Command::Findings(args) => return findings(args),
         Command::Loop(args) => return loop_checks(args),
+        Command::Bench(b) => return bench(b),
         Command::States(args) => {
             let kernel = bio_core::Kernel::new(KernelConfig::default(), args.cpus)?;
             print!("{}", kernel.hotplug().states_listing());
@@ -169,6 +170,35 @@ fn findings(args: bio_sim::cli::FindingsArgs) -> Result<(), Box<dyn std::error::
             std::process::exit(1);
         }
         println!("all cells as expected");
+    }
+    Ok(())
+}
+
+fn bench(cmd: bio_sim::cli::BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
+    use bio_sim::bench::{
+        dontcache_bench, loop_bench, parse_size, DontcacheConfig, LoopBenchConfig, Workload,
+    };
+    use bio_sim::cli::BenchCommand;
+    match cmd {
+        BenchCommand::Loop(a) => {
+            let cfg = LoopBenchConfig {
+                dir: a.dir,
+                file_size: parse_size(&a.size).map_err(|e| format!("--size: {e}"))?,
+                ios_per_cpu: a.ios as usize,
+                cpus: a.cpus,
+                rounds: a.rounds as usize,
+                workloads: Workload::parse(&a.workload)?,
+            };
+            print!("{}", loop_bench(&cfg)?);
+        }
+        BenchCommand::Dontcache(a) => {
+            let cfg = DontcacheConfig {
+                dir: a.dir,
+                size: parse_size(&a.size).map_err(|e| format!("--size: {e}"))?,
+                rounds: a.rounds as usize,
+            };
+            print!("{}", dontcache_bench(&cfg)?);
+        }
     }
     Ok(())
 }

@@ -1,0 +1,694 @@
+//! `biosim bench`: the storage engineer's measurements on real files, each reported as medians of
+//! interleaved rounds and as ratios measured side by side in one run (never timed tests).
+//!
+//! - `loop`: the loop driver model (`drivers/block/loop.c` with the NOWAIT series) on the threaded
+//!   runtime over a real `O_DIRECT` file, for each posted version, against raw `pread`/`pwrite`
+//!   of the same offsets from the same number of threads. Workloads: random writes into a sparse
+//!   file (the patch 6/6 case), random overwrites, random reads.
+//! - `dontcache`: buffered writes with and without `RWF_DONTCACHE` (kernel-semantics.md §6.3) on
+//!   this machine's filesystem: throughput and what `cachestat(2)` says is left in the page cache
+//!   after `fdatasync()`.
+//!
+//! The loop figures measure biosim's model: its NOWAIT attempt and its worker path are
+//! synchronous `preadv2`/`pwritev2` calls on simulated CPU threads, where the kernel's direct I/O
+//! would return `-EIOCBQUEUED` and complete from the disk's interrupt. What carries over is the
+//! cost the filesystem charges for a refused `RWF_NOWAIT` attempt and the serialisation of a single
+//! loop worker; docs/performance.md says how to read them.
+
+use crate::dev::backing::{BackingError, BackingFile, OpenOptions, RwFlags};
+use crate::dev::loop_file::FileBacking;
+use crate::runtime::threaded::{ThreadedConfig, ThreadedError, ThreadedRuntime};
+use bio_core::block::{submit_bio_noacct, BioEndIo, ReqOp, BLK_STS_OK};
+use bio_core::drivers::block::loop_drv::{
+    LoopBacking, LoopDevice, LoopStats, LoopVariant, LO_FLAGS_DIRECT_IO,
+};
+use bio_core::kernel::CpuId;
+use bio_core::{Kernel, KernelConfig};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What can stop a benchmark.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The backing file could not be opened or prepared.
+    #[error(transparent)]
+    Backing(#[from] BackingError),
+    /// I/O on the backing file failed outside the model.
+    #[error("{what} on {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The simulated machine failed.
+    #[error("the simulated machine: {0}")]
+    Machine(String),
+    /// A bad parameter.
+    #[error("{0}")]
+    Param(String),
+}
+
+impl From<ThreadedError> for BenchError {
+    fn from(e: ThreadedError) -> Self {
+        BenchError::Machine(e.to_string())
+    }
+}
+
+/// A loop workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// 4 KiB random writes into a file whose blocks are holes (re-punched before every round).
+    RandWriteSparse,
+    /// 4 KiB random writes over blocks written before.
+    RandWriteOverwrite,
+    /// 4 KiB random reads of written blocks.
+    RandRead,
+}
+
+impl Workload {
+    /// Every workload.
+    pub const ALL: [Workload; 3] = [
+        Self::RandWriteSparse,
+        Self::RandWriteOverwrite,
+        Self::RandRead,
+    ];
+
+    /// The CLI name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::RandWriteSparse => "randwrite-sparse",
+            Self::RandWriteOverwrite => "randwrite-overwrite",
+            Self::RandRead => "randread",
+        }
+    }
+
+    /// Parses a CLI name.
+    pub fn parse(s: &str) -> Result<Vec<Workload>, BenchError> {
+        if s == "all" {
+            return Ok(Self::ALL.to_vec());
+        }
+        Self::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .map(|w| vec![w])
+            .ok_or_else(|| {
+                BenchError::Param(format!(
+                    "unknown workload `{s}` (expected randwrite-sparse, randwrite-overwrite, randread or all)"
+                ))
+            })
+    }
+
+    fn write(self) -> bool {
+        !matches!(self, Self::RandRead)
+    }
+}
+
+/// The loop benchmark's parameters.
+#[derive(Debug, Clone)]
+pub struct LoopBenchConfig {
+    /// Where to create the backing file (it is removed afterwards).
+    pub dir: PathBuf,
+    /// The backing file's size.
+    pub file_size: u64,
+    /// I/Os per submitting CPU per round.
+    pub ios_per_cpu: usize,
+    /// Simulated CPUs, each submitting from its own thread (and raw threads for the baseline).
+    pub cpus: u32,
+    /// Rounds; each runs every design once, interleaved.
+    pub rounds: usize,
+    /// The workloads.
+    pub workloads: Vec<Workload>,
+}
+
+impl Default for LoopBenchConfig {
+    fn default() -> Self {
+        LoopBenchConfig {
+            dir: std::env::temp_dir(),
+            file_size: 64 << 20,
+            ios_per_cpu: 2048,
+            cpus: 2,
+            rounds: 5,
+            workloads: Workload::ALL.to_vec(),
+        }
+    }
+}
+
+const BS: usize = 4096;
+
+/// One design's results for one workload.
+#[derive(Debug, Clone)]
+pub struct DesignResult {
+    /// `raw` or a loop version's name.
+    pub design: String,
+    /// IOPS of each round.
+    pub iops: Vec<f64>,
+    /// The loop device's counters of the last round (none for raw).
+    pub stats: Option<LoopStats>,
+}
+
+impl DesignResult {
+    /// The median IOPS.
+    pub fn median(&self) -> f64 {
+        median(&self.iops)
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// The loop benchmark's report.
+#[derive(Debug, Clone)]
+pub struct LoopBenchReport {
+    /// The configuration.
+    pub config: LoopBenchConfig,
+    /// Per workload, every design.
+    pub results: Vec<(Workload, Vec<DesignResult>)>,
+    /// Whether the backing file supported `RWF_NOWAIT`.
+    pub nowait: bool,
+}
+
+impl fmt::Display for LoopBenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        writeln!(
+            f,
+            "loop over a real O_DIRECT file in {} ({} MiB, FMODE_NOWAIT={}): {} CPUs x {} I/Os of 4 KiB per round, {} rounds, medians",
+            c.dir.display(),
+            c.file_size >> 20,
+            self.nowait,
+            c.cpus,
+            c.ios_per_cpu,
+            c.rounds
+        )?;
+        for (w, designs) in &self.results {
+            let raw = designs
+                .iter()
+                .find(|d| d.design == "raw")
+                .map_or(0.0, DesignResult::median);
+            writeln!(f, "\n{}:", w.name())?;
+            writeln!(
+                f,
+                "  {:<12} {:>10} {:>8}  counters (last round)",
+                "design", "IOPS", "vs raw"
+            )?;
+            for d in designs {
+                let m = d.median();
+                let ratio = if raw > 0.0 { m / raw } else { 0.0 };
+                let counters = d.stats.map_or(String::new(), |s| {
+                    format!(
+                        "NOWAIT tried {} done {} EAGAIN {}; hint skipped {}; worker {}",
+                        s.nowait_tried,
+                        s.nowait_done,
+                        s.nowait_eagain,
+                        s.hint_skipped,
+                        s.worker_cmds
+                    )
+                });
+                writeln!(
+                    f,
+                    "  {:<12} {:>10.0} {:>8.2}  {counters}",
+                    d.design, m, ratio
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A reproducible pseudo-random permutation of block numbers (an LCG over the block count).
+fn offsets(cpu: u32, n: usize, blocks: u64) -> Vec<u64> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ u64::from(cpu);
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) % blocks) * BS as u64
+        })
+        .collect()
+}
+
+fn io_err(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> BenchError {
+    let (what, path) = (what.to_owned(), path.to_owned());
+    move |source| BenchError::Io { what, path, source }
+}
+
+/// Writes every block once (so overwrites and reads find allocated, written blocks).
+fn fill(file: &BackingFile) -> Result<(), BenchError> {
+    let buf = crate::dev::aligned::AlignedBuf::from_slice(&vec![0x5a; 1 << 20]);
+    let mut off = 0;
+    while off < file.size() {
+        file.write_all_at(&buf, off, RwFlags::empty())
+            .map_err(io_err("filling", file.path()))?;
+        off += buf.len() as u64;
+    }
+    Ok(())
+}
+
+/// Raw `pread`/`pwrite` of the same offsets from `cpus` threads: the ceiling.
+fn run_raw(file: &Arc<BackingFile>, w: Workload, cfg: &LoopBenchConfig) -> Result<f64, BenchError> {
+    let blocks = file.size() / BS as u64;
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..cfg.cpus)
+        .map(|cpu| {
+            let file = Arc::clone(file);
+            let offs = offsets(cpu, cfg.ios_per_cpu, blocks);
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut buf = crate::dev::aligned::AlignedBuf::new(BS);
+                for off in offs {
+                    if w.write() {
+                        file.write_all_at(&buf, off, RwFlags::empty())?;
+                    } else {
+                        file.read_exact_at(&mut buf, off, RwFlags::empty())?;
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join()
+            .map_err(|_| BenchError::Machine("a raw I/O thread panicked".into()))?
+            .map_err(io_err("raw I/O", file.path()))?;
+    }
+    Ok((cfg.cpus as usize * cfg.ios_per_cpu) as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// The loop device of `variant` on the threaded runtime: every CPU submits its I/Os from task
+/// context back to back and waits for their completions.
+fn run_loop(
+    file: &Arc<BackingFile>,
+    variant: LoopVariant,
+    w: Workload,
+    cfg: &LoopBenchConfig,
+) -> Result<(f64, LoopStats), BenchError> {
+    let kernel = Kernel::boot(KernelConfig::default(), cfg.cpus, cfg.cpus)
+        .map_err(|e| BenchError::Machine(e.to_string()))?;
+    let backing: Arc<dyn LoopBacking> = Arc::new(FileBacking::new(Arc::clone(file)));
+    let lo = LoopDevice::new(&kernel, 0, backing, LO_FLAGS_DIRECT_IO, 0, variant);
+    let rt = ThreadedRuntime::start(
+        Arc::clone(&kernel),
+        ThreadedConfig {
+            wait_timeout: Duration::from_secs(120),
+            ..ThreadedConfig::default()
+        },
+    )?;
+    let blocks = file.size() / BS as u64;
+    let errors = Arc::new(AtomicUsize::new(0));
+    let t0 = Instant::now();
+    let mut handles = Vec::new();
+    for cpu in 0..cfg.cpus {
+        let (lo, errors) = (Arc::clone(&lo), Arc::clone(&errors));
+        let offs = offsets(cpu, cfg.ios_per_cpu, blocks);
+        handles.push(rt.post_on(CpuId(cpu), move |cx| {
+            let done = Arc::new(AtomicU64::new(0));
+            let n = offs.len() as u64;
+            for off in offs {
+                let (d, e) = (Arc::clone(&done), Arc::clone(&errors));
+                let op = if w.write() { ReqOp::Write } else { ReqOp::Read };
+                let bio = cx
+                    .kernel()
+                    .bio_alloc(op, off >> 9)
+                    .with_data(vec![0xa5; BS])
+                    .with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
+                        if bio.status() != BLK_STS_OK {
+                            e.fetch_add(1, Ordering::Relaxed);
+                        }
+                        d.fetch_add(1, Ordering::Release);
+                    }));
+                submit_bio_noacct(bio, &*lo, cx);
+            }
+            cx.wait_until("bench: all I/Os completed", &|| {
+                done.load(Ordering::Acquire) >= n
+            })
+        })?);
+    }
+    for h in handles {
+        if !h.wait()? {
+            return Err(BenchError::Machine("I/Os did not complete in 120 s".into()));
+        }
+    }
+    let elapsed = t0.elapsed();
+    let stats = lo.stats();
+    let report = rt.shutdown();
+    if !report.is_clean() {
+        return Err(BenchError::Machine(format!("unclean shutdown: {report:?}")));
+    }
+    if errors.load(Ordering::Relaxed) > 0 {
+        return Err(BenchError::Machine(format!(
+            "{} I/Os failed on {}",
+            errors.load(Ordering::Relaxed),
+            variant.name
+        )));
+    }
+    let reports = kernel.reports().all();
+    if let Some(r) = reports
+        .iter()
+        .find(|r| !r.message.contains("lockdep_assert_held"))
+    {
+        return Err(BenchError::Machine(format!(
+            "kernel splat during the benchmark: {}",
+            r.message
+        )));
+    }
+    Ok((
+        (cfg.cpus as usize * cfg.ios_per_cpu) as f64 / elapsed.as_secs_f64(),
+        stats,
+    ))
+}
+
+/// The versions the loop benchmark compares (v4 differs from v5 only in what its splat and its
+/// FMODE_NOWAIT check cost, which a regular file does not show).
+pub const LOOP_BENCH_VERSIONS: [LoopVariant; 3] =
+    [LoopVariant::BASE, LoopVariant::V5_NO_HINT, LoopVariant::V5];
+
+/// Runs the loop benchmark.
+pub fn loop_bench(cfg: &LoopBenchConfig) -> Result<LoopBenchReport, BenchError> {
+    if cfg.cpus == 0 || cfg.cpus > 64 || cfg.rounds == 0 || cfg.ios_per_cpu == 0 {
+        return Err(BenchError::Param(
+            "cpus must be 1..=64, rounds and ios at least 1".into(),
+        ));
+    }
+    if cfg.file_size < (1 << 20) {
+        return Err(BenchError::Param("the file must be at least 1 MiB".into()));
+    }
+    if !cfg.dir.is_dir() {
+        return Err(BenchError::Param(format!(
+            "--dir {}: not a directory",
+            cfg.dir.display()
+        )));
+    }
+    let path = cfg
+        .dir
+        .join(format!("biosim-loop-bench-{}.img", std::process::id()));
+    let _cleanup = RemoveOnDrop(path.clone());
+    let file = Arc::new(BackingFile::open(
+        &path,
+        &OpenOptions {
+            direct: true,
+            read_only: false,
+            create_size: Some(cfg.file_size),
+        },
+    )?);
+    let mut results = Vec::new();
+    for &w in &cfg.workloads {
+        if w == Workload::RandWriteSparse {
+            file.punch_hole(0, file.size())
+                .map_err(io_err("punching holes", &path))?;
+        } else {
+            fill(&file)?;
+        }
+        let mut designs: Vec<DesignResult> = std::iter::once("raw")
+            .chain(LOOP_BENCH_VERSIONS.iter().map(|v| v.name))
+            .map(|d| DesignResult {
+                design: d.to_owned(),
+                iops: Vec::new(),
+                stats: None,
+            })
+            .collect();
+        for _ in 0..cfg.rounds {
+            for d in designs.iter_mut() {
+                if w == Workload::RandWriteSparse {
+                    // Every design starts from the same holes.
+                    file.punch_hole(0, file.size())
+                        .map_err(io_err("punching holes", &path))?;
+                }
+                if d.design == "raw" {
+                    d.iops.push(run_raw(&file, w, cfg)?);
+                } else {
+                    let v = LoopVariant::by_name(&d.design).expect("a preset's own name");
+                    let (iops, stats) = run_loop(&file, v, w, cfg)?;
+                    d.iops.push(iops);
+                    d.stats = Some(stats);
+                }
+            }
+        }
+        results.push((w, designs));
+    }
+    Ok(LoopBenchReport {
+        config: cfg.clone(),
+        results,
+        nowait: file.supports_nowait(),
+    })
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The DONTCACHE benchmark's parameters.
+#[derive(Debug, Clone)]
+pub struct DontcacheConfig {
+    /// Where to create the file.
+    pub dir: PathBuf,
+    /// Bytes written per run.
+    pub size: u64,
+    /// Rounds (each writes plain and DONTCACHE once, interleaved).
+    pub rounds: usize,
+}
+
+impl Default for DontcacheConfig {
+    fn default() -> Self {
+        DontcacheConfig {
+            dir: std::env::temp_dir(),
+            size: 256 << 20,
+            rounds: 3,
+        }
+    }
+}
+
+/// One row's results.
+#[derive(Debug, Clone)]
+pub struct DontcacheResult {
+    /// `buffered` or `dontcache`.
+    pub mode: &'static str,
+    /// Whether the blocks were holes before the write (allocating writes) or written before
+    /// (overwrites).
+    pub fresh: bool,
+    /// MB/s (write + fdatasync) per round.
+    pub mbps: Vec<f64>,
+    /// Pages of the file still cached after fdatasync, per round.
+    pub cached_pages: Vec<u64>,
+}
+
+/// The DONTCACHE benchmark's report.
+#[derive(Debug, Clone)]
+pub struct DontcacheReport {
+    /// The configuration.
+    pub config: DontcacheConfig,
+    /// Whether `RWF_DONTCACHE` is supported here (else only the buffered rows).
+    pub supported: bool,
+    /// The rows.
+    pub results: Vec<DontcacheResult>,
+}
+
+impl DontcacheReport {
+    /// The median of cached pages of a row.
+    pub fn cached(&self, mode: &str, fresh: bool) -> Option<f64> {
+        self.results
+            .iter()
+            .find(|r| r.mode == mode && r.fresh == fresh)
+            .map(|r| median(&r.cached_pages.iter().map(|&p| p as f64).collect::<Vec<_>>()))
+    }
+}
+
+impl fmt::Display for DontcacheReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        writeln!(
+            f,
+            "buffered writes of {} MiB in 1 MiB pwritev2() calls + fdatasync() in {}, {} rounds, medians (RWF_DONTCACHE supported: {})",
+            c.size >> 20,
+            c.dir.display(),
+            c.rounds,
+            self.supported
+        )?;
+        writeln!(
+            f,
+            "  {:<10} {:<10} {:>9} {:>9} {:>14} {:>7}",
+            "mode", "blocks", "MB/s", "vs buf", "cached pages", "of"
+        )?;
+        for r in &self.results {
+            let base = self
+                .results
+                .iter()
+                .find(|b| b.mode == "buffered" && b.fresh == r.fresh)
+                .map_or(0.0, |b| median(&b.mbps));
+            let cached = median(&r.cached_pages.iter().map(|&p| p as f64).collect::<Vec<_>>());
+            writeln!(
+                f,
+                "  {:<10} {:<10} {:>9.0} {:>9.2} {:>14.0} {:>7}",
+                r.mode,
+                if r.fresh { "holes" } else { "overwrite" },
+                median(&r.mbps),
+                if base > 0.0 {
+                    median(&r.mbps) / base
+                } else {
+                    0.0
+                },
+                cached,
+                c.size / 4096
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the DONTCACHE benchmark: for blocks that are holes (allocating writes) and for blocks
+/// written before (overwrites), a buffered and a `RWF_DONTCACHE` write of the whole size, each
+/// followed by `fdatasync()` and `cachestat()`, starting from a dropped cache; rounds interleave.
+pub fn dontcache_bench(cfg: &DontcacheConfig) -> Result<DontcacheReport, BenchError> {
+    if cfg.rounds == 0 || cfg.size < (1 << 20) {
+        return Err(BenchError::Param(
+            "rounds must be at least 1 and the size at least 1 MiB".into(),
+        ));
+    }
+    if !cfg.dir.is_dir() {
+        return Err(BenchError::Param(format!(
+            "--dir {}: not a directory",
+            cfg.dir.display()
+        )));
+    }
+    let path = cfg
+        .dir
+        .join(format!("biosim-dontcache-bench-{}.dat", std::process::id()));
+    let _cleanup = RemoveOnDrop(path.clone());
+    let file = BackingFile::open(
+        &path,
+        &OpenOptions {
+            direct: false,
+            read_only: false,
+            create_size: Some(cfg.size),
+        },
+    )?;
+    let supported = file.supports_dontcache();
+    let mut rows: Vec<(DontcacheResult, RwFlags)> = Vec::new();
+    for fresh in [false, true] {
+        rows.push((
+            DontcacheResult {
+                mode: "buffered",
+                fresh,
+                mbps: Vec::new(),
+                cached_pages: Vec::new(),
+            },
+            RwFlags::empty(),
+        ));
+        if supported {
+            rows.push((
+                DontcacheResult {
+                    mode: "dontcache",
+                    fresh,
+                    mbps: Vec::new(),
+                    cached_pages: Vec::new(),
+                },
+                RwFlags::DONTCACHE,
+            ));
+        }
+    }
+    let chunk = vec![0x3c_u8; 1 << 20];
+    let write_all = |flags: RwFlags| -> Result<(), BenchError> {
+        let mut off = 0;
+        while off < cfg.size {
+            file.write_all_at(&chunk, off, flags)
+                .map_err(io_err("writing", &path))?;
+            off += chunk.len() as u64;
+        }
+        Ok(())
+    };
+    for _ in 0..cfg.rounds {
+        for (r, flags) in rows.iter_mut() {
+            if r.fresh {
+                file.punch_hole(0, cfg.size)
+                    .map_err(io_err("punching holes", &path))?;
+            } else {
+                write_all(RwFlags::empty())?; // the blocks exist and hold data
+            }
+            file.drop_cache()
+                .map_err(io_err("dropping the cache", &path))?;
+            let t0 = Instant::now();
+            write_all(*flags)?;
+            file.sync_data().map_err(io_err("fdatasync", &path))?;
+            let secs = t0.elapsed().as_secs_f64();
+            r.mbps.push(cfg.size as f64 / 1e6 / secs);
+            let st = file
+                .cachestat(0, cfg.size)
+                .map_err(io_err("cachestat", &path))?;
+            r.cached_pages.push(st.nr_cache);
+        }
+    }
+    Ok(DontcacheReport {
+        config: cfg.clone(),
+        supported,
+        results: rows.into_iter().map(|(r, _)| r).collect(),
+    })
+}
+
+/// Parses a size such as `64M`, `1G`, `4096`, `512K`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("size `{s}`: unknown suffix `{c}` (use K, M or G)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("size `{s}`: expected a number with an optional K, M or G suffix"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size `{s}`: too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_or_say_what_is_wrong() {
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("12X").unwrap_err().contains("unknown suffix"));
+        assert!(parse_size("M").unwrap_err().contains("expected a number"));
+        assert!(parse_size("99999999999G")
+            .unwrap_err()
+            .contains("too large"));
+    }
+
+    #[test]
+    fn offsets_are_block_aligned_and_in_range() {
+        let o = offsets(1, 1000, 256);
+        assert!(o.iter().all(|&x| x % 4096 == 0 && x < 256 * 4096));
+        assert_eq!(o, offsets(1, 1000, 256), "reproducible");
+        assert_ne!(o, offsets(0, 1000, 256), "per CPU");
+    }
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}

@@ -1,0 +1,9 @@
+//! Real files under simulated block devices: the backing file of the loop driver
+//! (`lo->lo_backing_file`: preadv2/pwritev2 with `RWF_*` flags, `cachestat(2)`), aligned buffers
+//! for `O_DIRECT`, an io_uring engine for asynchronous completions, and the loop driver's
+//! [`LoopBacking`](bio_core::drivers::block::loop_drv::LoopBacking) over a real file.
+
+pub mod aligned;
+pub mod backing;
+pub mod loop_file;
+pub mod uring;

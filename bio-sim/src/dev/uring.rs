@@ -1,0 +1,822 @@
+//! An asynchronous I/O engine over `io_uring(7)`: the userspace stand-in for the loop driver's
+//! `use_aio` path, where `lo_rw_aio()` submits a kiocb with `ki_complete = lo_rw_aio_complete`
+//! to the backing file and the completion arrives later, from another context (in the kernel, the
+//! backing device's IRQ; here, the engine's reaper thread), as a real device IRQ would.
+//!
+//! - [`UringOp::Read`] / [`UringOp::Write`] are `IORING_OP_READ` / `IORING_OP_WRITE` at an offset
+//!   with the `RWF_*` flags of [`RwFlags`] in `sqe->rw_flags`, so `RWF_NOWAIT` (a `-EAGAIN`
+//!   completion instead of blocking; io_uring does not retry it in io-wq) and `RWF_DONTCACHE`
+//!   apply exactly as for `preadv2`/`pwritev2`.
+//! - [`UringOp::Fsync`] is `IORING_OP_FSYNC` with `IORING_FSYNC_DATASYNC`: `REQ_OP_FLUSH`.
+//!
+//! ## Design
+//!
+//! One thread, the *reaper*, owns the ring: it alone pushes SQEs, enters the kernel and reaps
+//! CQEs, so nothing about the ring is shared. [`UringEngine::submit`] hands an op to it over a
+//! channel and wakes it through an `eventfd`, on which the reaper always keeps an
+//! `IORING_OP_POLL_ADD` armed; the reaper therefore sleeps in one place,
+//! `io_uring_enter(GETEVENTS, min_complete = 1)`, and wakes for either a completed I/O or new work.
+//! It never spins.
+//!
+//! An op owns its buffer; while the op is in the kernel the buffer lives in the reaper's slab
+//! (keyed by the SQE's `user_data`), and it is handed back in the [`UringCompletion`]. At most
+//! `entries` ops are in the ring at once (the queue depth); more wait in the reaper's queue, like
+//! requests waiting for a tag. Every accepted op gets exactly one completion callback, also at
+//! shutdown, which waits for everything in flight. A panicking callback does not lose the other
+//! completions: the panic is caught, the reaper carries on, and [`UringEngine::shutdown`]
+//! re-raises the first one.
+
+use super::aligned::AlignedBuf;
+use super::backing::{BackingFile, RwFlags};
+use crossbeam_channel::{Receiver, Sender};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::any::Any;
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle, ThreadId};
+
+/// One I/O for the engine. It owns its buffer while in flight; the completion hands it back.
+#[derive(Debug)]
+pub enum UringOp {
+    /// `IORING_OP_READ` of `buf.len()` bytes at `off` into `buf` (a bio's `REQ_OP_READ`).
+    Read {
+        /// Where the data goes.
+        buf: AlignedBuf,
+        /// The byte offset in the backing file.
+        off: u64,
+    },
+    /// `IORING_OP_WRITE` of `buf` at `off` (a bio's `REQ_OP_WRITE`).
+    Write {
+        /// The data.
+        buf: AlignedBuf,
+        /// The byte offset in the backing file.
+        off: u64,
+    },
+    /// `IORING_OP_FSYNC` with `IORING_FSYNC_DATASYNC` (`REQ_OP_FLUSH`, `fdatasync`).
+    Fsync,
+}
+
+impl UringOp {
+    /// `"read"`, `"write"` or `"fsync"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            UringOp::Read { .. } => "read",
+            UringOp::Write { .. } => "write",
+            UringOp::Fsync => "fsync",
+        }
+    }
+
+    /// The op's buffer, if it has one.
+    pub fn buf(&self) -> Option<&AlignedBuf> {
+        match self {
+            UringOp::Read { buf, .. } | UringOp::Write { buf, .. } => Some(buf),
+            UringOp::Fsync => None,
+        }
+    }
+
+    /// Takes the op's buffer, if it has one.
+    pub fn into_buf(self) -> Option<AlignedBuf> {
+        match self {
+            UringOp::Read { buf, .. } | UringOp::Write { buf, .. } => Some(buf),
+            UringOp::Fsync => None,
+        }
+    }
+}
+
+/// The completion of one op (a CQE): what `lo_rw_aio_complete()` receives as `ret`.
+#[derive(Debug)]
+pub struct UringCompletion {
+    /// The token given to [`UringEngine::submit`].
+    pub token: u64,
+    /// The byte count (`cqe->res >= 0`; possibly short: a read at end of file is `Ok(0)`), or the
+    /// error (`-cqe->res` as an OS error, e.g. `EAGAIN` for `RWF_NOWAIT`, `EBADF` for a write to a
+    /// read-only file).
+    pub result: io::Result<usize>,
+    /// The op, with its buffer handed back (a read's data is in it).
+    pub op: UringOp,
+}
+
+/// Why [`UringEngine::submit`] refused an op. The op is handed back inside: nothing is lost.
+#[derive(Debug, thiserror::Error)]
+#[error("io_uring engine refused {} op (token {token}): {reason}", op.name())]
+pub struct SubmitError {
+    /// The token of the refused op.
+    pub token: u64,
+    /// The refused op, with its buffer.
+    pub op: UringOp,
+    /// Why.
+    pub reason: SubmitErrorReason,
+}
+
+/// Why an op was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitErrorReason {
+    /// The reaper thread has stopped (after a fatal io_uring error).
+    #[error("the engine has stopped")]
+    Stopped,
+    /// The buffer is longer than an SQE's 32-bit length.
+    #[error("the buffer is longer than 4 GiB - 1")]
+    TooLarge,
+    /// The offset does not fit in a signed 64-bit file offset.
+    #[error("the offset does not fit in off_t")]
+    BadOffset,
+}
+
+/// What an engine did, returned by [`UringEngine::shutdown`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UringStats {
+    /// Ops accepted by [`UringEngine::submit`].
+    pub submitted: u64,
+    /// Completion callbacks run (equal to `submitted` after shutdown).
+    pub completed: u64,
+    /// Of those, completions with an error.
+    pub failed: u64,
+}
+
+type Callback = Box<dyn Fn(UringCompletion) + Send + Sync + 'static>;
+type PanicPayload = Box<dyn Any + Send + 'static>;
+
+/// The largest queue depth: the ring has `entries + 1` SQEs, rounded up to a power of two, and the
+/// kernel allows at most 32768 (`IORING_MAX_ENTRIES`).
+pub const MAX_ENTRIES: u32 = 32767;
+
+/// `user_data` of the eventfd poll; I/O ops use their slab index.
+const WAKE_TOKEN: u64 = u64::MAX;
+
+enum Msg {
+    Op {
+        token: u64,
+        op: UringOp,
+        flags: RwFlags,
+    },
+    Shutdown,
+}
+
+/// State shared between the handle and the reaper.
+struct Shared {
+    /// Accepted ops whose callback has not returned yet.
+    in_flight: AtomicUsize,
+    submitted: AtomicU64,
+    completed: AtomicU64,
+    failed: AtomicU64,
+    /// Set by the submitter that writes the eventfd, cleared by the reaper after reading it:
+    /// submitters skip the `write(2)` while a wake-up is already pending.
+    wake_pending: AtomicBool,
+    /// `true` while the reaper accepts ops. Submitters hold it shared across their send; the
+    /// reaper closes it (exclusively) before its last drain of the channel, so no accepted op can
+    /// be left in the channel when the reaper exits.
+    gate: RwLock<bool>,
+    idle_lock: Mutex<()>,
+    idle: Condvar,
+}
+
+/// An asynchronous I/O engine for one [`BackingFile`]: a ring of `entries` SQEs and one reaper
+/// thread that calls the completion callback for each CQE, in completion order. See the
+/// [module documentation](self) for the design.
+///
+/// `Send + Sync`: any thread may [`submit`](UringEngine::submit). Dropping the engine is
+/// [`shutdown`](UringEngine::shutdown) without the stats.
+pub struct UringEngine {
+    tx: Sender<Msg>,
+    wake: Arc<OwnedFd>,
+    shared: Arc<Shared>,
+    file: Arc<BackingFile>,
+    rw_flags: RwFlags,
+    entries: u32,
+    reaper: Option<JoinHandle<Option<PanicPayload>>>,
+    reaper_id: ThreadId,
+}
+
+impl fmt::Debug for UringEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UringEngine")
+            .field("path", &self.file.path())
+            .field("entries", &self.entries)
+            .field("rw_flags", &self.rw_flags)
+            .field("in_flight", &self.in_flight())
+            .field("submitted", &self.shared.submitted.load(Ordering::Relaxed))
+            .field("completed", &self.shared.completed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn wake_reaper(shared: &Shared, wake: &OwnedFd) {
+    if shared.wake_pending.swap(true, Ordering::AcqRel) {
+        // A wake-up is pending: the reaper will clear the flag (synchronising with this swap)
+        // and then drain the channel, which holds our message.
+        return;
+    }
+    let one: u64 = 1;
+    loop {
+        // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
+        let n = unsafe { libc::write(wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if n == 8 {
+            return;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            // The counter is saturated: the reaper has a wake-up coming anyway.
+            Some(libc::EAGAIN) => return,
+            _ => {
+                tracing::error!("io_uring engine: cannot write its eventfd: {e}");
+                return;
+            }
+        }
+    }
+}
+
+impl UringEngine {
+    /// Sets up a ring for `file` with a queue depth of `entries` (1 to [`MAX_ENTRIES`]: at most
+    /// that many ops in the kernel at once), and starts the reaper thread, which calls
+    /// `on_complete` for each completion, in completion order. `rw_flags` go into every read and write SQE (see
+    /// [`UringEngine::submit_with_flags`] to choose per op).
+    ///
+    /// Fails when io_uring is unavailable (`ENOSYS`: a kernel without it, kind `Unsupported`;
+    /// `EPERM`: `kernel.io_uring_disabled` or a seccomp filter, kind `PermissionDenied`), with a
+    /// message saying so.
+    pub fn new(
+        file: Arc<BackingFile>,
+        entries: u32,
+        rw_flags: RwFlags,
+        on_complete: impl Fn(UringCompletion) + Send + Sync + 'static,
+    ) -> io::Result<UringEngine> {
+        if entries == 0 || entries > MAX_ENTRIES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "io_uring engine for {}: entries must be 1..={MAX_ENTRIES}, not {entries}",
+                    file.path().display()
+                ),
+            ));
+        }
+        // One more SQE than the depth, for the eventfd poll; the CQ is twice the SQ, so at most
+        // entries + 1 outstanding requests can never overflow it.
+        let ring = IoUring::new(entries + 1).map_err(|e| {
+            let hint = match e.raw_os_error() {
+                Some(libc::ENOSYS) => " (this kernel has no io_uring)",
+                Some(libc::EPERM) => {
+                    " (io_uring is disabled: see /proc/sys/kernel/io_uring_disabled, or a seccomp filter)"
+                }
+                Some(libc::ENOMEM) => " (locked-memory limit too low? see ulimit -l)",
+                _ => "",
+            };
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot set up an io_uring of {} entries for {}: {e}{hint}",
+                    entries + 1,
+                    file.path().display()
+                ),
+            )
+        })?;
+        // SAFETY: eventfd takes no pointers.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("io_uring engine: cannot create its eventfd: {e}"),
+            ));
+        }
+        // SAFETY: `efd` is a fresh descriptor that nothing else owns.
+        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
+        let shared = Arc::new(Shared {
+            in_flight: AtomicUsize::new(0),
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            wake_pending: AtomicBool::new(false),
+            gate: RwLock::new(true),
+            idle_lock: Mutex::new(()),
+            idle: Condvar::new(),
+        });
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let reaper = Reaper {
+            ring,
+            rx,
+            wake: Arc::clone(&wake),
+            fd: types::Fd(file.as_raw_fd()),
+            file: Arc::clone(&file),
+            shared: Arc::clone(&shared),
+            on_complete: Box::new(on_complete),
+            slab: Vec::new(),
+            free: Vec::new(),
+            queued: VecDeque::new(),
+            depth: entries as usize,
+            in_ring: 0,
+            wake_armed: false,
+            shutting_down: false,
+            cqes: Vec::new(),
+            panic: None,
+        };
+        let handle = thread::Builder::new()
+            .name("biosim-uring".into())
+            .spawn(move || reaper.run())
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("io_uring engine: cannot start its reaper thread: {e}"),
+                )
+            })?;
+        let reaper_id = handle.thread().id();
+        Ok(UringEngine {
+            tx,
+            wake,
+            shared,
+            file,
+            rw_flags,
+            entries,
+            reaper: Some(handle),
+            reaper_id,
+        })
+    }
+
+    /// The backing file.
+    pub fn file(&self) -> &Arc<BackingFile> {
+        &self.file
+    }
+
+    /// The flags every read and write gets from [`UringEngine::submit`].
+    pub fn rw_flags(&self) -> RwFlags {
+        self.rw_flags
+    }
+
+    /// The queue depth: the most ops in the kernel at once.
+    pub fn entries(&self) -> u32 {
+        self.entries
+    }
+
+    /// Queues one op with the engine's flags and returns at once; its completion comes later
+    /// through the callback, on the reaper thread. May be called from the callback itself (a
+    /// resubmission, as `lo_rw_aio_do_completion()` requeues an `-EAGAIN`). Ops beyond the queue
+    /// depth wait in the engine (never dropped). Refused, with the op handed back, only if the
+    /// engine has stopped or the op cannot be expressed as an SQE.
+    pub fn submit(&self, token: u64, op: UringOp) -> Result<(), SubmitError> {
+        self.submit_with_flags(token, op, self.rw_flags)
+    }
+
+    /// [`UringEngine::submit`] with this op's own `RWF_*` flags (ignored for
+    /// [`UringOp::Fsync`]): e.g. `NOWAIT` for the loop driver's first, non-blocking attempt.
+    pub fn submit_with_flags(
+        &self,
+        token: u64,
+        op: UringOp,
+        flags: RwFlags,
+    ) -> Result<(), SubmitError> {
+        let refuse = |op, reason| Err(SubmitError { token, op, reason });
+        match &op {
+            UringOp::Read { buf, off } | UringOp::Write { buf, off } => {
+                if u32::try_from(buf.len()).is_err() {
+                    return refuse(op, SubmitErrorReason::TooLarge);
+                }
+                if i64::try_from(*off).is_err() {
+                    return refuse(op, SubmitErrorReason::BadOffset);
+                }
+            }
+            UringOp::Fsync => {}
+        }
+        let gate = self.shared.gate.read();
+        if !*gate {
+            drop(gate);
+            return refuse(op, SubmitErrorReason::Stopped);
+        }
+        // Counted before the reaper can see it, so `completed` never runs ahead of `submitted`
+        // and the in-flight count never goes below zero.
+        self.shared.submitted.fetch_add(1, Ordering::AcqRel);
+        self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        if let Err(crossbeam_channel::SendError(msg)) = self.tx.send(Msg::Op { token, op, flags }) {
+            drop(gate);
+            self.shared.submitted.fetch_sub(1, Ordering::AcqRel);
+            self.finish_refused();
+            let Msg::Op { op, .. } = msg else {
+                unreachable!("we sent an Op")
+            };
+            return refuse(op, SubmitErrorReason::Stopped);
+        }
+        drop(gate);
+        wake_reaper(&self.shared, &self.wake);
+        Ok(())
+    }
+
+    fn finish_refused(&self) {
+        if self.shared.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _g = self.shared.idle_lock.lock();
+            self.shared.idle.notify_all();
+        }
+    }
+
+    /// Ops accepted whose completion callback has not returned yet.
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Blocks until every op accepted so far has completed (its callback has returned).
+    ///
+    /// # Panics
+    ///
+    /// If called from the completion callback (the reaper thread), which would wait for itself.
+    pub fn wait_idle(&self) {
+        assert_ne!(
+            thread::current().id(),
+            self.reaper_id,
+            "UringEngine::wait_idle called from its own completion callback"
+        );
+        let mut g = self.shared.idle_lock.lock();
+        while self.shared.in_flight.load(Ordering::Acquire) != 0 {
+            if self.reaper.as_ref().is_none_or(|h| h.is_finished()) {
+                break;
+            }
+            self.shared.idle.wait(&mut g);
+        }
+    }
+
+    fn stats(&self) -> UringStats {
+        UringStats {
+            submitted: self.shared.submitted.load(Ordering::Acquire),
+            completed: self.shared.completed.load(Ordering::Acquire),
+            failed: self.shared.failed.load(Ordering::Acquire),
+        }
+    }
+
+    /// Tells the reaper to finish and waits for it: everything submitted completes (one callback
+    /// each), then the thread exits and the ring is closed.
+    fn stop(&mut self) -> Option<PanicPayload> {
+        let handle = self.reaper.take()?;
+        // If the reaper has already stopped, the send fails: nothing to tell it.
+        let _ = self.tx.send(Msg::Shutdown);
+        wake_reaper(&self.shared, &self.wake);
+        if thread::current().id() == self.reaper_id {
+            // Dropped from our own callback: the reaper finishes by itself; it cannot join itself.
+            return None;
+        }
+        match handle.join() {
+            Ok(callback_panic) => callback_panic,
+            Err(reaper_panic) => Some(reaper_panic),
+        }
+    }
+
+    /// Waits until everything submitted has completed (each op gets its one callback), stops the
+    /// reaper thread and closes the ring. Returns what the engine did.
+    ///
+    /// # Panics
+    ///
+    /// Re-raises the first panic of a completion callback, after every other op has completed.
+    pub fn shutdown(mut self) -> UringStats {
+        let panic = self.stop();
+        let stats = self.stats();
+        if let Some(payload) = panic {
+            panic::resume_unwind(payload);
+        }
+        stats
+    }
+}
+
+impl Drop for UringEngine {
+    fn drop(&mut self) {
+        if self.stop().is_some() {
+            tracing::error!(
+                path = %self.file.path().display(),
+                "io_uring engine: a completion callback panicked (dropped without shutdown())"
+            );
+        }
+    }
+}
+
+/// An op in the kernel: its buffer must stay put until the CQE arrives.
+struct InFlight {
+    token: u64,
+    op: UringOp,
+}
+
+/// An op accepted but not yet in the ring.
+struct Queued {
+    token: u64,
+    op: UringOp,
+    flags: RwFlags,
+}
+
+/// The reaper thread's state: it alone touches the ring.
+struct Reaper {
+    ring: IoUring,
+    rx: Receiver<Msg>,
+    wake: Arc<OwnedFd>,
+    fd: types::Fd,
+    /// Keeps the descriptor in `fd` open while ops are in flight.
+    file: Arc<BackingFile>,
+    shared: Arc<Shared>,
+    on_complete: Callback,
+    /// Ops in the kernel, indexed by `user_data`.
+    slab: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+    queued: VecDeque<Queued>,
+    depth: usize,
+    /// I/O ops in the ring (not counting the eventfd poll).
+    in_ring: usize,
+    wake_armed: bool,
+    shutting_down: bool,
+    cqes: Vec<(u64, i32)>,
+    panic: Option<PanicPayload>,
+}
+
+impl Reaper {
+    fn run(mut self) -> Option<PanicPayload> {
+        if let Err(e) = self.event_loop() {
+            tracing::error!(
+                path = %self.file.path().display(),
+                "io_uring engine: fatal ring error, failing every outstanding op: {e}"
+            );
+            self.fail_everything(&e);
+        }
+        self.panic.take()
+    }
+
+    fn event_loop(&mut self) -> io::Result<()> {
+        loop {
+            self.drain_channel();
+            self.fill_ring()?;
+            if self.shutting_down && self.queued.is_empty() && self.in_ring == 0 {
+                // Close the gate, then look once more: an op sent just before it closed (say,
+                // resubmitted by a callback) is still owed its completion.
+                self.close_gate();
+                self.drain_channel();
+                if self.queued.is_empty() {
+                    return Ok(());
+                }
+                continue;
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) => match e.raw_os_error() {
+                    // A signal, or the kernel is short of resources / has CQEs to flush first:
+                    // reap what there is and enter again.
+                    Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY) => {
+                        if self.ring.completion().is_empty() {
+                            thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                    }
+                    _ => return Err(e),
+                },
+            }
+            self.reap();
+        }
+    }
+
+    fn close_gate(&self) {
+        *self.shared.gate.write() = false;
+    }
+
+    fn drain_channel(&mut self) {
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                Msg::Op { token, op, flags } => self.queued.push_back(Queued { token, op, flags }),
+                Msg::Shutdown => self.shutting_down = true,
+            }
+        }
+    }
+
+    /// Pushes the eventfd poll (if not armed) and queued ops (up to the depth) into the SQ.
+    fn fill_ring(&mut self) -> io::Result<()> {
+        if !self.wake_armed {
+            let sqe = opcode::PollAdd::new(types::Fd(self.wake.as_raw_fd()), libc::POLLIN as u32)
+                .build()
+                .user_data(WAKE_TOKEN);
+            // SAFETY: a poll SQE references no memory; the eventfd stays open (we hold an Arc,
+            // and the kernel holds its own file reference while polling).
+            if !unsafe { self.push(&sqe)? } {
+                return Ok(());
+            }
+            self.wake_armed = true;
+        }
+        while self.in_ring < self.depth {
+            let Some(q) = self.queued.pop_front() else {
+                break;
+            };
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.slab.push(None);
+                self.slab.len() - 1
+            });
+            let sqe = match &q.op {
+                UringOp::Read { buf, off } => {
+                    opcode::Read::new(self.fd, buf.as_ptr().cast_mut(), buf.len() as u32)
+                        .offset(*off)
+                        .rw_flags(q.flags.bits() as i32)
+                        .build()
+                }
+                UringOp::Write { buf, off } => {
+                    opcode::Write::new(self.fd, buf.as_ptr(), buf.len() as u32)
+                        .offset(*off)
+                        .rw_flags(q.flags.bits() as i32)
+                        .build()
+                }
+                UringOp::Fsync => opcode::Fsync::new(self.fd)
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build(),
+            }
+            .user_data(slot as u64);
+            // The op (and its heap buffer, whose address the SQE holds) moves into the slab
+            // before the SQE is pushed; an AlignedBuf's heap block does not move with it.
+            self.slab[slot] = Some(InFlight {
+                token: q.token,
+                op: q.op,
+            });
+            // SAFETY: the SQE points into the buffer now owned by `self.slab[slot]`, which stays
+            // there, untouched, until the CQE with this user_data is reaped (or, if the ring
+            // fails, is leaked); the backing file's fd is kept open by `self.file`.
+            match unsafe { self.push(&sqe) } {
+                Ok(true) => self.in_ring += 1,
+                Ok(false) => {
+                    // SQ full and the kernel would not take more now: put it back, in order.
+                    let InFlight { token, op } = self.slab[slot].take().expect("just stored");
+                    self.free.push(slot);
+                    self.queued.push_front(Queued {
+                        token,
+                        op,
+                        flags: q.flags,
+                    });
+                    break;
+                }
+                Err(e) => {
+                    let InFlight { token, op } = self.slab[slot].take().expect("just stored");
+                    self.free.push(slot);
+                    self.queued.push_front(Queued {
+                        token,
+                        op,
+                        flags: q.flags,
+                    });
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes one SQE; if the SQ is full, submits and retries. `Ok(false)` if the kernel cannot
+    /// take more right now (the caller waits for completions first).
+    ///
+    /// # Safety
+    ///
+    /// Whatever memory `sqe` references must stay valid until its CQE is reaped.
+    unsafe fn push(&mut self, sqe: &squeue::Entry) -> io::Result<bool> {
+        loop {
+            // SAFETY: forwarded from the caller.
+            if unsafe { self.ring.submission().push(sqe) }.is_ok() {
+                return Ok(true);
+            }
+            match self.ring.submit() {
+                Ok(0) => return Ok(false),
+                Ok(_) => {}
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR) => {}
+                    Some(libc::EAGAIN) | Some(libc::EBUSY) => return Ok(false),
+                    _ => return Err(e),
+                },
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.clear();
+        cqes.extend(
+            self.ring
+                .completion()
+                .map(|c: cqueue::Entry| (c.user_data(), c.result())),
+        );
+        for &(user_data, res) in &cqes {
+            if user_data == WAKE_TOKEN {
+                self.wake_armed = false;
+                self.consume_wake();
+                continue;
+            }
+            let slot = user_data as usize;
+            let Some(InFlight { token, op }) = self.slab.get_mut(slot).and_then(Option::take)
+            else {
+                tracing::error!("io_uring engine: CQE for unknown user_data {user_data}");
+                continue;
+            };
+            self.free.push(slot);
+            self.in_ring -= 1;
+            let result = if res < 0 {
+                Err(io::Error::from_raw_os_error(-res))
+            } else {
+                Ok(res as usize)
+            };
+            self.complete(UringCompletion { token, result, op });
+        }
+        self.cqes = cqes;
+    }
+
+    /// Resets the eventfd, then clears `wake_pending`; the channel is drained after both.
+    fn consume_wake(&mut self) {
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our eventfd (non-blocking: EAGAIN if 0).
+        let _ = unsafe { libc::read(self.wake.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        self.shared.wake_pending.swap(false, Ordering::AcqRel);
+    }
+
+    /// Runs the callback for one completion and accounts for it.
+    fn complete(&mut self, completion: UringCompletion) {
+        if completion.result.is_err() {
+            self.shared.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        let on_complete = &self.on_complete;
+        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| on_complete(completion))) {
+            tracing::error!("io_uring engine: a completion callback panicked");
+            self.panic.get_or_insert(payload);
+        }
+        self.shared.completed.fetch_add(1, Ordering::AcqRel);
+        if self.shared.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _g = self.shared.idle_lock.lock();
+            self.shared.idle.notify_all();
+        }
+    }
+
+    /// After a fatal ring error: every op still owed a completion gets one, with the error. Ops
+    /// still in the kernel may yet be written to, so their buffers are leaked (never reused) and
+    /// an empty buffer is handed back in their place.
+    fn fail_everything(&mut self, e: &io::Error) {
+        let err = || io::Error::new(e.kind(), format!("io_uring engine stopped: {e}"));
+        for slot in 0..self.slab.len() {
+            if let Some(InFlight { token, op }) = self.slab[slot].take() {
+                let op = match op {
+                    UringOp::Read { buf, off } => {
+                        std::mem::forget(buf);
+                        UringOp::Read {
+                            buf: AlignedBuf::new(0),
+                            off,
+                        }
+                    }
+                    UringOp::Write { buf, off } => {
+                        std::mem::forget(buf);
+                        UringOp::Write {
+                            buf: AlignedBuf::new(0),
+                            off,
+                        }
+                    }
+                    UringOp::Fsync => UringOp::Fsync,
+                };
+                self.complete(UringCompletion {
+                    token,
+                    result: Err(err()),
+                    op,
+                });
+            }
+        }
+        self.in_ring = 0;
+        // Stop accepting (submitters are refused from here on), then fail what was accepted.
+        self.close_gate();
+        self.drain_channel();
+        while let Some(Queued { token, op, .. }) = self.queued.pop_front() {
+            self.complete(UringCompletion {
+                token,
+                result: Err(err()),
+                op,
+            });
+        }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if self.in_ring > 0 {
+            // Only on a bug (a panic in the reaper itself): the kernel may still write into these
+            // buffers, so they must never be freed.
+            for entry in self.slab.drain(..).flatten() {
+                std::mem::forget(entry);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_is_send_sync_debug() {
+        fn check<T: Send + Sync + fmt::Debug>() {}
+        check::<UringEngine>();
+        check::<UringCompletion>();
+        check::<SubmitError>();
+    }
+
+    #[test]
+    fn op_accessors() {
+        let op = UringOp::Read {
+            buf: AlignedBuf::new(512),
+            off: 0,
+        };
+        assert_eq!(op.name(), "read");
+        assert_eq!(op.buf().map(|b| b.len()), Some(512));
+        assert_eq!(op.into_buf().map(|b| b.len()), Some(512));
+        assert!(UringOp::Fsync.buf().is_none());
+        assert_eq!(UringOp::Fsync.name(), "fsync");
+    }
+}

@@ -1,0 +1,117 @@
+//! The real-file benchmarks run end to end at a tiny size: not timed (figures live in
+//! docs/performance.md), but every counter they report is checked exactly, so a benchmark that
+//! measured the wrong path would fail here.
+
+use bio_sim::bench::{dontcache_bench, loop_bench, DontcacheConfig, LoopBenchConfig, Workload};
+
+fn dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+#[test]
+fn the_loop_benchmark_runs_each_path_it_claims_to() {
+    let d = dir();
+    let cfg = LoopBenchConfig {
+        dir: d.path().to_owned(),
+        file_size: 4 << 20,
+        ios_per_cpu: 32,
+        cpus: 2,
+        rounds: 1,
+        workloads: Workload::ALL.to_vec(),
+    };
+    let r = match loop_bench(&cfg) {
+        Ok(r) => r,
+        Err(e) if e.to_string().contains("Invalid argument") => {
+            eprintln!("skipped: no O_DIRECT here ({e})");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert!(r.nowait, "ext4 files support RWF_NOWAIT");
+    for (w, designs) in &r.results {
+        let get = |n: &str| designs.iter().find(|d| d.design == n).unwrap();
+        assert!(get("raw").median() > 0.0);
+        let base = get("base").stats.unwrap();
+        assert_eq!(
+            (base.nowait_tried, base.worker_cmds),
+            (0, 64),
+            "{w:?}: base uses only the worker"
+        );
+        let v5 = get("v5").stats.unwrap();
+        match w {
+            Workload::RandWriteOverwrite | Workload::RandRead => {
+                assert_eq!(
+                    (v5.nowait_done, v5.worker_cmds),
+                    (64, 0),
+                    "{w:?}: every NOWAIT attempt hits"
+                );
+            }
+            Workload::RandWriteSparse => {
+                let nh = get("v5-no-hint").stats.unwrap();
+                assert!(
+                    nh.nowait_eagain >= 32,
+                    "{w:?}: holes refuse NOWAIT writes: {nh:?}"
+                );
+                assert!(
+                    v5.hint_skipped > 0 && v5.nowait_eagain < nh.nowait_eagain,
+                    "{w:?}: {v5:?}"
+                );
+            }
+        }
+    }
+    let text = r.to_string();
+    assert!(
+        text.contains("randwrite-sparse:") && text.contains("vs raw"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_dontcache_benchmark_reports_what_cachestat_sees() {
+    let d = dir();
+    let r = dontcache_bench(&DontcacheConfig {
+        dir: d.path().to_owned(),
+        size: 4 << 20,
+        rounds: 1,
+    })
+    .unwrap();
+    let pages = (4 << 20) / 4096;
+    assert_eq!(
+        r.cached("buffered", false),
+        Some(pages as f64),
+        "a buffered write stays cached"
+    );
+    assert_eq!(r.cached("buffered", true), Some(pages as f64));
+    if r.supported {
+        // Allocating writes: ext4 converts unwritten extents in a workqueue, so writeback ends in
+        // task context and folio_end_dropbehind() drops the folios.
+        assert!(
+            r.cached("dontcache", true).unwrap() < pages as f64 / 2.0,
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn bad_parameters_are_refused_with_their_name() {
+    let e = loop_bench(&LoopBenchConfig {
+        dir: "/nonexistent/biosim".into(),
+        ..LoopBenchConfig::default()
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("--dir /nonexistent/biosim: not a directory"),
+        "{e}"
+    );
+    let e = dontcache_bench(&DontcacheConfig {
+        size: 1000,
+        ..DontcacheConfig::default()
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("at least 1 MiB"), "{e}");
+    assert!(Workload::parse("seqwrite")
+        .unwrap_err()
+        .to_string()
+        .contains("unknown workload `seqwrite`"));
+}
