@@ -304,6 +304,17 @@ impl LoopDevice {
         self.lo_work_lock.lock().cmd_list.len()
     }
 
+    /// `use_aio` writes waiting for the worker: what `lo_nr_blocking_writes` must equal between
+    /// two worker runs (simulator introspection, for invariant checks).
+    pub fn queued_aio_writes(&self) -> usize {
+        self.lo_work_lock
+            .lock()
+            .cmd_list
+            .iter()
+            .filter(|c| c.use_aio && c.bio.op() == ReqOp::Write)
+            .count()
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> LoopStats {
         let c = &self.counters;
