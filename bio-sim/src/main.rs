@@ -214,7 +214,8 @@ fn loop_checks(args: bio_sim::cli::LoopArgs) -> Result<(), Box<dyn std::error::E
         let variant = if args.variant == "twin" {
             twin_variant(
                 c.twin
-                    .ok_or_else(|| format!("loop check {} has no twin", c.id))?,
+                    .ok_or_else(|| format!("loop check {} has no twin", c.id))?
+                    .0,
             )
         } else {
             LoopVariant::by_name(&args.variant).ok_or_else(|| {

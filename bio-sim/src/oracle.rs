@@ -43,6 +43,9 @@ pub enum Invariant {
     DropbehindCached,
     /// Data read back from a device differs from what was written there.
     DataMismatch,
+    /// A driver paid for I/O attempts that could not succeed (the loop driver's refused
+    /// `IOCB_NOWAIT` attempts), or surfaced a refusal it should have absorbed as an I/O error.
+    WastedOrFailedAttempt,
 }
 
 impl fmt::Display for Invariant {
@@ -57,6 +60,9 @@ impl fmt::Display for Invariant {
             Invariant::NoQuiescence => f.write_str("quiescence reached"),
             Invariant::DropbehindCached => f.write_str("DONTCACHE folios dropped after writeback"),
             Invariant::DataMismatch => f.write_str("data read back equals data written"),
+            Invariant::WastedOrFailedAttempt => {
+                f.write_str("no wasted or user-visible NOWAIT attempts")
+            }
         }
     }
 }

@@ -3,7 +3,9 @@
 //! CPUs into a partly sparse backing file, and runs of the loop worker. After every transition
 //! `lo_nr_blocking_writes` must equal the `use_aio` writes waiting for the worker; at the end every
 //! bio has ended exactly once and every block reads back what the last completed write or
-//! discard left there.
+//! discard left there — or, where writes to a block overlapped in flight (a block device orders
+//! nothing between them), what one of them left. The proptest found the reference's first
+//! version wrong exactly there once completions moved to `BLOCK_SOFTIRQ`.
 //!
 //! The property is shown to fail where it should: on the twin (`nowait_adds_lo_offset=false`: the
 //! NOWAIT path forgets `lo_offset`), shrunk to one write; and on V4, whose
@@ -27,6 +29,14 @@ use std::sync::Arc;
 
 const BLOCKS: u64 = 16;
 const BLOCK: usize = 4096;
+
+/// The reference's view of one block.
+#[derive(Debug, Default)]
+struct Slot {
+    in_flight: u32,
+    overlapped: bool,
+    possible: Vec<Vec<u8>>,
+}
 
 #[derive(Debug, Clone, Copy)]
 enum T {
@@ -60,22 +70,37 @@ fn check(variant: LoopVariant, ts: &[T]) -> Result<(), String> {
     }
     let backing: UntrackedArc<dyn LoopBacking> = UntrackedArc::new(mem);
     let lo = LoopDevice::new(&s.kernel, 0, backing, LO_FLAGS_DIRECT_IO, 64 << 10, variant);
-    // What the device holds, in completion order: block -> last completed content.
-    let expect: Arc<Mutex<BTreeMap<u64, Vec<u8>>>> = Arc::default();
+    // What the device may hold: block -> (writes in flight, overlapped?, possible contents).
+    let expect: Arc<Mutex<BTreeMap<u64, Slot>>> = Arc::default();
     let submit = |op: ReqOp, block: u64, cpu: u32, data: Option<Vec<u8>>| {
         let bio = s.kernel.bio_alloc(op, block * 8);
         s.oracle.track(bio.id(), false);
+        if op != ReqOp::Read {
+            let mut e = expect.lock();
+            let slot = e.entry(block).or_default();
+            slot.in_flight += 1;
+            slot.overlapped |= slot.in_flight > 1;
+        }
         let (oracle, expect) = (Arc::clone(&s.oracle), Arc::clone(&expect));
         let mut bio = bio.with_end_io(BioEndIo::new("prop_end_io", move |bio, cx| {
-            if bio.status().is_ok() {
-                match bio.op() {
-                    ReqOp::Write => {
-                        expect.lock().insert(block, bio.data());
+            let content = match bio.op() {
+                ReqOp::Write => Some(bio.data()),
+                ReqOp::Discard => Some(vec![0; BLOCK]),
+                _ => None,
+            };
+            if let Some(c) = content {
+                let mut e = expect.lock();
+                let slot = e.entry(block).or_default();
+                if bio.status().is_ok() {
+                    if slot.overlapped {
+                        slot.possible.push(c);
+                    } else {
+                        slot.possible = vec![c];
                     }
-                    ReqOp::Discard => {
-                        expect.lock().insert(block, vec![0; BLOCK]);
-                    }
-                    _ => {}
+                }
+                slot.in_flight -= 1;
+                if slot.in_flight == 0 {
+                    slot.overlapped = false;
                 }
             }
             oracle.completed(bio.id(), cx);
@@ -126,17 +151,18 @@ fn check(variant: LoopVariant, ts: &[T]) -> Result<(), String> {
     s.settle(50_000);
     let (got, expect) = (got.lock(), expect.lock());
     for block in 0..BLOCKS {
-        let want = expect
-            .get(&block)
-            .cloned()
-            .unwrap_or_else(|| vec![0; BLOCK]);
+        let want = match expect.get(&block) {
+            Some(slot) if !slot.possible.is_empty() => slot.possible.clone(),
+            _ => vec![vec![0; BLOCK]],
+        };
         match got.get(&block) {
-            Some(d) if *d == want => {}
+            Some(d) if want.contains(d) => {}
             Some(d) => {
+                let firsts: Vec<String> = want.iter().map(|w| format!("{:#x}", w[0])).collect();
                 return Err(format!(
-                    "block {block} reads {:#x}.., expected {:#x}..",
-                    d[0], want[0]
-                ))
+                    "block {block} reads {:#x}.., expected one of {firsts:?}",
+                    d[0]
+                ));
             }
             None => return Err(format!("the read of block {block} never ended")),
         }

@@ -2,11 +2,14 @@
 //! the driver interface it hands the bio to (`block_device_operations->submit_bio`, or blk-mq's
 //! `->queue_rq` for one-bio requests).
 //!
-//! The order is the kernel's (kernel-semantics.md §4.5): `REQ_NOWAIT` on a queue without
-//! `BLK_FEAT_NOWAIT` fails with `BLK_STS_NOTSUPP`; `bio_check_ro()` only warns; `bio_check_eod()`
-//! fails an access beyond the end of the device with `BLK_STS_IOERR` (quietly for a 0-capacity
-//! device); on a queue without a volatile write cache `REQ_PREFLUSH`/`REQ_FUA` are stripped and an
-//! empty flush completes `BLK_STS_OK` at once. A read or write whose size is not a multiple of the
+//! The order is the kernel's (kernel-semantics.md §4.5, `block/blk-core.c`): `REQ_NOWAIT` on a
+//! queue without `BLK_FEAT_NOWAIT` fails with `BLK_STS_NOTSUPP`; `bio_check_ro()` only warns;
+//! `bio_check_eod()` fails an access beyond the end of the device with `BLK_STS_IOERR` (quietly
+//! for a 0-capacity device); a flush (`op_is_flush()`: `REQ_PREFLUSH` or `REQ_FUA`) must be a
+//! write, and on a queue without a volatile write cache the flags are stripped and an empty flush
+//! completes `BLK_STS_OK` at once; then per op: `REQ_OP_FLUSH` itself cannot be submitted as a bio
+//! (the flush state machine synthesises it), and discard / write-zeroes need the queue's support —
+//! all three fail with `BLK_STS_NOTSUPP`. A read or write whose size is not a multiple of the
 //! logical block size fails: `bio_split_rw_at()` returns `-EINVAL` and `bio_submit_split()` ends
 //! the bio with `errno_to_blk_status(-EINVAL)`, which is `BLK_STS_IOERR` with the status table of
 //! kernel-semantics.md §4.4 (it has no `-EINVAL` entry).
@@ -33,6 +36,10 @@ pub struct QueueLimits {
     pub fua: bool,
     /// `bdev_read_only()`.
     pub read_only: bool,
+    /// `bdev_max_discard_sectors() != 0`.
+    pub discard: bool,
+    /// `limits.max_write_zeroes_sectors != 0`.
+    pub write_zeroes: bool,
 }
 
 impl QueueLimits {
@@ -46,6 +53,8 @@ impl QueueLimits {
             write_cache: true,
             fua: false,
             read_only: false,
+            discard: true,
+            write_zeroes: true,
         }
     }
 
@@ -121,14 +130,37 @@ pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> 
         bio_endio_status(bio, BLK_STS_IOERR, cx);
         return Submission::Failed(BLK_STS_IOERR);
     }
-    if !lim.write_cache {
-        // blk_queue_write_cache() off: flush/FUA mean nothing; an empty flush is done.
-        bio.bi_opf.flags.0 &= !(ReqFlags::REQ_PREFLUSH.0 | ReqFlags::REQ_FUA.0);
-        if bio.op() == ReqOp::Flush || (bio.bi_iter.bi_size == 0 && bio.op() == ReqOp::Write) {
-            trace::block_bio_queue(&bio, cx);
-            bio_endio(bio, cx);
-            return Submission::Completed;
+    let flags = bio.bi_opf.flags;
+    if flags.contains(ReqFlags::REQ_PREFLUSH) || flags.contains(ReqFlags::REQ_FUA) {
+        if bio.op() != ReqOp::Write {
+            cx.kernel().warn_once(
+                cx,
+                "block/blk-core.c:submit_bio_noacct(op_is_flush)",
+                "block/blk-core.c: WARN_ON_ONCE(bio_op(bio) != REQ_OP_WRITE) for a flush bio",
+            );
+            bio_endio_status(bio, BLK_STS_IOERR, cx);
+            return Submission::Failed(BLK_STS_IOERR);
         }
+        if !lim.write_cache {
+            // No volatile write cache: flush and FUA mean nothing; an empty flush is done.
+            bio.bi_opf.flags.0 &= !(ReqFlags::REQ_PREFLUSH.0 | ReqFlags::REQ_FUA.0);
+            if bio.sectors() == 0 {
+                trace::block_bio_queue(&bio, cx);
+                bio_endio(bio, cx);
+                return Submission::Completed;
+            }
+        }
+    }
+    let supported = match bio.op() {
+        ReqOp::Read | ReqOp::Write => true,
+        // "REQ_OP_FLUSH can't be submitted through bios".
+        ReqOp::Flush => false,
+        ReqOp::Discard => lim.discard,
+        ReqOp::WriteZeroes => lim.write_zeroes,
+    };
+    if !supported {
+        bio_endio_status(bio, BLK_STS_NOTSUPP, cx);
+        return Submission::Failed(BLK_STS_NOTSUPP);
     }
     let lbs = lim.logical_block_size.max(1);
     if matches!(bio.op(), ReqOp::Read | ReqOp::Write) && !bio.bi_iter.bi_size.is_multiple_of(lbs) {
@@ -244,13 +276,32 @@ mod tests {
             ),
             // A zero-length bio is never beyond the end.
             (
-                ReqOp::Flush,
+                ReqOp::Write,
                 5000,
                 0,
-                ReqFlags::NONE,
+                ReqFlags::REQ_PREFLUSH,
                 Submission::Submitted,
                 BLK_STS_OK,
                 1,
+            ),
+            // REQ_OP_FLUSH is not a bio op; a flush flag on a read is refused.
+            (
+                ReqOp::Flush,
+                0,
+                0,
+                ReqFlags::NONE,
+                Submission::Failed(BLK_STS_NOTSUPP),
+                BLK_STS_NOTSUPP,
+                0,
+            ),
+            (
+                ReqOp::Read,
+                0,
+                0,
+                ReqFlags::REQ_PREFLUSH,
+                Submission::Failed(BLK_STS_IOERR),
+                BLK_STS_IOERR,
+                0,
             ),
             (
                 ReqOp::Write,
@@ -297,8 +348,17 @@ mod tests {
             write_cache: false,
             ..QueueLimits::new(1 << 20)
         };
-        let (s, e, got) = run(lim, ReqOp::Flush, 0, 0, ReqFlags::NONE);
+        let (s, e, got) = run(lim, ReqOp::Write, 0, 0, ReqFlags::REQ_PREFLUSH);
         assert_eq!((s, e, got), (Submission::Completed, vec![BLK_STS_OK], 0));
+        // An empty write without a flush flag is not a flush: it reaches the driver.
+        let (s, _, got) = run(lim, ReqOp::Write, 0, 0, ReqFlags::NONE);
+        assert_eq!((s, got), (Submission::Submitted, 1));
+        let no_discard = QueueLimits {
+            discard: false,
+            ..QueueLimits::new(1 << 20)
+        };
+        let (s, _, got) = run(no_discard, ReqOp::Discard, 0, 0, ReqFlags::NONE);
+        assert_eq!((s, got), (Submission::Failed(BLK_STS_NOTSUPP), 0));
         let (s, _, got) = run(
             lim,
             ReqOp::Write,

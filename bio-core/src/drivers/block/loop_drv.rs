@@ -20,11 +20,11 @@
 
 use crate::block::Bio;
 use crate::block::{
-    bio_endio_status, errno_to_blk_status, BioVec, BlockDriver, QueueLimits, ReqOp, BLK_STS_IOERR,
-    BLK_STS_OK, SECTOR_SHIFT,
+    bio_endio_status, errno_to_blk_status, BioVec, BlockDriver, QueueLimits, ReqFlags, ReqOp,
+    BLK_STS_IOERR, BLK_STS_OK, SECTOR_SHIFT,
 };
-use crate::kernel::Cpu;
-use crate::kernel::LockClass;
+use crate::irq::SoftirqVec;
+use crate::kernel::{Cpu, LockClass, ReportKind};
 use crate::sync::untracked::{AtomicUsize, Ordering};
 use crate::sync::{Mutex, UntrackedArc, UntrackedWeak};
 use crate::workqueue::{WorkStruct, Workqueue, WQ_UNBOUND};
@@ -93,9 +93,16 @@ pub struct LoopVariant {
     pub nowait_first: bool,
     /// Patch 6/6: `lo_aio_try_nowait()`.
     pub hint: bool,
-    /// V5: only if `lo_backfile_support_nowait()` (`FMODE_NOWAIT`); before, the attempt ran and
-    /// the file's `-EOPNOTSUPP` sent the command to the worker.
+    /// V5: only if `lo_backfile_support_nowait()` (`FMODE_NOWAIT`, Yu Kuai's comment); V4 tried
+    /// NOWAIT on any backing file.
     pub check_fmode_nowait: bool,
+    /// `loop_queue_rq()` falls back to the worker on `-EOPNOTSUPP` as well as `-EAGAIN` (V5's
+    /// `if (res != -EAGAIN && res != -EOPNOTSUPP)`); V4 fell back on `-EAGAIN` only.
+    pub eopnotsupp_falls_back: bool,
+    /// `lo_rw_aio_nowait()` completes the request on any result but `-EIOCBQUEUED`/`-EAGAIN`, so
+    /// on `-EOPNOTSUPP` too (every posted version). With V5's fallback the request is then
+    /// completed and queued; off is the fixed twin of check L3.
+    pub nowait_completes_on_eopnotsupp: bool,
     /// The lock `loop_{inc,dec}_blocking_writes()` asserts with `lockdep_assert_held()`. V5 asserts
     /// `lo_work_lock`, the lock held there; V4 asserted `lo_mutex`, which syzbot caught firing.
     pub asserted_lock: &'static str,
@@ -112,6 +119,8 @@ impl LoopVariant {
         nowait_first: false,
         hint: false,
         check_fmode_nowait: true,
+        eopnotsupp_falls_back: true,
+        nowait_completes_on_eopnotsupp: true,
         asserted_lock: LO_WORK_LOCK,
         nowait_adds_lo_offset: true,
     };
@@ -121,6 +130,8 @@ impl LoopVariant {
         nowait_first: true,
         hint: false,
         check_fmode_nowait: true,
+        eopnotsupp_falls_back: true,
+        nowait_completes_on_eopnotsupp: true,
         asserted_lock: LO_WORK_LOCK,
         nowait_adds_lo_offset: true,
     };
@@ -131,6 +142,8 @@ impl LoopVariant {
         nowait_first: true,
         hint: true,
         check_fmode_nowait: false,
+        eopnotsupp_falls_back: false,
+        nowait_completes_on_eopnotsupp: true,
         asserted_lock: LO_MUTEX,
         nowait_adds_lo_offset: true,
     };
@@ -140,6 +153,8 @@ impl LoopVariant {
         nowait_first: true,
         hint: true,
         check_fmode_nowait: true,
+        eopnotsupp_falls_back: true,
+        nowait_completes_on_eopnotsupp: true,
         asserted_lock: LO_WORK_LOCK,
         nowait_adds_lo_offset: true,
     };
@@ -157,6 +172,14 @@ impl LoopVariant {
             ("nowait_first", self.nowait_first.to_string()),
             ("hint", self.hint.to_string()),
             ("check_fmode_nowait", self.check_fmode_nowait.to_string()),
+            (
+                "eopnotsupp_falls_back",
+                self.eopnotsupp_falls_back.to_string(),
+            ),
+            (
+                "nowait_completes_on_eopnotsupp",
+                self.nowait_completes_on_eopnotsupp.to_string(),
+            ),
             ("asserted_lock", self.asserted_lock.to_owned()),
             (
                 "nowait_adds_lo_offset",
@@ -171,11 +194,52 @@ pub const LO_WORK_LOCK: &str = "&lo->lo_work_lock";
 /// `lo->lo_mutex`'s lockdep name.
 pub const LO_MUTEX: &str = "&lo->lo_mutex";
 
-/// A command on its way through the driver (`struct loop_cmd`): the bio and `use_aio`.
+/// A command on its way through the driver (`struct loop_cmd` and its request). `bio` is `None`
+/// once the request has been completed while the command lives on: the double completion of
+/// V5's `-EOPNOTSUPP` path (check L3), which the worker then reports instead of ending anything.
 #[derive(Debug)]
 struct LoopCmd {
-    bio: Box<Bio>,
+    bio: Option<Box<Bio>>,
+    /// The request's op: `REQ_OP_FLUSH` for an empty `REQ_PREFLUSH` write (the flush state
+    /// machine turns it into a flush request).
+    op: ReqOp,
+    /// `REQ_PREFLUSH` / `REQ_FUA` on a data write: the flush sequence PREFLUSH → DATA →
+    /// POSTFLUSH (loop has no native FUA), which biosim runs whole in the worker.
+    preflush: bool,
+    postflush: bool,
+    sector: u64,
+    sectors: u64,
+    rwbs: String,
     use_aio: bool,
+}
+
+impl LoopCmd {
+    fn new(bio: Box<Bio>, use_aio: bool) -> Self {
+        let f = bio.bi_opf.flags;
+        let (preflush, fua) = (
+            f.contains(ReqFlags::REQ_PREFLUSH),
+            f.contains(ReqFlags::REQ_FUA),
+        );
+        let empty = bio.bi_iter.bi_size == 0;
+        LoopCmd {
+            op: if bio.op() == ReqOp::Write && empty && preflush {
+                ReqOp::Flush
+            } else {
+                bio.op()
+            },
+            preflush: preflush && !empty,
+            postflush: fua && !empty,
+            sector: bio.bi_iter.bi_sector,
+            sectors: bio.sectors(),
+            rwbs: bio.bi_opf.rwbs(),
+            bio: Some(bio),
+            use_aio,
+        }
+    }
+
+    fn is_aio_write(&self) -> bool {
+        self.use_aio && self.op == ReqOp::Write
+    }
 }
 
 /// What `lo_work_lock` protects.
@@ -197,12 +261,14 @@ pub struct LoopStats {
     pub nowait_done: usize,
     /// ... and returned `-EAGAIN` (a wasted attempt).
     pub nowait_eagain: usize,
-    /// ... and returned `-EOPNOTSUPP` (V4 on a file without `FMODE_NOWAIT`).
+    /// ... and returned `-EOPNOTSUPP` (a backing that refuses `IOCB_NOWAIT`).
     pub nowait_eopnotsupp: usize,
     /// `use_aio` commands the hint sent straight to the worker.
     pub hint_skipped: usize,
     /// Commands handled by the worker.
     pub worker_cmds: usize,
+    /// Blocking reads that came back short (the file is shorter than the device).
+    pub short_reads: usize,
     /// Times the work was queued (`queue_work()` returned true).
     pub work_queued: usize,
 }
@@ -216,6 +282,7 @@ struct Counters {
     hint_skipped: AtomicUsize,
     worker_cmds: AtomicUsize,
     work_queued: AtomicUsize,
+    short_reads: AtomicUsize,
 }
 
 /// `struct loop_device`.
@@ -311,7 +378,7 @@ impl LoopDevice {
             .lock()
             .cmd_list
             .iter()
-            .filter(|c| c.use_aio && c.bio.op() == ReqOp::Write)
+            .filter(|c| c.is_aio_write())
             .count()
     }
 
@@ -327,6 +394,7 @@ impl LoopDevice {
             hint_skipped: g(&c.hint_skipped),
             worker_cmds: g(&c.worker_cmds),
             work_queued: g(&c.work_queued),
+            short_reads: g(&c.short_reads),
         }
     }
 
@@ -336,19 +404,26 @@ impl LoopDevice {
 
     /// `loop_queue_rq()`.
     fn loop_queue_rq(&self, bio: Box<Bio>, cx: &Cpu) {
-        let use_aio = match bio.op() {
+        let mut cmd = LoopCmd::new(bio, false);
+        cmd.use_aio = match cmd.op {
             ReqOp::Flush | ReqOp::Discard | ReqOp::WriteZeroes => false,
+            // A write in a flush sequence goes to the worker whole (see LoopCmd::preflush).
+            ReqOp::Write if cmd.preflush || cmd.postflush => false,
             ReqOp::Read | ReqOp::Write => self.lo_flags & LO_FLAGS_DIRECT_IO != 0,
         };
-        let mut cmd = LoopCmd { bio, use_aio };
         let supports = !self.variant.check_fmode_nowait || self.backing.fmode_nowait();
         if cmd.use_aio && self.variant.nowait_first && supports {
-            match self.lo_rw_aio_nowait(&mut cmd) {
-                Err(e) if e == EAGAIN || e == EOPNOTSUPP => {} // fall back to the workqueue
-                res => {
+            let res = self.lo_rw_aio_nowait(&mut cmd, cx);
+            let falls_back = match res {
+                Err(EAGAIN) => true,
+                Err(EOPNOTSUPP) => self.variant.eopnotsupp_falls_back,
+                _ => false,
+            };
+            if !falls_back {
+                if cmd.bio.is_some() {
                     self.lo_rw_aio_complete(cmd, res, cx);
-                    return;
                 }
+                return; // BLK_STS_OK: the request is (being) completed
             }
         }
         self.loop_queue_work(cmd, cx);
@@ -356,18 +431,21 @@ impl LoopDevice {
 
     /// `lo_aio_try_nowait()` (patch 6/6).
     fn lo_aio_try_nowait(&self, cmd: &LoopCmd) -> bool {
-        if self.backing.is_block_device() || cmd.bio.op() == ReqOp::Read {
+        if self.backing.is_block_device() || cmd.op == ReqOp::Read {
             return true;
         }
         // READ_ONCE(): read without the lock, as the kernel does.
         self.lo_work_lock.lock().nr_blocking_writes == 0
     }
 
-    /// `lo_rw_aio_nowait()`: the hint, then one `IOCB_NOWAIT` attempt.
-    fn lo_rw_aio_nowait(&self, cmd: &mut LoopCmd) -> Result<usize, i32> {
+    /// `lo_rw_aio_nowait()`: the hint, then one `IOCB_NOWAIT` attempt. As posted it completes
+    /// the request itself on any result other than `-EIOCBQUEUED`/`-EAGAIN` (with
+    /// [`LoopVariant::nowait_completes_on_eopnotsupp`], `-EOPNOTSUPP` included); the command then
+    /// carries no bio. A short NOWAIT transfer is reported as `-EAGAIN` (the fallback does it all).
+    fn lo_rw_aio_nowait(&self, cmd: &mut LoopCmd, cx: &Cpu) -> Result<usize, i32> {
         if self.variant.hint && !self.lo_aio_try_nowait(cmd) {
             Self::bump(&self.counters.hint_skipped);
-            tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.bio.bi_opf.rwbs(), cmd.bio.bi_iter.bi_sector, cmd.bio.sectors(), self.nr_blocking_writes());
+            tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.rwbs, cmd.sector, cmd.sectors, self.nr_blocking_writes());
             return Err(EAGAIN);
         }
         Self::bump(&self.counters.nowait_tried);
@@ -377,31 +455,40 @@ impl LoopDevice {
             0
         };
         let r = self.lo_submit_rw(cmd, offset, true);
-        tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.bio.bi_opf.rwbs(), cmd.bio.bi_iter.bi_sector, cmd.bio.sectors(), match r { Ok(n) => format!("{n} bytes"), Err(e) => format!("-{}", errno_name(e)) });
+        tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.rwbs, cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => format!("-{}", errno_name(e)) });
         match r {
             Err(EAGAIN) => Self::bump(&self.counters.nowait_eagain),
-            Err(EOPNOTSUPP) => Self::bump(&self.counters.nowait_eopnotsupp),
+            Err(EOPNOTSUPP) => {
+                Self::bump(&self.counters.nowait_eopnotsupp);
+                if self.variant.nowait_completes_on_eopnotsupp {
+                    // `if (ret != -EIOCBQUEUED && ret != -EAGAIN) lo_rw_aio_complete(...)`.
+                    let bio = cmd.bio.take().expect("a live command");
+                    let done = LoopCmd::new(bio, cmd.use_aio);
+                    self.lo_rw_aio_complete(done, r, cx);
+                }
+            }
             _ => Self::bump(&self.counters.nowait_done),
         }
         r
     }
 
-    /// `lo_submit_rw_aio()` over every segment of the bio, from `(bi_sector << 9) + offset`. A
-    /// short transfer ends the command (the kernel's `lo_rw_aio_do_completion()` zero-fills a
-    /// short read and fails a short write).
+    /// `lo_submit_rw_aio()` over every segment of the bio, from `(bi_sector << 9) + offset`.
+    /// Returns the bytes done; a NOWAIT call stops at the first short segment and reports
+    /// `-EAGAIN` (the fallback redoes the whole command; nothing was half-applied that a retry
+    /// would not redo identically).
     fn lo_submit_rw(&self, cmd: &mut LoopCmd, offset: u64, nowait: bool) -> Result<usize, i32> {
-        let write = cmd.bio.op() == ReqOp::Write;
-        let mut pos = (cmd.bio.bi_iter.bi_sector << SECTOR_SHIFT) + offset;
+        let write = cmd.op == ReqOp::Write;
+        let Some(bio) = cmd.bio.as_mut() else {
+            return Err(EIO);
+        };
+        let mut pos = (bio.bi_iter.bi_sector << SECTOR_SHIFT) + offset;
         let mut done = 0;
-        for BioVec { data } in cmd.bio.bi_io_vec.iter_mut() {
+        for BioVec { data } in bio.bi_io_vec.iter_mut() {
             let n = self.backing.rw(write, pos, data, nowait)?;
             done += n;
             if n < data.len() {
-                if !write {
-                    data[n..].fill(0);
-                    done += data.len() - n;
-                    pos += data.len() as u64;
-                    continue;
+                if nowait {
+                    return Err(EAGAIN);
                 }
                 return Ok(done);
             }
@@ -410,38 +497,58 @@ impl LoopDevice {
         Ok(done)
     }
 
-    /// `lo_rw_aio_complete()` → `lo_rw_aio_do_completion()` → `blk_mq_complete_request()` →
-    /// `lo_complete_rq()`: the bio ends with the status of the result, in the caller's context.
-    fn lo_rw_aio_complete(&self, cmd: LoopCmd, res: Result<usize, i32>, cx: &Cpu) {
-        let want = cmd.bio.data_len();
-        let status = match res {
-            Ok(n) if n >= want => BLK_STS_OK,
-            Ok(_) => BLK_STS_IOERR, // a short write
-            Err(e) => errno_to_blk_status(-e),
+    /// `lo_rw_aio_complete()` → `lo_rw_aio_do_completion()` → `blk_mq_complete_request()`: a
+    /// loop queue has one hardware queue, so `blk_mq_complete_request_remote()` raises
+    /// `BLOCK_SOFTIRQ` and `lo_complete_rq()` ends the bio there (on a 1-CPU machine, inline).
+    ///
+    /// `lo_complete_rq()`: an error ends the bio with `errno_to_blk_status()`; a complete
+    /// transfer, a non-read, or a short write ends it `BLK_STS_OK` (the kernel does not fail a
+    /// short write); a read of nothing is zero-filled and fails with `BLK_STS_IOERR`. A short
+    /// read with data is requeued for the rest in the kernel (`blk_update_request()` +
+    /// `blk_mq_requeue_request()`); on a blocking read that only happens when the file is shorter
+    /// than the device, where the requeued rest reads nothing and fails the same way, so biosim
+    /// zero-fills the rest and fails it at once.
+    fn lo_rw_aio_complete(&self, mut cmd: LoopCmd, res: Result<usize, i32>, cx: &Cpu) {
+        let Some(mut bio) = cmd.bio.take() else {
+            return;
         };
-        bio_endio_status(cmd.bio, status, cx);
+        let want = bio.data_len();
+        let status = match res {
+            Err(e) => errno_to_blk_status(-e),
+            Ok(n) if n >= want || cmd.op != ReqOp::Read => BLK_STS_OK,
+            Ok(n) => {
+                Self::bump(&self.counters.short_reads);
+                let mut at = 0;
+                for v in bio.bi_io_vec.iter_mut() {
+                    let keep = n.saturating_sub(at).min(v.data.len());
+                    v.data[keep..].fill(0);
+                    at += v.data.len();
+                }
+                BLK_STS_IOERR
+            }
+        };
+        let end = move |cx: &Cpu| bio_endio_status(bio, status, cx);
+        if cx.kernel().nr_cpus() > 1 {
+            cx.kernel()
+                .raise_softirq(cx, SoftirqVec::Block, Box::new(end));
+        } else {
+            end(cx);
+        }
     }
 
-    /// `lockdep_assert_held()` of the variant's lock in `loop_{inc,dec}_blocking_writes()`.
-    fn assert_blocking_writes_lock(&self, cx: &Cpu) {
+    /// `lockdep_assert_held()` of the variant's lock in `loop_{inc,dec}_blocking_writes()`: a
+    /// WARN each time it does not hold.
+    fn assert_blocking_writes_lock(&self, cx: &Cpu, site: &str) {
         let lock = self.variant.asserted_lock;
         if !cx.held_locks().iter().any(|h| h.name == lock) {
-            cx.kernel().warn_once(
-                cx,
-                if lock == LO_MUTEX {
-                    "drivers/block/loop.c:loop_inc_blocking_writes(lo_mutex)"
-                } else {
-                    "drivers/block/loop.c:loop_inc_blocking_writes"
-                },
-                &format!(
-                    "drivers/block/loop.c: lockdep_assert_held({lock}) in loop_inc_blocking_writes(): not held (held: {})",
-                    cx.held_locks()
-                        .iter()
-                        .map(|h| h.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            );
+            cx.warn(&format!(
+                "drivers/block/loop.c: lockdep_assert_held({lock}) in {site}(): not held (held: {})",
+                cx.held_locks()
+                    .iter()
+                    .map(|h| h.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         }
     }
 
@@ -451,13 +558,13 @@ impl LoopDevice {
         let irq = cx.local_irq_save();
         let (held, report) = cx.lock_acquire(LockClass::Spinlock, LO_WORK_LOCK);
         drop(report); // the kernel prints and carries on; the report is already logged
+        if cmd.use_aio {
+            self.assert_blocking_writes_lock(cx, "loop_inc_blocking_writes");
+        }
         {
             let mut w = self.lo_work_lock.lock();
-            if cmd.use_aio {
-                self.assert_blocking_writes_lock(cx);
-                if cmd.bio.op() == ReqOp::Write {
-                    w.nr_blocking_writes += 1;
-                }
+            if cmd.is_aio_write() {
+                w.nr_blocking_writes += 1;
             }
             w.cmd_list.push_back(cmd);
         }
@@ -469,7 +576,9 @@ impl LoopDevice {
     }
 
     /// `loop_process_work()`: take one command at a time under the lock, handle it unlocked,
-    /// `cond_resched()`, and uncount it under the lock again.
+    /// `cond_resched()`, and uncount it under the lock again. (The kernel reads `cmd->use_aio`
+    /// and the op after handling; the model keeps them from before, which is the same while the
+    /// backing completes synchronously.)
     fn loop_process_work(&self, cx: &Cpu) {
         loop {
             let irq = cx.local_irq_save();
@@ -478,16 +587,22 @@ impl LoopDevice {
             cx.lock_release(held);
             cx.local_irq_restore(irq);
             let Some(cmd) = cmd else { return };
-            let (use_aio, write) = (cmd.use_aio, cmd.bio.op() == ReqOp::Write);
+            let (use_aio, aio_write) = (cmd.use_aio, cmd.is_aio_write());
             self.loop_handle_cmd(cmd, cx);
             cx.cond_resched();
             let irq = cx.local_irq_save();
             let (held, _) = cx.lock_acquire(LockClass::Spinlock, LO_WORK_LOCK);
             if use_aio {
-                self.assert_blocking_writes_lock(cx);
-                if write {
-                    let mut w = self.lo_work_lock.lock();
-                    w.nr_blocking_writes = w.nr_blocking_writes.saturating_sub(1);
+                self.assert_blocking_writes_lock(cx, "loop_dec_blocking_writes");
+            }
+            if aio_write {
+                let mut w = self.lo_work_lock.lock();
+                match w.nr_blocking_writes.checked_sub(1) {
+                    Some(n) => w.nr_blocking_writes = n,
+                    None => {
+                        drop(w);
+                        cx.warn("drivers/block/loop.c: lo_nr_blocking_writes underflow in loop_dec_blocking_writes()");
+                    }
                 }
             }
             cx.lock_release(held);
@@ -495,38 +610,54 @@ impl LoopDevice {
         }
     }
 
-    /// `loop_handle_cmd()` → `do_req_filebacked()`: the blocking I/O of one command.
+    /// `loop_handle_cmd()` → `do_req_filebacked()`: the blocking I/O of one command. Errors of
+    /// the non-aio operations become `-EIO` (except `-EOPNOTSUPP`), as `loop_handle_cmd()` does.
     fn loop_handle_cmd(&self, mut cmd: LoopCmd, cx: &Cpu) {
         Self::bump(&self.counters.worker_cmds);
-        tracing::trace!(target: "loop", tracepoint = "loop_handle_cmd", "loop{}: worker: {} {} + {} (blocking)", self.number, cmd.bio.bi_opf.rwbs(), cmd.bio.bi_iter.bi_sector, cmd.bio.sectors());
+        if cmd.bio.is_none() {
+            cx.report(
+                ReportKind::Bug,
+                format!(
+                    "block/blk-mq.c: loop{} request {} {} + {} completed twice: lo_rw_aio_nowait() completed it on -EOPNOTSUPP and loop_queue_rq() queued it to the worker",
+                    self.number, cmd.rwbs, cmd.sector, cmd.sectors
+                ),
+            );
+            return;
+        }
+        tracing::trace!(target: "loop", tracepoint = "loop_handle_cmd", "loop{}: worker: {} {} + {} (blocking)", self.number, cmd.rwbs, cmd.sector, cmd.sectors);
         let _ = cx.might_sleep_at("drivers/block/loop.c:loop_handle_cmd");
         // do_req_filebacked(): pos = (blk_rq_pos(rq) << 9) + lo->lo_offset.
-        let pos = (cmd.bio.bi_iter.bi_sector << SECTOR_SHIFT) + self.lo_offset;
-        let res = match cmd.bio.op() {
-            ReqOp::Read | ReqOp::Write => self.lo_submit_rw(&mut cmd, self.lo_offset, false),
+        let pos = (cmd.sector << SECTOR_SHIFT) + self.lo_offset;
+        let len = cmd.bio.as_ref().map_or(0, |b| u64::from(b.bi_iter.bi_size));
+        let res = match cmd.op {
+            ReqOp::Read | ReqOp::Write => {
+                let pre = if cmd.preflush {
+                    self.backing.fsync()
+                } else {
+                    Ok(())
+                };
+                let r = pre.and_then(|()| self.lo_submit_rw(&mut cmd, self.lo_offset, false));
+                match r {
+                    Ok(n) if cmd.postflush => self.backing.fsync().map(|()| n),
+                    r => r,
+                }
+            }
             ReqOp::Flush => self.backing.fsync().map(|()| 0),
             ReqOp::Discard => self
                 .backing
-                .fallocate(
-                    Fallocate::PunchHole,
-                    pos,
-                    u64::from(cmd.bio.bi_iter.bi_size),
-                )
+                .fallocate(Fallocate::PunchHole, pos, len)
                 .map(|()| 0),
             ReqOp::WriteZeroes => self
                 .backing
-                .fallocate(
-                    Fallocate::ZeroRange,
-                    pos,
-                    u64::from(cmd.bio.bi_iter.bi_size),
-                )
+                .fallocate(Fallocate::ZeroRange, pos, len)
                 .map(|()| 0),
         };
-        let res = match (cmd.bio.op(), res) {
-            // Only reads and writes carry data to count.
-            (ReqOp::Read | ReqOp::Write, r) => r,
-            (_, Ok(_)) => Ok(cmd.bio.data_len()),
-            (_, Err(e)) => Err(e),
+        let res = match (cmd.op, cmd.use_aio, res) {
+            (ReqOp::Read | ReqOp::Write, true, r) => r,
+            (_, _, Err(EOPNOTSUPP)) => Err(EOPNOTSUPP),
+            (_, _, Err(_)) => Err(EIO),
+            (ReqOp::Read | ReqOp::Write, false, Ok(n)) => Ok(n),
+            (_, _, Ok(_)) => Ok(cmd.bio.as_ref().map_or(0, |b| b.data_len())),
         };
         self.lo_rw_aio_complete(cmd, res, cx);
     }
@@ -544,8 +675,10 @@ impl BlockDriver for LoopDevice {
     fn limits(&self) -> QueueLimits {
         QueueLimits {
             read_only: self.lo_flags & LO_FLAGS_READ_ONLY != 0,
-            // loop_update_limits(): 512-byte blocks; O_DIRECT backing needs the file's DIO
-            // alignment, which the bio-sim backing reports through its size rounding.
+            // blk_mq_alloc_queue() gives every blk-mq queue BLK_FEAT_NOWAIT.
+            nowait: true,
+            // 512-byte logical blocks; the kernel's loop_update_limits() would raise this to the
+            // backing file's DIO alignment, which is 512 on this machine's ext4.
             ..QueueLimits::new(self.backing.size().saturating_sub(self.lo_offset))
         }
     }
@@ -559,19 +692,26 @@ impl BlockDriver for LoopDevice {
 /// (ext4's `ext4_dio_write_checks()`, XFS's `xfs_file_dio_write_aligned()`): a NOWAIT **write**
 /// that would allocate blocks (any 4 KiB block of the range never written, i.e. a hole of a sparse
 /// file) returns `-EAGAIN`; overwrites and reads do not block. The blocking path allocates.
-/// `fmode_nowait` and `is_block_device` are settable to model other backings.
+///
+/// Other backings: `with_fmode_nowait(false)` is a file without `FMODE_NOWAIT`, which ignores
+/// `IOCB_NOWAIT` and simply does the I/O; `refusing_nowait()` returns `-EOPNOTSUPP` to every NOWAIT
+/// call (an ext4 file whose direct I/O falls back to buffered I/O, e.g. under `data=journal`,
+/// refuses a NOWAIT write that way); `as_block_device()` sets `S_ISBLK`.
 #[derive(Debug)]
 pub struct MemBacking {
     state: Mutex<MemState>,
     size: u64,
     fmode_nowait: bool,
     block_device: bool,
+    refuse_nowait: bool,
 }
 
 #[derive(Debug, Default)]
 struct MemState {
     data: std::collections::HashMap<u64, Vec<u8>>, // 4 KiB block index → contents
     syncs: u64,
+    /// The next NOWAIT call fails with this errno (one-shot contention).
+    fail_next_nowait: Option<i32>,
 }
 
 /// The allocation unit of [`MemBacking`].
@@ -585,6 +725,7 @@ impl MemBacking {
             size,
             fmode_nowait: true,
             block_device: false,
+            refuse_nowait: false,
         }
     }
 
@@ -606,10 +747,21 @@ impl MemBacking {
         self
     }
 
+    /// Every NOWAIT call returns `-EOPNOTSUPP`.
+    pub fn refusing_nowait(mut self) -> Self {
+        self.refuse_nowait = true;
+        self
+    }
+
     /// Makes it a block device (`S_ISBLK`).
     pub fn as_block_device(mut self) -> Self {
         self.block_device = true;
         self
+    }
+
+    /// The next NOWAIT call returns `-EAGAIN` (lock contention), whatever it asks.
+    pub fn refuse_nowait_once(&self) {
+        self.state.lock().fail_next_nowait = Some(EAGAIN);
     }
 
     /// Allocated blocks.
@@ -637,8 +789,10 @@ impl LoopBacking for MemBacking {
     }
 
     fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, i32> {
-        if nowait && !self.fmode_nowait {
-            return Err(EOPNOTSUPP); // kiocb_set_rw_flags()
+        // A file without FMODE_NOWAIT does not look at IOCB_NOWAIT.
+        let nowait = nowait && self.fmode_nowait;
+        if nowait && self.refuse_nowait {
+            return Err(EOPNOTSUPP);
         }
         let end = (pos + buf.len() as u64).min(self.size);
         if pos >= end {
@@ -649,6 +803,11 @@ impl LoopBacking for MemBacking {
             };
         }
         let mut st = self.state.lock();
+        if nowait {
+            if let Some(e) = st.fail_next_nowait.take() {
+                return Err(e);
+            }
+        }
         let (first, last) = (pos / MEM_BLOCK, (end - 1) / MEM_BLOCK);
         if write
             && nowait

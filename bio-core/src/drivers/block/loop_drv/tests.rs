@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::block::blk_core::{submit_bio_noacct, Submission};
-use crate::block::{BioEndIo, BlkStatus, BLK_STS_AGAIN, BLK_STS_NOTSUPP};
+use crate::block::{BioEndIo, BlkStatus, BLK_STS_NOTSUPP};
 use crate::kernel::{CpuId, KernelConfig, ReportKind};
 use crate::workqueue::PoolId;
 
@@ -45,7 +45,17 @@ impl Rig {
         if let Some(d) = data {
             bio.add_data(d);
         }
-        submit_bio_noacct(bio, &*self.lo, &self.cx)
+        let r = submit_bio_noacct(bio, &*self.lo, &self.cx);
+        self.softirqs();
+        r
+    }
+
+    /// Runs every CPU's pending softirqs (where `lo_complete_rq()` ends the bios).
+    fn softirqs(&self) {
+        for c in 0..2 {
+            let cx = self.k.cpu(CpuId(c)).unwrap();
+            self.k.run_softirqs(&cx);
+        }
     }
 
     /// Runs the loop workqueue's worker until it has nothing left.
@@ -55,6 +65,7 @@ impl Rig {
         while self.k.run_worker(PoolId::Unbound, &worker).is_some() {
             n += 1;
         }
+        self.softirqs();
         n
     }
 
@@ -183,16 +194,47 @@ fn the_hint_stops_trying_nowait_writes_while_blocking_writes_are_queued() {
 }
 
 #[test]
-fn a_backing_block_device_always_tries_nowait() {
+fn a_backing_block_device_tries_nowait_even_while_blocking_writes_are_queued() {
+    // A regular sparse file first: one write falls back, so a blocking write is counted...
+    let r = rig(
+        MemBacking::sparse(1 << 20),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Write, 0, Some(block(1)));
+    assert_eq!(r.lo.nr_blocking_writes(), 1);
+    r.submit(ReqOp::Write, 8, Some(block(1)));
+    assert_eq!(
+        r.lo.stats().hint_skipped,
+        1,
+        "...and the hint keeps the next write off NOWAIT"
+    );
+    // ...whereas with a block device the S_ISBLK branch says yes regardless of the count.
     let r = rig(
         MemBacking::sparse(1 << 20).as_block_device(),
         LoopVariant::V5,
         LO_FLAGS_DIRECT_IO,
     );
-    for i in 0..4 {
-        r.submit(ReqOp::Write, i * 8, Some(block(1)));
-    }
-    assert_eq!(r.lo.stats().nowait_done, 4);
+    let k = &r.k;
+    let nowait_then_block = |sector| {
+        let bio = k.bio_alloc(ReqOp::Write, sector).with_data(block(2));
+        submit_bio_noacct(bio, &*r.lo, &r.cx);
+    };
+    // Fill the queue with a blocking write: a NOWAIT refusal from the device forces one.
+    r.mem.refuse_nowait_once();
+    nowait_then_block(0);
+    assert_eq!(
+        r.lo.nr_blocking_writes(),
+        1,
+        "one write waits for the worker"
+    );
+    nowait_then_block(8);
+    let s = r.lo.stats();
+    assert_eq!(
+        (s.nowait_tried, s.hint_skipped, s.nowait_done),
+        (2, 0, 1),
+        "{s:?}"
+    );
 }
 
 #[test]
@@ -228,7 +270,7 @@ fn v4_asserts_lo_mutex_where_lo_work_lock_is_held_and_v5_does_not() {
 }
 
 #[test]
-fn without_fmode_nowait_v5_skips_the_attempt_and_v4_pays_eopnotsupp() {
+fn without_fmode_nowait_v5_skips_the_attempt_and_v4_makes_it() {
     let v5 = rig(
         MemBacking::preallocated(1 << 20).with_fmode_nowait(false),
         LoopVariant::V5,
@@ -237,16 +279,68 @@ fn without_fmode_nowait_v5_skips_the_attempt_and_v4_pays_eopnotsupp() {
     v5.submit(ReqOp::Read, 0, Some(block(0)));
     assert_eq!(v5.lo.stats().nowait_tried, 0);
     assert_eq!(v5.lo.queued(), 1);
+    // V4 sets IOCB_NOWAIT on a file that ignores it: the "attempt" is a blocking read in the
+    // submitter, which succeeds.
     let v4 = rig(
         MemBacking::preallocated(1 << 20).with_fmode_nowait(false),
         LoopVariant::V4,
         LO_FLAGS_DIRECT_IO,
     );
     v4.submit(ReqOp::Read, 0, Some(block(0)));
-    assert_eq!(v4.lo.stats().nowait_eopnotsupp, 1);
-    assert_eq!(v4.lo.queued(), 1);
-    v4.run_worker();
+    assert_eq!(
+        (v4.lo.stats().nowait_tried, v4.lo.stats().nowait_done),
+        (1, 1)
+    );
     assert_eq!(v4.statuses(), [BLK_STS_OK]);
+}
+
+#[test]
+fn a_nowait_refusal_is_completed_twice_by_v5_and_surfaces_as_an_error_on_v4() {
+    // V5: lo_rw_aio_nowait() completes on -EOPNOTSUPP, loop_queue_rq() also queues it.
+    let v5 = rig(
+        MemBacking::preallocated(1 << 20).refusing_nowait(),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    v5.submit(ReqOp::Write, 0, Some(block(3)));
+    assert_eq!(
+        v5.statuses(),
+        [BLK_STS_NOTSUPP],
+        "completed once, with the refusal"
+    );
+    v5.run_worker();
+    let bugs = v5.k.reports().of_kind(ReportKind::Bug);
+    assert_eq!(bugs.len(), 1, "{bugs:?}");
+    assert!(
+        bugs[0].message.contains("completed twice"),
+        "{}",
+        bugs[0].message
+    );
+    assert_eq!(v5.lo.nr_blocking_writes(), 0, "the count still balances");
+    // V4: no fallback on -EOPNOTSUPP; the submitter sees BLK_STS_NOTSUPP.
+    let v4 = rig(
+        MemBacking::preallocated(1 << 20).refusing_nowait(),
+        LoopVariant::V4,
+        LO_FLAGS_DIRECT_IO,
+    );
+    v4.submit(ReqOp::Write, 0, Some(block(3)));
+    v4.run_worker();
+    assert_eq!(v4.statuses(), [BLK_STS_NOTSUPP]);
+    assert!(v4.k.reports().of_kind(ReportKind::Bug).is_empty());
+    // The fixed twin leaves -EOPNOTSUPP to the fallback: one completion, OK, by the worker.
+    let fixed = LoopVariant {
+        nowait_completes_on_eopnotsupp: false,
+        ..LoopVariant::V5
+    };
+    let f = rig(
+        MemBacking::preallocated(1 << 20).refusing_nowait(),
+        fixed,
+        LO_FLAGS_DIRECT_IO,
+    );
+    f.submit(ReqOp::Write, 0, Some(block(3)));
+    f.run_worker();
+    assert_eq!(f.statuses(), [BLK_STS_OK]);
+    assert!(f.k.reports().is_empty(), "{:?}", f.k.reports().all());
 }
 
 #[test]
@@ -264,7 +358,11 @@ fn buffered_loop_never_uses_aio_and_flush_discard_zeroes_go_to_the_worker() {
         "only use_aio writes are counted"
     );
     r.run_worker();
-    r.submit(ReqOp::Flush, 0, None);
+    // An empty REQ_PREFLUSH write: the flush state machine makes it a REQ_OP_FLUSH request.
+    let flush =
+        r.k.bio_alloc(ReqOp::Write, 0)
+            .with_flags(crate::block::ReqFlags::REQ_PREFLUSH);
+    submit_bio_noacct(flush, &*r.lo, &r.cx);
     let zero = r.k.bio_alloc(ReqOp::Discard, 8).with_size(4096);
     submit_bio_noacct(zero, &*r.lo, &r.cx);
     r.run_worker();
@@ -274,13 +372,13 @@ fn buffered_loop_never_uses_aio_and_flush_discard_zeroes_go_to_the_worker() {
     let ended = r.ended.lock();
     assert_eq!(ended.last().unwrap().2, block(0), "discarded: reads zeros");
     assert!(
-        ended.iter().all(|e| e.1 == BLK_STS_OK && e.3),
-        "all in task context"
+        ended.iter().all(|e| e.1 == BLK_STS_OK && !e.3),
+        "all ended in BLOCK_SOFTIRQ (lo_complete_rq), not in task context"
     );
 }
 
 #[test]
-fn beyond_the_end_and_nowait_bios_fail_before_the_driver() {
+fn beyond_the_end_fails_before_the_driver_and_nowait_bios_reach_it() {
     let r = rig(
         MemBacking::preallocated(1 << 20),
         LoopVariant::V5,
@@ -290,16 +388,16 @@ fn beyond_the_end_and_nowait_bios_fail_before_the_driver() {
         r.submit(ReqOp::Read, 2048, Some(block(0))),
         Submission::Failed(BLK_STS_IOERR)
     );
+    assert_eq!(r.lo.stats(), LoopStats::default(), "the driver saw nothing");
+    // Every blk-mq queue has BLK_FEAT_NOWAIT: a REQ_NOWAIT bio reaches loop.
     let nowait =
         r.k.bio_alloc(ReqOp::Read, 0)
             .with_flags(crate::block::ReqFlags::REQ_NOWAIT)
             .with_data(block(0));
     assert_eq!(
         submit_bio_noacct(nowait, &*r.lo, &r.cx),
-        Submission::Failed(BLK_STS_NOTSUPP)
+        Submission::Submitted
     );
-    assert_eq!(r.lo.stats(), LoopStats::default(), "the driver saw nothing");
-    let _ = BLK_STS_AGAIN;
 }
 
 #[test]
@@ -314,16 +412,62 @@ fn lo_offset_shifts_both_paths_and_the_twin_forgets_it_on_the_nowait_path() {
             false,
         ),
     ] {
-        let k = Kernel::new(KernelConfig::default(), 2).unwrap();
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
         let cx = k.cpu(CpuId(0)).unwrap();
-        let mem = UntrackedArc::new(MemBacking::preallocated(1 << 20));
+        // The first 64 KiB preallocated (NOWAIT writes hit there), the rest sparse.
+        let mem = UntrackedArc::new(MemBacking::sparse(1 << 20));
+        mem.fallocate(Fallocate::ZeroRange, 0, 128 << 10).unwrap();
         let backing: UntrackedArc<dyn LoopBacking> = mem.clone();
         let lo = LoopDevice::new(&k, 0, backing, LO_FLAGS_DIRECT_IO, 64 << 10, v);
         assert_eq!(lo.limits().capacity_bytes(), (1 << 20) - (64 << 10));
-        // A NOWAIT write at sector 0, read back through the worker path (buffered: no use_aio).
+        // NOWAIT path: sector 0 is allocated at lo_offset.
         submit_bio_noacct(k.bio_alloc(ReqOp::Write, 0).with_data(block(9)), &*lo, &cx);
-        let mut at = vec![0; 4096];
-        mem.rw(false, 64 << 10, &mut at, false).unwrap();
-        assert_eq!(at == block(9), consistent, "the data is at lo_offset");
+        // Worker path: sector 256 (128 KiB in) is a hole, so the write falls back.
+        submit_bio_noacct(
+            k.bio_alloc(ReqOp::Write, 256).with_data(block(8)),
+            &*lo,
+            &cx,
+        );
+        while k.run_worker(PoolId::Unbound, &cx).is_some() {}
+        assert_eq!(lo.stats().worker_cmds, 1, "one write each way");
+        let at = |pos| {
+            let mut b = vec![0; 4096];
+            mem.rw(false, pos, &mut b, false).unwrap();
+            b
+        };
+        assert_eq!(
+            at(64 << 10) == block(9),
+            consistent,
+            "the NOWAIT write is at lo_offset"
+        );
+        assert_eq!(
+            at((64 << 10) + (256 << 9)),
+            block(8),
+            "the worker's write is at lo_offset"
+        );
     }
+}
+
+#[test]
+fn a_preflush_fua_write_is_flush_data_flush_in_the_worker() {
+    let r = rig(
+        MemBacking::preallocated(1 << 20),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    let bio =
+        r.k.bio_alloc(ReqOp::Write, 8)
+            .with_flags(crate::block::ReqFlags::REQ_PREFLUSH | crate::block::ReqFlags::REQ_FUA)
+            .with_data(block(4));
+    submit_bio_noacct(bio, &*r.lo, &r.cx);
+    assert_eq!(
+        r.lo.stats().nowait_tried,
+        0,
+        "no NOWAIT attempt inside a flush sequence"
+    );
+    r.run_worker();
+    assert_eq!(r.mem.syncs(), 2, "PREFLUSH and the FUA post-flush");
+    let mut back = vec![0; 4096];
+    r.mem.rw(false, 8 << 9, &mut back, false).unwrap();
+    assert_eq!(back, block(4));
 }
