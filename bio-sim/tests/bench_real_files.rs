@@ -76,6 +76,13 @@ fn the_dontcache_benchmark_reports_what_cachestat_sees() {
     })
     .unwrap();
     let pages = (4 << 20) / 4096;
+    for row in &r.results {
+        assert!(
+            row.cached_before.iter().all(|&p| p == 0),
+            "the cache was dropped before {}: {row:?}",
+            row.mode
+        );
+    }
     assert_eq!(
         r.cached("buffered", false),
         Some(pages as f64),

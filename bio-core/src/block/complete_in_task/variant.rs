@@ -76,8 +76,9 @@ pub struct Variant {
     /// agreed in the v6 review of patch 3/4; finding 6).
     pub gate_reads: bool,
     /// Patches 2-3/4: iomap and buffer_head writeback set `BIO_COMPLETE_IN_TASK` on bios of
-    /// dropbehind folios (every posted version; off is the kernel before the series, finding 11's
-    /// twin).
+    /// dropbehind folios (every posted version: the changelog lists the iomap patch in v4 and v5
+    /// too). Off is finding 11's regression twin: patch 2/4's removal of XFS's own
+    /// `IOMAP_IOEND_DONTCACHE` workqueue completion without the flag that replaces it.
     pub fs_flag: bool,
 }
 
