@@ -14,12 +14,18 @@
 
 use super::aligned::AlignedBuf;
 use super::backing::{BackingFile, RwFlags};
+use super::uring::{UringCompletion, UringEngine, UringOp};
 #[cfg(test)]
 use bio_core::drivers::block::loop_drv::EAGAIN;
-use bio_core::drivers::block::loop_drv::{Fallocate, LoopBacking, EIO};
+use bio_core::drivers::block::loop_drv::{AioRequest, Fallocate, LoopBacking, LoopDevice, EIO};
+use bio_core::kernel::CpuId;
+use bio_core::{Cpu, Kernel};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 /// The loop driver's backing file, over a real file.
 #[derive(Debug)]
@@ -144,6 +150,171 @@ impl LoopBacking for FileBacking {
             Fallocate::ZeroRange => self.file.zero_range(pos, len),
         }
         .map_err(|e| errno(&e))
+    }
+}
+
+/// The loop driver's backing file over a real file with **asynchronous** direct I/O: reads and
+/// writes go to an [`UringEngine`] (`IORING_OP_READ`/`WRITE` with `RWF_NOWAIT` for the NOWAIT
+/// attempt), `submit_aio` returns at once (`-EIOCBQUEUED`), and each completion is delivered as a
+/// hard interrupt on the submitting CPU whose handler calls the loop device's `ki_complete()`
+/// ([`LoopDevice::lo_rw_aio_complete_async`]). This is the kernel's shape: direct I/O completes
+/// from the disk interrupt, and `blk_mq_complete_request()` then ends the loop bio in
+/// `BLOCK_SOFTIRQ`.
+///
+/// Call [`UringBacking::attach`] with the loop device before its first I/O.
+pub struct UringBacking {
+    file: Arc<BackingFile>,
+    engine: UringEngine,
+    target: Arc<OnceLock<Target>>,
+    cpus: Arc<Mutex<HashMap<u64, CpuId>>>,
+}
+
+struct Target {
+    lo: Weak<LoopDevice>,
+    kernel: Arc<Kernel>,
+}
+
+impl fmt::Debug for UringBacking {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UringBacking")
+            .field("file", &self.file.path())
+            .field("in_flight", &self.engine.in_flight())
+            .finish()
+    }
+}
+
+impl UringBacking {
+    /// An io_uring engine of `entries` over `file`.
+    pub fn new(file: Arc<BackingFile>, entries: u32) -> io::Result<Self> {
+        let target: Arc<OnceLock<Target>> = Arc::default();
+        let cpus: Arc<Mutex<HashMap<u64, CpuId>>> = Arc::default();
+        let (t, c) = (Arc::clone(&target), Arc::clone(&cpus));
+        let engine = UringEngine::new(
+            Arc::clone(&file),
+            entries,
+            RwFlags::empty(),
+            move |done: UringCompletion| {
+                let Some(t) = t.get() else { return };
+                let token = done.token;
+                let cpu = c.lock().remove(&token).unwrap_or(CpuId(0));
+                let res = done.result.map_err(|e| errno(&e));
+                let data = done.op.into_buf().map(|b| b.to_vec()).unwrap_or_default();
+                let lo = t.lo.clone();
+                let handler: bio_core::irq::IrqHandler = Box::new(move |cx: &Cpu| {
+                    if let Some(lo) = lo.upgrade() {
+                        lo.lo_rw_aio_complete_async(token, res, data, cx);
+                    }
+                });
+                // The submitting CPU; if it went offline meanwhile, the first online one (as the
+                // kernel migrates a dying CPU's interrupts).
+                if let Err(e) = t.kernel.raise_irq(cpu, "loop-aio", handler) {
+                    if let Some(&other) = t.kernel.online_cpus().first() {
+                        let _ = t.kernel.raise_irq(other, "loop-aio", e.handler);
+                    }
+                }
+            },
+        )?;
+        Ok(UringBacking {
+            file,
+            engine,
+            target,
+            cpus,
+        })
+    }
+
+    /// Routes completions to `lo` on `kernel`'s CPUs. Only the first call counts.
+    pub fn attach(&self, lo: &Arc<LoopDevice>, kernel: &Arc<Kernel>) {
+        let _ = self.target.set(Target {
+            lo: Arc::downgrade(lo),
+            kernel: Arc::clone(kernel),
+        });
+    }
+
+    /// Waits until every submitted I/O has completed (its interrupt raised).
+    pub fn wait_idle(&self) {
+        self.engine.wait_idle();
+    }
+
+    /// I/Os in flight in the ring.
+    pub fn in_flight(&self) -> usize {
+        self.engine.in_flight()
+    }
+}
+
+impl LoopBacking for UringBacking {
+    fn size(&self) -> u64 {
+        self.file.size()
+    }
+
+    fn is_block_device(&self) -> bool {
+        self.file.is_block_device()
+    }
+
+    fn fmode_nowait(&self) -> bool {
+        self.file.supports_nowait()
+    }
+
+    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, i32> {
+        // The synchronous path (non-aio commands): the same as FileBacking.
+        FileBacking::new(Arc::clone(&self.file)).rw(write, pos, buf, nowait)
+    }
+
+    fn fsync(&self) -> Result<(), i32> {
+        self.file.sync_data().map_err(|e| errno(&e))
+    }
+
+    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), i32> {
+        FileBacking::new(Arc::clone(&self.file)).fallocate(mode, pos, len)
+    }
+
+    fn is_async(&self) -> bool {
+        true
+    }
+
+    fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, i32)> {
+        const EINVAL: i32 = 22;
+        let Ok(mut buf) = AlignedBuf::try_with_alignment(req.data.len(), 4096) else {
+            return Err((req, EINVAL));
+        };
+        if req.write {
+            buf.copy_from_slice(&req.data);
+        }
+        let AioRequest {
+            token,
+            write,
+            pos,
+            nowait,
+            cpu,
+            ..
+        } = req;
+        let op = if write {
+            UringOp::Write { buf, off: pos }
+        } else {
+            UringOp::Read { buf, off: pos }
+        };
+        let flags = if nowait {
+            RwFlags::NOWAIT
+        } else {
+            RwFlags::empty()
+        };
+        self.cpus.lock().insert(token, cpu);
+        self.engine
+            .submit_with_flags(token, op, flags)
+            .map_err(|e| {
+                self.cpus.lock().remove(&token);
+                let data = e.op.into_buf().map(|b| b.to_vec()).unwrap_or_default();
+                (
+                    AioRequest {
+                        token,
+                        write,
+                        pos,
+                        data,
+                        nowait,
+                        cpu,
+                    },
+                    EIO,
+                )
+            })
     }
 }
 

@@ -40,6 +40,8 @@ pub const EOPNOTSUPP: i32 = 95;
 pub const EIO: i32 = 5;
 /// `ENOSPC`.
 pub const ENOSPC: i32 = 28;
+/// `EIOCBQUEUED`: the I/O was queued and completes later through `ki_complete()`.
+pub const EIOCBQUEUED: i32 = 529;
 
 fn errno_name(e: i32) -> String {
     match e {
@@ -82,6 +84,38 @@ pub trait LoopBacking: Send + Sync + fmt::Debug {
     fn fsync(&self) -> Result<(), i32>;
     /// `vfs_fallocate()` (`lo_fallocate()`).
     fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), i32>;
+    /// Whether reads and writes are asynchronous, as the kernel's direct I/O is: [`submit_aio`]
+    /// starts one and returns (`-EIOCBQUEUED`), and the completion comes back later, in the
+    /// backing device's interrupt on `req.cpu`, through [`LoopDevice::lo_rw_aio_complete_async`].
+    ///
+    /// [`submit_aio`]: LoopBacking::submit_aio
+    fn is_async(&self) -> bool {
+        false
+    }
+    /// Starts an asynchronous read or write (`call_read_iter()`/`call_write_iter()` returning
+    /// `-EIOCBQUEUED`). An immediate failure hands the request back with an errno.
+    fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, i32)> {
+        Err((req, EOPNOTSUPP))
+    }
+}
+
+/// One asynchronous read or write given to an asynchronous [`LoopBacking`]: the command's data
+/// travels with it (the kiocb's iov_iter over the request's pages) and comes back in the
+/// completion.
+#[derive(Debug)]
+pub struct AioRequest {
+    /// Identifies the command at completion.
+    pub token: u64,
+    /// A write (else a read).
+    pub write: bool,
+    /// Byte position in the backing file.
+    pub pos: u64,
+    /// The data to write, or a buffer of the length to read.
+    pub data: Vec<u8>,
+    /// `IOCB_NOWAIT`.
+    pub nowait: bool,
+    /// The CPU that submitted it: its completion interrupt is delivered there.
+    pub cpu: crate::kernel::CpuId,
 }
 
 /// Which of the posted designs runs.
@@ -240,6 +274,20 @@ impl LoopCmd {
     fn is_aio_write(&self) -> bool {
         self.use_aio && self.op == ReqOp::Write
     }
+
+    /// The command without its bio.
+    fn shell(&self) -> LoopCmd {
+        LoopCmd {
+            bio: None,
+            op: self.op,
+            preflush: self.preflush,
+            postflush: self.postflush,
+            sector: self.sector,
+            sectors: self.sectors,
+            rwbs: self.rwbs.clone(),
+            use_aio: self.use_aio,
+        }
+    }
 }
 
 /// What `lo_work_lock` protects.
@@ -300,6 +348,10 @@ pub struct LoopDevice {
     /// `lo->lo_work_lock` (a `spinlock_t` taken with `spin_lock_irq()`).
     lo_work_lock: Mutex<LoopWork>,
     counters: Counters,
+    /// Commands whose asynchronous I/O is in flight (the kiocbs `ki_complete()` will end), with
+    /// whether it was the NOWAIT attempt.
+    inflight: Mutex<std::collections::HashMap<u64, (LoopCmd, bool)>>,
+    next_token: AtomicUsize,
 }
 
 impl fmt::Debug for LoopDevice {
@@ -347,6 +399,8 @@ impl LoopDevice {
                 work,
                 lo_work_lock: Mutex::new(LoopWork::default()),
                 counters: Counters::default(),
+                inflight: Mutex::new(std::collections::HashMap::new()),
+                next_token: AtomicUsize::new(1),
             }
         })
     }
@@ -454,9 +508,10 @@ impl LoopDevice {
         } else {
             0
         };
-        let r = self.lo_submit_rw(cmd, offset, true);
+        let r = self.lo_submit_rw(cmd, offset, true, cx);
         tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.rwbs, cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => format!("-{}", errno_name(e)) });
         match r {
+            Err(EIOCBQUEUED) => {} // counted when it completes
             Err(EAGAIN) => Self::bump(&self.counters.nowait_eagain),
             Err(EOPNOTSUPP) => {
                 Self::bump(&self.counters.nowait_eopnotsupp);
@@ -476,12 +531,21 @@ impl LoopDevice {
     /// Returns the bytes done; a NOWAIT call stops at the first short segment and reports
     /// `-EAGAIN` (the fallback redoes the whole command; nothing was half-applied that a retry
     /// would not redo identically).
-    fn lo_submit_rw(&self, cmd: &mut LoopCmd, offset: u64, nowait: bool) -> Result<usize, i32> {
+    fn lo_submit_rw(
+        &self,
+        cmd: &mut LoopCmd,
+        offset: u64,
+        nowait: bool,
+        cx: &Cpu,
+    ) -> Result<usize, i32> {
         let write = cmd.op == ReqOp::Write;
         let Some(bio) = cmd.bio.as_mut() else {
             return Err(EIO);
         };
         let mut pos = (bio.bi_iter.bi_sector << SECTOR_SHIFT) + offset;
+        if self.backing.is_async() && cmd.use_aio {
+            return self.lo_submit_aio(cmd, pos, nowait, cx.id());
+        }
         let mut done = 0;
         for BioVec { data } in bio.bi_io_vec.iter_mut() {
             let n = self.backing.rw(write, pos, data, nowait)?;
@@ -495,6 +559,99 @@ impl LoopDevice {
             pos += n as u64;
         }
         Ok(done)
+    }
+
+    /// The asynchronous half of `lo_submit_rw_aio()`: the command is parked until
+    /// `ki_complete()` and the I/O handed to the backing; `-EIOCBQUEUED` tells the caller the
+    /// command is no longer its own.
+    fn lo_submit_aio(
+        &self,
+        cmd: &mut LoopCmd,
+        pos: u64,
+        nowait: bool,
+        cpu: crate::kernel::CpuId,
+    ) -> Result<usize, i32> {
+        let bio = cmd.bio.take().expect("checked by the caller");
+        let data = if cmd.op == ReqOp::Write {
+            bio.data()
+        } else {
+            vec![0; bio.data_len()]
+        };
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed) as u64;
+        let req = AioRequest {
+            token,
+            write: cmd.op == ReqOp::Write,
+            pos,
+            data,
+            nowait,
+            cpu,
+        };
+        let parked = LoopCmd {
+            bio: Some(bio),
+            ..cmd.shell()
+        };
+        self.inflight.lock().insert(token, (parked, nowait));
+        match self.backing.submit_aio(req) {
+            Ok(()) => Err(EIOCBQUEUED),
+            Err((_, e)) => {
+                // Not started: the command is the caller's again.
+                if let Some((back, _)) = self.inflight.lock().remove(&token) {
+                    cmd.bio = back.bio;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// `lo_rw_aio_complete()`, the `ki_complete()` of an asynchronous I/O, called by the backing
+    /// in its completion interrupt on the submitting CPU: the read data lands in the bio;
+    /// `lo_rw_aio_do_completion()` requeues a command whose result was `-EAGAIN` ("-EAGAIN could
+    /// be returned from bdev's ->ki_complete") and completes the others. An unknown token is a
+    /// WARN (nothing to complete).
+    pub fn lo_rw_aio_complete_async(
+        &self,
+        token: u64,
+        res: Result<usize, i32>,
+        data: Vec<u8>,
+        cx: &Cpu,
+    ) {
+        let Some((mut cmd, nowait)) = self.inflight.lock().remove(&token) else {
+            cx.warn(&format!(
+                "drivers/block/loop.c: ki_complete() for unknown kiocb {token}"
+            ));
+            return;
+        };
+        if let (ReqOp::Read, Ok(n), Some(bio)) = (cmd.op, res, cmd.bio.as_mut()) {
+            let mut at = 0;
+            for v in bio.bi_io_vec.iter_mut() {
+                let end = (at + v.data.len()).min(n).min(data.len());
+                if at < end {
+                    v.data[..end - at].copy_from_slice(&data[at..end]);
+                }
+                at += v.data.len();
+            }
+        }
+        if nowait {
+            match res {
+                Err(EAGAIN) => Self::bump(&self.counters.nowait_eagain),
+                Err(EOPNOTSUPP) => Self::bump(&self.counters.nowait_eopnotsupp),
+                _ => Self::bump(&self.counters.nowait_done),
+            }
+        }
+        tracing::trace!(target: "loop", tracepoint = "loop_aio_complete", "loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.rwbs, cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => format!("-{}", errno_name(e)) }, if nowait { " (NOWAIT)" } else { "" });
+        // A short NOWAIT transfer falls back like -EAGAIN (see lo_submit_rw).
+        let want = cmd.bio.as_ref().map_or(0, |b| b.data_len());
+        let again = res == Err(EAGAIN) || (nowait && matches!(res, Ok(n) if n < want));
+        if again {
+            self.loop_queue_work(cmd, cx);
+            return;
+        }
+        self.lo_rw_aio_complete(cmd, res, cx);
+    }
+
+    /// Asynchronous commands in flight (simulator introspection).
+    pub fn aio_in_flight(&self) -> usize {
+        self.inflight.lock().len()
     }
 
     /// `lo_rw_aio_complete()` → `lo_rw_aio_do_completion()` → `blk_mq_complete_request()`: a
@@ -636,7 +793,7 @@ impl LoopDevice {
                 } else {
                     Ok(())
                 };
-                let r = pre.and_then(|()| self.lo_submit_rw(&mut cmd, self.lo_offset, false));
+                let r = pre.and_then(|()| self.lo_submit_rw(&mut cmd, self.lo_offset, false, cx));
                 match r {
                     Ok(n) if cmd.postflush => self.backing.fsync().map(|()| n),
                     r => r,
@@ -652,6 +809,9 @@ impl LoopDevice {
                 .fallocate(Fallocate::ZeroRange, pos, len)
                 .map(|()| 0),
         };
+        if res == Err(EIOCBQUEUED) {
+            return; // ki_complete() ends it
+        }
         let res = match (cmd.op, cmd.use_aio, res) {
             (ReqOp::Read | ReqOp::Write, true, r) => r,
             (_, _, Err(EOPNOTSUPP)) => Err(EOPNOTSUPP),
@@ -704,10 +864,13 @@ pub struct MemBacking {
     fmode_nowait: bool,
     block_device: bool,
     refuse_nowait: bool,
+    asynchronous: bool,
 }
 
 #[derive(Debug, Default)]
 struct MemState {
+    /// Asynchronous I/O started and not yet completed (the "device queue").
+    pending: VecDeque<AioRequest>,
     data: std::collections::HashMap<u64, Vec<u8>>, // 4 KiB block index → contents
     syncs: u64,
     /// The next NOWAIT call fails with this errno (one-shot contention).
@@ -726,7 +889,32 @@ impl MemBacking {
             fmode_nowait: true,
             block_device: false,
             refuse_nowait: false,
+            asynchronous: false,
         }
+    }
+
+    /// Makes reads and writes asynchronous: `submit_aio` queues them, and
+    /// [`MemBacking::complete_next`] performs the oldest and calls its `ki_complete()`.
+    pub fn asynchronous(mut self) -> Self {
+        self.asynchronous = true;
+        self
+    }
+
+    /// Asynchronous requests waiting for [`MemBacking::complete_next`].
+    pub fn pending(&self) -> usize {
+        self.state.lock().pending.len()
+    }
+
+    /// Performs the oldest pending asynchronous request (with its `IOCB_NOWAIT` rules) and
+    /// calls `lo`'s `ki_complete()` for it in `cx`'s context (the caller runs this in the
+    /// device's interrupt). Returns whether there was one.
+    pub fn complete_next(&self, lo: &LoopDevice, cx: &Cpu) -> bool {
+        let Some(mut req) = self.state.lock().pending.pop_front() else {
+            return false;
+        };
+        let res = self.rw(req.write, req.pos, &mut req.data, req.nowait);
+        lo.lo_rw_aio_complete_async(req.token, res, req.data, cx);
+        true
     }
 
     /// A fully allocated file of `size` bytes (zeros): NOWAIT never blocks.
@@ -778,6 +966,18 @@ impl MemBacking {
 impl LoopBacking for MemBacking {
     fn size(&self) -> u64 {
         self.size
+    }
+
+    fn is_async(&self) -> bool {
+        self.asynchronous
+    }
+
+    fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, i32)> {
+        if !self.asynchronous {
+            return Err((req, EOPNOTSUPP));
+        }
+        self.state.lock().pending.push_back(req);
+        Ok(())
     }
 
     fn is_block_device(&self) -> bool {

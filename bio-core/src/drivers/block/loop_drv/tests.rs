@@ -471,3 +471,74 @@ fn a_preflush_fua_write_is_flush_data_flush_in_the_worker() {
     r.mem.rw(false, 8 << 9, &mut back, false).unwrap();
     assert_eq!(back, block(4));
 }
+
+/// Completes every pending asynchronous request on CPU0 in hardirq, as the backing device's
+/// interrupt would, then runs the softirqs.
+fn complete_all(r: &Rig) -> usize {
+    let mut n = 0;
+    while r.cx.with_hardirq(|cx| r.mem.complete_next(&r.lo, cx)) {
+        n += 1;
+    }
+    r.softirqs();
+    n
+}
+
+#[test]
+fn asynchronous_direct_io_completes_from_the_interrupt_and_the_bio_ends_in_softirq() {
+    let r = rig(
+        MemBacking::preallocated(1 << 20).asynchronous(),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Write, 8, Some(block(6)));
+    assert!(r.statuses().is_empty(), "-EIOCBQUEUED: nothing ended yet");
+    assert_eq!((r.mem.pending(), r.lo.aio_in_flight()), (1, 1));
+    assert_eq!(complete_all(&r), 1);
+    r.submit(ReqOp::Read, 8, Some(block(0)));
+    assert_eq!(complete_all(&r), 1);
+    let ended = r.ended.lock();
+    assert_eq!(
+        ended.iter().map(|e| e.1).collect::<Vec<_>>(),
+        [BLK_STS_OK, BLK_STS_OK]
+    );
+    assert_eq!(
+        ended[1].2,
+        block(6),
+        "the read's data came back through ki_complete()"
+    );
+    assert!(ended.iter().all(|e| !e.3), "ended in BLOCK_SOFTIRQ");
+    assert_eq!(r.lo.stats().nowait_done, 2);
+    assert_eq!(r.lo.stats().worker_cmds, 0);
+}
+
+#[test]
+fn an_eagain_from_ki_complete_is_requeued_to_the_worker_which_submits_without_nowait() {
+    let r = rig(
+        MemBacking::sparse(1 << 20).asynchronous(),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Write, 0, Some(block(5)));
+    assert_eq!(
+        r.lo.nr_blocking_writes(),
+        0,
+        "queued to the backing, not to the worker"
+    );
+    // The device says -EAGAIN (a hole): lo_rw_aio_do_completion() requeues it.
+    complete_all(&r);
+    assert_eq!(r.lo.stats().nowait_eagain, 1);
+    assert_eq!(r.lo.nr_blocking_writes(), 1, "a blocking write is queued");
+    assert!(r.statuses().is_empty());
+    // The worker submits it without NOWAIT; the count drops once it is submitted.
+    r.run_worker();
+    assert_eq!(
+        r.lo.nr_blocking_writes(),
+        0,
+        "queued plus being submitted, not in flight"
+    );
+    assert_eq!(r.lo.aio_in_flight(), 1);
+    complete_all(&r);
+    assert_eq!(r.statuses(), [BLK_STS_OK]);
+    assert_eq!(r.mem.allocated_blocks(), 1);
+    assert!(r.k.reports().is_empty(), "{:?}", r.k.reports().all());
+}
