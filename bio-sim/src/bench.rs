@@ -16,7 +16,8 @@
 //! loop worker; docs/performance.md says how to read them.
 
 use crate::dev::backing::{BackingError, BackingFile, OpenOptions, RwFlags};
-use crate::dev::loop_file::FileBacking;
+use crate::dev::loop_file::{FileBacking, UringBacking};
+use crate::dev::uring::{UringEngine, UringOp};
 use crate::runtime::threaded::{ThreadedConfig, ThreadedError, ThreadedRuntime};
 use bio_core::block::{submit_bio_noacct, BioEndIo, ReqOp, BLK_STS_OK};
 use bio_core::drivers::block::loop_drv::{
@@ -124,6 +125,40 @@ pub struct LoopBenchConfig {
     pub rounds: usize,
     /// The workloads.
     pub workloads: Vec<Workload>,
+    /// How the loop device's backing does its I/O.
+    pub engine: Engine,
+}
+
+/// The I/O engine under the loop model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// Synchronous `preadv2`/`pwritev2` on the submitting CPU or the worker ([`FileBacking`]);
+    /// the raw baseline is as many threads doing `pread`/`pwrite`.
+    Sync,
+    /// Asynchronous io_uring, completions as interrupts ([`crate::dev::loop_file::UringBacking`]);
+    /// the raw baseline is one io_uring at the same depth.
+    Uring,
+}
+
+impl Engine {
+    /// Parses a CLI name.
+    pub fn parse(s: &str) -> Result<Engine, BenchError> {
+        match s {
+            "sync" => Ok(Engine::Sync),
+            "uring" | "io_uring" => Ok(Engine::Uring),
+            _ => Err(BenchError::Param(format!(
+                "unknown engine `{s}` (expected sync or uring)"
+            ))),
+        }
+    }
+
+    /// The CLI name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Sync => "sync",
+            Engine::Uring => "uring",
+        }
+    }
 }
 
 impl Default for LoopBenchConfig {
@@ -135,6 +170,7 @@ impl Default for LoopBenchConfig {
             cpus: 2,
             rounds: 5,
             workloads: Workload::ALL.to_vec(),
+            engine: Engine::Sync,
         }
     }
 }
@@ -185,10 +221,11 @@ impl fmt::Display for LoopBenchReport {
         let c = &self.config;
         writeln!(
             f,
-            "loop over a real O_DIRECT file in {} ({} MiB, FMODE_NOWAIT={}): {} CPUs x {} I/Os of 4 KiB per round, {} rounds, medians",
+            "loop over a real O_DIRECT file in {} ({} MiB, FMODE_NOWAIT={}), engine {}: {} CPUs x {} I/Os of 4 KiB per round, {} rounds, medians",
             c.dir.display(),
             c.file_size >> 20,
             self.nowait,
+            c.engine.name(),
             c.cpus,
             c.ios_per_cpu,
             c.rounds
@@ -294,6 +331,68 @@ fn run_raw(file: &Arc<BackingFile>, w: Workload, cfg: &LoopBenchConfig) -> Resul
     Ok((cfg.cpus as usize * cfg.ios_per_cpu) as f64 / t0.elapsed().as_secs_f64())
 }
 
+/// One io_uring at the loop queue's depth doing the same I/Os: the asynchronous ceiling.
+fn run_raw_uring(
+    file: &Arc<BackingFile>,
+    w: Workload,
+    cfg: &LoopBenchConfig,
+) -> Result<f64, BenchError> {
+    let blocks = file.size() / BS as u64;
+    let done = Arc::new((parking_lot::Mutex::new(0u64), parking_lot::Condvar::new()));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let (d, e) = (Arc::clone(&done), Arc::clone(&errors));
+    let engine = UringEngine::new(
+        Arc::clone(file),
+        LOOP_QUEUE_DEPTH as u32,
+        RwFlags::empty(),
+        move |c| {
+            if c.result.is_err() {
+                e.fetch_add(1, Ordering::Relaxed);
+            }
+            *d.0.lock() += 1;
+            d.1.notify_all();
+        },
+    )
+    .map_err(io_err("starting io_uring", file.path()))?;
+    let offs: Vec<u64> = (0..cfg.cpus)
+        .flat_map(|c| offsets(c, cfg.ios_per_cpu, blocks))
+        .collect();
+    let n = offs.len() as u64;
+    let t0 = Instant::now();
+    for (i, off) in offs.into_iter().enumerate() {
+        {
+            let mut g = done.0.lock();
+            while (i as u64) >= *g + LOOP_QUEUE_DEPTH {
+                done.1.wait(&mut g);
+            }
+        }
+        let buf = crate::dev::aligned::AlignedBuf::new(BS);
+        let op = if w.write() {
+            UringOp::Write { buf, off }
+        } else {
+            UringOp::Read { buf, off }
+        };
+        engine
+            .submit(i as u64, op)
+            .map_err(|e| BenchError::Machine(format!("io_uring refused an op: {e}")))?;
+    }
+    {
+        let mut g = done.0.lock();
+        while *g < n {
+            done.1.wait(&mut g);
+        }
+    }
+    let elapsed = t0.elapsed();
+    engine.shutdown();
+    if errors.load(Ordering::Relaxed) > 0 {
+        return Err(BenchError::Machine(format!(
+            "{} raw io_uring I/Os failed",
+            errors.load(Ordering::Relaxed)
+        )));
+    }
+    Ok(n as f64 / elapsed.as_secs_f64())
+}
+
 /// The loop device of `variant` on the threaded runtime: every CPU submits its I/Os from task
 /// context back to back and waits for their completions.
 fn run_loop(
@@ -304,8 +403,21 @@ fn run_loop(
 ) -> Result<(f64, LoopStats), BenchError> {
     let kernel = Kernel::boot(KernelConfig::default(), cfg.cpus, cfg.cpus)
         .map_err(|e| BenchError::Machine(e.to_string()))?;
-    let backing: Arc<dyn LoopBacking> = Arc::new(FileBacking::new(Arc::clone(file)));
+    let uring = match cfg.engine {
+        Engine::Sync => None,
+        Engine::Uring => Some(Arc::new(
+            UringBacking::new(Arc::clone(file), LOOP_QUEUE_DEPTH as u32)
+                .map_err(io_err("starting io_uring", file.path()))?,
+        )),
+    };
+    let backing: Arc<dyn LoopBacking> = match &uring {
+        Some(u) => Arc::clone(u) as Arc<dyn LoopBacking>,
+        None => Arc::new(FileBacking::new(Arc::clone(file))),
+    };
     let lo = LoopDevice::new(&kernel, 0, backing, LO_FLAGS_DIRECT_IO, 0, variant);
+    if let Some(u) = &uring {
+        u.attach(&lo, &kernel);
+    }
     let rt = ThreadedRuntime::start(
         Arc::clone(&kernel),
         ThreadedConfig {
@@ -446,7 +558,10 @@ pub fn loop_bench(cfg: &LoopBenchConfig) -> Result<LoopBenchReport, BenchError> 
                         .map_err(io_err("punching holes", &path))?;
                 }
                 if d.design == "raw" {
-                    d.iops.push(run_raw(&file, w, cfg)?);
+                    d.iops.push(match cfg.engine {
+                        Engine::Sync => run_raw(&file, w, cfg)?,
+                        Engine::Uring => run_raw_uring(&file, w, cfg)?,
+                    });
                 } else {
                     let v = LoopVariant::by_name(&d.design).expect("a preset's own name");
                     let (iops, stats) = run_loop(&file, v, w, cfg)?;

@@ -75,6 +75,10 @@ pub struct BenchLoopArgs {
     /// randwrite-sparse, randwrite-overwrite, randread or all.
     #[arg(long, default_value = "all")]
     pub workload: String,
+    /// sync (preadv2/pwritev2 where the model issues the I/O) or uring (asynchronous io_uring,
+    /// completions as interrupts on the submitting CPU).
+    #[arg(long, default_value = "sync")]
+    pub engine: String,
 }
 
 /// `biosim bench dontcache`.

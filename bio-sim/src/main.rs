@@ -176,7 +176,7 @@ fn findings(args: bio_sim::cli::FindingsArgs) -> Result<(), Box<dyn std::error::
 
 fn bench(cmd: bio_sim::cli::BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
     use bio_sim::bench::{
-        dontcache_bench, loop_bench, parse_size, DontcacheConfig, LoopBenchConfig, Workload,
+        dontcache_bench, loop_bench, parse_size, DontcacheConfig, Engine, LoopBenchConfig, Workload,
     };
     use bio_sim::cli::BenchCommand;
     match cmd {
@@ -188,6 +188,7 @@ fn bench(cmd: bio_sim::cli::BenchCommand) -> Result<(), Box<dyn std::error::Erro
                 cpus: a.cpus,
                 rounds: a.rounds as usize,
                 workloads: Workload::parse(&a.workload)?,
+                engine: Engine::parse(&a.engine)?,
             };
             print!("{}", loop_bench(&cfg)?);
         }
