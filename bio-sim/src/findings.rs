@@ -91,6 +91,15 @@ impl Verdict {
         }
     }
 
+    /// Caught with `v`, or clean if `v` is empty.
+    pub fn of(v: Vec<Violation>) -> Verdict {
+        if v.is_empty() {
+            Verdict::Clean
+        } else {
+            Verdict::Caught(v)
+        }
+    }
+
     /// Whether this verdict is the expected one.
     pub fn matches(&self, e: Expect) -> bool {
         matches!(
@@ -295,12 +304,7 @@ fn sim(
 }
 
 fn verdict(v: Vec<Violation>, wanted: impl Fn(&Violation) -> bool) -> Verdict {
-    let hits: Vec<Violation> = v.into_iter().filter(|x| wanted(x)).collect();
-    if hits.is_empty() {
-        Verdict::Clean
-    } else {
-        Verdict::Caught(hits)
-    }
+    Verdict::of(v.into_iter().filter(|x| wanted(x)).collect())
 }
 
 const BUDGET: u64 = 5_000;

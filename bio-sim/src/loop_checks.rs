@@ -209,26 +209,18 @@ pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<Loo
                     trace: Vec::new(),
                 });
             }
-            let verdict = if v.is_empty() {
-                Verdict::Clean
-            } else {
-                Verdict::Caught(v)
-            };
+            let verdict = Verdict::of(v);
             Ok(r.done(verdict))
         }
         "L2" => {
             let r = Rig::new(variant, MemBacking::sparse(1 << 20), 0, trace)?;
             r.submit(ReqOp::Write, 0, pattern(0));
             let v = r.s.settle(BUDGET);
-            let hits: Vec<Violation> = v
-                .into_iter()
-                .filter(|x| x.message.contains("lockdep_assert_held"))
-                .collect();
-            let verdict = if hits.is_empty() {
-                Verdict::Clean
-            } else {
-                Verdict::Caught(hits)
-            };
+            let verdict = Verdict::of(
+                v.into_iter()
+                    .filter(|x| x.message.contains("lockdep_assert_held"))
+                    .collect(),
+            );
             Ok(r.done(verdict))
         }
         "L3" => {
@@ -265,11 +257,7 @@ pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<Loo
                     trace: Vec::new(),
                 });
             }
-            let verdict = if v.is_empty() {
-                Verdict::Clean
-            } else {
-                Verdict::Caught(v)
-            };
+            let verdict = Verdict::of(v);
             Ok(r.done(verdict))
         }
         "L4" => {
@@ -320,11 +308,7 @@ pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<Loo
                     Invariant::DataMismatch | Invariant::Stranded | Invariant::EndIoOnce
                 )
             });
-            let verdict = if v.is_empty() {
-                Verdict::Clean
-            } else {
-                Verdict::Caught(v)
-            };
+            let verdict = Verdict::of(v);
             Ok(r.done(verdict))
         }
         _ => Ok(LoopRun {

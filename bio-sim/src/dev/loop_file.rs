@@ -164,6 +164,8 @@ impl LoopBacking for FileBacking {
 /// Call [`UringBacking::attach`] with the loop device before its first I/O.
 pub struct UringBacking {
     file: Arc<BackingFile>,
+    /// The synchronous paths (non-aio commands, flush, fallocate).
+    sync: FileBacking,
     engine: UringEngine,
     target: Arc<OnceLock<Target>>,
     cpus: Arc<Mutex<HashMap<u64, CpuId>>>,
@@ -215,6 +217,7 @@ impl UringBacking {
             },
         )?;
         Ok(UringBacking {
+            sync: FileBacking::new(Arc::clone(&file)),
             file,
             engine,
             target,
@@ -243,28 +246,28 @@ impl UringBacking {
 
 impl LoopBacking for UringBacking {
     fn size(&self) -> u64 {
-        self.file.size()
+        self.sync.size()
     }
 
     fn is_block_device(&self) -> bool {
-        self.file.is_block_device()
+        self.sync.is_block_device()
     }
 
     fn fmode_nowait(&self) -> bool {
-        self.file.supports_nowait()
+        self.sync.fmode_nowait()
     }
 
+    /// Non-aio commands (a buffered loop device, the flush sequence) stay synchronous.
     fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, i32> {
-        // The synchronous path (non-aio commands): the same as FileBacking.
-        FileBacking::new(Arc::clone(&self.file)).rw(write, pos, buf, nowait)
+        self.sync.rw(write, pos, buf, nowait)
     }
 
     fn fsync(&self) -> Result<(), i32> {
-        self.file.sync_data().map_err(|e| errno(&e))
+        self.sync.fsync()
     }
 
     fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), i32> {
-        FileBacking::new(Arc::clone(&self.file)).fallocate(mode, pos, len)
+        self.sync.fallocate(mode, pos, len)
     }
 
     fn is_async(&self) -> bool {
