@@ -416,7 +416,7 @@ fn run_loop(
     };
     let lo = LoopDevice::new(&kernel, 0, backing, LO_FLAGS_DIRECT_IO, 0, variant);
     if let Some(u) = &uring {
-        u.attach(&lo, &kernel);
+        u.attach(&lo, &kernel).map_err(BenchError::Machine)?;
     }
     let rt = ThreadedRuntime::start(
         Arc::clone(&kernel),

@@ -115,26 +115,27 @@ impl Kernel {
                 handler,
             });
         }
-        let target = if self.cpu_online(cpu) {
-            cpu
-        } else {
-            match self.online_cpus().first() {
-                Some(c) => *c,
-                None => {
-                    return Err(IrqError {
-                        cpu,
-                        reason: "no CPU is online",
-                        handler,
-                    })
-                }
+        // The online check is made under the target's queue lock: a CPU going offline clears
+        // its online bit and then migrates its queue under that lock, so an interrupt queued
+        // while the bit was still set is migrated, never stranded on a dead CPU.
+        let mut candidates = std::iter::once(cpu).chain(self.online_cpus());
+        loop {
+            let Some(target) = candidates.next() else {
+                return Err(IrqError {
+                    cpu,
+                    reason: "no CPU is online",
+                    handler,
+                });
+            };
+            let mut q = self.irqs.per_cpu[target.index()].lock();
+            if !self.cpu_online(target) {
+                continue;
             }
-        };
-        self.irqs.per_cpu[target.index()]
-            .lock()
-            .hardirqs
-            .push_back(PendingIrq { name, handler });
-        self.wake(target);
-        Ok(target)
+            q.hardirqs.push_back(PendingIrq { name, handler });
+            drop(q);
+            self.wake(target);
+            return Ok(target);
+        }
     }
 
     /// `irq_migrate_all_off_this_cpu()`: moves the interrupts pending on a CPU that left the

@@ -42,6 +42,8 @@ pub struct Kernel {
     reports: ReportLog,
     next_bio_id: AtomicU64,
     next_ctx_id: AtomicU64,
+    /// Tokens of asynchronous device I/O (the kiocbs loop devices hand to their backing).
+    aio_tokens: UntrackedArc<crate::sync::untracked::AtomicUsize>,
     pub(crate) percpu: Vec<PerCpuState>,
     pub(crate) jiffies: AtomicU64,
     pub(crate) workqueues: crate::workqueue::Workqueues,
@@ -118,6 +120,7 @@ impl Kernel {
             reports: ReportLog::default(),
             next_bio_id: AtomicU64::new(1),
             next_ctx_id: AtomicU64::new(1),
+            aio_tokens: UntrackedArc::new(crate::sync::untracked::AtomicUsize::new(1)),
             percpu,
             jiffies: AtomicU64::new(0),
             workqueues: crate::workqueue::Workqueues::new(nr_cpus),
@@ -200,6 +203,11 @@ impl Kernel {
     /// A fresh simulator-wide bio identity (not a kernel concept: traces and the oracle use it).
     pub(crate) fn alloc_bio_id(&self) -> u64 {
         self.next_bio_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The generator of asynchronous I/O tokens, unique across the kernel's devices.
+    pub(crate) fn aio_tokens(&self) -> UntrackedArc<crate::sync::untracked::AtomicUsize> {
+        UntrackedArc::clone(&self.aio_tokens)
     }
 
     /// `WARN_ON_ONCE()`: reports `message` as a WARN the first time call site `site` fires.

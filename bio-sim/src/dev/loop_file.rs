@@ -161,7 +161,9 @@ impl LoopBacking for FileBacking {
 /// from the disk interrupt, and `blk_mq_complete_request()` then ends the loop bio in
 /// `BLOCK_SOFTIRQ`.
 ///
-/// Call [`UringBacking::attach`] with the loop device before its first I/O.
+/// One `UringBacking` serves one loop device: call [`UringBacking::attach`] with it before its
+/// first I/O (until then asynchronous submissions are refused with `EIO`, so nothing can be lost
+/// in a completion with nowhere to go).
 pub struct UringBacking {
     file: Arc<BackingFile>,
     /// The synchronous paths (non-aio commands, flush, fallocate).
@@ -225,12 +227,21 @@ impl UringBacking {
         })
     }
 
-    /// Routes completions to `lo` on `kernel`'s CPUs. Only the first call counts.
-    pub fn attach(&self, lo: &Arc<LoopDevice>, kernel: &Arc<Kernel>) {
-        let _ = self.target.set(Target {
+    /// Routes completions to `lo` on `kernel`'s CPUs. A second call for another device is an
+    /// error: completions are routed per backing.
+    pub fn attach(&self, lo: &Arc<LoopDevice>, kernel: &Arc<Kernel>) -> Result<(), String> {
+        let t = self.target.get_or_init(|| Target {
             lo: Arc::downgrade(lo),
             kernel: Arc::clone(kernel),
         });
+        if t.lo.ptr_eq(&Arc::downgrade(lo)) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: this io_uring backing already serves another loop device",
+                self.file.path().display()
+            ))
+        }
     }
 
     /// Waits until every submitted I/O has completed (its interrupt raised).
@@ -276,6 +287,9 @@ impl LoopBacking for UringBacking {
 
     fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, i32)> {
         const EINVAL: i32 = 22;
+        if self.target.get().is_none() {
+            return Err((req, EIO)); // not attached: its completion would have nowhere to go
+        }
         let Ok(mut buf) = AlignedBuf::try_with_alignment(req.data.len(), 4096) else {
             return Err((req, EINVAL));
         };

@@ -13,10 +13,11 @@
 //! with `RWF_NOWAIT`), tests and the deterministic runtime an in-memory one whose `-EAGAIN` rules
 //! are those of a filesystem's direct I/O (see [`MemBacking`]).
 //!
-//! Simplifications, each documented where it matters: one bio is one request (no blk-mq merging),
-//! the backing I/O completes synchronously (`lo_rw_aio_complete()` runs inline where the I/O was
-//! issued: in the submitter for a NOWAIT hit, in the worker otherwise), and there is one root
-//! cgroup worker (`lo->rootcg_work`).
+//! Simplifications, each documented where it matters (docs/loop.md): one bio is one request (no
+//! blk-mq merging); a synchronous backing completes inline where the I/O was issued, an
+//! asynchronous one (`-EIOCBQUEUED`) through `ki_complete()` in an interrupt on the submitting
+//! CPU; bios end in `BLOCK_SOFTIRQ` on the CPU that completed them (the kernel sends them back
+//! to the submitting CPU); there is one root cgroup worker (`lo->rootcg_work`).
 
 use crate::block::Bio;
 use crate::block::{
@@ -351,7 +352,8 @@ pub struct LoopDevice {
     /// Commands whose asynchronous I/O is in flight (the kiocbs `ki_complete()` will end), with
     /// whether it was the NOWAIT attempt.
     inflight: Mutex<std::collections::HashMap<u64, (LoopCmd, bool)>>,
-    next_token: AtomicUsize,
+    /// Token generator, shared by the kernel's devices.
+    tokens: UntrackedArc<AtomicUsize>,
 }
 
 impl fmt::Debug for LoopDevice {
@@ -400,7 +402,7 @@ impl LoopDevice {
                 lo_work_lock: Mutex::new(LoopWork::default()),
                 counters: Counters::default(),
                 inflight: Mutex::new(std::collections::HashMap::new()),
-                next_token: AtomicUsize::new(1),
+                tokens: kernel.aio_tokens(),
             }
         })
     }
@@ -577,7 +579,9 @@ impl LoopDevice {
         } else {
             vec![0; bio.data_len()]
         };
-        let token = self.next_token.fetch_add(1, Ordering::Relaxed) as u64;
+        // Unique across every device of the kernel, so several loop devices can share one
+        // asynchronous backing (two partitions of one image at different lo_offsets).
+        let token = self.kernel_token();
         let req = AioRequest {
             token,
             write: cmd.op == ReqOp::Write,
@@ -631,22 +635,26 @@ impl LoopDevice {
                 at += v.data.len();
             }
         }
+        // A short NOWAIT transfer falls back like -EAGAIN, as on the synchronous path.
+        let want = cmd.bio.as_ref().map_or(0, |b| b.data_len());
+        let again = res == Err(EAGAIN) || (nowait && matches!(res, Ok(n) if n < want));
         if nowait {
             match res {
-                Err(EAGAIN) => Self::bump(&self.counters.nowait_eagain),
+                _ if again => Self::bump(&self.counters.nowait_eagain),
                 Err(EOPNOTSUPP) => Self::bump(&self.counters.nowait_eopnotsupp),
                 _ => Self::bump(&self.counters.nowait_done),
             }
         }
         tracing::trace!(target: "loop", tracepoint = "loop_aio_complete", "loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.rwbs, cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => format!("-{}", errno_name(e)) }, if nowait { " (NOWAIT)" } else { "" });
-        // A short NOWAIT transfer falls back like -EAGAIN (see lo_submit_rw).
-        let want = cmd.bio.as_ref().map_or(0, |b| b.data_len());
-        let again = res == Err(EAGAIN) || (nowait && matches!(res, Ok(n) if n < want));
         if again {
             self.loop_queue_work(cmd, cx);
             return;
         }
         self.lo_rw_aio_complete(cmd, res, cx);
+    }
+
+    fn kernel_token(&self) -> u64 {
+        self.tokens.fetch_add(1, Ordering::Relaxed) as u64
     }
 
     /// Asynchronous commands in flight (simulator introspection).
@@ -972,9 +980,27 @@ impl LoopBacking for MemBacking {
         self.asynchronous
     }
 
+    /// A filesystem refuses a NOWAIT request inside `->write_iter()`, before anything is queued
+    /// (`-EAGAIN` for a write that would allocate, `-EOPNOTSUPP` from a refusing file): those
+    /// answers are synchronous here too. Only a block device's one-shot refusal
+    /// ([`MemBacking::refuse_nowait_once`]) arrives with the completion, as a bdev's
+    /// `ki_complete(-EAGAIN)` can.
     fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, i32)> {
         if !self.asynchronous {
             return Err((req, EOPNOTSUPP));
+        }
+        if req.nowait && self.fmode_nowait && !self.block_device {
+            if self.refuse_nowait {
+                return Err((req, EOPNOTSUPP));
+            }
+            let end = (req.pos + req.data.len() as u64).min(self.size);
+            let st = self.state.lock();
+            let hole = req.write
+                && req.pos < end
+                && (req.pos / MEM_BLOCK..=(end - 1) / MEM_BLOCK).any(|b| !st.data.contains_key(&b));
+            if hole {
+                return Err((req, EAGAIN));
+            }
         }
         self.state.lock().pending.push_back(req);
         Ok(())

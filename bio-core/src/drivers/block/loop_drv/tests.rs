@@ -512,23 +512,16 @@ fn asynchronous_direct_io_completes_from_the_interrupt_and_the_bio_ends_in_softi
 }
 
 #[test]
-fn an_eagain_from_ki_complete_is_requeued_to_the_worker_which_submits_without_nowait() {
+fn a_files_nowait_refusal_is_synchronous_and_the_worker_then_submits_without_nowait() {
     let r = rig(
         MemBacking::sparse(1 << 20).asynchronous(),
         LoopVariant::V5,
         LO_FLAGS_DIRECT_IO,
     );
     r.submit(ReqOp::Write, 0, Some(block(5)));
-    assert_eq!(
-        r.lo.nr_blocking_writes(),
-        0,
-        "queued to the backing, not to the worker"
-    );
-    // The device says -EAGAIN (a hole): lo_rw_aio_do_completion() requeues it.
-    complete_all(&r);
+    // ->write_iter() refused the NOWAIT write into a hole before queueing anything.
     assert_eq!(r.lo.stats().nowait_eagain, 1);
-    assert_eq!(r.lo.nr_blocking_writes(), 1, "a blocking write is queued");
-    assert!(r.statuses().is_empty());
+    assert_eq!((r.lo.nr_blocking_writes(), r.lo.aio_in_flight()), (1, 0));
     // The worker submits it without NOWAIT; the count drops once it is submitted.
     r.run_worker();
     assert_eq!(
@@ -537,8 +530,73 @@ fn an_eagain_from_ki_complete_is_requeued_to_the_worker_which_submits_without_no
         "queued plus being submitted, not in flight"
     );
     assert_eq!(r.lo.aio_in_flight(), 1);
+    assert!(r.statuses().is_empty());
     complete_all(&r);
     assert_eq!(r.statuses(), [BLK_STS_OK]);
     assert_eq!(r.mem.allocated_blocks(), 1);
     assert!(r.k.reports().is_empty(), "{:?}", r.k.reports().all());
+}
+
+#[test]
+fn an_eagain_from_a_block_devices_ki_complete_is_requeued_to_the_worker() {
+    let r = rig(
+        MemBacking::preallocated(1 << 20)
+            .as_block_device()
+            .asynchronous(),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.mem.refuse_nowait_once();
+    r.submit(ReqOp::Write, 0, Some(block(5)));
+    assert_eq!(
+        (r.lo.aio_in_flight(), r.lo.nr_blocking_writes()),
+        (1, 0),
+        "queued to the device"
+    );
+    // The device answers -EAGAIN through ki_complete(): lo_rw_aio_do_completion() requeues it.
+    complete_all(&r);
+    assert_eq!(r.lo.stats().nowait_eagain, 1);
+    assert_eq!(r.lo.nr_blocking_writes(), 1);
+    r.run_worker();
+    complete_all(&r);
+    assert_eq!(r.statuses(), [BLK_STS_OK]);
+    assert!(r.k.reports().is_empty(), "{:?}", r.k.reports().all());
+}
+
+#[test]
+fn two_devices_on_one_asynchronous_backing_never_mix_their_completions() {
+    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let mem = UntrackedArc::new(MemBacking::preallocated(1 << 20).asynchronous());
+    let backing: UntrackedArc<dyn LoopBacking> = mem.clone();
+    let a = LoopDevice::new(
+        &k,
+        0,
+        UntrackedArc::clone(&backing),
+        LO_FLAGS_DIRECT_IO,
+        0,
+        LoopVariant::V5,
+    );
+    let b = LoopDevice::new(
+        &k,
+        1,
+        backing,
+        LO_FLAGS_DIRECT_IO,
+        512 << 10,
+        LoopVariant::V5,
+    );
+    submit_bio_noacct(k.bio_alloc(ReqOp::Read, 0).with_data(block(0)), &*b, &cx);
+    submit_bio_noacct(k.bio_alloc(ReqOp::Write, 0).with_data(block(1)), &*a, &cx);
+    // B's completion misrouted to A: tokens are kernel-wide, so A does not take it for its own
+    // write (with per-device numbering both would be token 1 and A's write would end unwritten).
+    assert!(cx.with_hardirq(|cx| mem.complete_next(&a, cx)));
+    assert_eq!(a.aio_in_flight(), 1, "A's own write is still in flight");
+    let warns = k.reports().of_kind(ReportKind::Warn);
+    assert!(
+        warns.iter().any(|w| w.message.contains("unknown kiocb")),
+        "{warns:?}"
+    );
+    // Routed right, A's completes.
+    assert!(cx.with_hardirq(|cx| mem.complete_next(&a, cx)));
+    assert_eq!(a.aio_in_flight(), 0);
 }
