@@ -671,3 +671,50 @@ fn idle_cpus_sleep_instead_of_spinning() {
     );
     assert!(rt.shutdown().is_clean());
 }
+
+#[test]
+fn interrupts_raised_from_outside_while_their_cpu_goes_offline_are_never_stranded() {
+    // An I/O engine's reaper thread keeps raising completion interrupts at CPU1 while CPU1 goes
+    // down and up, and CPU1 ends offline with the reaper still running. Every handler must run
+    // exactly once (on some CPU): none may be left queued on the dead CPU.
+    let k = kernel(2);
+    let rt = start(&k);
+    let (raised, ran) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reaper = {
+        let (k, raised, ran, stop) = (
+            Arc::clone(&k),
+            Arc::clone(&raised),
+            Arc::clone(&ran),
+            Arc::clone(&stop),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let ran = Arc::clone(&ran);
+                k.raise_irq(
+                    CpuId(1),
+                    "reaper",
+                    Box::new(move |_| {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                    }),
+                )
+                .unwrap();
+                raised.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    for _ in 0..20 {
+        rt.cpu_down(CpuId(1), CPUHP_OFFLINE).unwrap();
+        rt.cpu_up(CpuId(1), CPUHP_ONLINE).unwrap();
+    }
+    rt.cpu_down(CpuId(1), CPUHP_OFFLINE).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    stop.store(true, Ordering::SeqCst);
+    reaper.join().unwrap();
+    assert!(rt.quiesce(QUIESCE));
+    let (r, n) = (raised.load(Ordering::SeqCst), ran.load(Ordering::SeqCst));
+    assert!(r > 0);
+    assert_eq!(n, r, "{} of {r} interrupts never ran", r - n);
+    assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+    assert!(rt.shutdown().is_clean());
+}
