@@ -18,6 +18,7 @@ pub mod contexts;
 pub mod dev;
 pub mod findings;
 pub mod loop_checks;
+pub mod loop_sim;
 pub mod measure;
 pub mod oracle;
 pub mod runtime;

@@ -44,6 +44,22 @@ pub enum Transition {
         /// The CPU.
         cpu: u32,
     },
+    /// Submit one block's I/O to the scenario's loop device from `cpu`'s task context.
+    LoopIo {
+        /// The CPU.
+        cpu: u32,
+        /// Read, write or discard.
+        op: crate::loop_sim::LoopOp,
+        /// The block (4 KiB).
+        block: u32,
+        /// The byte a write fills the block with.
+        fill: u8,
+    },
+    /// One run of the loop device's worker (its unbound workqueue) on `cpu`.
+    LoopWorker {
+        /// The CPU.
+        cpu: u32,
+    },
 }
 
 impl fmt::Display for Transition {
@@ -69,6 +85,19 @@ impl fmt::Display for Transition {
             }
             Transition::HotplugStep => f.write_str("one hotplug step"),
             Transition::NeedResched { cpu } => write!(f, "set need_resched on CPU{cpu}"),
+            Transition::LoopIo {
+                cpu,
+                op,
+                block,
+                fill,
+            } => {
+                write!(f, "{op} loop0 block {block} from CPU{cpu}")?;
+                if *op == crate::loop_sim::LoopOp::Write {
+                    write!(f, " (fill {fill:#04x})")?;
+                }
+                Ok(())
+            }
+            Transition::LoopWorker { cpu } => write!(f, "run loop0's worker on CPU{cpu}"),
         }
     }
 }
@@ -97,6 +126,17 @@ impl Sim {
                     None => return false,
                 }
                 true
+            }
+            Transition::LoopIo {
+                cpu,
+                op,
+                block,
+                fill,
+            } if cpu < n => self
+                .loop_rig()
+                .is_some_and(|r| r.submit(self, cpu, op, block, fill)),
+            Transition::LoopWorker { cpu } if cpu < n => {
+                self.loop_rig().is_some_and(|r| r.run_worker(self, cpu))
             }
             _ => false,
         }

@@ -18,12 +18,19 @@
 //! `need_resched CPU`. Then `settle [STEPS]` (also implied at the end) and any number of
 //! `expect clean` / `expect INVARIANT` lines, where INVARIANT is one of `once`, `task`,
 //! `stranded`, `off-cpu`, `hotplug-context`, `bug`, `warn`, `sleep-in-atomic`,
-//! `invalid-wait-context`, `no-quiescence`.
+//! `invalid-wait-context`, `no-quiescence`, `dropbehind`, `data`.
+//!
+//! A loop device (`drivers/block/loop.c`): header `loop base|v5-no-hint|v4|v5
+//! sparse|prealloc|refusing|blockdev [offset=BYTES]` and `loop_knob NAME=VALUE`; transitions
+//! `io CPU read|write|discard BLOCK [fill=BYTE]` and `loop_worker CPU`. At the end every block
+//! written is read back through the device and compared (`expect data` for a mismatch).
 
+use crate::loop_sim::{BackingKind, LoopOp, LoopSetup};
 use crate::oracle::{Invariant, Need, Violation};
 use crate::scenario::Transition;
 use crate::sim::{CompletionContext, Sim, SimConfig, SimError};
 use bio_core::block::complete_in_task::Variant;
+use bio_core::drivers::block::loop_drv::LoopVariant;
 use bio_core::kernel::{PreemptModel, ReportKind};
 use bio_core::workqueue::RescuerAffinity;
 use std::fmt;
@@ -61,6 +68,8 @@ pub struct Scenario {
     pub settle: u64,
     /// The expectations.
     pub expect: Vec<(usize, Expectation)>,
+    /// The loop device, if the scenario has one (`loop` header).
+    pub loop_dev: Option<LoopSetup>,
 }
 
 /// The outcome of running a scenario.
@@ -110,6 +119,7 @@ impl Scenario {
         };
         let (mut preempt, mut preempt_count, mut preempt_rcu, mut hz) = (None, None, None, None);
         let mut online = None;
+        let mut loop_dev: Option<LoopSetup> = None;
         let mut transitions = Vec::new();
         let mut settle = 5_000;
         let mut settled = false;
@@ -226,6 +236,69 @@ impl Scenario {
                         w => return Err(err(format!("rescuer: expected pool or unbound, got `{w}`"))),
                     };
                 }
+                "loop" => {
+                    header_only("loop")?;
+                    let name = arg(1, "a loop version (base, v5-no-hint, v4, v5)")?;
+                    let variant = LoopVariant::by_name(name).ok_or_else(|| {
+                        err(format!("unknown loop version `{name}` (expected base, v5-no-hint, v4 or v5)"))
+                    })?;
+                    let kind = arg(2, "a backing: sparse, prealloc, refusing or blockdev")?;
+                    let backing = BackingKind::parse(kind).ok_or_else(|| {
+                        err(format!("loop: unknown backing `{kind}` (expected sparse, prealloc, refusing or blockdev)"))
+                    })?;
+                    let mut offset = 0;
+                    for w in &words[3..] {
+                        let v = w.strip_prefix("offset=").ok_or_else(|| err(format!("loop: unexpected `{w}` (expected offset=BYTES)")))?;
+                        offset = v.parse().map_err(|_| err(format!("offset={v}: a byte count is expected")))?;
+                    }
+                    let setup = LoopSetup { variant, backing, offset };
+                    crate::loop_sim::validate(&setup).map_err(err)?;
+                    loop_dev = Some(setup);
+                }
+                "loop_knob" => {
+                    header_only("loop_knob")?;
+                    let Some(setup) = loop_dev.as_mut() else {
+                        return Err(err("`loop_knob` needs a `loop` line before it".to_owned()));
+                    };
+                    let kv = arg(1, "NAME=VALUE")?;
+                    let (k, v) = kv.split_once('=').ok_or_else(|| err(format!("loop_knob `{kv}`: expected NAME=VALUE")))?;
+                    let b = yes_no(v).ok_or_else(|| err(format!("loop_knob {k}: expected true or false, got `{v}`")))?;
+                    let var = &mut setup.variant;
+                    match k {
+                        "nowait_first" => var.nowait_first = b,
+                        "hint" => var.hint = b,
+                        "check_fmode_nowait" => var.check_fmode_nowait = b,
+                        "eopnotsupp_falls_back" => var.eopnotsupp_falls_back = b,
+                        "nowait_completes_on_eopnotsupp" => var.nowait_completes_on_eopnotsupp = b,
+                        "nowait_adds_lo_offset" => var.nowait_adds_lo_offset = b,
+                        _ => return Err(err(format!("unknown loop_knob `{k}` (known: nowait_first, hint, check_fmode_nowait, eopnotsupp_falls_back, nowait_completes_on_eopnotsupp, nowait_adds_lo_offset)"))),
+                    }
+                    var.name = "custom";
+                }
+                "io" => {
+                    let Some(setup) = loop_dev else {
+                        return Err(err("`io` needs a `loop` header line".to_owned()));
+                    };
+                    let c = cpu(1)?;
+                    let o = arg(2, "read, write or discard")?;
+                    let op = LoopOp::parse(o).ok_or_else(|| err(format!("io: unknown operation `{o}` (expected read, write or discard)")))?;
+                    let block = num(3, "a block number")?;
+                    if block >= setup.blocks() {
+                        return Err(err(format!("io: block {block} is beyond loop0 ({} blocks of 4 KiB)", setup.blocks())));
+                    }
+                    let mut fill = 0x5a;
+                    for w in &words[4..] {
+                        let v = w.strip_prefix("fill=").ok_or_else(|| err(format!("io: unexpected `{w}` (expected fill=BYTE)")))?;
+                        fill = v.parse().map_err(|_| err(format!("fill={v}: a byte 0..=255 is expected")))?;
+                    }
+                    transitions.push((line, Transition::LoopIo { cpu: c, op, block: block as u32, fill }));
+                }
+                "loop_worker" => {
+                    if loop_dev.is_none() {
+                        return Err(err("`loop_worker` needs a `loop` header line".to_owned()));
+                    }
+                    transitions.push((line, Transition::LoopWorker { cpu: cpu(1)? }));
+                }
                 "complete" => {
                     let c = cpu(1)?;
                     let ctx = match arg(2, "a context")? {
@@ -272,14 +345,14 @@ impl Scenario {
                         Expectation::Clean
                     } else {
                         Expectation::Violates(invariant_name(w).ok_or_else(|| {
-                            err(format!("expect: unknown invariant `{w}` (expected clean, once, task, stranded, off-cpu, hotplug-context, bug, warn, sleep-in-atomic, invalid-wait-context, no-quiescence)"))
+                            err(format!("expect: unknown invariant `{w}` (expected clean, once, task, stranded, off-cpu, hotplug-context, bug, warn, sleep-in-atomic, invalid-wait-context, no-quiescence, dropbehind, data)"))
                         })?)
                     };
                     expect.push((line, e));
                 }
                 other => {
                     return Err(err(format!(
-                        "unknown line `{other}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, seed, rescuer; a transition: complete, worker, tick, cpu_down, cpu_up, step, need_resched; or settle / expect)"
+                        "unknown line `{other}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, seed, rescuer, loop, loop_knob; a transition: complete, worker, tick, cpu_down, cpu_up, step, need_resched, io, loop_worker; or settle / expect)"
                     )))
                 }
             }
@@ -320,6 +393,7 @@ impl Scenario {
             transitions,
             settle,
             expect,
+            loop_dev,
         })
     }
 
@@ -338,10 +412,14 @@ impl Scenario {
     /// settles, and checks the expectations.
     pub fn run(&self) -> Result<ScenarioRun, SimError> {
         let s = Sim::new(self.config)?;
+        if let Some(setup) = self.loop_dev {
+            s.attach_loop(setup);
+        }
         for (_, t) in &self.transitions {
             s.apply(t);
         }
-        let violations = s.settle(self.settle);
+        let mut violations = s.settle(self.settle);
+        violations.extend(s.verify_devices(self.settle));
         let mut failed = Vec::new();
         for (line, e) in &self.expect {
             let ok = match e {
@@ -407,6 +485,16 @@ impl Transition {
             ),
             Transition::HotplugStep => "step".to_owned(),
             Transition::NeedResched { cpu } => format!("need_resched {cpu}"),
+            Transition::LoopIo {
+                cpu,
+                op,
+                block,
+                fill,
+            } => match op {
+                LoopOp::Write => format!("io {cpu} write {block} fill={fill}"),
+                _ => format!("io {cpu} {op} {block}"),
+            },
+            Transition::LoopWorker { cpu } => format!("loop_worker {cpu}"),
         }
     }
 }
@@ -441,6 +529,46 @@ mod tests {
         assert!(e.message.contains("unknown knob"), "{e}");
         let e = Scenario::parse("settle\ntick\n", "t.scn").unwrap_err();
         assert!(e.message.contains("after `settle`"), "{e}");
+    }
+
+    #[test]
+    fn loop_lines_round_trip_and_need_a_loop_header() {
+        let ts = [
+            Transition::LoopIo {
+                cpu: 1,
+                op: LoopOp::Write,
+                block: 7,
+                fill: 42,
+            },
+            Transition::LoopIo {
+                cpu: 0,
+                op: LoopOp::Discard,
+                block: 7,
+                fill: 0x5a,
+            },
+            Transition::LoopWorker { cpu: 1 },
+        ];
+        let body: String = ts.iter().map(|t| t.to_scenario_line() + "\n").collect();
+        let s = Scenario::parse(&format!("loop v5 sparse offset=4096\n{body}"), "t").unwrap();
+        assert_eq!(
+            s.transitions.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
+            ts
+        );
+        assert_eq!(s.loop_dev.map(|l| l.blocks()), Some(255));
+        let e = Scenario::parse(&body, "t").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("t:1: `io` needs a `loop` header line"),
+            "{e}"
+        );
+        let e = Scenario::parse("loop v5 sparse\nio 0 write 256\n", "t").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("block 256 is beyond loop0 (256 blocks"),
+            "{e}"
+        );
+        let e = Scenario::parse("loop v5 sparse offset=100\n", "t").unwrap_err();
+        assert!(e.to_string().contains("multiple of 512"), "{e}");
     }
 
     #[test]

@@ -107,6 +107,7 @@ pub struct Sim {
     /// The oracle.
     pub oracle: Arc<Oracle>,
     config: SimConfig,
+    loop_rig: std::sync::OnceLock<crate::loop_sim::LoopRig>,
 }
 
 impl fmt::Debug for Sim {
@@ -152,6 +153,7 @@ impl Sim {
             rt,
             oracle,
             config,
+            loop_rig: std::sync::OnceLock::new(),
         })
     }
 
@@ -307,6 +309,34 @@ impl Sim {
             });
         }
         self.with_trace(self.oracle.check_quiescent(&self.kernel))
+    }
+
+    /// Attaches a loop device (`drivers/block/loop.c`) over an in-memory backing file, for
+    /// [`Transition::LoopIo`](crate::scenario::Transition::LoopIo) and `LoopWorker`. Only the
+    /// first call counts; returns whether this one did.
+    pub fn attach_loop(&self, setup: crate::loop_sim::LoopSetup) -> bool {
+        let mut fresh = false;
+        self.loop_rig.get_or_init(|| {
+            fresh = true;
+            crate::loop_sim::LoopRig::new(self, setup)
+        });
+        fresh
+    }
+
+    pub(crate) fn loop_rig(&self) -> Option<&crate::loop_sim::LoopRig> {
+        self.loop_rig.get()
+    }
+
+    /// With a loop device attached: reads every block written back through it and reports
+    /// blocks that differ from the reference (`Invariant::DataMismatch`), each with the trace.
+    pub fn verify_devices(&self, max_steps: u64) -> Vec<Violation> {
+        match self.loop_rig() {
+            Some(r) => {
+                let v = r.verify(self, max_steps);
+                self.with_trace(v)
+            }
+            None => Vec::new(),
+        }
     }
 
     /// The trace so far.

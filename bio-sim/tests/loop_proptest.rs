@@ -206,7 +206,13 @@ fn v4_is_caught_by_its_lockdep_splat_on_the_first_fallback_write() {
                     .contains("lockdep_assert_held(&lo->lo_mutex)"),
                 "{why}"
             );
-            assert_eq!(ts.len(), 1, "one write into a hole: {ts:?}");
+            // Shrinking is local: it ends at one write into a hole, or at a discard that makes
+            // the hole, the worker run that punches it, and the write.
+            assert!(ts.len() <= 3, "shrunk to a few transitions: {ts:?}");
+            assert!(
+                matches!(ts.last(), Some(T::Write { .. })),
+                "ends with the write: {ts:?}"
+            );
         }
         other => panic!("v4's splat was not found: {other:?}"),
     }

@@ -105,6 +105,18 @@ fn header_line() -> impl Strategy<Value = String> {
         prop::sample::select(vec!["llist", "local_lock", "irq_save"])
             .prop_map(|v| format!("knob list={v}")),
         (0u64..3).prop_map(|d| format!("knob delay={d}")),
+        (
+            prop::sample::select(vec!["base", "v5-no-hint", "v4", "v5"]),
+            prop::sample::select(vec!["sparse", "prealloc", "refusing", "blockdev"]),
+            prop::sample::select(vec![0u64, 4096, 65536, 1 << 20]),
+        )
+            .prop_map(|(v, b, o)| format!("loop {v} {b} offset={o}")),
+        prop::sample::select(vec![
+            "nowait_adds_lo_offset",
+            "hint",
+            "nowait_completes_on_eopnotsupp"
+        ])
+        .prop_map(|k| format!("loop_knob {k}=false")),
         (1u32..5).prop_map(|n| format!("online {n}")),
         prop::sample::select(vec!["none", "voluntary", "full", "lazy", "rt"])
             .prop_map(|m| format!("preempt {m}")),
@@ -137,7 +149,10 @@ fn transition_line(nr_cpus: u32) -> impl Strategy<Value = String> {
                 f.map(|s| format!(" fail={s}")).unwrap_or_default()
             )),
         3 => Just("step".to_owned()),
-        1 => cpu.prop_map(|c| format!("need_resched {c}")),
+        1 => cpu.clone().prop_map(|c| format!("need_resched {c}")),
+        3 => (cpu.clone(), prop::sample::select(vec!["read", "write", "discard"]), 0u32..20, any::<u8>())
+            .prop_map(|(c, o, b, f)| format!("io {c} {o} {b} fill={f}")),
+        2 => cpu.prop_map(|c| format!("loop_worker {c}")),
     ]
 }
 
@@ -163,6 +178,10 @@ fn junk_line() -> impl Strategy<Value = String> {
         "need_resched",
         "settle",
         "expect",
+        "loop",
+        "loop_knob",
+        "io",
+        "loop_worker",
         "#",
         "",
     ]);
