@@ -6,8 +6,10 @@ use clap::{Args, Parser, Subcommand};
 /// biosim: run Linux block-layer bio completion patches instead of only reading them.
 ///
 /// biosim simulates bio, bio_list and bio_endio, IRQ/softirq/task contexts under different kernel
-/// configs, CPU hotplug with rollback, and the task-context completion batcher of the
-/// BIO_COMPLETE_IN_TASK series, so a block-layer reviewer can check a patch's claims by running them.
+/// configs, CPU hotplug with rollback, the task-context completion batcher of the
+/// BIO_COMPLETE_IN_TASK series, the loop driver's NOWAIT series and the RWF_DONTCACHE page-cache
+/// path, over simulated or real file-backed devices, so a block-layer reviewer can check a patch's
+/// claims by running them.
 #[derive(Debug, Parser)]
 #[command(name = "biosim", version, about, long_about)]
 pub struct Cli {

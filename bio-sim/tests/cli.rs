@@ -27,7 +27,9 @@ fn help_and_version() {
         out.contains("run Linux block-layer bio completion patches"),
         "{out}"
     );
-    for cmd in ["findings", "run", "variants", "contexts", "states"] {
+    for cmd in [
+        "findings", "run", "variants", "contexts", "states", "loop", "bench",
+    ] {
         assert!(out.contains(cmd), "--help lists {cmd}: {out}");
     }
     let (code, out, _) = biosim(&["--version"]);
