@@ -109,6 +109,9 @@ pub struct LoopArgs {
     /// With --finding: the version (base, v5-no-hint, v4, v5, or twin).
     #[arg(long, default_value = "v5", requires = "finding")]
     pub variant: String,
+    /// With --finding: also write its trace as a Chrome/Perfetto trace (ui.perfetto.dev).
+    #[arg(long, value_name = "FILE.json", requires = "finding")]
+    pub perfetto: Option<std::path::PathBuf>,
 }
 
 /// `biosim run`.
@@ -119,6 +122,9 @@ pub struct RunArgs {
     /// Print only the verdict, not the trace.
     #[arg(long)]
     pub quiet: bool,
+    /// Also write the trace as a Chrome/Perfetto trace (open it at ui.perfetto.dev).
+    #[arg(long, value_name = "FILE.json")]
+    pub perfetto: Option<std::path::PathBuf>,
 }
 
 /// `biosim findings`.
@@ -136,6 +142,9 @@ pub struct FindingsArgs {
     /// Skip the threaded-runtime measurement of finding 8 (seconds of real time).
     #[arg(long)]
     pub no_figures: bool,
+    /// With --finding: also write its trace as a Chrome/Perfetto trace (ui.perfetto.dev).
+    #[arg(long, value_name = "FILE.json", requires = "finding")]
+    pub perfetto: Option<std::path::PathBuf>,
 }
 
 /// `biosim states`.

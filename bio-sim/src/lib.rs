@@ -21,6 +21,7 @@ pub mod loop_checks;
 pub mod loop_sim;
 pub mod measure;
 pub mod oracle;
+pub mod perfetto;
 pub mod runtime;
 pub mod scenario;
 pub mod scenario_file;

@@ -132,6 +132,9 @@ fn findings(args: bio_sim::cli::FindingsArgs) -> Result<(), Box<dyn std::error::
         };
         let run = run?;
         print!("{}", run.trace);
+        if let Some(p) = &args.perfetto {
+            bio_sim::perfetto::write(p, &run.trace, &format!("finding {id} on {}", variant.name))?;
+        }
         println!(
             "== finding {id}: {} on {}: {}",
             f.title, variant.name, run.verdict
@@ -228,6 +231,13 @@ fn loop_checks(args: bio_sim::cli::LoopArgs) -> Result<(), Box<dyn std::error::E
         };
         let run = run_loop_check(c.id, variant, true)?;
         print!("{}", run.trace);
+        if let Some(p) = &args.perfetto {
+            bio_sim::perfetto::write(
+                p,
+                &run.trace,
+                &format!("loop check {} on {}", c.id, variant.name),
+            )?;
+        }
         println!(
             "== loop check {}: {} on {}: {}",
             c.id, c.title, variant.name, run.verdict
@@ -270,6 +280,9 @@ fn run_scenario(args: bio_sim::cli::RunArgs) -> Result<(), Box<dyn std::error::E
     let run = scenario.run()?;
     if !args.quiet {
         print!("{}", run.trace);
+    }
+    if let Some(p) = &args.perfetto {
+        bio_sim::perfetto::write(p, &run.trace, &args.file.display().to_string())?;
     }
     if run.violations.is_empty() {
         println!("== {}: no invariant violated", args.file.display());

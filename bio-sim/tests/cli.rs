@@ -122,3 +122,40 @@ fn a_failed_expectation_exits_1() {
     assert!(out.contains("expectation failed: line 6"), "{out}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_trace_can_be_written_for_perfetto_and_a_bad_path_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("f1.json");
+    let scn = scenarios_dir().join("finding-01-rollback-v6.scn");
+    let (code, _, err) = biosim(&[
+        "run",
+        "--quiet",
+        scn.to_str().unwrap(),
+        "--perfetto",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    assert!(
+        ev.iter()
+            .any(|e| e["cat"] == "step" && e["name"] == "hotplug"),
+        "{v}"
+    );
+    let (code, _, err) = biosim(&[
+        "findings",
+        "--finding",
+        "1",
+        "--variant",
+        "v6",
+        "--perfetto",
+        "/nonexistent/dir/t.json",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--perfetto /nonexistent/dir/t.json: cannot write"),
+        "{err}"
+    );
+}
