@@ -134,12 +134,7 @@ impl Rig {
         s.rt.note(format!(
             "# loop0: variant {} ({}), LO_FLAGS_DIRECT_IO, lo_offset={lo_offset}",
             variant.name,
-            variant
-                .knobs()
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" ")
+            crate::sim::knob_line(&variant.knobs())
         ));
         Ok(Rig {
             s,

@@ -164,13 +164,7 @@ impl LoopRig {
         s.rt.note(format!(
             "# loop0: variant {} ({}), {} backing of {} KiB, LO_FLAGS_DIRECT_IO, lo_offset={}",
             setup.variant.name,
-            setup
-                .variant
-                .knobs()
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" "),
+            crate::sim::knob_line(&setup.variant.knobs()),
             setup.backing.name(),
             BACKING_BYTES >> 10,
             setup.offset

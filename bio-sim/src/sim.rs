@@ -15,6 +15,15 @@ use hotplug::{HotplugError, StateId, CPUHP_OFFLINE, CPUHP_ONLINE};
 use std::fmt;
 use std::sync::Arc;
 
+/// Knobs as the trace headers print them: `name=value name=value ...`.
+pub fn knob_line(knobs: &[(&'static str, String)]) -> String {
+    knobs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// How a simulated machine is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimConfig {
@@ -137,13 +146,7 @@ impl Sim {
         rt.note(format!(
             "# biosim: variant {} ({}) on {} CPUs, {} online; {}",
             config.variant.name,
-            config
-                .variant
-                .knobs()
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" "),
+            knob_line(&config.variant.knobs()),
             config.nr_cpus,
             config.online,
             config.kernel
