@@ -873,6 +873,7 @@ pub struct MemBacking {
     block_device: bool,
     refuse_nowait: bool,
     asynchronous: bool,
+    full: bool,
 }
 
 #[derive(Debug, Default)]
@@ -898,6 +899,7 @@ impl MemBacking {
             block_device: false,
             refuse_nowait: false,
             asynchronous: false,
+            full: false,
         }
     }
 
@@ -946,6 +948,12 @@ impl MemBacking {
     /// Every NOWAIT call returns `-EOPNOTSUPP`.
     pub fn refusing_nowait(mut self) -> Self {
         self.refuse_nowait = true;
+        self
+    }
+
+    /// A full filesystem: a write that would allocate a block fails with `-ENOSPC`.
+    pub fn full(mut self) -> Self {
+        self.full = true;
         self
     }
 
@@ -1041,6 +1049,9 @@ impl LoopBacking for MemBacking {
             && (first..=last).any(|b| !st.data.contains_key(&b))
         {
             return Err(EAGAIN);
+        }
+        if write && self.full && (first..=last).any(|b| !st.data.contains_key(&b)) {
+            return Err(ENOSPC);
         }
         let mut off = pos;
         while off < end {

@@ -600,3 +600,21 @@ fn two_devices_on_one_asynchronous_backing_never_mix_their_completions() {
     assert!(cx.with_hardirq(|cx| mem.complete_next(&a, cx)));
     assert_eq!(a.aio_in_flight(), 0);
 }
+
+#[test]
+fn a_full_backing_file_maps_enospc_as_the_kernel_does_on_each_path() {
+    // Direct I/O (use_aio): lo_complete_rq() maps the error with errno_to_blk_status().
+    let r = rig(
+        MemBacking::sparse(1 << 20).full(),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Write, 0, Some(block(1)));
+    r.run_worker();
+    assert_eq!(r.statuses(), [crate::block::BLK_STS_NOSPC]);
+    // Buffered (no use_aio): loop_handle_cmd() turns every error but -EOPNOTSUPP into -EIO.
+    let r = rig(MemBacking::sparse(1 << 20).full(), LoopVariant::V5, 0);
+    r.submit(ReqOp::Write, 0, Some(block(1)));
+    r.run_worker();
+    assert_eq!(r.statuses(), [BLK_STS_IOERR]);
+}
