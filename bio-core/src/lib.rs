@@ -6,6 +6,7 @@
 //!   (`block/bio.c`, `include/linux/bio.h`, `include/linux/blk_types.h`).
 //! - [`drivers`]: block drivers: the loop driver with its NOWAIT series
 //!   (`drivers/block/loop.c`).
+//! - [`errno`]: the error numbers kernel functions return (`include/uapi/asm-generic/errno*.h`).
 //! - [`fs`]: where filesystems set `BIO_COMPLETE_IN_TASK` (`fs/buffer.c`, `fs/iomap/ioend.c`).
 //! - [`mm`]: the page cache's dropbehind folios (`mm/filemap.c`), the `RWF_DONTCACHE` path.
 //! - [`kernel`]: the kernel config, per-CPU execution contexts (`include/linux/preempt.h`,
@@ -24,6 +25,7 @@
 
 pub mod block;
 pub mod drivers;
+pub mod errno;
 pub mod fs;
 pub mod irq;
 pub mod kernel;

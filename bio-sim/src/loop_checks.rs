@@ -1,21 +1,17 @@
 //! The loop driver's NOWAIT series (seed 004, `drivers/block/loop.c`) as checks, the way the
 //! finding gallery does it for the completion batcher: each check runs a scenario on the
-//! deterministic runtime over an in-memory backing file ([`MemBacking`]) and must be **caught** on
-//! the versions with the problem and **clean** on the ones without. `biosim loop` prints the
-//! matrix; `biosim loop --check` fails when a cell differs.
+//! deterministic runtime, with a loop device over an in-memory backing file attached to a [`Sim`]
+//! ([`crate::loop_sim`], the same machinery scenario files use), and must be **caught** on the
+//! versions with the problem and **clean** on the ones without. `biosim loop` prints the matrix;
+//! `biosim loop --check` fails when a cell differs.
 
 use crate::findings::{Expect, Verdict};
+use crate::loop_sim::{BackingKind, LoopOp, LoopSetup};
 use crate::oracle::{Invariant, Violation};
+use crate::scenario::Transition;
 use crate::sim::{Sim, SimConfig, SimError};
-use bio_core::block::{submit_bio_noacct, BioEndIo, ReqOp};
-use bio_core::drivers::block::loop_drv::{
-    LoopBacking, LoopDevice, LoopStats, LoopVariant, MemBacking, LO_FLAGS_DIRECT_IO,
-};
-use bio_core::kernel::{CpuId, ReportKind};
-use bio_core::sync::UntrackedArc;
-use parking_lot::Mutex;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use bio_core::drivers::block::loop_drv::{LoopStats, LoopVariant};
+use bio_core::kernel::ReportKind;
 
 /// One loop check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,109 +87,61 @@ pub struct LoopRun {
 }
 
 const BUDGET: u64 = 20_000;
-const BLOCK: usize = 4096;
 
-/// A 4 KiB block whose bytes name it, so a misplaced block is visible.
-fn pattern(n: u64) -> Vec<u8> {
-    (0..BLOCK)
-        .map(|i| (n as usize * 131 + i / 512) as u8)
-        .collect()
+/// A scenario machine (2 CPUs, the default batcher) with a loop device over `backing`.
+fn machine(
+    variant: LoopVariant,
+    backing: BackingKind,
+    offset: u64,
+    trace: bool,
+) -> Result<Sim, SimError> {
+    let s = Sim::new(SimConfig {
+        trace,
+        ..SimConfig::default()
+    })?;
+    s.attach_loop(LoopSetup {
+        variant,
+        backing,
+        offset,
+    });
+    Ok(s)
 }
 
-/// The machine of a loop check: a 2-CPU kernel with the default batcher, a loop device over
-/// `mem` with `LO_FLAGS_DIRECT_IO`.
-struct Rig {
-    s: Sim,
-    lo: UntrackedArc<LoopDevice>,
-    /// bio id → data its read returned.
-    reads: Arc<Mutex<BTreeMap<u64, Vec<u8>>>>,
-    /// (bio id, status) of every completion.
-    statuses: Arc<Mutex<Vec<(u64, bio_core::block::BlkStatus)>>>,
+/// One block's I/O from CPU0 (the submitter of every check).
+fn io(s: &Sim, op: LoopOp, block: u32) {
+    s.apply(&Transition::LoopIo {
+        cpu: 0,
+        op,
+        block,
+        fill: block as u8 ^ 0xa5,
+    });
 }
 
-impl Rig {
-    fn new(
-        variant: LoopVariant,
-        mem: MemBacking,
-        lo_offset: u64,
-        trace: bool,
-    ) -> Result<Rig, SimError> {
-        let s = Sim::new(SimConfig {
-            trace,
-            ..SimConfig::default()
-        })?;
-        let backing: UntrackedArc<dyn LoopBacking> = UntrackedArc::new(mem);
-        let lo = LoopDevice::new(
-            &s.kernel,
-            0,
-            backing,
-            LO_FLAGS_DIRECT_IO,
-            lo_offset,
-            variant,
-        );
-        s.rt.note(format!(
-            "# loop0: variant {} ({}), LO_FLAGS_DIRECT_IO, lo_offset={lo_offset}",
-            variant.name,
-            crate::sim::knob_line(&variant.knobs())
-        ));
-        Ok(Rig {
-            s,
-            lo,
-            reads: Arc::default(),
-            statuses: Arc::default(),
-        })
-    }
-
-    /// `submit_bio()` of one 4 KiB bio at `sector` from CPU0's task context, tracked by the
-    /// oracle; a read's data is kept.
-    fn submit(&self, op: ReqOp, sector: u64, data: Vec<u8>) -> u64 {
-        let bio = self.s.kernel.bio_alloc(op, sector);
-        let id = bio.id();
-        self.s.oracle.track(id, false);
-        let (oracle, reads) = (Arc::clone(&self.s.oracle), Arc::clone(&self.reads));
-        let statuses = Arc::clone(&self.statuses);
-        let bio =
-            bio.with_data(data)
-                .with_end_io(BioEndIo::new("loop_check_end_io", move |bio, cx| {
-                    statuses.lock().push((bio.id(), bio.status()));
-                    if bio.op() == ReqOp::Read {
-                        reads.lock().insert(bio.id(), bio.data());
-                    }
-                    oracle.completed(bio.id(), cx);
-                }));
-        self.s.rt.on_cpu(
-            CpuId(0),
-            &format!("submit_bio({} sector {sector}) to loop0", op.name()),
-            |cx| submit_bio_noacct(bio, &*self.lo, cx),
-        );
-        id
-    }
-
-    fn done(self, verdict: Verdict) -> LoopRun {
-        LoopRun {
-            verdict,
-            stats: self.lo.stats(),
-            trace: self.s.trace(),
-        }
+fn done(s: &Sim, verdict: Verdict) -> LoopRun {
+    LoopRun {
+        verdict,
+        stats: s.loop_outcome().map(|o| o.0).unwrap_or_default(),
+        trace: s.trace(),
     }
 }
 
 /// Runs check `id` on `variant`.
 pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<LoopRun, SimError> {
+    let keep =
+        |v: &mut Vec<Violation>, kinds: &[Invariant]| v.retain(|x| kinds.contains(&x.invariant));
     match id {
         "L1" => {
             // 32 random-order 4 KiB writes to a sparse file, submitted back to back (a queue
             // depth of 32), then the worker drains.
-            let r = Rig::new(variant, MemBacking::sparse(1 << 20), 0, trace)?;
-            let n = 32u64;
+            let s = machine(variant, BackingKind::Sparse, 0, trace)?;
+            let n = 32u32;
             for i in 0..n {
-                let block = (i * 37) % 256; // a permutation of 0..256, first 32 of it
-                r.submit(ReqOp::Write, block * 8, pattern(block));
+                io(&s, LoopOp::Write, (i * 37) % 256); // a permutation of 0..256, first 32 of it
             }
-            let mut v = r.s.settle(BUDGET);
-            let st = r.lo.stats();
+            let mut v = s.settle(BUDGET);
             // Anything stranded or ended twice is reported as such, beside the count.
-            v.retain(|x| matches!(x.invariant, Invariant::Stranded | Invariant::EndIoOnce));
+            keep(&mut v, &[Invariant::Stranded, Invariant::EndIoOnce]);
+            let (st, _) = s.loop_outcome().unwrap_or_default();
             if st.nowait_eagain > 1 {
                 v.push(Violation {
                     invariant: Invariant::WastedOrFailedAttempt,
@@ -204,45 +152,37 @@ pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<Loo
                     trace: Vec::new(),
                 });
             }
-            let verdict = Verdict::of(v);
-            Ok(r.done(verdict))
+            Ok(done(&s, Verdict::of(v)))
         }
         "L2" => {
-            let r = Rig::new(variant, MemBacking::sparse(1 << 20), 0, trace)?;
-            r.submit(ReqOp::Write, 0, pattern(0));
-            let v = r.s.settle(BUDGET);
-            let verdict = Verdict::of(
-                v.into_iter()
-                    .filter(|x| x.message.contains("lockdep_assert_held"))
-                    .collect(),
-            );
-            Ok(r.done(verdict))
+            let s = machine(variant, BackingKind::Sparse, 0, trace)?;
+            io(&s, LoopOp::Write, 0);
+            let v = s.settle(BUDGET);
+            let hits = v
+                .into_iter()
+                .filter(|x| x.message.contains("lockdep_assert_held"))
+                .collect();
+            Ok(done(&s, Verdict::of(hits)))
         }
         "L3" => {
             // A backing whose every IOCB_NOWAIT call returns -EOPNOTSUPP synchronously (an ext4
             // file whose direct I/O falls back to buffered I/O refuses a NOWAIT write so), four
             // writes; what the submitter sees and what the kernel logs.
-            let mem = MemBacking::preallocated(1 << 20).refusing_nowait();
-            let r = Rig::new(variant, mem, 0, trace)?;
-            let ids: Vec<u64> = (0..4)
-                .map(|i| r.submit(ReqOp::Write, i * 8, pattern(i)))
-                .collect();
-            let mut v = r.s.settle(BUDGET);
+            let s = machine(variant, BackingKind::Refusing, 0, trace)?;
+            for b in 0..4 {
+                io(&s, LoopOp::Write, b);
+            }
+            let mut v = s.settle(BUDGET);
             // The double completion is a kernel BUG the oracle already reports.
-            v.retain(|x| {
-                matches!(
-                    x.invariant,
-                    Invariant::KernelReport(ReportKind::Bug)
-                        | Invariant::Stranded
-                        | Invariant::EndIoOnce
-                )
-            });
-            let failed = r
-                .statuses
-                .lock()
-                .iter()
-                .filter(|(id, st)| ids.contains(id) && !st.is_ok())
-                .count();
+            keep(
+                &mut v,
+                &[
+                    Invariant::KernelReport(ReportKind::Bug),
+                    Invariant::Stranded,
+                    Invariant::EndIoOnce,
+                ],
+            );
+            let (_, failed) = s.loop_outcome().unwrap_or_default();
             if failed > 0 {
                 v.push(Violation {
                     invariant: Invariant::WastedOrFailedAttempt,
@@ -252,59 +192,33 @@ pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<Loo
                     trace: Vec::new(),
                 });
             }
-            let verdict = Verdict::of(v);
-            Ok(r.done(verdict))
+            Ok(done(&s, Verdict::of(v)))
         }
         "L4" => {
-            // A device at lo_offset 64 KiB into a file whose first half is allocated (NOWAIT
-            // writes hit) and second half sparse (NOWAIT writes fall back): write 16 blocks in both
-            // halves, drain, read them all back.
-            let mem = MemBacking::sparse(2 << 20);
-            for b in 0..256u64 {
-                // Preallocate the first MiB (as fallocate would).
-                let _ = mem.fallocate(
-                    bio_core::drivers::block::loop_drv::Fallocate::ZeroRange,
-                    b * 4096,
-                    4096,
-                );
-            }
-            let r = Rig::new(variant, mem, 64 << 10, trace)?;
-            let blocks: Vec<u64> = (0..8)
-                .map(|i| i * 5)
-                .chain((0..8).map(|i| 300 + i * 3))
-                .collect();
+            // A device 64 KiB into a sparse file. Each of 8 blocks is written twice: the first
+            // write into the hole falls back to the worker, the second (after the worker
+            // allocated the block) is a NOWAIT hit; then every block is read back (NOWAIT).
+            let s = machine(variant, BackingKind::Sparse, 64 << 10, trace)?;
+            let blocks: Vec<u32> = (0..8).map(|i| i * 5).collect();
             for &b in &blocks {
-                r.submit(ReqOp::Write, b * 8, pattern(b));
+                io(&s, LoopOp::Write, b);
             }
-            r.s.settle(BUDGET);
-            let ids: Vec<(u64, u64)> = blocks
-                .iter()
-                .map(|&b| (b, r.submit(ReqOp::Read, b * 8, vec![0; BLOCK])))
-                .collect();
-            let mut v = r.s.settle(BUDGET);
-            let reads = r.reads.lock().clone();
-            for (b, id) in ids {
-                match reads.get(&id) {
-                    Some(d) if *d == pattern(b) => {}
-                    Some(_) => v.push(Violation {
-                        invariant: Invariant::DataMismatch,
-                        message: format!(
-                            "loop0 block {b}: read back differs from what was written"
-                        ),
-                        trace: Vec::new(),
-                    }),
-                    None => {} // the oracle reports it stranded
-                }
+            s.settle(BUDGET);
+            for &b in &blocks {
+                io(&s, LoopOp::Write, b);
             }
+            let mut v = s.settle(BUDGET);
+            v.extend(s.verify_devices(BUDGET));
             // L2 covers the splats; this check is about the data and the bios.
-            v.retain(|x| {
-                matches!(
-                    x.invariant,
-                    Invariant::DataMismatch | Invariant::Stranded | Invariant::EndIoOnce
-                )
-            });
-            let verdict = Verdict::of(v);
-            Ok(r.done(verdict))
+            keep(
+                &mut v,
+                &[
+                    Invariant::DataMismatch,
+                    Invariant::Stranded,
+                    Invariant::EndIoOnce,
+                ],
+            );
+            Ok(done(&s, Verdict::of(v)))
         }
         _ => Ok(LoopRun {
             verdict: Verdict::NotApplicable("no such check"),

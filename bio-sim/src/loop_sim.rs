@@ -140,6 +140,8 @@ pub(crate) struct LoopRig {
     lo: Arc<LoopDevice>,
     setup: LoopSetup,
     slots: Arc<Mutex<BTreeMap<u64, Slot>>>,
+    /// I/Os of the scenario that ended with an error status.
+    failed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl fmt::Debug for LoopRig {
@@ -173,6 +175,7 @@ impl LoopRig {
             lo,
             setup,
             slots: Arc::default(),
+            failed: Arc::default(),
         }
     }
 
@@ -202,7 +205,11 @@ impl LoopRig {
             slot.overlapped |= slot.in_flight > 1;
         }
         let (oracle, slots) = (Arc::clone(&s.oracle), Arc::clone(&self.slots));
+        let failed = Arc::clone(&self.failed);
         let bio = bio.with_end_io(BioEndIo::new("loop_scenario_end_io", move |bio, cx| {
+            if !bio.status().is_ok() {
+                failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             let content = match op {
                 LoopOp::Write => Some(bio.data()),
                 LoopOp::Discard => Some(vec![0; BLOCK]),
@@ -231,6 +238,21 @@ impl LoopRig {
             |cx| submit_bio_noacct(bio, &*self.lo, cx),
         );
         true
+    }
+
+    /// The device.
+    pub(crate) fn device(&self) -> &Arc<LoopDevice> {
+        &self.lo
+    }
+
+    /// The device's counters.
+    pub(crate) fn stats(&self) -> bio_core::drivers::block::loop_drv::LoopStats {
+        self.lo.stats()
+    }
+
+    /// How many of the scenario's I/Os ended with an error status.
+    pub(crate) fn failed(&self) -> usize {
+        self.failed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// One run of the loop workqueue's worker on `cpu`.

@@ -220,7 +220,8 @@ fn cpu_thread_wakeups(rt: &ThreadedRuntime) -> u64 {
     rt.stats().total().wakeups
 }
 
-fn median_f64(mut xs: Vec<f64>) -> f64 {
+/// The median of `xs` (0 for none); shared by the benchmarks.
+pub(crate) fn median_f64(mut xs: Vec<f64>) -> f64 {
     if xs.is_empty() {
         return 0.0;
     }

@@ -107,9 +107,6 @@ struct State {
     bios: BTreeMap<u64, BioRecord>,
     violations: Vec<Violation>,
     reports_seen: usize,
-    deferred_reads: u64,
-    deferred: u64,
-    work_runs: u64,
 }
 
 /// The oracle: tracks every bio it made, observes the batcher, and reads the kernel's log.
@@ -139,14 +136,7 @@ impl Oracle {
     /// `BIO_COMPLETE_IN_TASK`.
     pub fn bio(self: &std::sync::Arc<Self>, kernel: &Kernel, op: ReqOp, need: Need) -> Box<Bio> {
         let bio = kernel.bio_alloc(op, 0);
-        let id = bio.id();
-        self.state.lock().bios.insert(
-            id,
-            BioRecord {
-                need_task: need != Need::Any,
-                ..BioRecord::default()
-            },
-        );
+        self.track(bio.id(), need != Need::Any);
         let me = std::sync::Arc::clone(self);
         let record = move |bio: Box<Bio>, cx: &Cpu| me.completed(bio.id(), cx);
         let end_io = match need {
@@ -199,11 +189,6 @@ impl Oracle {
                 trace: Vec::new(),
             });
         }
-    }
-
-    /// Counts a deferred read (finding 6's figure).
-    pub fn note_deferred_read(&self) {
-        self.state.lock().deferred_reads += 1;
     }
 
     /// Pulls new kernel splats into the violations and returns every violation so far.
@@ -269,12 +254,6 @@ impl Oracle {
         )
     }
 
-    /// Figures: bios deferred, reads deferred, batch work runs.
-    pub fn figures(&self) -> (u64, u64, u64) {
-        let st = self.state.lock();
-        (st.deferred, st.deferred_reads, st.work_runs)
-    }
-
     /// How often bio `id` was put on a batch.
     pub fn deferrals(&self, id: u64) -> u32 {
         self.state.lock().bios.get(&id).map_or(0, |r| r.deferrals)
@@ -284,7 +263,6 @@ impl Oracle {
 impl BatcherObserver for Oracle {
     fn deferred(&self, bio: u64, _cx: &Cpu) {
         let mut st = self.state.lock();
-        st.deferred += 1;
         if let Some(r) = st.bios.get_mut(&bio) {
             r.deferrals += 1;
         }
@@ -293,7 +271,6 @@ impl BatcherObserver for Oracle {
     fn work_fn(&self, batch_cpu: CpuId, cx: &Cpu) {
         let online = cx.kernel().cpu_online(batch_cpu);
         let mut st = self.state.lock();
-        st.work_runs += 1;
         if batch_cpu != cx.id() && online {
             st.violations.push(Violation {
                 invariant: Invariant::WorkOffCpu,

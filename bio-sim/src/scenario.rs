@@ -106,7 +106,9 @@ impl Sim {
     /// Applies one transition; returns whether it happened (`false`: not possible now, skipped).
     pub fn apply(&self, t: &Transition) -> bool {
         let n = self.kernel.nr_cpus();
-        self.rt.note(format!("   >>> {t}"));
+        if self.rt.recording() {
+            self.rt.note(format!("   >>> {t}"));
+        }
         match *t {
             Transition::Complete { cpu, ctx, need } if cpu < n => {
                 self.complete(CpuId(cpu), ctx, need, ReqOp::Write).is_some()

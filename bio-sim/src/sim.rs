@@ -179,15 +179,20 @@ impl Sim {
         }
         let bio = self.oracle.bio(&self.kernel, op, need);
         let id = bio.id();
-        let what = format!(
-            "bio_endio(bio#{id} {}{}) from {ctx}",
-            op.name(),
-            match need {
-                Need::Any => "",
-                Need::Flag => ", BIO_COMPLETE_IN_TASK",
-                Need::Dynamic => ", bi_end_io calls bio_complete_in_task()",
-            }
-        );
+        // The trace line is only made when the runtime keeps a trace.
+        let what = if self.rt.recording() {
+            format!(
+                "bio_endio(bio#{id} {}{}) from {ctx}",
+                op.name(),
+                match need {
+                    Need::Any => "",
+                    Need::Flag => ", BIO_COMPLETE_IN_TASK",
+                    Need::Dynamic => ", bi_end_io calls bio_complete_in_task()",
+                }
+            )
+        } else {
+            String::new()
+        };
         self.rt
             .on_cpu(cpu, &what, |cx| ctx.kind().run(cx, |cx| bio_endio(bio, cx)))?;
         Some(id)
@@ -328,6 +333,17 @@ impl Sim {
 
     pub(crate) fn loop_rig(&self) -> Option<&crate::loop_sim::LoopRig> {
         self.loop_rig.get()
+    }
+
+    /// The attached loop device, if any (for invariant checks on its internals).
+    pub fn loop_device(&self) -> Option<&Arc<bio_core::drivers::block::loop_drv::LoopDevice>> {
+        self.loop_rig().map(|r| r.device())
+    }
+
+    /// The attached loop device's counters and how many of the scenario's I/Os on it ended with
+    /// an error status.
+    pub fn loop_outcome(&self) -> Option<(bio_core::drivers::block::loop_drv::LoopStats, usize)> {
+        self.loop_rig().map(|r| (r.stats(), r.failed()))
     }
 
     /// With a loop device attached: reads every block written back through it and reports

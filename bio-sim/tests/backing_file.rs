@@ -682,17 +682,20 @@ fn engine(
         sink.lock().unwrap().push(c)
     }) {
         Ok(e) => Some((e, done)),
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::Unsupported | io::ErrorKind::PermissionDenied
-            ) =>
-        {
+        Err(e) if uring_unavailable(&e) => {
             println!("note: skipped, io_uring unavailable: {e}");
             None
         }
         Err(e) => panic!("{e}"),
     }
+}
+
+/// io_uring is missing (an old kernel) or refused (seccomp, `io_uring_disabled`): skip, not fail.
+fn uring_unavailable(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::Unsupported | io::ErrorKind::PermissionDenied
+    )
 }
 
 fn take_by_token(done: &Completions) -> HashMap<u64, UringCompletion> {
@@ -1046,10 +1049,11 @@ fn uring_callback_resubmits_and_a_callback_panic_is_reraised() {
         }
     }) {
         Ok(e) => Arc::new(e),
-        Err(e) => {
+        Err(e) if uring_unavailable(&e) => {
             println!("note: skipped, io_uring unavailable: {e}");
             return;
         }
+        Err(e) => panic!("{e}"),
     };
     me.set(Arc::downgrade(&eng)).unwrap();
     for t in 0..50u64 {

@@ -24,24 +24,10 @@ macro_rules! blk_statuses {
     };
 }
 
-// Errno values of x86-64 Linux (`include/uapi/asm-generic/errno*.h`).
-const EIO: i32 = 5;
-const EAGAIN: i32 = 11;
-const ENOMEM: i32 = 12;
-const EBUSY: i32 = 16;
-const ENODEV: i32 = 19;
-const ENOSPC: i32 = 28;
-const ENODATA: i32 = 61;
-const ETIME: i32 = 62;
-const ENOLINK: i32 = 67;
-const EREMCHG: i32 = 78;
-const EILSEQ: i32 = 84;
-const EOVERFLOW: i32 = 75;
-const ETOOMANYREFS: i32 = 109;
-const ETIMEDOUT: i32 = 110;
-const EOPNOTSUPP: i32 = 95;
-const EREMOTEIO: i32 = 121;
-const EBADE: i32 = 52;
+use crate::errno::{
+    EAGAIN, EBADE, EBUSY, EILSEQ, EIO, ENODATA, ENODEV, ENOLINK, ENOMEM, ENOSPC, EOPNOTSUPP,
+    EOVERFLOW, EREMCHG, EREMOTEIO, ETIME, ETIMEDOUT, ETOOMANYREFS,
+};
 
 blk_statuses! {
     /// `BLK_STS_OK`.

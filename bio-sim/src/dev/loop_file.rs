@@ -15,9 +15,10 @@
 use super::aligned::AlignedBuf;
 use super::backing::{BackingFile, RwFlags};
 use super::uring::{UringCompletion, UringEngine, UringOp};
+use bio_core::drivers::block::loop_drv::{AioRequest, Fallocate, LoopBacking, LoopDevice};
 #[cfg(test)]
-use bio_core::drivers::block::loop_drv::EAGAIN;
-use bio_core::drivers::block::loop_drv::{AioRequest, Fallocate, LoopBacking, LoopDevice, EIO};
+use bio_core::errno::EAGAIN;
+use bio_core::errno::{EINVAL, EIO};
 use bio_core::kernel::CpuId;
 use bio_core::{Cpu, Kernel};
 use parking_lot::Mutex;
@@ -126,7 +127,6 @@ impl LoopBacking for FileBacking {
         let all = !nowait;
         if self.needs_bounce(buf) {
             // A length O_DIRECT cannot take is the kernel's EINVAL, not a panic.
-            const EINVAL: i32 = 22;
             let mut bounce = AlignedBuf::try_with_alignment(buf.len(), 4096).map_err(|_| EINVAL)?;
             bounce.copy_from_slice(buf);
             let n = self
@@ -286,7 +286,6 @@ impl LoopBacking for UringBacking {
     }
 
     fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, i32)> {
-        const EINVAL: i32 = 22;
         if self.target.get().is_none() {
             return Err((req, EIO)); // not attached: its completion would have nowhere to go
         }

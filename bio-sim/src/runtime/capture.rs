@@ -30,7 +30,6 @@ pub type Lines = Arc<Mutex<Vec<String>>>;
 pub type ExecCpu = Arc<AtomicI64>;
 
 /// Where this thread's events go while a capture is active.
-#[derive(Clone)]
 struct Sink {
     lines: Lines,
     exec_cpu: ExecCpu,
@@ -137,30 +136,32 @@ impl<S: Subscriber> Layer<S> for CaptureLayer {
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        let Some(sink) = SINK.with(|s| s.borrow().clone()) else {
-            return;
-        };
-        if event.metadata().level() > &sink.level {
-            return;
-        }
-        let mut v = MessageVisitor::default();
-        event.record(&mut v);
-        let exec = sink.exec_cpu.load(Ordering::Relaxed);
-        let column = if exec >= 0 { Some(exec as u64) } else { v.cpu };
-        let cpu = column.map_or_else(|| "   ".to_owned(), |c| format!("{c:03}"));
-        let mut extra = if v.tracepoint {
-            String::new()
-        } else {
-            v.fields.clone()
-        };
-        if let (Some(own), Some(col)) = (v.cpu, column) {
-            if own != col {
-                extra.push_str(&format!(" cpu={own}"));
+        // Only reads the sink: formatting under the borrow is fine (nothing here emits events).
+        SINK.with(|s| {
+            let s = s.borrow();
+            let Some(sink) = s.as_ref() else { return };
+            if event.metadata().level() > &sink.level {
+                return;
             }
-        }
-        sink.lines
-            .lock()
-            .push(format!("[{cpu}] {}{extra}", v.message));
+            let mut v = MessageVisitor::default();
+            event.record(&mut v);
+            let exec = sink.exec_cpu.load(Ordering::Relaxed);
+            let column = if exec >= 0 { Some(exec as u64) } else { v.cpu };
+            let cpu = column.map_or_else(|| "   ".to_owned(), |c| format!("{c:03}"));
+            let mut extra = if v.tracepoint {
+                String::new()
+            } else {
+                v.fields
+            };
+            if let (Some(own), Some(col)) = (v.cpu, column) {
+                if own != col {
+                    let _ = write!(extra, " cpu={own}");
+                }
+            }
+            sink.lines
+                .lock()
+                .push(format!("[{cpu}] {}{extra}", v.message));
+        });
     }
 }
 

@@ -16,7 +16,7 @@ use super::capture::{self, Lines};
 use super::rng::SplitMix64;
 use super::Event;
 use bio_core::kernel::{CpuId, Runtime};
-use bio_core::workqueue::{PoolId, WorkExecution};
+use bio_core::workqueue::WorkExecution;
 use bio_core::{Cpu, Kernel};
 use hotplug::{Errno, HotplugError, StepOutcome};
 use std::cell::{Cell, RefCell};
@@ -195,10 +195,12 @@ impl Runtime for Hook {
             return;
         }
         while inner.kernel.pending_irqs(cpu.id()) > 0 && inner.rng.borrow_mut().chance(num, den) {
-            inner.trace.borrow_mut().push(format!(
-                "       irq window on {}: interrupt delivered inside the running code",
-                cpu.id()
-            ));
+            inner.log(|| {
+                format!(
+                    "       irq window on {}: interrupt delivered inside the running code",
+                    cpu.id()
+                )
+            });
             inner.kernel.deliver_irq(cpu);
         }
     }
@@ -213,10 +215,7 @@ impl Runtime for Hook {
             return cond();
         }
         inner.wait_depth.set(inner.wait_depth.get() + 1);
-        inner.trace.borrow_mut().push(format!(
-            "       {} sleeps in {what}: running other events",
-            cpu.id()
-        ));
+        inner.log(|| format!("       {} sleeps in {what}: running other events", cpu.id()));
         let mut ok = cond();
         let mut budget = 100_000;
         while !ok && budget > 0 {
@@ -349,9 +348,15 @@ impl DetRuntime {
         }
     }
 
-    /// Adds a scenario line to the trace.
+    /// Adds a scenario line to the trace (nothing when steps are not recorded).
     pub fn note(&self, line: impl Into<String>) {
-        self.inner.trace.borrow_mut().push(line.into());
+        self.inner.log(|| line.into());
+    }
+
+    /// Whether this runtime keeps a trace (`DetConfig::record_steps`): callers can skip
+    /// formatting lines nobody will read.
+    pub fn recording(&self) -> bool {
+        self.inner.config.record_steps
     }
 
     /// The trace so far.
@@ -386,6 +391,13 @@ impl Drop for ExecGuard<'_> {
 }
 
 impl Inner {
+    /// Appends a trace line made by `line`, only when steps are recorded.
+    fn log(&self, line: impl FnOnce() -> String) {
+        if self.config.record_steps {
+            self.trace.borrow_mut().push(line());
+        }
+    }
+
     /// Marks `cpu` as the CPU executing until the guard drops (the trace's CPU column).
     fn executing_on(&self, cpu: Option<CpuId>) -> ExecGuard<'_> {
         let v = cpu.map_or(-1, |c| i64::from(c.0));
@@ -605,9 +617,4 @@ impl Inner {
             }
         }
     }
-}
-
-/// Convenience for tests: pools as the event names them.
-pub fn cpu_pool(c: u32) -> PoolId {
-    PoolId::Cpu(CpuId(c))
 }

@@ -21,9 +21,11 @@
 
 use crate::block::Bio;
 use crate::block::{
-    bio_endio_status, errno_to_blk_status, BioVec, BlockDriver, QueueLimits, ReqFlags, ReqOp,
-    BLK_STS_IOERR, BLK_STS_OK, SECTOR_SHIFT,
+    bio_endio_status, errno_to_blk_status, BioVec, BlkOpf, BlockDriver, QueueLimits, ReqFlags,
+    ReqOp, BLK_STS_IOERR, BLK_STS_OK, SECTOR_SHIFT,
 };
+use crate::errno::neg_errno_str;
+use crate::errno::{EAGAIN, EIO, EIOCBQUEUED, ENOSPC, EOPNOTSUPP};
 use crate::irq::SoftirqVec;
 use crate::kernel::{Cpu, LockClass, ReportKind};
 use crate::sync::untracked::{AtomicUsize, Ordering};
@@ -32,27 +34,6 @@ use crate::workqueue::{WorkStruct, Workqueue, WQ_UNBOUND};
 use crate::Kernel;
 use std::collections::VecDeque;
 use std::fmt;
-
-/// `EAGAIN`.
-pub const EAGAIN: i32 = 11;
-/// `EOPNOTSUPP`.
-pub const EOPNOTSUPP: i32 = 95;
-/// `EIO`.
-pub const EIO: i32 = 5;
-/// `ENOSPC`.
-pub const ENOSPC: i32 = 28;
-/// `EIOCBQUEUED`: the I/O was queued and completes later through `ki_complete()`.
-pub const EIOCBQUEUED: i32 = 529;
-
-fn errno_name(e: i32) -> String {
-    match e {
-        EAGAIN => "EAGAIN".into(),
-        EOPNOTSUPP => "EOPNOTSUPP".into(),
-        EIO => "EIO".into(),
-        ENOSPC => "ENOSPC".into(),
-        e => e.to_string(),
-    }
-}
 
 /// `LO_FLAGS_READ_ONLY` (`include/uapi/linux/loop.h`).
 pub const LO_FLAGS_READ_ONLY: u32 = 1;
@@ -244,7 +225,9 @@ struct LoopCmd {
     postflush: bool,
     sector: u64,
     sectors: u64,
-    rwbs: String,
+    /// The bio's `bi_opf`, for the trace's RWBS column (kept so a command without its bio
+    /// can still be named).
+    opf: BlkOpf,
     use_aio: bool,
 }
 
@@ -266,7 +249,7 @@ impl LoopCmd {
             postflush: fua && !empty,
             sector: bio.bi_iter.bi_sector,
             sectors: bio.sectors(),
-            rwbs: bio.bi_opf.rwbs(),
+            opf: bio.bi_opf,
             bio: Some(bio),
             use_aio,
         }
@@ -285,7 +268,7 @@ impl LoopCmd {
             postflush: self.postflush,
             sector: self.sector,
             sectors: self.sectors,
-            rwbs: self.rwbs.clone(),
+            opf: self.opf,
             use_aio: self.use_aio,
         }
     }
@@ -501,7 +484,7 @@ impl LoopDevice {
     fn lo_rw_aio_nowait(&self, cmd: &mut LoopCmd, cx: &Cpu) -> Result<usize, i32> {
         if self.variant.hint && !self.lo_aio_try_nowait(cmd) {
             Self::bump(&self.counters.hint_skipped);
-            tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.rwbs, cmd.sector, cmd.sectors, self.nr_blocking_writes());
+            tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, self.nr_blocking_writes());
             return Err(EAGAIN);
         }
         Self::bump(&self.counters.nowait_tried);
@@ -511,7 +494,7 @@ impl LoopDevice {
             0
         };
         let r = self.lo_submit_rw(cmd, offset, true, cx);
-        tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.rwbs, cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => format!("-{}", errno_name(e)) });
+        tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => neg_errno_str(e) });
         match r {
             Err(EIOCBQUEUED) => {} // counted when it completes
             Err(EAGAIN) => Self::bump(&self.counters.nowait_eagain),
@@ -519,8 +502,10 @@ impl LoopDevice {
                 Self::bump(&self.counters.nowait_eopnotsupp);
                 if self.variant.nowait_completes_on_eopnotsupp {
                     // `if (ret != -EIOCBQUEUED && ret != -EAGAIN) lo_rw_aio_complete(...)`.
-                    let bio = cmd.bio.take().expect("a live command");
-                    let done = LoopCmd::new(bio, cmd.use_aio);
+                    let done = LoopCmd {
+                        bio: cmd.bio.take(),
+                        ..cmd.shell()
+                    };
                     self.lo_rw_aio_complete(done, r, cx);
                 }
             }
@@ -645,7 +630,7 @@ impl LoopDevice {
                 _ => Self::bump(&self.counters.nowait_done),
             }
         }
-        tracing::trace!(target: "loop", tracepoint = "loop_aio_complete", "loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.rwbs, cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => format!("-{}", errno_name(e)) }, if nowait { " (NOWAIT)" } else { "" });
+        tracing::trace!(target: "loop", tracepoint = "loop_aio_complete", "loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => neg_errno_str(e) }, if nowait { " (NOWAIT)" } else { "" });
         if again {
             self.loop_queue_work(cmd, cx);
             return;
@@ -784,12 +769,12 @@ impl LoopDevice {
                 ReportKind::Bug,
                 format!(
                     "block/blk-mq.c: loop{} request {} {} + {} completed twice: lo_rw_aio_nowait() completed it on -EOPNOTSUPP and loop_queue_rq() queued it to the worker",
-                    self.number, cmd.rwbs, cmd.sector, cmd.sectors
+                    self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors
                 ),
             );
             return;
         }
-        tracing::trace!(target: "loop", tracepoint = "loop_handle_cmd", "loop{}: worker: {} {} + {} (blocking)", self.number, cmd.rwbs, cmd.sector, cmd.sectors);
+        tracing::trace!(target: "loop", tracepoint = "loop_handle_cmd", "loop{}: worker: {} {} + {} (blocking)", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors);
         let _ = cx.might_sleep_at("drivers/block/loop.c:loop_handle_cmd");
         // do_req_filebacked(): pos = (blk_rq_pos(rq) << 9) + lo->lo_offset.
         let pos = (cmd.sector << SECTOR_SHIFT) + self.lo_offset;
