@@ -40,7 +40,7 @@ pub enum Errno {
 
 impl Errno {
     /// The positive errno number (`EBUSY` → 16).
-    pub fn as_i32(self) -> i32 {
+    pub const fn as_i32(self) -> i32 {
         match self {
             Errno::EPERM => 1,
             Errno::ENOENT => 2,
@@ -52,7 +52,7 @@ impl Errno {
             Errno::EINVAL => 22,
             Errno::ENOSPC => 28,
             Errno::EOPNOTSUPP => 95,
-            Errno::Other(n) => i32::from(n),
+            Errno::Other(n) => n as i32,
         }
     }
 

@@ -127,7 +127,9 @@ pub enum Section {
 }
 
 /// Which side of the hotplug protocol runs a state: the boot/control
-/// processor ("BP") or the application processor being plugged ("AP").
+/// processor ("BP") or the application processor being plugged ("AP"), the
+/// `CPUHP_BP_*` / `CPUHP_AP_*` split of `enum cpuhp_state` and the
+/// `cpuhp_is_ap_state()` test of `kernel/cpu.c`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
     /// Run by the control task on another CPU (PREPARE states, `CPUHP_BRINGUP_CPU`,

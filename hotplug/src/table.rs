@@ -175,7 +175,8 @@ pub struct CoreStep {
     pub cant_stop: bool,
 }
 
-/// The core steps of the default table.
+/// The core steps of the default table: the statically initialised entries of `kernel/cpu.c`'s
+/// `cpuhp_hp_states[]` that the table keeps.
 pub const CORE_STEPS: &[CoreStep] = &[
     CoreStep {
         state: CPUHP_OFFLINE,

@@ -13,10 +13,12 @@ use crate::sync::Mutex;
 use std::collections::VecDeque;
 use std::fmt;
 
-/// A hard interrupt handler: runs once, in hardirq context on the CPU it was raised on.
+/// A hard interrupt handler (`irq_handler_t`, `include/linux/interrupt.h`): runs once, in hardirq
+/// context on the CPU it was raised on.
 pub type IrqHandler = Box<dyn FnOnce(&Cpu) + Send>;
 
-/// A unit of softirq work (e.g. a `BLOCK_SOFTIRQ` completion), run in softirq context.
+/// A unit of softirq work (what a softirq action such as `blk_done_softirq()` processes for one
+/// `BLOCK_SOFTIRQ` completion), run in softirq context.
 pub type SoftirqWork = Box<dyn FnOnce(&Cpu) + Send>;
 
 /// The softirq vectors biosim uses (`enum { HI_SOFTIRQ, TIMER_SOFTIRQ, ... }`).
@@ -118,7 +120,9 @@ impl Kernel {
         // The online check is made under the target's queue lock: a CPU going offline clears
         // its online bit and then migrates its queue under that lock, so an interrupt queued
         // while the bit was still set is migrated, never stranded on a dead CPU.
-        let mut candidates = std::iter::once(cpu).chain(self.online_cpus());
+        // The fallback list is only built when the target is offline (not per interrupt).
+        let fallback = || self.online_cpus().into_iter();
+        let mut candidates = std::iter::once(cpu).chain(std::iter::once_with(fallback).flatten());
         loop {
             let Some(target) = candidates.next() else {
                 return Err(IrqError {

@@ -166,12 +166,13 @@ impl Cpu {
             );
             report = Some(self.report(ReportKind::InvalidWaitContext, message));
         } else if class.sleeps(self.config()) {
-            let site = format!("kernel/locking/spinlock_rt.c ({name})");
+            // Formatted only if a report is made.
+            let site = format_args!("kernel/locking/spinlock_rt.c ({name})");
             report = if class.wait_type() == WaitType::Config {
                 // rt_spin_lock() → rtlock_might_resched(): __might_resched() with the RCU nesting
                 // as the expected offset, so an rtlock inside rcu_read_lock() (every RT softirq)
                 // is fine; preemption or IRQs off are not.
-                self.might_resched_rtlock(&site).err()
+                self.might_resched_rtlock(site).err()
             } else {
                 self.might_sleep_at(site).err()
             };

@@ -2,6 +2,7 @@
 //! that a function which may sleep is not called from atomic context.
 
 use super::{Cpu, Report, ReportKind};
+use std::fmt;
 use std::panic::Location;
 
 impl Cpu {
@@ -14,23 +15,24 @@ impl Cpu {
     /// ground truth ([`Cpu::may_sleep`]) still knows.
     #[track_caller]
     pub fn might_sleep(&self) -> Result<(), Report> {
-        self.might_sleep_at(Location::caller().to_string())
+        self.might_resched(&Location::caller(), 0)
     }
 
     /// [`Cpu::might_sleep`] with an explicit `file:line` (e.g. the kernel site a model stands for).
-    pub fn might_sleep_at(&self, site: impl Into<String>) -> Result<(), Report> {
-        self.might_resched(site.into(), 0)
+    pub fn might_sleep_at(&self, site: impl fmt::Display) -> Result<(), Report> {
+        self.might_resched(&site, 0)
     }
 
     /// `rtlock_might_resched()` (PREEMPT_RT `rt_spin_lock()`): `__might_resched()` with
     /// `RTLOCK_RESCHED_OFFSETS`, which expects the current RCU nesting, so taking a sleeping
     /// `spinlock_t`/`local_lock_t` inside `rcu_read_lock()` is not reported.
-    pub fn might_resched_rtlock(&self, site: &str) -> Result<(), Report> {
-        self.might_resched(site.to_owned(), self.rcu_preempt_depth())
+    pub fn might_resched_rtlock(&self, site: impl fmt::Display) -> Result<(), Report> {
+        self.might_resched(&site, self.rcu_preempt_depth())
     }
 
-    /// `__might_resched(file, line, offsets)` with the RCU nesting the caller may hold.
-    fn might_resched(&self, site: String, rcu_expected: u32) -> Result<(), Report> {
+    /// `__might_resched(file, line, offsets)` with the RCU nesting the caller may hold. The site
+    /// is only formatted when there is something to report (this runs on every sleeping call).
+    fn might_resched(&self, site: &dyn fmt::Display, rcu_expected: u32) -> Result<(), Report> {
         if !self.config().debug_atomic_sleep {
             return Ok(());
         }

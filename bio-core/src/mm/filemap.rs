@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 /// `PAGE_SIZE`.
 pub const PAGE_SIZE: usize = 4096;
 
-/// The flags of one folio that this model uses.
+/// The `PG_*` bits of `folio->flags` (`include/linux/page-flags.h`) that this model uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FolioFlags {
     /// `PG_uptodate`.
