@@ -279,14 +279,15 @@ impl Kernel {
         cx.set_need_resched(false);
         tracing::trace!(target: "workqueue", tracepoint = "workqueue_execute_end", cpu = cx.id().0, "workqueue_execute_end: work={} function={}", exec.work.id.0, exec.function);
         cx.set_current(saved);
-        {
+        let more = {
             let mut st = self.workqueues.state.lock();
             st.pools[p].busy = false;
             let e = &mut st.works[exec.work.id.0];
             e.running = None;
             e.completed += 1;
-        }
-        if !self.workqueues.state.lock().pools[p].worklist.is_empty() {
+            !st.pools[p].worklist.is_empty()
+        };
+        if more {
             self.wake_pool(p);
         }
         Some(exec)

@@ -498,19 +498,16 @@ impl Kernel {
     /// Returns `true` if it waited. Flushing a work from itself is reported as a deadlock.
     pub fn flush_work(&self, work: WorkStruct, cx: &Cpu) -> bool {
         let _ = cx.might_sleep_at("kernel/workqueue.c: __flush_work");
+        // Nothing queued and nothing running: nothing to wait for.
         let (target, running) = {
             let st = self.workqueues.state.lock();
             let e = &st.works[work.id.0];
             let n = u64::from(e.queued.is_some()) + u64::from(e.running.is_some());
+            if n == 0 {
+                return false;
+            }
             (e.completed + n, e.running)
         };
-        let waited = {
-            let st = self.workqueues.state.lock();
-            st.works[work.id.0].completed < target
-        };
-        if !waited {
-            return false;
-        }
         if running.is_some_and(|r| r.ctx == cx.ctx_id()) {
             cx.report(
                 ReportKind::Bug,
@@ -535,12 +532,11 @@ impl Kernel {
     pub fn flush_delayed_work(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
         let wake = {
             let mut st = self.workqueues.state.lock();
-            let d = st.works[dwork.work.id.0].delayed;
-            match d {
-                Some(d) if self.timers.disarm(d.timer) => {
-                    d.wq.map(|wq| self.queue_work_locked(&mut st, d.cpu, wq, dwork.work.id, cx))
-                }
-                _ => None,
+            // If the timer was armed, run what it would have: delayed_work_timer_fn().
+            if self.timers.disarm(dwork.timer) {
+                self.delayed_work_timer_fn_locked(&mut st, dwork.work.id, cx)
+            } else {
+                None
             }
         };
         if let Some(p) = wake {
