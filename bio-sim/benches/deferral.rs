@@ -20,7 +20,7 @@
 //! Criterion writes the medians to `target/criterion/<group>/<name>/new/estimates.json`.
 
 use bio_core::block::complete_in_task::Variant;
-use bio_sim::measure::{
+use bio_sim::perf::measure::{
     completion_latency, deferral_throughput, DeferralMachine, Design, LatencyConfig, LatencyProbe,
     Load, ThroughputConfig,
 };

@@ -7,10 +7,10 @@
 //! Run: `cargo bench -p bio-sim --bench explore`
 
 use bio_core::block::complete_in_task::Variant;
-use bio_sim::oracle::Need;
+use bio_sim::machine::oracle::Need;
+use bio_sim::machine::sim::{CompletionContext, Sim, SimConfig};
+use bio_sim::machine::transition::Transition;
 use bio_sim::runtime::rng::SplitMix64;
-use bio_sim::scenario::Transition;
-use bio_sim::sim::{CompletionContext, Sim, SimConfig};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 const TRANSITIONS: usize = 40;

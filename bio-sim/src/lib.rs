@@ -1,29 +1,30 @@
 //! bio-sim: the machine that runs bio-core, and the `biosim` command line.
 //!
-//! - [`cli`]: the command-line interface (`biosim --help`).
-//! - [`contexts`]: the `bio_in_atomic()` truth table a reviewer can print for any kernel config.
-//! - [`findings`]: the review findings as checks and figures.
-//! - [`measure`]: measurements of the completion paths on the threaded runtime.
-//! - [`oracle`]: the invariants every run is checked against.
-//! - [`sim`], [`scenario`]: a machine with the batcher, the runtime and the oracle, and the
-//!   transitions scenarios apply to it; [`scenario_file`]: the same as a runnable text file.
-//! - [`runtime`]: the deterministic and threaded runtimes.
-//! - [`trace`]: the `tracing` subscriber the binary installs (`RUST_LOG`-style filtering).
+//! The modules depend on each other in one direction only, from the top of this list down
+//! (docs/design.md draws it):
+//!
+//! - [`cli`]: the command line (`biosim --help`) and what each subcommand prints.
+//! - [`perf`]: measurements and benchmarks: deferral throughput, completion latency, the loop and
+//!   DONTCACHE benches over real files, and the statistics they share.
+//! - [`scenario`]: runnable scenario files (`*.scn`): their format, parser and runner.
+//! - [`checks`]: the finding gallery, the loop checks, the `bio_in_atomic()` truth table, and the
+//!   `Expect`/`Verdict` of a cell.
+//! - [`machine`]: the machine under test (`Sim`), its invariant oracle, the transitions scenarios
+//!   apply and the device rigs they attach.
+//! - [`runtime`]: the deterministic and threaded runtimes that execute bio-core's kernel model.
+//! - [`dev`]: real-file backings and I/O engines (`O_DIRECT` files, io_uring) under simulated
+//!   devices.
+//! - [`report`]: the trace capture, the `tracing` subscriber and the Perfetto export.
 
 #![warn(missing_docs)]
 
-pub mod bench;
+pub mod checks;
 pub mod cli;
-pub mod contexts;
 pub mod dev;
-pub mod findings;
-pub mod loop_checks;
-pub mod loop_sim;
-pub mod measure;
-pub mod oracle;
-pub mod perfetto;
+pub mod machine;
+pub mod perf;
+pub mod report;
 pub mod runtime;
 pub mod scenario;
-pub mod scenario_file;
-pub mod sim;
-pub mod trace;
+
+pub use report::trace;

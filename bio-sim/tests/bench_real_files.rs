@@ -2,7 +2,7 @@
 //! docs/performance.md), but every counter they report is checked exactly, so a benchmark that
 //! measured the wrong path would fail here.
 
-use bio_sim::bench::{
+use bio_sim::perf::bench::{
     dontcache_bench, loop_bench, DontcacheConfig, Engine, LoopBenchConfig, Workload,
 };
 

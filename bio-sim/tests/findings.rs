@@ -3,7 +3,7 @@
 
 use bio_core::block::complete_in_task::Variant;
 use bio_core::workqueue::RescuerAffinity;
-use bio_sim::findings::{matrix, render, run_check, FINDINGS};
+use bio_sim::checks::findings::{matrix, render, run_check, FINDINGS};
 
 #[test]
 fn every_cell_of_the_matrix_matches_its_expectation() {
@@ -39,7 +39,7 @@ fn finding_1_on_v6_strands_the_bio_and_the_trace_shows_the_rollback() {
         "rollback re-ran online:\n{text}"
     );
     match run.verdict {
-        bio_sim::findings::Verdict::Caught(v) => {
+        bio_sim::checks::Verdict::Caught(v) => {
             assert!(v[0].message.contains("never completed"), "{v:?}")
         }
         other => panic!("expected caught, got {other}\n{text}"),
@@ -48,8 +48,8 @@ fn finding_1_on_v6_strands_the_bio_and_the_trace_shows_the_rollback() {
 
 #[test]
 fn a_violation_carries_the_trace_that_led_to_it() {
-    use bio_sim::scenario::Transition;
-    use bio_sim::sim::{Sim, SimConfig};
+    use bio_sim::machine::sim::{Sim, SimConfig};
+    use bio_sim::machine::transition::Transition;
     let s = Sim::new(SimConfig {
         variant: Variant::V6,
         ..SimConfig::default()
@@ -62,8 +62,8 @@ fn a_violation_carries_the_trace_that_led_to_it() {
     });
     s.apply(&Transition::Complete {
         cpu: 1,
-        ctx: bio_sim::sim::CompletionContext::Hardirq,
-        need: bio_sim::oracle::Need::Flag,
+        ctx: bio_sim::machine::sim::CompletionContext::Hardirq,
+        need: bio_sim::machine::oracle::Need::Flag,
     });
     let v = s.settle(5_000);
     assert_eq!(v.len(), 1);

@@ -2,8 +2,10 @@
 //! to catch (on the version with the problem or on its twin) and to pass.
 
 use bio_core::drivers::block::loop_drv::LoopVariant;
-use bio_sim::findings::Verdict;
-use bio_sim::loop_checks::{loop_matrix, render_loop, run_loop_check, twin_variant, LOOP_CHECKS};
+use bio_sim::checks::loop_checks::{
+    loop_matrix, render_loop, run_loop_check, twin_variant, LOOP_CHECKS,
+};
+use bio_sim::checks::Verdict;
 
 #[test]
 fn every_cell_of_the_loop_matrix_matches_its_expectation() {

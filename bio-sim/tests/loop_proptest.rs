@@ -15,9 +15,9 @@
 //! back to the worker.
 
 use bio_core::drivers::block::loop_drv::LoopVariant;
-use bio_sim::loop_sim::{BackingKind, LoopOp, LoopSetup};
-use bio_sim::scenario::Transition;
-use bio_sim::sim::{Sim, SimConfig};
+use bio_sim::machine::loop_rig::{BackingKind, LoopOp, LoopSetup};
+use bio_sim::machine::sim::{Sim, SimConfig};
+use bio_sim::machine::transition::Transition;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestError, TestRunner};
 

@@ -6,7 +6,7 @@ use bio_core::block::complete_in_task::{bio_complete_init, BatcherObserver, Vari
 use bio_core::block::{bio_endio, ReqOp};
 use bio_core::kernel::CpuId;
 use bio_core::{Kernel, KernelConfig};
-use bio_sim::oracle::{Invariant, Need, Oracle};
+use bio_sim::machine::oracle::{Invariant, Need, Oracle};
 use bio_sim::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
 use hotplug::{CPUHP_OFFLINE, CPUHP_ONLINE};
 use std::sync::Arc;

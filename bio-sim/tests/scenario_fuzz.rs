@@ -6,7 +6,7 @@
 //! The checker's own power is shown by `the_harness_reports_a_panic`: the same harness, given a
 //! runner that panics, fails.
 
-use bio_sim::scenario_file::Scenario;
+use bio_sim::scenario::Scenario;
 use proptest::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

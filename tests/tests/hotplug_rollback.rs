@@ -11,9 +11,9 @@
 //! `PROPTEST_CASES` raises the case count (the bar is 10,000 for v6-review and v7).
 
 use bio_core::block::complete_in_task::Variant;
-use bio_sim::oracle::Need;
-use bio_sim::scenario::Transition;
-use bio_sim::sim::{CompletionContext, Sim, SimConfig};
+use bio_sim::machine::oracle::Need;
+use bio_sim::machine::transition::Transition;
+use bio_sim::machine::sim::{CompletionContext, Sim, SimConfig};
 use hotplug::{
     CPUHP_AP_ONLINE_DYN, CPUHP_AP_WORKQUEUE_ONLINE, CPUHP_BP_PREPARE_DYN, CPUHP_BRINGUP_CPU,
     CPUHP_ONLINE, CPUHP_TEARDOWN_CPU, CPUHP_TIMERS_PREPARE,

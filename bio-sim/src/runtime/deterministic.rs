@@ -12,9 +12,9 @@
 //! [`DetConfig::irq_window_chance`]. When kernel code must sleep (`flush_work()`), the runtime
 //! runs other events until the condition holds, as the scheduler would.
 
-use super::capture::{self, Lines};
+use super::event::Event;
 use super::rng::SplitMix64;
-use super::Event;
+use crate::report::capture::{self, Lines};
 use bio_core::kernel::{CpuId, Runtime};
 use bio_core::workqueue::WorkExecution;
 use bio_core::{Cpu, Kernel};

@@ -41,7 +41,7 @@ thread_local! {
 }
 
 /// The layer that appends the events of a thread inside [`capture`] to that capture's lines.
-/// Part of the process-wide subscriber (the binary's, see [`crate::trace::init`], or the one
+/// Part of the process-wide subscriber (the binary's, see [`crate::report::trace::init`], or the one
 /// [`capture`] installs on first use); events of threads outside a capture are not built.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CaptureLayer;

@@ -1,4 +1,4 @@
-//! A loop device (`drivers/block/loop.c`, bio-core's model) attached to a [`Sim`], so scenario
+//! A loop device (`drivers/block/loop.c`, bio-core's model) attached to a machine, so scenario
 //! files can drive it: `loop v5 sparse offset=65536`, then `io 0 write 3`, `loop_worker 1`, and
 //! the oracle's usual invariants plus "data read back equals data written", checked by reading
 //! every block the scenario touched back through the device at the end.
@@ -7,14 +7,15 @@
 //! left there, or, where writes to a block overlapped in flight (a block device orders nothing
 //! between them), every value one of them may have left.
 
-use crate::oracle::{Invariant, Violation};
-use crate::sim::Sim;
+use crate::machine::oracle::{Invariant, Oracle, Violation};
+use crate::runtime::deterministic::DetRuntime;
 use bio_core::block::{submit_bio_noacct, BioEndIo, ReqOp};
 use bio_core::drivers::block::loop_drv::{
     LoopBacking, LoopDevice, LoopVariant, MemBacking, LO_FLAGS_DIRECT_IO,
 };
 use bio_core::kernel::CpuId;
 use bio_core::workqueue::PoolId;
+use bio_core::Kernel;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -135,7 +136,19 @@ struct Slot {
     possible: Vec<Vec<u8>>,
 }
 
-/// A loop device on a [`Sim`] and the reference of what it holds.
+/// What a device rig takes of the machine it is attached to: the kernel, the deterministic
+/// runtime that runs its steps, and the oracle that tracks its bios.
+#[derive(Debug, Clone, Copy)]
+pub struct RigParts<'a> {
+    /// The kernel.
+    pub kernel: &'a Arc<Kernel>,
+    /// The runtime.
+    pub rt: &'a DetRuntime,
+    /// The oracle.
+    pub oracle: &'a Arc<Oracle>,
+}
+
+/// A loop device on a machine and the reference of what it holds.
 pub(crate) struct LoopRig {
     lo: Arc<LoopDevice>,
     setup: LoopSetup,
@@ -153,7 +166,7 @@ impl fmt::Debug for LoopRig {
 }
 
 impl LoopRig {
-    pub(crate) fn new(s: &Sim, setup: LoopSetup) -> Self {
+    pub(crate) fn new(s: RigParts<'_>, setup: LoopSetup) -> Self {
         let backing: Arc<dyn LoopBacking> = Arc::new(setup.backing.backing());
         let lo = LoopDevice::new(
             &s.kernel,
@@ -166,7 +179,7 @@ impl LoopRig {
         s.rt.note(format!(
             "# loop0: variant {} ({}), {} backing of {} KiB, LO_FLAGS_DIRECT_IO, lo_offset={}",
             setup.variant.name,
-            crate::sim::knob_line(&setup.variant.knobs()),
+            crate::report::knob_line(&setup.variant.knobs()),
             setup.backing.name(),
             BACKING_BYTES >> 10,
             setup.offset
@@ -181,7 +194,14 @@ impl LoopRig {
 
     /// `submit_bio()` of one block from `cpu`'s task context. `false` if the block or CPU does
     /// not exist or the CPU is offline (skipped, as other impossible transitions are).
-    pub(crate) fn submit(&self, s: &Sim, cpu: u32, op: LoopOp, block: u32, fill: u8) -> bool {
+    pub(crate) fn submit(
+        &self,
+        s: RigParts<'_>,
+        cpu: u32,
+        op: LoopOp,
+        block: u32,
+        fill: u8,
+    ) -> bool {
         let block = u64::from(block);
         if block >= self.setup.blocks() || !s.kernel.cpu_online(CpuId(cpu)) {
             return false;
@@ -256,8 +276,8 @@ impl LoopRig {
     }
 
     /// One run of the loop workqueue's worker on `cpu`.
-    pub(crate) fn run_worker(&self, s: &Sim, cpu: u32) -> bool {
-        s.rt.step(crate::runtime::Event::Worker {
+    pub(crate) fn run_worker(&self, s: RigParts<'_>, cpu: u32) -> bool {
+        s.rt.step(crate::runtime::event::Event::Worker {
             pool: PoolId::Unbound,
             on: CpuId(cpu),
         })
@@ -266,7 +286,7 @@ impl LoopRig {
 
     /// Reads every block the scenario wrote or discarded back through the device (from the
     /// lowest online CPU) and compares it with the reference.
-    pub(crate) fn verify(&self, s: &Sim, budget: u64) -> Vec<Violation> {
+    pub(crate) fn verify(&self, s: RigParts<'_>, budget: u64) -> Vec<Violation> {
         let Some(&cpu) = s.kernel.online_cpus().first() else {
             return Vec::new();
         };

@@ -2,9 +2,9 @@
 //! variant, the deterministic runtime, and the oracle watching both.
 //!
 //! Scenario code (the finding checks, the proptest state machine, `biosim` scenarios) drives it with
-//! [`Transition`](crate::scenario::Transition)s and asks the oracle after each one.
+//! [`Transition`](crate::machine::transition::Transition)s and asks the oracle after each one.
 
-use crate::oracle::{Invariant, Need, Oracle, Violation};
+use crate::machine::oracle::{Invariant, Need, Oracle, Violation};
 use crate::runtime::deterministic::{DetConfig, DetRuntime};
 use bio_core::block::complete_in_task::{bio_complete_init, BatcherObserver, InitError, Variant};
 use bio_core::block::{bio_endio, ReqOp};
@@ -14,15 +14,6 @@ use bio_core::{Kernel, KernelConfig};
 use hotplug::{HotplugError, StateId, CPUHP_OFFLINE, CPUHP_ONLINE};
 use std::fmt;
 use std::sync::Arc;
-
-/// Knobs as the trace headers print them: `name=value name=value ...`.
-pub fn knob_line(knobs: &[(&'static str, String)]) -> String {
-    knobs
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
 
 /// How a simulated machine is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +107,7 @@ pub struct Sim {
     /// The oracle.
     pub oracle: Arc<Oracle>,
     config: SimConfig,
-    loop_rig: std::sync::OnceLock<crate::loop_sim::LoopRig>,
+    loop_rig: std::sync::OnceLock<crate::machine::loop_rig::LoopRig>,
 }
 
 impl fmt::Debug for Sim {
@@ -146,7 +137,7 @@ impl Sim {
         rt.note(format!(
             "# biosim: variant {} ({}) on {} CPUs, {} online; {}",
             config.variant.name,
-            knob_line(&config.variant.knobs()),
+            crate::report::knob_line(&config.variant.knobs()),
             config.nr_cpus,
             config.online,
             config.kernel
@@ -212,12 +203,12 @@ impl Sim {
             },
         };
         let event = if pool.congested {
-            crate::runtime::Event::Rescuer {
+            crate::runtime::event::Event::Rescuer {
                 pool: PoolId::Cpu(cpu),
                 on: pool.rescuer_cpu().unwrap_or(on),
             }
         } else {
-            crate::runtime::Event::Worker {
+            crate::runtime::event::Event::Worker {
                 pool: PoolId::Cpu(cpu),
                 on,
             }
@@ -227,9 +218,9 @@ impl Sim {
 
     /// Advances `jiffies` by one and runs every online CPU's due timers.
     pub fn tick(&self) {
-        let _ = self.rt.step(crate::runtime::Event::Tick);
+        let _ = self.rt.step(crate::runtime::event::Event::Tick);
         for c in self.kernel.online_cpus() {
-            let _ = self.rt.step(crate::runtime::Event::Timers(c));
+            let _ = self.rt.step(crate::runtime::event::Event::Timers(c));
         }
     }
 
@@ -280,7 +271,10 @@ impl Sim {
     /// Runs the next step of the hotplug operation in progress, if any.
     pub fn hotplug_step(&self) -> bool {
         match self.kernel.hotplug_ops_in_progress().first() {
-            Some(&c) => self.rt.step(crate::runtime::Event::Hotplug(c)).is_ok(),
+            Some(&c) => self
+                .rt
+                .step(crate::runtime::event::Event::Hotplug(c))
+                .is_ok(),
             None => false,
         }
     }
@@ -320,18 +314,27 @@ impl Sim {
     }
 
     /// Attaches a loop device (`drivers/block/loop.c`) over an in-memory backing file, for
-    /// [`Transition::LoopIo`](crate::scenario::Transition::LoopIo) and `LoopWorker`. Only the
+    /// [`Transition::LoopIo`](crate::machine::transition::Transition::LoopIo) and `LoopWorker`. Only the
     /// first call counts; returns whether this one did.
-    pub fn attach_loop(&self, setup: crate::loop_sim::LoopSetup) -> bool {
+    pub fn attach_loop(&self, setup: crate::machine::loop_rig::LoopSetup) -> bool {
         let mut fresh = false;
         self.loop_rig.get_or_init(|| {
             fresh = true;
-            crate::loop_sim::LoopRig::new(self, setup)
+            crate::machine::loop_rig::LoopRig::new(self.parts(), setup)
         });
         fresh
     }
 
-    pub(crate) fn loop_rig(&self) -> Option<&crate::loop_sim::LoopRig> {
+    /// The parts a device rig takes.
+    pub(crate) fn parts(&self) -> crate::machine::loop_rig::RigParts<'_> {
+        crate::machine::loop_rig::RigParts {
+            kernel: &self.kernel,
+            rt: &self.rt,
+            oracle: &self.oracle,
+        }
+    }
+
+    pub(crate) fn loop_rig(&self) -> Option<&crate::machine::loop_rig::LoopRig> {
         self.loop_rig.get()
     }
 
@@ -351,7 +354,7 @@ impl Sim {
     pub fn verify_devices(&self, max_steps: u64) -> Vec<Violation> {
         match self.loop_rig() {
             Some(r) => {
-                let v = r.verify(self, max_steps);
+                let v = r.verify(self.parts(), max_steps);
                 self.with_trace(v)
             }
             None => Vec::new(),

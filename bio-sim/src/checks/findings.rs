@@ -1,12 +1,13 @@
 //! The finding gallery: each review finding of the seed thread as a check that runs a scenario on a
-//! [`Sim`] and asks the [`oracle`](crate::oracle). A check is **caught** on every variant that has
+//! [`Sim`] and asks the [`oracle`](crate::machine::oracle). A check is **caught** on every variant that has
 //! the bug and **clean** on every variant that fixed it; where no posted version has the bug, the
 //! *twin* column runs the same check on a version with one knob flipped, to show the check can
 //! fail. Findings 6 and 8 are measurements, reported as figures.
 
-use crate::oracle::{Invariant, Need, Violation};
-use crate::scenario::Transition;
-use crate::sim::{CompletionContext, Sim, SimConfig, SimError};
+use super::verdict::{Expect, Verdict};
+use crate::machine::oracle::{Invariant, Need, Violation};
+use crate::machine::sim::{CompletionContext, Sim, SimConfig, SimError};
+use crate::machine::transition::Transition;
 use bio_core::block::complete_in_task::Variant;
 use bio_core::block::{bio_endio, BioFlag, ReqOp};
 use bio_core::fs::buffer::submit_bh_wbc_set_flags;
@@ -17,7 +18,6 @@ use bio_core::sync::UntrackedArc;
 use bio_core::workqueue::{PoolId, RescuerAffinity};
 use bio_core::KernelConfig;
 use hotplug::CPUHP_AP_WORKQUEUE_ONLINE;
-use std::fmt;
 
 /// A finding of the gallery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,17 +47,6 @@ pub enum FindingKind {
     Figure,
 }
 
-/// The verdict a cell should have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expect {
-    /// The check must catch the bug.
-    Caught,
-    /// The check must pass.
-    Clean,
-    /// The variant does not have the mechanism (v5 has no `bio_complete_in_task()`).
-    NotApplicable,
-}
-
 /// A buggy twin: what differs from a posted version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Twin {
@@ -68,53 +57,6 @@ pub struct Twin {
     pub base: &'static str,
     /// The knob flipped, `name=value`, or a machine knob.
     pub knob: &'static str,
-}
-
-/// The verdict of one cell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The oracle reported the finding's violation.
-    Caught(Vec<Violation>),
-    /// No violation of the finding's kind.
-    Clean,
-    /// Not applicable to this variant.
-    NotApplicable(&'static str),
-}
-
-impl Verdict {
-    /// The matrix word.
-    pub fn word(&self) -> &'static str {
-        match self {
-            Verdict::Caught(_) => "caught",
-            Verdict::Clean => "clean",
-            Verdict::NotApplicable(_) => "n/a",
-        }
-    }
-
-    /// Caught with `v`, or clean if `v` is empty.
-    pub fn of(v: Vec<Violation>) -> Verdict {
-        if v.is_empty() {
-            Verdict::Clean
-        } else {
-            Verdict::Caught(v)
-        }
-    }
-
-    /// Whether this verdict is the expected one.
-    pub fn matches(&self, e: Expect) -> bool {
-        matches!(
-            (self, e),
-            (Verdict::Caught(_), Expect::Caught)
-                | (Verdict::Clean, Expect::Clean)
-                | (Verdict::NotApplicable(_), Expect::NotApplicable)
-        )
-    }
-}
-
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.word())
-    }
 }
 
 use Expect::{Caught as C, Clean as K, NotApplicable as NA};
@@ -426,7 +368,7 @@ fn run_check_inner(
             for _ in 0..3 {
                 s.apply(&Transition::Tick);
             }
-            let off_cpu = crate::runtime::Event::Rescuer {
+            let off_cpu = crate::runtime::event::Event::Rescuer {
                 pool: PoolId::Cpu(one),
                 on: CpuId(0),
             };

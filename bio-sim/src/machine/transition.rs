@@ -2,8 +2,8 @@
 //! applies to a [`Sim`]. Each is something that can happen on a real machine; one that cannot happen
 //! now (a completion on an offline CPU, a second hotplug operation) is skipped, not an error.
 
-use crate::oracle::Need;
-use crate::sim::{CompletionContext, Sim};
+use crate::machine::oracle::Need;
+use crate::machine::sim::{CompletionContext, Sim};
 use bio_core::block::ReqOp;
 use bio_core::kernel::CpuId;
 use hotplug::StateId;
@@ -49,7 +49,7 @@ pub enum Transition {
         /// The CPU.
         cpu: u32,
         /// Read, write or discard.
-        op: crate::loop_sim::LoopOp,
+        op: crate::machine::loop_rig::LoopOp,
         /// The block (4 KiB).
         block: u32,
         /// The byte a write fills the block with.
@@ -92,7 +92,7 @@ impl fmt::Display for Transition {
                 fill,
             } => {
                 write!(f, "{op} loop0 block {block} from CPU{cpu}")?;
-                if *op == crate::loop_sim::LoopOp::Write {
+                if *op == crate::machine::loop_rig::LoopOp::Write {
                     write!(f, " (fill {fill:#04x})")?;
                 }
                 Ok(())
@@ -136,10 +136,10 @@ impl Sim {
                 fill,
             } if cpu < n => self
                 .loop_rig()
-                .is_some_and(|r| r.submit(self, cpu, op, block, fill)),
-            Transition::LoopWorker { cpu } if cpu < n => {
-                self.loop_rig().is_some_and(|r| r.run_worker(self, cpu))
-            }
+                .is_some_and(|r| r.submit(self.parts(), cpu, op, block, fill)),
+            Transition::LoopWorker { cpu } if cpu < n => self
+                .loop_rig()
+                .is_some_and(|r| r.run_worker(self.parts(), cpu)),
             _ => false,
         }
     }

@@ -196,7 +196,7 @@ impl DesignResult {
 }
 
 fn median(v: &[f64]) -> f64 {
-    crate::measure::median_f64(v.to_vec())
+    crate::perf::measure::median_f64(v.to_vec())
 }
 
 /// The loop benchmark's report.

@@ -5,7 +5,7 @@
 //! `RUST_LOG=block=trace` shows the block tracepoints the way `echo 1 > events/block/enable` would.
 //! The default shows warnings only (every simulated kernel splat is a warning).
 
-use crate::runtime::capture::CaptureLayer;
+use crate::report::capture::CaptureLayer;
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::EnvFilter;
 
@@ -36,6 +36,6 @@ pub fn init(default: &str) {
         .try_init()
         .is_ok()
     {
-        crate::runtime::capture::mark_global_capture_installed();
+        crate::report::capture::mark_global_capture_installed();
     }
 }

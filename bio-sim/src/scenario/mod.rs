@@ -25,10 +25,10 @@
 //! `io CPU read|write|discard BLOCK [fill=BYTE]` and `loop_worker CPU`. At the end every block
 //! written is read back through the device and compared (`expect data` for a mismatch).
 
-use crate::loop_sim::{BackingKind, LoopOp, LoopSetup};
-use crate::oracle::{Invariant, Need, Violation};
-use crate::scenario::Transition;
-use crate::sim::{CompletionContext, Sim, SimConfig, SimError};
+use crate::machine::loop_rig::{BackingKind, LoopOp, LoopSetup};
+use crate::machine::oracle::{Invariant, Need, Violation};
+use crate::machine::sim::{CompletionContext, Sim, SimConfig, SimError};
+use crate::machine::transition::Transition;
 use bio_core::block::complete_in_task::Variant;
 use bio_core::drivers::block::loop_drv::LoopVariant;
 use bio_core::kernel::{PreemptModel, ReportKind};
@@ -252,7 +252,7 @@ impl Scenario {
                         offset = v.parse().map_err(|_| err(format!("offset={v}: a byte count is expected")))?;
                     }
                     let setup = LoopSetup { variant, backing, offset };
-                    crate::loop_sim::validate(&setup).map_err(err)?;
+                    crate::machine::loop_rig::validate(&setup).map_err(err)?;
                     loop_dev = Some(setup);
                 }
                 "loop_knob" => {

@@ -5,11 +5,11 @@
 //! versions with the problem and **clean** on the ones without. `biosim loop` prints the matrix;
 //! `biosim loop --check` fails when a cell differs.
 
-use crate::findings::{Expect, Verdict};
-use crate::loop_sim::{BackingKind, LoopOp, LoopSetup};
-use crate::oracle::{Invariant, Violation};
-use crate::scenario::Transition;
-use crate::sim::{Sim, SimConfig, SimError};
+use crate::checks::verdict::{Expect, Verdict};
+use crate::machine::loop_rig::{BackingKind, LoopOp, LoopSetup};
+use crate::machine::oracle::{Invariant, Violation};
+use crate::machine::sim::{Sim, SimConfig, SimError};
+use crate::machine::transition::Transition;
 use bio_core::drivers::block::loop_drv::{LoopStats, LoopVariant};
 use bio_core::kernel::ReportKind;
 

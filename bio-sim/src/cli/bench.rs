@@ -1,0 +1,33 @@
+//! `biosim bench`: the benchmarks on real files.
+
+use super::args::BenchCommand;
+
+/// Runs `biosim bench`.
+pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::perf::bench::{
+        dontcache_bench, loop_bench, parse_size, DontcacheConfig, Engine, LoopBenchConfig, Workload,
+    };
+    match cmd {
+        BenchCommand::Loop(a) => {
+            let cfg = LoopBenchConfig {
+                dir: a.dir,
+                file_size: parse_size(&a.size).map_err(|e| format!("--size: {e}"))?,
+                ios_per_cpu: a.ios as usize,
+                cpus: a.cpus,
+                rounds: a.rounds as usize,
+                workloads: Workload::parse(&a.workload)?,
+                engine: Engine::parse(&a.engine)?,
+            };
+            print!("{}", loop_bench(&cfg)?);
+        }
+        BenchCommand::Dontcache(a) => {
+            let cfg = DontcacheConfig {
+                dir: a.dir,
+                size: parse_size(&a.size).map_err(|e| format!("--size: {e}"))?,
+                rounds: a.rounds as usize,
+            };
+            print!("{}", dontcache_bench(&cfg)?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! `biosim findings`: the gallery matrix, one finding's counterexample, `--check`.
+
+use super::args::FindingsArgs;
+
+fn figure8() -> String {
+    use crate::perf::measure::{completion_latency, LatencyConfig};
+    use bio_core::block::complete_in_task::Variant;
+    let mut parts = Vec::new();
+    for v in [Variant::V6, Variant::V7] {
+        match completion_latency(v, LatencyConfig::default()) {
+            Ok(r) => parts.push(format!(
+                "{}: light median {:.2} ms p99 {:.2} ms, {:.2} wake-ups/bio; bursty median {:.2} ms, {:.2} wake-ups/bio",
+                v.name,
+                r.light.median.as_secs_f64() * 1e3,
+                r.light.p99.as_secs_f64() * 1e3,
+                r.light.worker_wakeups_per_bio(),
+                r.bursty.median.as_secs_f64() * 1e3,
+                r.bursty.worker_wakeups_per_bio()
+            )),
+            Err(e) => parts.push(format!("{}: not measured ({e})", v.name)),
+        }
+    }
+    format!(
+        "threaded runtime, HZ={}: {}",
+        LatencyConfig::default().kernel.hz,
+        parts.join(" | ")
+    )
+}
+
+/// Runs `biosim findings`.
+pub fn findings(args: FindingsArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::checks::findings;
+    use crate::checks::Verdict;
+    use bio_core::block::complete_in_task::Variant;
+    use bio_core::workqueue::RescuerAffinity;
+    if let Some(id) = args.finding {
+        let f = findings::finding(id).ok_or_else(|| format!("no finding {id}"))?;
+        let (variant, rescuer) = if args.variant == "twin" {
+            match f.kind {
+                findings::FindingKind::Check { twin: Some(t), .. } => findings::twin_machine(&t),
+                _ => return Err(format!("finding {id} has no buggy twin").into()),
+            }
+        } else {
+            let v = Variant::by_name(&args.variant).ok_or_else(|| {
+                format!(
+                    "unknown variant `{}` (expected v5, v6, v6-review, v7 or twin)",
+                    args.variant
+                )
+            })?;
+            (v, RescuerAffinity::PoolCpu)
+        };
+        let Some(run) = findings::run_check(id, variant, rescuer, true) else {
+            println!(
+                "finding {id} ({}) is a measurement: run `biosim findings` for its figures",
+                f.title
+            );
+            return Ok(());
+        };
+        let run = run?;
+        print!("{}", run.trace);
+        if let Some(p) = &args.perfetto {
+            crate::report::perfetto::write(
+                p,
+                &run.trace,
+                &format!("finding {id} on {}", variant.name),
+            )?;
+        }
+        println!(
+            "== finding {id}: {} on {}: {}",
+            f.title, variant.name, run.verdict
+        );
+        if let Verdict::Caught(v) = &run.verdict {
+            for x in v {
+                println!("   {x}");
+            }
+        }
+        println!("   (chapter: {})", f.chapter);
+        return Ok(());
+    }
+    let fig8: Box<dyn Fn() -> String> = if args.no_figures {
+        Box::new(|| "(skipped: --no-figures)".to_owned())
+    } else {
+        Box::new(figure8)
+    };
+    let rows = findings::matrix(&*fig8)?;
+    print!("{}", findings::render(&rows));
+    if args.check {
+        let mut bad = Vec::new();
+        for r in &rows {
+            for (col, got, want) in r.mismatches() {
+                bad.push(format!(
+                    "finding {} on {col}: {got}, expected {want:?}",
+                    r.finding.id
+                ));
+            }
+        }
+        if !bad.is_empty() {
+            eprintln!(
+                "biosim findings --check: {} cells differ:\n  {}",
+                bad.len(),
+                bad.join("\n  ")
+            );
+            std::process::exit(1);
+        }
+        println!("all cells as expected");
+    }
+    Ok(())
+}

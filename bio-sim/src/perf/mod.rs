@@ -1,0 +1,3 @@
+//! Measurements of the completion paths and benchmarks on real files.
+pub mod bench;
+pub mod measure;
