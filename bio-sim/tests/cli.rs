@@ -65,6 +65,30 @@ fn every_scenario_in_the_docs_holds_its_expectations() {
 }
 
 #[test]
+fn the_scenarios_readme_lists_every_file() {
+    let readme = std::fs::read_to_string(scenarios_dir().join("README.md")).unwrap();
+    let listed: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`'))
+        .map(|(name, _)| name)
+        .filter(|name| name.ends_with(".scn"))
+        .collect();
+    let mut files: Vec<String> = std::fs::read_dir(scenarios_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".scn"))
+        .collect();
+    files.sort();
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted, files,
+        "docs/scenarios/README.md's table against the files"
+    );
+}
+
+#[test]
 fn a_scenario_prints_its_kernel_style_trace() {
     let f = scenarios_dir().join("finding-01-rollback-v6.scn");
     let (code, out, _) = biosim(&["run", f.to_str().unwrap()]);
