@@ -38,6 +38,14 @@ fn help_and_version() {
 }
 
 #[test]
+fn states_lists_the_batchers_dynamic_states() {
+    let (code, out, err) = biosim(&["states"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(" 61: block/bio:complete:dead\n"), "{out}");
+    assert!(out.contains("192: block/bio:complete:online\n"), "{out}");
+}
+
+#[test]
 fn findings_check_passes() {
     let (code, out, err) = biosim(&["findings", "--check", "--no-figures"]);
     assert_eq!(code, 0, "{out}\n{err}");

@@ -5,7 +5,7 @@
 //!
 //! * A quoted output is a fenced block tagged `console`. Its first line is `$ COMMAND`, the rest is
 //!   what the command prints (stdout, then stderr). The command is `biosim ARGS` (the binary of this
-//!   crate) or `cargo run -p PKG --example NAME [-- ARGS]` (the example, built by cargo test), with
+//!   crate) or `cargo run -p PKG --example NAME [-- ARGS]` (the example, built fresh), with
 //!   optional `VAR=VALUE` prefixes. It runs in the workspace root with `RUST_LOG` unset unless the
 //!   block sets it.
 //! * A line that is exactly `...` stands for any number of lines (none included); `[..]` inside a
@@ -394,23 +394,38 @@ fn program(cmd: &str) -> Result<Invocation, String> {
     }
 }
 
-/// The example as `cargo test` builds it (beside this test's binary, in `examples/`).
+/// The example's binary, built fresh once per run (`cargo build --workspace --examples` in the
+/// test's own profile: a no-op after `cargo test --workspace`, which builds them too), so a
+/// targeted run or a bless never reads a stale example.
 fn example_binary(name: &str) -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("test binary outside target/")?;
-    let bin = profile_dir
-        .join("examples")
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .ok_or("test binary outside target/")?;
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut c = Command::new(cargo);
+        c.args(["build", "-q", "--workspace", "--examples"])
+            .current_dir(workspace_root());
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            c.arg("--release");
+        }
+        let st = c.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !st.success() {
+            return Err(format!("cargo build --workspace --examples: {st}"));
+        }
+        Ok(profile_dir.join("examples"))
+    });
+    let bin = dir
+        .clone()?
         .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     if bin.exists() {
-        return Ok(bin);
+        Ok(bin)
+    } else {
+        Err(format!("no example `{name}` ({})", bin.display()))
     }
-    Err(format!(
-        "example `{name}` is not built ({}): run `cargo test --workspace`, or `cargo build --workspace --examples` first",
-        bin.display()
-    ))
 }
 
 struct Outcome {
