@@ -38,6 +38,14 @@ fn help_and_version() {
 }
 
 #[test]
+fn states_lists_the_batchers_dynamic_states() {
+    let (code, out, err) = biosim(&["states"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(" 61: block/bio:complete:dead\n"), "{out}");
+    assert!(out.contains("192: block/bio:complete:online\n"), "{out}");
+}
+
+#[test]
 fn findings_check_passes() {
     let (code, out, err) = biosim(&["findings", "--check", "--no-figures"]);
     assert_eq!(code, 0, "{out}\n{err}");
@@ -62,6 +70,30 @@ fn every_scenario_in_the_docs_holds_its_expectations() {
         n += 1;
     }
     assert!(n >= 5, "only {n} scenarios");
+}
+
+#[test]
+fn the_scenarios_readme_lists_every_file() {
+    let readme = std::fs::read_to_string(scenarios_dir().join("README.md")).unwrap();
+    let listed: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`'))
+        .map(|(name, _)| name)
+        .filter(|name| name.ends_with(".scn"))
+        .collect();
+    let mut files: Vec<String> = std::fs::read_dir(scenarios_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".scn"))
+        .collect();
+    files.sort();
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted, files,
+        "docs/scenarios/README.md's table against the files"
+    );
 }
 
 #[test]

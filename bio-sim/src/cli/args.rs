@@ -34,7 +34,7 @@ pub enum Command {
     /// its buggy twin, and the measured figures of findings 6 and 8.
     Findings(FindingsArgs),
     /// Print the CPU-hotplug state table as /sys/devices/system/cpu/hotplug/states does, with the
-    /// states biosim's subsystems register (workqueue, timers, ...).
+    /// states biosim's subsystems register (workqueue, timers, ...) and the batcher's dynamic states.
     States(StatesArgs),
     /// Run the loop driver's NOWAIT-series checks (drivers/block/loop.c, seed 004) on every posted
     /// version (base, v5-no-hint, v4, v5): caught/clean, with the NOWAIT counters.

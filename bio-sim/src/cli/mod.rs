@@ -53,7 +53,10 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Loop(args) => return loop_cmd::loop_checks(args),
         Command::Bench(b) => return bench::bench(b),
         Command::States(args) => {
+            use bio_core::block::complete_in_task::{bio_complete_init, Variant};
             let kernel = bio_core::Kernel::new(KernelConfig::default(), args.cpus)?;
+            // The table after boot: the batcher's init registers its two dynamic states.
+            bio_complete_init(&kernel, Variant::DEFAULT, None)?;
             print!("{}", kernel.hotplug().states_listing());
         }
     }
