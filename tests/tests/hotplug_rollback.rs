@@ -12,8 +12,8 @@
 
 use bio_core::block::complete_in_task::Variant;
 use bio_sim::machine::oracle::Need;
-use bio_sim::machine::transition::Transition;
 use bio_sim::machine::sim::{CompletionContext, Sim, SimConfig};
+use bio_sim::machine::transition::Transition;
 use hotplug::{
     CPUHP_AP_ONLINE_DYN, CPUHP_AP_WORKQUEUE_ONLINE, CPUHP_BP_PREPARE_DYN, CPUHP_BRINGUP_CPU,
     CPUHP_ONLINE, CPUHP_TEARDOWN_CPU, CPUHP_TIMERS_PREPARE,

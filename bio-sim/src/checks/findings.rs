@@ -209,19 +209,59 @@ pub struct ExpectRow {
 pub const EXPECTED: &[ExpectRow] = &[
     ExpectRow {
         variant: Variant::V5,
-        cells: &[(1, C), (2, NA), (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K)],
+        cells: &[
+            (1, C),
+            (2, NA),
+            (3, C),
+            (4, K),
+            (5, K),
+            (7, K),
+            (9, K),
+            (10, K),
+            (11, K),
+        ],
     },
     ExpectRow {
         variant: Variant::V6,
-        cells: &[(1, C), (2, C), (3, C), (4, C), (5, K), (7, K), (9, K), (10, K), (11, K)],
+        cells: &[
+            (1, C),
+            (2, C),
+            (3, C),
+            (4, C),
+            (5, K),
+            (7, K),
+            (9, K),
+            (10, K),
+            (11, K),
+        ],
     },
     ExpectRow {
         variant: Variant::V6_REVIEW,
-        cells: &[(1, K), (2, K), (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K)],
+        cells: &[
+            (1, K),
+            (2, K),
+            (3, C),
+            (4, K),
+            (5, K),
+            (7, K),
+            (9, K),
+            (10, K),
+            (11, K),
+        ],
     },
     ExpectRow {
         variant: Variant::V7,
-        cells: &[(1, K), (2, K), (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K)],
+        cells: &[
+            (1, K),
+            (2, K),
+            (3, C),
+            (4, K),
+            (5, K),
+            (7, K),
+            (9, K),
+            (10, K),
+            (11, K),
+        ],
     },
 ];
 
@@ -779,15 +819,21 @@ mod tests {
     fn every_twin_description_parses_back_to_its_knob() {
         for f in &FINDINGS {
             if let FindingKind::Check {
-                twin: Some(t @ Twin {
-                    change: Change::Knob(k),
-                    ..
-                }),
+                twin:
+                    Some(
+                        t @ Twin {
+                            change: Change::Knob(k),
+                            ..
+                        },
+                    ),
             } = f.kind
             {
                 assert_eq!(Knob::parse_assignment(&k.to_string()), Ok(k));
                 assert_ne!(
-                    Variant { name: "twin", ..t.base },
+                    Variant {
+                        name: "twin",
+                        ..t.base
+                    },
                     t.machine().0,
                     "finding {}'s twin changes nothing",
                     f.id
@@ -810,6 +856,12 @@ mod tests {
             assert!(e.contains(n), "{e}");
         }
         let (v, _) = machine_for(f, "v7", &["requeue_on_online=false".to_owned()]).unwrap();
-        assert_eq!(v, Variant { name: "custom", ..Variant::V7.with(Knob::RequeueOnOnline(false)) });
+        assert_eq!(
+            v,
+            Variant {
+                name: "custom",
+                ..Variant::V7.with(Knob::RequeueOnOnline(false))
+            }
+        );
     }
 }

@@ -333,12 +333,7 @@ impl Knob {
                 Self::names().collect::<Vec<_>>().join(", ")
             ));
         };
-        let bad = || {
-            format!(
-                "knob {name}: expected {}, got `{value}`",
-                values.expected()
-            )
-        };
+        let bad = || format!("knob {name}: expected {}, got `{value}`", values.expected());
         let b = || match value {
             "true" | "1" | "yes" | "on" => Ok(true),
             "false" | "0" | "no" | "off" => Ok(false),
@@ -562,6 +557,10 @@ mod tests {
         for k in all {
             assert_eq!(Knob::parse_assignment(&k.to_string()), Ok(k), "{k}");
         }
-        assert!(!Variant::V7.with(Knob::RequeueOnOnline(false)).requeue_on_online);
+        assert!(
+            !Variant::V7
+                .with(Knob::RequeueOnOnline(false))
+                .requeue_on_online
+        );
     }
 }

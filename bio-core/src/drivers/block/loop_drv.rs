@@ -351,7 +351,11 @@ mod variant_tests {
         ];
         assert_eq!(LoopVariant::ALL.len(), pinned.len());
         for (v, (name, knobs)) in LoopVariant::ALL.into_iter().zip(pinned) {
-            let listing: Vec<String> = v.knobs().into_iter().map(|(k, x)| format!("{k}={x}")).collect();
+            let listing: Vec<String> = v
+                .knobs()
+                .into_iter()
+                .map(|(k, x)| format!("{k}={x}"))
+                .collect();
             assert_eq!((v.name, listing.join(" ").as_str()), (name, knobs));
         }
     }
@@ -368,7 +372,9 @@ mod variant_tests {
                 assert_eq!(LoopKnob::parse_assignment(&k.to_string()), Ok(k));
             }
         }
-        assert!(LoopKnob::parse("bogus", "maybe").unwrap_err().contains("unknown loop_knob"));
+        assert!(LoopKnob::parse("bogus", "maybe")
+            .unwrap_err()
+            .contains("unknown loop_knob"));
         assert_eq!(
             LoopVariant::parse_name("v6", &["twin"]).unwrap_err(),
             "unknown loop variant `v6` (expected base, v5-no-hint, v4, v5 or twin)"
