@@ -267,6 +267,15 @@ impl KnobValues {
             KnobValues::Jiffies => "a number of jiffies",
         }
     }
+
+    /// Some values the parser accepts (every one, where there are few), for generators.
+    pub fn examples(self) -> &'static [&'static str] {
+        match self {
+            KnobValues::Bool => &["true", "false"],
+            KnobValues::List => &["llist", "local_lock", "irq_save"],
+            KnobValues::Jiffies => &["0", "1", "2"],
+        }
+    }
 }
 
 /// One knob set to one value: the typed form of a scenario's `knob NAME=VALUE` line, of the CLI's
@@ -521,6 +530,9 @@ mod tests {
             assert!(e.contains(n), "{e} lacks {n}");
         }
         for (name, values) in Knob::SPECS {
+            for x in values.examples() {
+                assert!(Knob::parse(name, x).is_ok(), "{name}={x}");
+            }
             let e = Knob::parse(name, "maybe").unwrap_err();
             assert!(e.contains(values.expected()), "{e}");
             assert!(e.contains("`maybe`"), "{e}");
