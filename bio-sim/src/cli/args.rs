@@ -171,7 +171,7 @@ pub struct FindingsArgs {
     #[arg(long)]
     pub check: bool,
     /// Run one finding only, and print its kernel-style trace and violations.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=11))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=crate::checks::findings::FINDINGS.len() as i64))]
     pub finding: Option<u32>,
     /// With --finding: the variant to run it on.
     #[arg(long, default_value = "v6", requires = "finding", help = variant_help())]
