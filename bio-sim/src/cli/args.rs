@@ -21,6 +21,14 @@ fn knob_help() -> String {
     )
 }
 
+/// `biosim loop`'s description, naming [`LoopVariant::ALL`].
+fn loop_about() -> String {
+    format!(
+        "Run the loop driver's NOWAIT-series checks (drivers/block/loop.c, seed 004) on every posted version ({}): caught/clean, with the NOWAIT counters",
+        LoopVariant::names().collect::<Vec<_>>().join(", ")
+    )
+}
+
 /// `biosim loop --variant`'s help: the names of [`LoopVariant::ALL`].
 fn loop_variant_help() -> String {
     format!(
@@ -71,7 +79,8 @@ pub enum Command {
     /// states biosim's subsystems register (workqueue, timers, ...).
     States(StatesArgs),
     /// Run the loop driver's NOWAIT-series checks (drivers/block/loop.c, seed 004) on every posted
-    /// version (see --variant): caught/clean, with the NOWAIT counters.
+    /// version: caught/clean, with the NOWAIT counters.
+    #[command(about = loop_about())]
     Loop(LoopArgs),
     /// Measure on real files: the loop driver model over an O_DIRECT file against raw
     /// pread/pwrite (`bench loop`), and buffered writes with and without RWF_DONTCACHE
