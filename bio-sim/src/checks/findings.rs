@@ -206,63 +206,12 @@ pub struct ExpectRow {
 
 /// Every posted variant's row, in [`Variant::ALL`]'s order (a test checks both lists agree and
 /// that every row covers every check).
+#[rustfmt::skip]
 pub const EXPECTED: &[ExpectRow] = &[
-    ExpectRow {
-        variant: Variant::V5,
-        cells: &[
-            (1, C),
-            (2, NA),
-            (3, C),
-            (4, K),
-            (5, K),
-            (7, K),
-            (9, K),
-            (10, K),
-            (11, K),
-        ],
-    },
-    ExpectRow {
-        variant: Variant::V6,
-        cells: &[
-            (1, C),
-            (2, C),
-            (3, C),
-            (4, C),
-            (5, K),
-            (7, K),
-            (9, K),
-            (10, K),
-            (11, K),
-        ],
-    },
-    ExpectRow {
-        variant: Variant::V6_REVIEW,
-        cells: &[
-            (1, K),
-            (2, K),
-            (3, C),
-            (4, K),
-            (5, K),
-            (7, K),
-            (9, K),
-            (10, K),
-            (11, K),
-        ],
-    },
-    ExpectRow {
-        variant: Variant::V7,
-        cells: &[
-            (1, K),
-            (2, K),
-            (3, C),
-            (4, K),
-            (5, K),
-            (7, K),
-            (9, K),
-            (10, K),
-            (11, K),
-        ],
-    },
+    ExpectRow { variant: Variant::V5,        cells: &[(1, C), (2, NA), (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K)] },
+    ExpectRow { variant: Variant::V6,        cells: &[(1, C), (2, C),  (3, C), (4, C), (5, K), (7, K), (9, K), (10, K), (11, K)] },
+    ExpectRow { variant: Variant::V6_REVIEW, cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K)] },
+    ExpectRow { variant: Variant::V7,        cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K)] },
 ];
 
 /// What finding `id`'s check must get on the posted variant called `variant` (`None`: no row or no

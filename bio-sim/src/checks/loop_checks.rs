@@ -90,23 +90,12 @@ pub struct LoopExpectRow {
 }
 
 /// Every loop version's row, in [`LoopVariant::ALL`]'s order (a test checks both agree).
+#[rustfmt::skip]
 pub const LOOP_EXPECTED: &[LoopExpectRow] = &[
-    LoopExpectRow {
-        variant: LoopVariant::BASE,
-        cells: &[("L1", K), ("L2", K), ("L3", K), ("L4", K)],
-    },
-    LoopExpectRow {
-        variant: LoopVariant::V5_NO_HINT,
-        cells: &[("L1", C), ("L2", K), ("L3", C), ("L4", K)],
-    },
-    LoopExpectRow {
-        variant: LoopVariant::V4,
-        cells: &[("L1", K), ("L2", C), ("L3", C), ("L4", K)],
-    },
-    LoopExpectRow {
-        variant: LoopVariant::V5,
-        cells: &[("L1", K), ("L2", K), ("L3", C), ("L4", K)],
-    },
+    LoopExpectRow { variant: LoopVariant::BASE,       cells: &[("L1", K), ("L2", K), ("L3", K), ("L4", K)] },
+    LoopExpectRow { variant: LoopVariant::V5_NO_HINT, cells: &[("L1", C), ("L2", K), ("L3", C), ("L4", K)] },
+    LoopExpectRow { variant: LoopVariant::V4,         cells: &[("L1", K), ("L2", C), ("L3", C), ("L4", K)] },
+    LoopExpectRow { variant: LoopVariant::V5,         cells: &[("L1", K), ("L2", K), ("L3", C), ("L4", K)] },
 ];
 
 /// What check `id` must get on the loop version called `variant` (`None`: no row or cell).
