@@ -3,7 +3,7 @@
 
 use bio_core::drivers::block::loop_drv::LoopVariant;
 use bio_sim::checks::loop_checks::{
-    loop_matrix, render_loop, run_loop_check, twin_variant, LOOP_CHECKS,
+    loop_check, loop_matrix, render_loop, run_loop_check, twin_variant, LOOP_CHECKS,
 };
 use bio_sim::checks::Verdict;
 
@@ -56,6 +56,11 @@ fn traces_show_the_nowait_attempt_the_hint_and_the_lockdep_splat() {
         "{}",
         v[0].message
     );
-    let twin = run_loop_check("L4", twin_variant("nowait_adds_lo_offset=false"), false).unwrap();
+    let twin = run_loop_check(
+        "L4",
+        twin_variant(loop_check("L4").unwrap()).unwrap(),
+        false,
+    )
+    .unwrap();
     assert!(matches!(twin.verdict, Verdict::Caught(_)));
 }

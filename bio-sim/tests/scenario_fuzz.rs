@@ -6,6 +6,8 @@
 //! The checker's own power is shown by `the_harness_reports_a_panic`: the same harness, given a
 //! runner that panics, fails.
 
+use bio_core::block::complete_in_task::{Knob, Variant};
+use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
 use bio_sim::scenario::Scenario;
 use proptest::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -35,11 +37,13 @@ fn number() -> impl Strategy<Value = String> {
 fn word() -> impl Strategy<Value = String> {
     prop_oneof![
         number(),
+        prop::sample::select(
+            Variant::names()
+                .chain(LoopVariant::names())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        ),
         prop::sample::select(vec![
-            "v5",
-            "v6",
-            "v6-review",
-            "v7",
             "v8",
             "none",
             "voluntary",
@@ -84,39 +88,24 @@ fn word() -> impl Strategy<Value = String> {
 /// A grammatical line whose values are mostly in range.
 fn header_line() -> impl Strategy<Value = String> {
     prop_oneof![
-        prop::sample::select(vec!["v5", "v6", "v6-review", "v7"])
+        prop::sample::select(Variant::names().collect::<Vec<_>>())
             .prop_map(|v| format!("variant {v}")),
         (
-            prop::sample::select(vec![
-                "need_resched_yield",
-                "yield_requeues",
-                "yield_keeps_batch",
-                "requeue_on_online",
-                "dynamic_helper",
-                "in_task_guard",
-                "init_disables_offline",
-                "dead_drains",
-                "gate_reads",
-                "end_io_null_check",
-            ]),
-            any::<bool>()
+            prop::sample::select(Knob::SPECS.to_vec()),
+            any::<prop::sample::Index>()
         )
-            .prop_map(|(k, v)| format!("knob {k}={v}")),
-        prop::sample::select(vec!["llist", "local_lock", "irq_save"])
-            .prop_map(|v| format!("knob list={v}")),
-        (0u64..3).prop_map(|d| format!("knob delay={d}")),
+            .prop_map(|((k, values), i)| format!("knob {k}={}", i.get(values.examples()))),
         (
-            prop::sample::select(vec!["base", "v5-no-hint", "v4", "v5"]),
+            prop::sample::select(LoopVariant::names().collect::<Vec<_>>()),
             prop::sample::select(vec!["sparse", "prealloc", "refusing", "blockdev"]),
             prop::sample::select(vec![0u64, 4096, 65536, 1 << 20]),
         )
             .prop_map(|(v, b, o)| format!("loop {v} {b} offset={o}")),
-        prop::sample::select(vec![
-            "nowait_adds_lo_offset",
-            "hint",
-            "nowait_completes_on_eopnotsupp"
-        ])
-        .prop_map(|k| format!("loop_knob {k}=false")),
+        (
+            prop::sample::select(LoopKnob::NAMES.to_vec()),
+            any::<bool>()
+        )
+            .prop_map(|(k, b)| format!("loop_knob {k}={b}")),
         (1u32..5).prop_map(|n| format!("online {n}")),
         prop::sample::select(vec!["none", "voluntary", "full", "lazy", "rt"])
             .prop_map(|m| format!("preempt {m}")),

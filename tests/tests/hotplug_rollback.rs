@@ -6,21 +6,27 @@
 //! `down_prep` and `dead`) — checking the oracle after every transition, and at the end letting the
 //! machine settle and checking that nothing is stranded.
 //!
-//! Against v6 it finds finding 1 (a rollback strands a deferred bio) and shrinks it to a handful of
-//! transitions (kept below as a plain regression test); against v6-review and v7 every case passes.
-//! `PROPTEST_CASES` raises the case count (the bar is 10,000 for v6-review and v7).
+//! It runs on every variant of [`Variant::ALL`], and what it must find on each is read from the
+//! finding gallery's row for that variant: where finding 1 (a rollback strands a deferred bio) is
+//! expected caught (v5, v6) the machine must find a bio that "never completed", and shrinks it to a
+//! handful of transitions (kept below as a plain regression test); where it is expected clean
+//! (v6-review, v7) every case passes. `PROPTEST_CASES` raises the case count (the bar is
+//! 10,000 for v6-review and v7).
 
 use bio_core::block::complete_in_task::Variant;
+use bio_sim::checks::findings::expected;
+use bio_sim::checks::Expect;
 use bio_sim::machine::oracle::Need;
-use bio_sim::machine::transition::Transition;
 use bio_sim::machine::sim::{CompletionContext, Sim, SimConfig};
+use bio_sim::machine::transition::Transition;
 use hotplug::{
     CPUHP_AP_ONLINE_DYN, CPUHP_AP_WORKQUEUE_ONLINE, CPUHP_BP_PREPARE_DYN, CPUHP_BRINGUP_CPU,
     CPUHP_ONLINE, CPUHP_TEARDOWN_CPU, CPUHP_TIMERS_PREPARE,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence};
-use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
+use proptest::test_runner::{Config, FileFailurePersistence, TestError, TestRunner};
+use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
+use std::cell::Cell;
 
 const NR_CPUS: u32 = 3;
 
@@ -73,8 +79,14 @@ impl ReferenceStateMachine for Reference {
     }
 }
 
-/// The machine under test, for the variant named by `V` (index into [`Variant::ALL`]).
-struct Machine<const V: usize>;
+thread_local! {
+    /// The variant the machine under test runs: set by [`run_on`] before the runner starts (the
+    /// runner runs every case on this thread).
+    static VARIANT: Cell<Variant> = const { Cell::new(Variant::DEFAULT) };
+}
+
+/// The machine under test, on the variant [`VARIANT`] holds.
+struct Machine;
 
 fn sim(variant: Variant, trace: bool) -> Sim {
     Sim::new(SimConfig {
@@ -87,12 +99,12 @@ fn sim(variant: Variant, trace: bool) -> Sim {
     .expect("a valid machine")
 }
 
-impl<const V: usize> StateMachineTest for Machine<V> {
+impl StateMachineTest for Machine {
     type SystemUnderTest = Sim;
     type Reference = Reference;
 
     fn init_test(_n: &u32) -> Sim {
-        sim(Variant::ALL[V], false)
+        sim(VARIANT.get(), false)
     }
 
     fn apply(s: Sim, _n: &u32, t: Transition) -> Sim {
@@ -102,7 +114,7 @@ impl<const V: usize> StateMachineTest for Machine<V> {
                 cpu,
                 ctx,
                 need: Need::Dynamic,
-            } if !Variant::ALL[V].dynamic_helper => Transition::Complete {
+            } if !VARIANT.get().dynamic_helper => Transition::Complete {
                 cpu,
                 ctx,
                 need: Need::Flag,
@@ -154,34 +166,50 @@ fn config(persist: bool) -> Config {
     }
 }
 
-prop_state_machine! {
-    #![proptest_config(config(false))]
-    /// v6 as posted: the rollback of an offline strands a bio completed after `down_prep`.
-    #[test]
-    #[should_panic(expected = "never completed")]
-    fn v6_strands_a_bio_on_rollback(sequential 1..40 => Machine<1>);
+/// Runs the state machine on `variant` with `config`; `Err` is the runner's failure (the shrunk
+/// sequence and why).
+fn run_on(variant: Variant, config: Config) -> Result<(), TestError<String>> {
+    VARIANT.set(variant);
+    let mut runner = TestRunner::new(config.clone());
+    runner
+        .run(
+            &Reference::sequential_strategy(1..40),
+            |(init, ts, seen)| {
+                Machine::test_sequential(config.clone(), init, ts, seen);
+                Ok(())
+            },
+        )
+        .map_err(|e| match e {
+            TestError::Abort(why) => TestError::Abort(why),
+            TestError::Fail(why, (_, ts, _)) => TestError::Fail(why, format!("{ts:?}")),
+        })
 }
 
-prop_state_machine! {
-    #![proptest_config(config(true))]
-    /// v6 with its review's fixes: no violation in any sequence.
-    #[test]
-    fn v6_review_holds_every_invariant(sequential 1..40 => Machine<2>);
-}
-
-prop_state_machine! {
-    #![proptest_config(config(true))]
-    /// v7 as landed: no violation in any sequence.
-    #[test]
-    fn v7_holds_every_invariant(sequential 1..40 => Machine<3>);
-}
-
-prop_state_machine! {
-    #![proptest_config(config(false))]
-    /// v5 has finding 1 too.
-    #[test]
-    #[should_panic(expected = "never completed")]
-    fn v5_strands_a_bio_on_rollback(sequential 1..40 => Machine<0>);
+/// Every variant of [`Variant::ALL`]: caught where the gallery expects finding 1 caught (a bio
+/// "never completed" after a rollback), every invariant held where it expects clean.
+#[test]
+fn every_variant_strands_a_bio_on_rollback_exactly_where_finding_1_is_expected() {
+    let mut bad = Vec::new();
+    for v in Variant::ALL {
+        let want =
+            expected(1, v.name).unwrap_or_else(|| panic!("{}: no finding-1 expectation", v.name));
+        let mut config = config(want != Expect::Caught);
+        config.source_file = Some(file!());
+        let r = run_on(v, config);
+        match (want, r) {
+            (Expect::Caught, Err(TestError::Fail(why, ts)))
+                if why.to_string().contains("never completed") =>
+            {
+                eprintln!("{}: finding 1 found, shrunk to {ts}", v.name)
+            }
+            (Expect::Caught, other) => {
+                bad.push(format!("{}: finding 1 not found: {other:?}", v.name))
+            }
+            (_, Ok(())) => {}
+            (_, Err(e)) => bad.push(format!("{}: {e}", v.name)),
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
 /// The counterexample proptest shrank finding 1 to on v6, kept as a plain test (seeds go stale

@@ -10,7 +10,7 @@ use crate::machine::loop_rig::{BackingKind, LoopOp, LoopSetup};
 use crate::machine::oracle::{Invariant, Violation};
 use crate::machine::sim::{Sim, SimConfig, SimError};
 use crate::machine::transition::Transition;
-use bio_core::drivers::block::loop_drv::{LoopStats, LoopVariant};
+use bio_core::drivers::block::loop_drv::{LoopKnob, LoopStats, LoopVariant};
 use bio_core::kernel::ReportKind;
 
 /// One loop check.
@@ -20,11 +20,30 @@ pub struct LoopCheck {
     pub id: &'static str,
     /// A one-line title.
     pub title: &'static str,
-    /// Expected verdicts for base, v5-no-hint, v4, v5 ([`LoopVariant::ALL`]'s order).
-    pub expected: [Expect; 4],
-    /// A twin (a knob flipped on v5) and its expected verdict: caught for a check no posted
-    /// version fails, clean for one every NOWAIT version fails (the fix, shown to pass).
-    pub twin: Option<(&'static str, Expect)>,
+    /// A twin (a knob flipped on a posted version) and its expected verdict: caught for a check no
+    /// posted version fails, clean for one every NOWAIT version fails (the fix, shown to pass).
+    pub twin: Option<LoopTwin>,
+}
+
+/// A loop check's twin: a posted version with one typed knob change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopTwin {
+    /// The posted version it starts from.
+    pub base: LoopVariant,
+    /// What differs from `base`.
+    pub knob: LoopKnob,
+    /// The verdict it must get.
+    pub expect: Expect,
+}
+
+impl LoopTwin {
+    /// The variant the twin runs (named `twin`).
+    pub fn variant(&self) -> LoopVariant {
+        LoopVariant {
+            name: "twin",
+            ..self.base.with(self.knob)
+        }
+    }
 }
 
 use Expect::{Caught as C, Clean as K};
@@ -34,28 +53,61 @@ pub const LOOP_CHECKS: [LoopCheck; 4] = [
     LoopCheck {
         id: "L1",
         title: "NOWAIT-first wastes an attempt per write to a sparse file",
-        expected: [K, C, K, K],
         twin: None,
     },
     LoopCheck {
         id: "L2",
         title: "lockdep_assert_held() of a lock the caller does not hold (syzbot)",
-        expected: [K, K, C, K],
         twin: None,
     },
     LoopCheck {
         id: "L3",
         title: "a backing that refuses IOCB_NOWAIT (-EOPNOTSUPP)",
-        expected: [K, C, C, C],
-        twin: Some(("nowait_completes_on_eopnotsupp=false", K)),
+        twin: Some(LoopTwin {
+            base: LoopVariant::V5,
+            knob: LoopKnob::NowaitCompletesOnEopnotsupp(false),
+            expect: K,
+        }),
     },
     LoopCheck {
         id: "L4",
         title: "data read back equals data written, each bio ends once",
-        expected: [K, K, K, K],
-        twin: Some(("nowait_adds_lo_offset=false", C)),
+        twin: Some(LoopTwin {
+            base: LoopVariant::V5,
+            knob: LoopKnob::NowaitAddsLoOffset(false),
+            expect: C,
+        }),
     },
 ];
+
+/// One loop version's row of expectations, by check id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopExpectRow {
+    /// The version (one of [`LoopVariant::ALL`]).
+    pub variant: LoopVariant,
+    /// `(check id, expected verdict)` for every check of [`LOOP_CHECKS`].
+    pub cells: &'static [(&'static str, Expect)],
+}
+
+/// Every loop version's row, in [`LoopVariant::ALL`]'s order (a test checks both agree).
+#[rustfmt::skip]
+pub const LOOP_EXPECTED: &[LoopExpectRow] = &[
+    LoopExpectRow { variant: LoopVariant::BASE,       cells: &[("L1", K), ("L2", K), ("L3", K), ("L4", K)] },
+    LoopExpectRow { variant: LoopVariant::V5_NO_HINT, cells: &[("L1", C), ("L2", K), ("L3", C), ("L4", K)] },
+    LoopExpectRow { variant: LoopVariant::V4,         cells: &[("L1", K), ("L2", C), ("L3", C), ("L4", K)] },
+    LoopExpectRow { variant: LoopVariant::V5,         cells: &[("L1", K), ("L2", K), ("L3", C), ("L4", K)] },
+];
+
+/// What check `id` must get on the loop version called `variant` (`None`: no row or cell).
+pub fn loop_expected(id: &str, variant: &str) -> Option<Expect> {
+    LOOP_EXPECTED
+        .iter()
+        .find(|r| r.variant.name == variant)?
+        .cells
+        .iter()
+        .find(|(c, _)| *c == id)
+        .map(|&(_, e)| e)
+}
 
 /// Looks a check up by id (`L2` or `2`).
 pub fn loop_check(id: &str) -> Option<&'static LoopCheck> {
@@ -63,16 +115,29 @@ pub fn loop_check(id: &str) -> Option<&'static LoopCheck> {
     LOOP_CHECKS.iter().find(|c| &c.id[1..] == id)
 }
 
-/// The variant a twin runs: v5 with the knob flipped.
-pub fn twin_variant(knob: &str) -> LoopVariant {
-    let mut v = LoopVariant::V5;
-    v.name = "twin";
-    match knob {
-        "nowait_adds_lo_offset=false" => v.nowait_adds_lo_offset = false,
-        "nowait_completes_on_eopnotsupp=false" => v.nowait_completes_on_eopnotsupp = false,
-        _ => {}
+/// The variant a check's twin runs, if it has one.
+pub fn twin_variant(c: &LoopCheck) -> Option<LoopVariant> {
+    c.twin.map(|t| t.variant())
+}
+
+/// The version `biosim loop --finding L --variant NAME [--knob K=V]...` runs check `c` on: `twin`
+/// or a posted version by name, with the knobs applied in order (through
+/// [`LoopKnob::parse_assignment`]). The error names the known versions or knobs.
+pub fn loop_variant_for(
+    c: &LoopCheck,
+    name: &str,
+    knobs: &[String],
+) -> Result<LoopVariant, String> {
+    let mut v = if name == "twin" {
+        twin_variant(c).ok_or_else(|| format!("loop check {} has no twin", c.id))?
+    } else {
+        LoopVariant::parse_name(name, &["twin"])?
+    };
+    for kv in knobs {
+        v = v.with(LoopKnob::parse_assignment(kv)?);
+        v.name = "custom";
     }
-    v
+    Ok(v)
 }
 
 /// One run: the verdict, the device's counters, the trace.
@@ -125,107 +190,119 @@ fn done(s: &Sim, verdict: Verdict) -> LoopRun {
     }
 }
 
+/// Keeps the violations of `kinds` only.
+fn keep(v: &mut Vec<Violation>, kinds: &[Invariant]) {
+    v.retain(|x| kinds.contains(&x.invariant));
+}
+
 /// Runs check `id` on `variant`.
 pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<LoopRun, SimError> {
-    let keep =
-        |v: &mut Vec<Violation>, kinds: &[Invariant]| v.retain(|x| kinds.contains(&x.invariant));
     match id {
-        "L1" => {
-            // 32 random-order 4 KiB writes to a sparse file, submitted back to back (a queue
-            // depth of 32), then the worker drains.
-            let s = machine(variant, BackingKind::Sparse, 0, trace)?;
-            let n = 32u32;
-            for i in 0..n {
-                io(&s, LoopOp::Write, (i * 37) % 256); // a permutation of 0..256, first 32 of it
-            }
-            let mut v = s.settle(BUDGET);
-            // Anything stranded or ended twice is reported as such, beside the count.
-            keep(&mut v, &[Invariant::Stranded, Invariant::EndIoOnce]);
-            let (st, _) = s.loop_outcome().unwrap_or_default();
-            if st.nowait_eagain > 1 {
-                v.push(Violation {
-                    invariant: Invariant::WastedOrFailedAttempt,
-                    message: format!(
-                        "{} of {n} writes tried IOCB_NOWAIT on a hole and got -EAGAIN before going to the worker ({} skipped by the hint)",
-                        st.nowait_eagain, st.hint_skipped
-                    ),
-                    trace: Vec::new(),
-                });
-            }
-            Ok(done(&s, Verdict::of(v)))
-        }
-        "L2" => {
-            let s = machine(variant, BackingKind::Sparse, 0, trace)?;
-            io(&s, LoopOp::Write, 0);
-            let v = s.settle(BUDGET);
-            let hits = v
-                .into_iter()
-                .filter(|x| x.message.contains("lockdep_assert_held"))
-                .collect();
-            Ok(done(&s, Verdict::of(hits)))
-        }
-        "L3" => {
-            // A backing whose every IOCB_NOWAIT call returns -EOPNOTSUPP synchronously (an ext4
-            // file whose direct I/O falls back to buffered I/O refuses a NOWAIT write so), four
-            // writes; what the submitter sees and what the kernel logs.
-            let s = machine(variant, BackingKind::Refusing, 0, trace)?;
-            for b in 0..4 {
-                io(&s, LoopOp::Write, b);
-            }
-            let mut v = s.settle(BUDGET);
-            // The double completion is a kernel BUG the oracle already reports.
-            keep(
-                &mut v,
-                &[
-                    Invariant::KernelReport(ReportKind::Bug),
-                    Invariant::Stranded,
-                    Invariant::EndIoOnce,
-                ],
-            );
-            let (_, failed) = s.loop_outcome().unwrap_or_default();
-            if failed > 0 {
-                v.push(Violation {
-                    invariant: Invariant::WastedOrFailedAttempt,
-                    message: format!(
-                        "{failed} of 4 writes ended with BLK_STS_NOTSUPP: the NOWAIT refusal reached the submitter instead of falling back to the worker"
-                    ),
-                    trace: Vec::new(),
-                });
-            }
-            Ok(done(&s, Verdict::of(v)))
-        }
-        "L4" => {
-            // A device 64 KiB into a sparse file. Each of 8 blocks is written twice: the first
-            // write into the hole falls back to the worker, the second (after the worker
-            // allocated the block) is a NOWAIT hit; then every block is read back (NOWAIT).
-            let s = machine(variant, BackingKind::Sparse, 64 << 10, trace)?;
-            let blocks: Vec<u32> = (0..8).map(|i| i * 5).collect();
-            for &b in &blocks {
-                io(&s, LoopOp::Write, b);
-            }
-            s.settle(BUDGET);
-            for &b in &blocks {
-                io(&s, LoopOp::Write, b);
-            }
-            let mut v = s.settle(BUDGET);
-            v.extend(s.verify_devices(BUDGET));
-            // L2 covers the splats; this check is about the data and the bios.
-            keep(
-                &mut v,
-                &[
-                    Invariant::DataMismatch,
-                    Invariant::Stranded,
-                    Invariant::EndIoOnce,
-                ],
-            );
-            Ok(done(&s, Verdict::of(v)))
-        }
+        "L1" => check_l1_wasted_nowait(variant, trace),
+        "L2" => check_l2_lockdep(variant, trace),
+        "L3" => check_l3_refusing_backing(variant, trace),
+        "L4" => check_l4_data(variant, trace),
         _ => Ok(LoopRun {
             verdict: Verdict::NotApplicable("no such check"),
             stats: LoopStats::default(),
             trace: String::new(),
         }),
     }
+}
+
+/// L1: 32 random-order 4 KiB writes to a sparse file, submitted back to back (a queue depth of
+/// 32), then the worker drains.
+fn check_l1_wasted_nowait(variant: LoopVariant, trace: bool) -> Result<LoopRun, SimError> {
+    let s = machine(variant, BackingKind::Sparse, 0, trace)?;
+    let n = 32u32;
+    for i in 0..n {
+        io(&s, LoopOp::Write, (i * 37) % 256); // a permutation of 0..256, first 32 of it
+    }
+    let mut v = s.settle(BUDGET);
+    // Anything stranded or ended twice is reported as such, beside the count.
+    keep(&mut v, &[Invariant::Stranded, Invariant::EndIoOnce]);
+    let (st, _) = s.loop_outcome().unwrap_or_default();
+    if st.nowait_eagain > 1 {
+        v.push(Violation {
+            invariant: Invariant::WastedOrFailedAttempt,
+            message: format!(
+                "{} of {n} writes tried IOCB_NOWAIT on a hole and got -EAGAIN before going to the worker ({} skipped by the hint)",
+                st.nowait_eagain, st.hint_skipped
+            ),
+            trace: Vec::new(),
+        });
+    }
+    Ok(done(&s, Verdict::of(v)))
+}
+
+/// L2: one write into a hole falls back to the worker, whose accounting asserts a lock.
+fn check_l2_lockdep(variant: LoopVariant, trace: bool) -> Result<LoopRun, SimError> {
+    let s = machine(variant, BackingKind::Sparse, 0, trace)?;
+    io(&s, LoopOp::Write, 0);
+    let v = s.settle(BUDGET);
+    let hits = v
+        .into_iter()
+        .filter(|x| x.message.contains("lockdep_assert_held"))
+        .collect();
+    Ok(done(&s, Verdict::of(hits)))
+}
+
+/// L3: a backing whose every IOCB_NOWAIT call returns -EOPNOTSUPP synchronously (an ext4 file
+/// whose direct I/O falls back to buffered I/O refuses a NOWAIT write so), four writes; what the
+/// submitter sees and what the kernel logs.
+fn check_l3_refusing_backing(variant: LoopVariant, trace: bool) -> Result<LoopRun, SimError> {
+    let s = machine(variant, BackingKind::Refusing, 0, trace)?;
+    for b in 0..4 {
+        io(&s, LoopOp::Write, b);
+    }
+    let mut v = s.settle(BUDGET);
+    // The double completion is a kernel BUG the oracle already reports.
+    keep(
+        &mut v,
+        &[
+            Invariant::KernelReport(ReportKind::Bug),
+            Invariant::Stranded,
+            Invariant::EndIoOnce,
+        ],
+    );
+    let (_, failed) = s.loop_outcome().unwrap_or_default();
+    if failed > 0 {
+        v.push(Violation {
+            invariant: Invariant::WastedOrFailedAttempt,
+            message: format!(
+                "{failed} of 4 writes ended with BLK_STS_NOTSUPP: the NOWAIT refusal reached the submitter instead of falling back to the worker"
+            ),
+            trace: Vec::new(),
+        });
+    }
+    Ok(done(&s, Verdict::of(v)))
+}
+
+/// L4: a device 64 KiB into a sparse file. Each of 8 blocks is written twice: the first write into
+/// the hole falls back to the worker, the second (after the worker allocated the block) is a
+/// NOWAIT hit; then every block is read back (NOWAIT).
+fn check_l4_data(variant: LoopVariant, trace: bool) -> Result<LoopRun, SimError> {
+    let s = machine(variant, BackingKind::Sparse, 64 << 10, trace)?;
+    let blocks: Vec<u32> = (0..8).map(|i| i * 5).collect();
+    for &b in &blocks {
+        io(&s, LoopOp::Write, b);
+    }
+    s.settle(BUDGET);
+    for &b in &blocks {
+        io(&s, LoopOp::Write, b);
+    }
+    let mut v = s.settle(BUDGET);
+    v.extend(s.verify_devices(BUDGET));
+    // L2 covers the splats; this check is about the data and the bios.
+    keep(
+        &mut v,
+        &[
+            Invariant::DataMismatch,
+            Invariant::Stranded,
+            Invariant::EndIoOnce,
+        ],
+    );
+    Ok(done(&s, Verdict::of(v)))
 }
 
 /// One row of the loop matrix.
@@ -240,21 +317,19 @@ pub struct LoopRow {
 }
 
 impl LoopRow {
-    /// Cells that differ from the expectation, as `(column, got, expected)`.
-    pub fn mismatches(&self) -> Vec<(String, &'static str, Expect)> {
+    /// Cells that differ from the expectation, as `(column, got, expected)` (`None`: the version
+    /// has no expectation for this check in [`LOOP_EXPECTED`]).
+    pub fn mismatches(&self) -> Vec<(String, &'static str, Option<Expect>)> {
         let mut out = Vec::new();
-        for ((v, (cell, _)), e) in LoopVariant::ALL
-            .iter()
-            .zip(&self.cells)
-            .zip(self.check.expected)
-        {
-            if !cell.matches(e) {
+        for (v, (cell, _)) in LoopVariant::ALL.iter().zip(&self.cells) {
+            let e = loop_expected(self.check.id, v.name);
+            if !e.is_some_and(|e| cell.matches(e)) {
                 out.push((v.name.to_owned(), cell.word(), e));
             }
         }
-        if let (Some(t), Some((_, want))) = (&self.twin, self.check.twin) {
-            if !t.matches(want) {
-                out.push(("twin".to_owned(), t.word(), want));
+        if let (Some(t), Some(tw)) = (&self.twin, self.check.twin) {
+            if !t.matches(tw.expect) {
+                out.push(("twin".to_owned(), t.word(), Some(tw.expect)));
             }
         }
         out
@@ -270,8 +345,8 @@ pub fn loop_matrix() -> Result<Vec<LoopRow>, SimError> {
             let r = run_loop_check(c.id, v, false)?;
             cells.push((r.verdict, r.stats));
         }
-        let twin = match c.twin {
-            Some((k, _)) => Some(run_loop_check(c.id, twin_variant(k), false)?.verdict),
+        let twin = match twin_variant(c) {
+            Some(v) => Some(run_loop_check(c.id, v, false)?.verdict),
             None => None,
         };
         rows.push(LoopRow {
@@ -283,26 +358,30 @@ pub fn loop_matrix() -> Result<Vec<LoopRow>, SimError> {
     Ok(rows)
 }
 
-/// The matrix as text, with L1's wasted-attempt counts.
+/// The matrix as text, one column per [`LoopVariant::ALL`], with L1's wasted-attempt counts.
 pub fn render_loop(rows: &[LoopRow]) -> String {
-    let mut out = format!(
-        "{:<66} {:<7} {:<11} {:<7} {:<7} {}\n",
-        "loop check (seed 004)", "base", "v5-no-hint", "v4", "v5", "twin"
-    );
+    let width = crate::checks::findings::column_width;
+    let mut out = format!("{:<66} ", "loop check (seed 004)");
+    for v in LoopVariant::ALL {
+        out.push_str(&format!("{:<w$} ", v.name, w = width(v.name)));
+    }
+    out.push_str("twin\n");
     for r in rows {
-        let w = |i: usize| r.cells.get(i).map_or("-", |c| c.0.word());
-        let title = format!("{} {}", r.check.id, r.check.title);
-        let twin = match (&r.twin, r.check.twin) {
-            (Some(t), Some((k, _))) => format!("{} (v5 {k})", t.word()),
-            _ => "-".to_owned(),
-        };
         out.push_str(&format!(
-            "{title:<66} {:<7} {:<11} {:<7} {:<7} {twin}\n",
-            w(0),
-            w(1),
-            w(2),
-            w(3)
+            "{:<66} ",
+            format!("{} {}", r.check.id, r.check.title)
         ));
+        for (i, v) in LoopVariant::ALL.iter().enumerate() {
+            let word = r.cells.get(i).map_or("-", |c| c.0.word());
+            out.push_str(&format!("{word:<w$} ", w = width(v.name)));
+        }
+        match (&r.twin, r.check.twin) {
+            (Some(t), Some(tw)) => {
+                out.push_str(&format!("{} ({} {})", t.word(), tw.base.name, tw.knob))
+            }
+            _ => out.push('-'),
+        }
+        out.push('\n');
         if r.check.id == "L1" {
             let counts: Vec<String> = LoopVariant::ALL
                 .iter()
@@ -318,4 +397,49 @@ pub fn render_loop(rows: &[LoopRow]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every loop version has exactly one row, in `LoopVariant::ALL`'s order, covering every check.
+    #[test]
+    fn every_loop_variant_has_one_row_covering_every_check() {
+        let rows: Vec<&str> = LOOP_EXPECTED.iter().map(|r| r.variant.name).collect();
+        assert_eq!(rows, LoopVariant::names().collect::<Vec<_>>());
+        for r in LOOP_EXPECTED {
+            assert_eq!(LoopVariant::by_name(r.variant.name), Some(r.variant));
+            let ids: Vec<&str> = r.cells.iter().map(|(id, _)| *id).collect();
+            assert_eq!(ids, LOOP_CHECKS.iter().map(|c| c.id).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn the_loop_checks_refuse_an_unknown_or_bad_knob_naming_the_known_ones() {
+        let c = loop_check("L4").unwrap();
+        let e = loop_variant_for(c, "v5", &["bogus=1".to_owned()]).unwrap_err();
+        for n in LoopKnob::NAMES {
+            assert!(e.contains(n), "{e}");
+        }
+        let e = loop_variant_for(c, "v5", &["hint=maybe".to_owned()]).unwrap_err();
+        assert!(e.contains("expected true or false, got `maybe`"), "{e}");
+        let e = loop_variant_for(c, "v6", &[]).unwrap_err();
+        for n in LoopVariant::names() {
+            assert!(e.contains(n), "{e}");
+        }
+        assert!(loop_variant_for(loop_check("L1").unwrap(), "twin", &[]).is_err());
+        for c in &LOOP_CHECKS {
+            if let Some(t) = c.twin {
+                assert_eq!(LoopKnob::parse_assignment(&t.knob.to_string()), Ok(t.knob));
+                assert_ne!(
+                    t.variant(),
+                    LoopVariant {
+                        name: "twin",
+                        ..t.base
+                    }
+                );
+            }
+        }
+    }
 }

@@ -1,7 +1,49 @@
 //! The `biosim` command line.
 
+use bio_core::block::complete_in_task::{Knob, Variant};
+use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
 use bio_core::kernel::{KernelConfig, PreemptModel};
 use clap::{Args, Parser, Subcommand};
+
+/// `--variant`'s help: the names of [`Variant::ALL`].
+fn variant_help() -> String {
+    format!(
+        "With --finding: the variant to run it on ({})",
+        Variant::names_or(&["twin"])
+    )
+}
+
+/// `--knob`'s help: the names of [`Knob::SPECS`].
+fn knob_help() -> String {
+    format!(
+        "With --finding: a knob set on the variant, NAME=VALUE, repeatable (NAME: {})",
+        Knob::names().collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// `biosim loop`'s description, naming [`LoopVariant::ALL`].
+fn loop_about() -> String {
+    format!(
+        "Run the loop driver's NOWAIT-series checks (drivers/block/loop.c, seed 004) on every posted version ({}): caught/clean, with the NOWAIT counters",
+        LoopVariant::names().collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// `biosim loop --variant`'s help: the names of [`LoopVariant::ALL`].
+fn loop_variant_help() -> String {
+    format!(
+        "With --finding: the version ({})",
+        LoopVariant::names_or(&["twin"])
+    )
+}
+
+/// `biosim loop --knob`'s help: [`LoopKnob::NAMES`].
+fn loop_knob_help() -> String {
+    format!(
+        "With --finding: a loop knob set on the version, NAME=true|false, repeatable (NAME: {})",
+        LoopKnob::NAMES.join(", ")
+    )
+}
 
 /// biosim: run Linux block-layer bio completion patches instead of only reading them.
 ///
@@ -37,7 +79,8 @@ pub enum Command {
     /// states biosim's subsystems register (workqueue, timers, ...) and the batcher's dynamic states.
     States(StatesArgs),
     /// Run the loop driver's NOWAIT-series checks (drivers/block/loop.c, seed 004) on every posted
-    /// version (base, v5-no-hint, v4, v5): caught/clean, with the NOWAIT counters.
+    /// version: caught/clean, with the NOWAIT counters.
+    #[command(about = loop_about())]
     Loop(LoopArgs),
     /// Measure on real files: the loop driver model over an O_DIRECT file against raw
     /// pread/pwrite (`bench loop`), and buffered writes with and without RWF_DONTCACHE
@@ -106,9 +149,12 @@ pub struct LoopArgs {
     /// Run one check only (L1..L4), and print its kernel-style trace and counters.
     #[arg(long)]
     pub finding: Option<String>,
-    /// With --finding: the version (base, v5-no-hint, v4, v5, or twin).
-    #[arg(long, default_value = "v5", requires = "finding")]
+    /// With --finding: the version.
+    #[arg(long, default_value = "v5", requires = "finding", help = loop_variant_help())]
     pub variant: String,
+    /// With --finding: a loop knob set on the version, NAME=VALUE (repeatable).
+    #[arg(long = "knob", value_name = "NAME=VALUE", requires = "finding", help = loop_knob_help())]
+    pub knobs: Vec<String>,
     /// With --finding: also write its trace as a Chrome/Perfetto trace (ui.perfetto.dev).
     #[arg(long, value_name = "FILE.json", requires = "finding")]
     pub perfetto: Option<std::path::PathBuf>,
@@ -134,11 +180,14 @@ pub struct FindingsArgs {
     #[arg(long)]
     pub check: bool,
     /// Run one finding only, and print its kernel-style trace and violations.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=11))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=crate::checks::findings::FINDINGS.len() as i64))]
     pub finding: Option<u32>,
-    /// With --finding: the variant to run it on (v5, v6, v6-review, v7, or twin).
-    #[arg(long, default_value = "v6", requires = "finding")]
+    /// With --finding: the variant to run it on.
+    #[arg(long, default_value = "v6", requires = "finding", help = variant_help())]
     pub variant: String,
+    /// With --finding: a knob set on the variant, NAME=VALUE (repeatable; see `biosim variants`).
+    #[arg(long = "knob", value_name = "NAME=VALUE", requires = "finding", help = knob_help())]
+    pub knobs: Vec<String>,
     /// Skip the threaded-runtime measurement of finding 8 (seconds of real time).
     #[arg(long)]
     pub no_figures: bool,

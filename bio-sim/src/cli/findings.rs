@@ -29,54 +29,50 @@ fn figure8() -> String {
 
 /// Runs `biosim findings`.
 pub fn findings(args: FindingsArgs) -> Result<(), Box<dyn std::error::Error>> {
+    match args.finding {
+        Some(id) => one_finding(id, &args),
+        None => gallery(&args),
+    }
+}
+
+/// `--finding N`: one check's trace and verdict on the variant `--variant` and `--knob` name.
+fn one_finding(id: u32, args: &FindingsArgs) -> Result<(), Box<dyn std::error::Error>> {
     use crate::checks::findings;
     use crate::checks::Verdict;
-    use bio_core::block::complete_in_task::Variant;
-    use bio_core::workqueue::RescuerAffinity;
-    if let Some(id) = args.finding {
-        let f = findings::finding(id).ok_or_else(|| format!("no finding {id}"))?;
-        let (variant, rescuer) = if args.variant == "twin" {
-            match f.kind {
-                findings::FindingKind::Check { twin: Some(t), .. } => findings::twin_machine(&t),
-                _ => return Err(format!("finding {id} has no buggy twin").into()),
-            }
-        } else {
-            let v = Variant::by_name(&args.variant).ok_or_else(|| {
-                format!(
-                    "unknown variant `{}` (expected v5, v6, v6-review, v7 or twin)",
-                    args.variant
-                )
-            })?;
-            (v, RescuerAffinity::PoolCpu)
-        };
-        let Some(run) = findings::run_check(id, variant, rescuer, true) else {
-            println!(
-                "finding {id} ({}) is a measurement: run `biosim findings` for its figures",
-                f.title
-            );
-            return Ok(());
-        };
-        let run = run?;
-        print!("{}", run.trace);
-        if let Some(p) = &args.perfetto {
-            crate::report::perfetto::write(
-                p,
-                &run.trace,
-                &format!("finding {id} on {}", variant.name),
-            )?;
-        }
+    let f = findings::finding(id).ok_or_else(|| format!("no finding {id}"))?;
+    let (variant, rescuer) = findings::machine_for(f, &args.variant, &args.knobs)?;
+    let Some(run) = findings::run_check(id, variant, rescuer, true) else {
         println!(
-            "== finding {id}: {} on {}: {}",
-            f.title, variant.name, run.verdict
+            "finding {id} ({}) is a measurement: run `biosim findings` for its figures",
+            f.title
         );
-        if let Verdict::Caught(v) = &run.verdict {
-            for x in v {
-                println!("   {x}");
-            }
-        }
-        println!("   (chapter: {})", f.chapter);
         return Ok(());
+    };
+    let run = run?;
+    print!("{}", run.trace);
+    if let Some(p) = &args.perfetto {
+        crate::report::perfetto::write(
+            p,
+            &run.trace,
+            &format!("finding {id} on {}", variant.name),
+        )?;
     }
+    println!(
+        "== finding {id}: {} on {}: {}",
+        f.title, variant.name, run.verdict
+    );
+    if let Verdict::Caught(v) = &run.verdict {
+        for x in v {
+            println!("   {x}");
+        }
+    }
+    println!("   (chapter: {})", f.chapter);
+    Ok(())
+}
+
+/// The matrix, and with `--check` the exit status of its comparison with the expectations.
+fn gallery(args: &FindingsArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::checks::findings;
     let fig8: Box<dyn Fn() -> String> = if args.no_figures {
         Box::new(|| "(skipped: --no-figures)".to_owned())
     } else {
@@ -89,8 +85,9 @@ pub fn findings(args: FindingsArgs) -> Result<(), Box<dyn std::error::Error>> {
         for r in &rows {
             for (col, got, want) in r.mismatches() {
                 bad.push(format!(
-                    "finding {} on {col}: {got}, expected {want:?}",
-                    r.finding.id
+                    "finding {} on {col}: {got}, expected {}",
+                    r.finding.id,
+                    super::expected_word(want)
                 ));
             }
         }

@@ -4,49 +4,54 @@ use super::args::LoopArgs;
 
 /// Runs `biosim loop`.
 pub fn loop_checks(args: LoopArgs) -> Result<(), Box<dyn std::error::Error>> {
-    use crate::checks::loop_checks::{
-        loop_check, loop_matrix, render_loop, run_loop_check, twin_variant,
-    };
-    use crate::checks::Verdict;
-    use bio_core::drivers::block::loop_drv::LoopVariant;
-    if let Some(id) = &args.finding {
-        let c = loop_check(id).ok_or_else(|| format!("no loop check `{id}` (expected L1..L4)"))?;
-        let variant = if args.variant == "twin" {
-            twin_variant(
-                c.twin
-                    .ok_or_else(|| format!("loop check {} has no twin", c.id))?
-                    .0,
-            )
-        } else {
-            LoopVariant::by_name(&args.variant).ok_or_else(|| {
-                format!(
-                    "unknown loop variant `{}` (expected base, v5-no-hint, v4, v5 or twin)",
-                    args.variant
-                )
-            })?
-        };
-        let run = run_loop_check(c.id, variant, true)?;
-        print!("{}", run.trace);
-        if let Some(p) = &args.perfetto {
-            crate::report::perfetto::write(
-                p,
-                &run.trace,
-                &format!("loop check {} on {}", c.id, variant.name),
-            )?;
-        }
-        println!(
-            "== loop check {}: {} on {}: {}",
-            c.id, c.title, variant.name, run.verdict
-        );
-        if let Verdict::Caught(v) = &run.verdict {
-            for x in v {
-                println!("   {x}");
-            }
-        }
-        println!("   counters: {:?}", run.stats);
-        println!("   (chapter: docs/loop.md)");
-        return Ok(());
+    match &args.finding {
+        Some(id) => one_check(id, &args),
+        None => loop_gallery(&args),
     }
+}
+
+/// `--finding L`: one check's trace, verdict and counters on the version `--variant` and
+/// `--knob` name.
+fn one_check(id: &str, args: &LoopArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::checks::loop_checks::{loop_check, loop_variant_for, run_loop_check, LOOP_CHECKS};
+    use crate::checks::Verdict;
+    let c = loop_check(id).ok_or_else(|| {
+        format!(
+            "no loop check `{id}` (expected {})",
+            LOOP_CHECKS
+                .iter()
+                .map(|c| c.id)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
+    let variant = loop_variant_for(c, &args.variant, &args.knobs)?;
+    let run = run_loop_check(c.id, variant, true)?;
+    print!("{}", run.trace);
+    if let Some(p) = &args.perfetto {
+        crate::report::perfetto::write(
+            p,
+            &run.trace,
+            &format!("loop check {} on {}", c.id, variant.name),
+        )?;
+    }
+    println!(
+        "== loop check {}: {} on {}: {}",
+        c.id, c.title, variant.name, run.verdict
+    );
+    if let Verdict::Caught(v) = &run.verdict {
+        for x in v {
+            println!("   {x}");
+        }
+    }
+    println!("   counters: {:?}", run.stats);
+    println!("   (chapter: docs/loop.md)");
+    Ok(())
+}
+
+/// The matrix, and with `--check` the exit status of its comparison with the expectations.
+fn loop_gallery(args: &LoopArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::checks::loop_checks::{loop_matrix, render_loop};
     let rows = loop_matrix()?;
     print!("{}", render_loop(&rows));
     if args.check {
@@ -54,7 +59,11 @@ pub fn loop_checks(args: LoopArgs) -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .flat_map(|r| {
                 r.mismatches().into_iter().map(move |(col, got, want)| {
-                    format!("{} on {col}: {got}, expected {want:?}", r.check.id)
+                    format!(
+                        "{} on {col}: {got}, expected {}",
+                        r.check.id,
+                        super::expected_word(want)
+                    )
                 })
             })
             .collect();

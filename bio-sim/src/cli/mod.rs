@@ -32,6 +32,15 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// How `--check` names an expected cell: `Caught`, `Clean`, `NotApplicable`, or that the
+/// variant's row has none.
+fn expected_word(e: Option<crate::checks::Expect>) -> String {
+    e.map_or_else(
+        || "a cell in its row of expectations (none)".to_owned(),
+        |e| format!("{e:?}"),
+    )
+}
+
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         Command::Contexts(args) => {

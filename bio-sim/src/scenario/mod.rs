@@ -20,42 +20,34 @@
 //! `stranded`, `off-cpu`, `hotplug-context`, `bug`, `warn`, `sleep-in-atomic`,
 //! `invalid-wait-context`, `no-quiescence`, `dropbehind`, `data`.
 //!
-//! A loop device (`drivers/block/loop.c`): header `loop base|v5-no-hint|v4|v5
-//! sparse|prealloc|refusing|blockdev [offset=BYTES]` and `loop_knob NAME=VALUE`; transitions
+//! `variant NAME` takes a name of [`Variant::ALL`](bio_core::block::complete_in_task::Variant::ALL),
+//! `knob` one of [`Knob`](bio_core::block::complete_in_task::Knob)'s (the parser the CLI's `--knob`
+//! uses).
+//!
+//! A loop device (`drivers/block/loop.c`): header `loop NAME sparse|prealloc|refusing|blockdev
+//! [offset=BYTES]` (NAME: one of [`LoopVariant::ALL`](bio_core::drivers::block::loop_drv::LoopVariant::ALL))
+//! and `loop_knob NAME=VALUE` (one of [`LoopKnob`](bio_core::drivers::block::loop_drv::LoopKnob)'s); transitions
 //! `io CPU read|write|discard BLOCK [fill=BYTE]` and `loop_worker CPU`. At the end every block
 //! written is read back through the device and compared (`expect data` for a mismatch).
 
-use crate::machine::loop_rig::{BackingKind, LoopOp, LoopSetup};
-use crate::machine::oracle::{Invariant, Need, Violation};
-use crate::machine::sim::{CompletionContext, Sim, SimConfig, SimError};
+//!
+//! The parser is split by kind of line: [`line`] (the words of a line and the argument readers,
+//! shared), [`header`], [`transition`] and [`expect`]; this file drives them and runs the result.
+
+mod expect;
+mod header;
+mod line;
+mod transition;
+
+pub use expect::Expectation;
+pub use line::ScenarioError;
+
+use crate::machine::loop_rig::LoopSetup;
+use crate::machine::oracle::Violation;
+use crate::machine::sim::{Sim, SimConfig, SimError};
 use crate::machine::transition::Transition;
-use bio_core::block::complete_in_task::Variant;
-use bio_core::drivers::block::loop_drv::LoopVariant;
-use bio_core::kernel::{PreemptModel, ReportKind};
-use bio_core::workqueue::RescuerAffinity;
-use std::fmt;
+use line::Line;
 use std::path::Path;
-
-/// A parse or validation error, naming the file, the line and what was wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}{}: {message}", if *line > 0 { format!(":{line}") } else { String::new() })]
-pub struct ScenarioError {
-    /// The file (or `<string>`).
-    pub file: String,
-    /// The 1-based line (0 for the file as a whole).
-    pub line: usize,
-    /// What was wrong.
-    pub message: String,
-}
-
-/// What a scenario expects at the end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expectation {
-    /// No violation at all.
-    Clean,
-    /// At least one violation of this invariant.
-    Violates(Invariant),
-}
 
 /// A parsed scenario.
 #[derive(Debug, Clone)]
@@ -83,311 +75,48 @@ pub struct ScenarioRun {
     pub failed_expectations: Vec<String>,
 }
 
-fn invariant_name(s: &str) -> Option<Invariant> {
-    Some(match s {
-        "once" => Invariant::EndIoOnce,
-        "task" => Invariant::TaskContext,
-        "stranded" => Invariant::Stranded,
-        "off-cpu" => Invariant::WorkOffCpu,
-        "hotplug-context" => Invariant::HotplugContext,
-        "bug" => Invariant::KernelReport(ReportKind::Bug),
-        "warn" => Invariant::KernelReport(ReportKind::Warn),
-        "sleep-in-atomic" => Invariant::KernelReport(ReportKind::SleepInAtomic),
-        "invalid-wait-context" => Invariant::KernelReport(ReportKind::InvalidWaitContext),
-        "no-quiescence" => Invariant::NoQuiescence,
-        "dropbehind" => Invariant::DropbehindCached,
-        "data" => Invariant::DataMismatch,
-        _ => return None,
-    })
-}
-
-fn yes_no(v: &str) -> Option<bool> {
-    match v {
-        "y" | "yes" | "true" | "1" => Some(true),
-        "n" | "no" | "false" | "0" => Some(false),
-        _ => None,
-    }
-}
-
 impl Scenario {
     /// Parses scenario text; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Self, ScenarioError> {
-        let mut config = SimConfig {
-            trace: true,
-            seed: 1,
-            ..SimConfig::default()
-        };
-        let (mut preempt, mut preempt_count, mut preempt_rcu, mut hz) = (None, None, None, None);
-        let mut online = None;
-        let mut loop_dev: Option<LoopSetup> = None;
+        let mut header = header::Header::new();
         let mut transitions = Vec::new();
         let mut settle = 5_000;
         let mut settled = false;
         let mut expect = Vec::new();
         for (i, raw) in text.lines().enumerate() {
-            let line = i + 1;
-            let err = |message: String| ScenarioError {
-                file: file.to_owned(),
-                line,
-                message,
-            };
-            let content = raw.split('#').next().unwrap_or("").trim();
-            if content.is_empty() {
+            let Some(l) = Line::new(file, i + 1, raw) else {
                 continue;
-            }
-            let words: Vec<&str> = content.split_whitespace().collect();
-            let arg = |n: usize, what: &str| -> Result<&str, ScenarioError> {
-                words
-                    .get(n)
-                    .copied()
-                    .ok_or_else(|| err(format!("`{}` needs {what}", words[0])))
             };
-            let num = |n: usize, what: &str| -> Result<u64, ScenarioError> {
-                let w = arg(n, what)?;
-                w.parse().map_err(|_| {
-                    err(format!(
-                        "`{}`: {what} must be a number, got `{w}`",
-                        words[0]
-                    ))
-                })
-            };
-            let header = transitions.is_empty() && !settled;
-            let header_only = |what: &str| -> Result<(), ScenarioError> {
-                if header {
-                    Ok(())
-                } else {
-                    Err(err(format!(
-                        "`{what}` must come before the first transition"
-                    )))
-                }
-            };
-            let cpu = |n: usize| -> Result<u32, ScenarioError> {
-                let c = num(n, "a CPU number")?;
-                let nr = u64::from(config.nr_cpus);
-                if c >= nr {
-                    return Err(err(format!(
-                        "CPU{c} does not exist (the machine has {nr} CPUs: 0..{})",
-                        nr - 1
-                    )));
-                }
-                Ok(c as u32)
-            };
-            if settled && !matches!(words[0], "expect") {
-                return Err(err(format!(
-                    "`{}` after `settle`: only `expect` lines may follow",
-                    words[0]
+            let kw = l.keyword();
+            if settled && kw != "expect" {
+                return Err(l.err(format!(
+                    "`{kw}` after `settle`: only `expect` lines may follow"
                 )));
             }
-            match words[0] {
-                "variant" => {
-                    header_only("variant")?;
-                    let name = arg(1, "a variant name")?;
-                    config.variant = Variant::by_name(name)
-                        .ok_or_else(|| err(format!("unknown variant `{name}` (expected v5, v6, v6-review or v7)")))?;
-                }
-                "knob" => {
-                    header_only("knob")?;
-                    let kv = arg(1, "NAME=VALUE")?;
-                    let (k, v) = kv.split_once('=').ok_or_else(|| err(format!("knob `{kv}`: expected NAME=VALUE")))?;
-                    config.variant.set_knob(k, v).map_err(err)?;
-                    config.variant.name = "custom";
-                }
-                "cpus" => {
-                    header_only("cpus")?;
-                    let n = num(1, "a CPU count")?;
-                    if !(1..=64).contains(&n) {
-                        return Err(err(format!("cpus {n}: biosim scenarios take 1 to 64 CPUs")));
-                    }
-                    config.nr_cpus = n as u32;
-                    config.online = config.nr_cpus;
-                }
-                "online" => {
-                    header_only("online")?;
-                    online = Some((num(1, "a CPU count")?, line));
-                }
-                "preempt" => {
-                    header_only("preempt")?;
-                    let m = arg(1, "a preemption model")?;
-                    preempt = Some(m.parse::<PreemptModel>().map_err(|e| err(e.to_string()))?);
-                }
-                "preempt_count" | "preempt_rcu" => {
-                    header_only(words[0])?;
-                    let v = arg(1, "y or n")?;
-                    let b = yes_no(v).ok_or_else(|| err(format!("`{}`: expected y or n, got `{v}`", words[0])))?;
-                    if words[0] == "preempt_count" { preempt_count = Some(b) } else { preempt_rcu = Some(b) }
-                }
-                "hz" => {
-                    header_only("hz")?;
-                    let h = num(1, "a tick rate")?;
-                    // Out-of-range values must not wrap into a valid one (`hz 4294967546` is not 250).
-                    hz = Some(u32::try_from(h).map_err(|_| {
-                        err(format!("unsupported CONFIG_HZ={h} (kernel/Kconfig.hz offers 100, 250, 300 or 1000)"))
-                    })?);
-                }
-                "seed" => {
-                    header_only("seed")?;
-                    config.seed = num(1, "a seed")?;
-                }
-                "rescuer" => {
-                    header_only("rescuer")?;
-                    config.rescuer = match arg(1, "pool or unbound")? {
-                        "pool" => RescuerAffinity::PoolCpu,
-                        "unbound" => RescuerAffinity::Unbound,
-                        w => return Err(err(format!("rescuer: expected pool or unbound, got `{w}`"))),
-                    };
-                }
-                "loop" => {
-                    header_only("loop")?;
-                    let name = arg(1, "a loop version (base, v5-no-hint, v4, v5)")?;
-                    let variant = LoopVariant::by_name(name).ok_or_else(|| {
-                        err(format!("unknown loop version `{name}` (expected base, v5-no-hint, v4 or v5)"))
-                    })?;
-                    let kind = arg(2, "a backing: sparse, prealloc, refusing or blockdev")?;
-                    let backing = BackingKind::parse(kind).ok_or_else(|| {
-                        err(format!("loop: unknown backing `{kind}` (expected sparse, prealloc, refusing or blockdev)"))
-                    })?;
-                    let mut offset = 0;
-                    for w in &words[3..] {
-                        let v = w.strip_prefix("offset=").ok_or_else(|| err(format!("loop: unexpected `{w}` (expected offset=BYTES)")))?;
-                        offset = v.parse().map_err(|_| err(format!("offset={v}: a byte count is expected")))?;
-                    }
-                    let setup = LoopSetup { variant, backing, offset };
-                    crate::machine::loop_rig::validate(&setup).map_err(err)?;
-                    loop_dev = Some(setup);
-                }
-                "loop_knob" => {
-                    header_only("loop_knob")?;
-                    let Some(setup) = loop_dev.as_mut() else {
-                        return Err(err("`loop_knob` needs a `loop` line before it".to_owned()));
-                    };
-                    let kv = arg(1, "NAME=VALUE")?;
-                    let (k, v) = kv.split_once('=').ok_or_else(|| err(format!("loop_knob `{kv}`: expected NAME=VALUE")))?;
-                    let b = yes_no(v).ok_or_else(|| err(format!("loop_knob {k}: expected true or false, got `{v}`")))?;
-                    let var = &mut setup.variant;
-                    match k {
-                        "nowait_first" => var.nowait_first = b,
-                        "hint" => var.hint = b,
-                        "check_fmode_nowait" => var.check_fmode_nowait = b,
-                        "eopnotsupp_falls_back" => var.eopnotsupp_falls_back = b,
-                        "nowait_completes_on_eopnotsupp" => var.nowait_completes_on_eopnotsupp = b,
-                        "nowait_adds_lo_offset" => var.nowait_adds_lo_offset = b,
-                        _ => return Err(err(format!("unknown loop_knob `{k}` (known: nowait_first, hint, check_fmode_nowait, eopnotsupp_falls_back, nowait_completes_on_eopnotsupp, nowait_adds_lo_offset)"))),
-                    }
-                    var.name = "custom";
-                }
-                "io" => {
-                    let Some(setup) = loop_dev else {
-                        return Err(err("`io` needs a `loop` header line".to_owned()));
-                    };
-                    let c = cpu(1)?;
-                    let o = arg(2, "read, write or discard")?;
-                    let op = LoopOp::parse(o).ok_or_else(|| err(format!("io: unknown operation `{o}` (expected read, write or discard)")))?;
-                    let block = num(3, "a block number")?;
-                    if block >= setup.blocks() {
-                        return Err(err(format!("io: block {block} is beyond loop0 ({} blocks of 4 KiB)", setup.blocks())));
-                    }
-                    let mut fill = 0x5a;
-                    for w in &words[4..] {
-                        let v = w.strip_prefix("fill=").ok_or_else(|| err(format!("io: unexpected `{w}` (expected fill=BYTE)")))?;
-                        fill = v.parse().map_err(|_| err(format!("fill={v}: a byte 0..=255 is expected")))?;
-                    }
-                    transitions.push((line, Transition::LoopIo { cpu: c, op, block: block as u32, fill }));
-                }
-                "loop_worker" => {
-                    if loop_dev.is_none() {
-                        return Err(err("`loop_worker` needs a `loop` header line".to_owned()));
-                    }
-                    transitions.push((line, Transition::LoopWorker { cpu: cpu(1)? }));
-                }
-                "complete" => {
-                    let c = cpu(1)?;
-                    let ctx = match arg(2, "a context")? {
-                        "hardirq" => CompletionContext::Hardirq,
-                        "softirq" => CompletionContext::Softirq,
-                        "atomic" => CompletionContext::AtomicTask,
-                        "task" => CompletionContext::Task,
-                        w => return Err(err(format!("complete: unknown context `{w}` (expected hardirq, softirq, atomic or task)"))),
-                    };
-                    let need = match arg(3, "a kind: plain, flag or dynamic")? {
-                        "plain" => Need::Any,
-                        "flag" => Need::Flag,
-                        "dynamic" => Need::Dynamic,
-                        w => return Err(err(format!("complete: unknown kind `{w}` (expected plain, flag or dynamic)"))),
-                    };
-                    transitions.push((line, Transition::Complete { cpu: c, ctx, need }));
-                }
-                "worker" => transitions.push((line, Transition::RunWorker { cpu: cpu(1)? })),
-                "tick" => transitions.push((line, Transition::Tick)),
-                "step" => transitions.push((line, Transition::HotplugStep)),
-                "need_resched" => transitions.push((line, Transition::NeedResched { cpu: cpu(1)? })),
-                "cpu_down" | "cpu_up" => {
-                    let c = cpu(1)?;
-                    let mut fail_at = None;
-                    for w in &words[2..] {
-                        let v = w.strip_prefix("fail=").ok_or_else(|| err(format!("`{}`: unexpected `{w}` (expected fail=STATE)", words[0])))?;
-                        let s: i32 = v.parse().map_err(|_| err(format!("fail={v}: a state number is expected")))?;
-                        if !(0..=hotplug::CPUHP_ONLINE.0).contains(&s) {
-                            return Err(err(format!("fail={s}: out of range 0..={}", hotplug::CPUHP_ONLINE.0)));
-                        }
-                        fail_at = Some(s);
-                    }
-                    transitions.push((line, Transition::Hotplug { cpu: c, up: words[0] == "cpu_up", fail_at }));
-                }
+            if header.line(&l, transitions.is_empty() && !settled)? {
+                continue;
+            }
+            match kw {
                 "settle" => {
-                    if let Some(_w) = words.get(1) {
-                        settle = num(1, "a step budget")?;
+                    if l.words.len() > 1 {
+                        settle = l.num(1, "a step budget")?;
                     }
                     settled = true;
                 }
-                "expect" => {
-                    let w = arg(1, "clean or an invariant")?;
-                    let e = if w == "clean" {
-                        Expectation::Clean
-                    } else {
-                        Expectation::Violates(invariant_name(w).ok_or_else(|| {
-                            err(format!("expect: unknown invariant `{w}` (expected clean, once, task, stranded, off-cpu, hotplug-context, bug, warn, sleep-in-atomic, invalid-wait-context, no-quiescence, dropbehind, data)"))
-                        })?)
-                    };
-                    expect.push((line, e));
-                }
-                other => {
-                    return Err(err(format!(
-                        "unknown line `{other}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, seed, rescuer, loop, loop_knob; a transition: complete, worker, tick, cpu_down, cpu_up, step, need_resched, io, loop_worker; or settle / expect)"
-                    )))
-                }
+                "expect" => expect.push((l.number, expect::parse_expect(&l)?)),
+                _ => match transition::parse_transition(
+                    &l,
+                    header.config.nr_cpus,
+                    header.loop_dev,
+                )? {
+                    Some(t) => transitions.push((l.number, t)),
+                    None => return Err(l.err(format!(
+                        "unknown line `{kw}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, seed, rescuer, loop, loop_knob; a transition: complete, worker, tick, cpu_down, cpu_up, step, need_resched, io, loop_worker; or settle / expect)"
+                    ))),
+                },
             }
         }
-        if let Some((o, line)) = online {
-            if o == 0 || o > u64::from(config.nr_cpus) {
-                return Err(ScenarioError {
-                    file: file.to_owned(),
-                    line,
-                    message: format!(
-                        "online {o}: must be 1..={} (the machine's CPU count)",
-                        config.nr_cpus
-                    ),
-                });
-            }
-            config.online = o as u32;
-        }
-        let model = preempt.unwrap_or(config.kernel.preempt);
-        let mut k = if preempt_count == Some(false) {
-            bio_core::KernelConfig::without_preempt_count(model)
-        } else {
-            bio_core::KernelConfig::for_model(model)
-        };
-        if let Some(r) = preempt_rcu {
-            k.preempt_rcu = r;
-        }
-        if let Some(h) = hz {
-            k.hz = h;
-        }
-        k.validate().map_err(|e| ScenarioError {
-            file: file.to_owned(),
-            line: 0,
-            message: e.to_string(),
-        })?;
-        config.kernel = k;
+        let (config, loop_dev) = header.finish(file)?;
         Ok(Scenario {
             config,
             transitions,
@@ -400,11 +129,8 @@ impl Scenario {
     /// Reads and parses a file.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
-            file: file.clone(),
-            line: 0,
-            message: format!("cannot read: {e}"),
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| line::error_at(&file, 0, format!("cannot read: {e}")))?;
         Self::parse(&text, &file)
     }
 
@@ -420,27 +146,12 @@ impl Scenario {
         }
         let mut violations = s.settle(self.settle);
         violations.extend(s.verify_devices(self.settle));
-        let mut failed = Vec::new();
-        for (line, e) in &self.expect {
-            let ok = match e {
-                Expectation::Clean => violations.is_empty(),
-                Expectation::Violates(inv) => violations.iter().any(|v| v.invariant == *inv),
-            };
-            if !ok {
-                failed.push(format!(
-                    "line {line}: expected {e}, got {}",
-                    if violations.is_empty() {
-                        "no violation".to_owned()
-                    } else {
-                        violations
-                            .iter()
-                            .map(|v| v.invariant.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    }
-                ));
-            }
-        }
+        let failed = self
+            .expect
+            .iter()
+            .filter(|(_, e)| !holds(*e, &violations))
+            .map(|(line, e)| format!("line {line}: expected {e}, got {}", got(&violations)))
+            .collect();
         Ok(ScenarioRun {
             trace: s.trace(),
             violations,
@@ -449,59 +160,87 @@ impl Scenario {
     }
 }
 
-impl fmt::Display for Expectation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Expectation::Clean => f.write_str("clean"),
-            Expectation::Violates(i) => write!(f, "a violation of [{i}]"),
-        }
+/// Whether `e` holds of `violations`.
+fn holds(e: Expectation, violations: &[Violation]) -> bool {
+    match e {
+        Expectation::Clean => violations.is_empty(),
+        Expectation::Violates(inv) => violations.iter().any(|v| v.invariant == inv),
     }
 }
 
-impl Transition {
-    /// The transition as a scenario-file line.
-    pub fn to_scenario_line(&self) -> String {
-        match *self {
-            Transition::Complete { cpu, ctx, need } => format!(
-                "complete {cpu} {} {}",
-                match ctx {
-                    CompletionContext::Hardirq => "hardirq",
-                    CompletionContext::Softirq => "softirq",
-                    CompletionContext::AtomicTask => "atomic",
-                    CompletionContext::Task => "task",
-                },
-                match need {
-                    Need::Any => "plain",
-                    Need::Flag => "flag",
-                    Need::Dynamic => "dynamic",
-                }
-            ),
-            Transition::RunWorker { cpu } => format!("worker {cpu}"),
-            Transition::Tick => "tick".to_owned(),
-            Transition::Hotplug { cpu, up, fail_at } => format!(
-                "{} {cpu}{}",
-                if up { "cpu_up" } else { "cpu_down" },
-                fail_at.map(|s| format!(" fail={s}")).unwrap_or_default()
-            ),
-            Transition::HotplugStep => "step".to_owned(),
-            Transition::NeedResched { cpu } => format!("need_resched {cpu}"),
-            Transition::LoopIo {
-                cpu,
-                op,
-                block,
-                fill,
-            } => match op {
-                LoopOp::Write => format!("io {cpu} write {block} fill={fill}"),
-                _ => format!("io {cpu} {op} {block}"),
-            },
-            Transition::LoopWorker { cpu } => format!("loop_worker {cpu}"),
-        }
+/// What a failed expectation got: the invariants violated, or none.
+fn got(violations: &[Violation]) -> String {
+    if violations.is_empty() {
+        "no violation".to_owned()
+    } else {
+        violations
+            .iter()
+            .map(|v| v.invariant.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::loop_rig::LoopOp;
+    use crate::machine::oracle::Need;
+    use crate::machine::sim::CompletionContext;
+    use bio_core::block::complete_in_task::{Knob, Variant};
+    use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
+
+    /// `knob` and `loop_knob` lines go through the one parser of their kind: an unknown knob is
+    /// refused naming the known ones, a bad value naming the valid ones; `variant` and `loop`
+    /// name every preset.
+    #[test]
+    fn knob_lines_refuse_unknown_knobs_and_bad_values_naming_the_known_ones() {
+        let e = Scenario::parse("knob bogus=1\n", "t.scn").unwrap_err();
+        assert!(
+            e.to_string().starts_with("t.scn:1: unknown knob `bogus`"),
+            "{e}"
+        );
+        for n in Knob::names() {
+            assert!(e.message.contains(n), "{e}");
+        }
+        let e = Scenario::parse("knob list=tree\n", "t.scn").unwrap_err();
+        assert!(
+            e.message
+                .contains("expected llist, local_lock or irq_save, got `tree`"),
+            "{e}"
+        );
+        let e = Scenario::parse("knob gate_reads=maybe\n", "t.scn").unwrap_err();
+        assert!(
+            e.message.contains("expected true or false, got `maybe`"),
+            "{e}"
+        );
+        let e = Scenario::parse("loop v5 sparse\nloop_knob bogus=true\n", "t.scn").unwrap_err();
+        assert_eq!(e.line, 2);
+        for n in LoopKnob::NAMES {
+            assert!(e.message.contains(n), "{e}");
+        }
+        let e = Scenario::parse("loop v5 sparse\nloop_knob hint=maybe\n", "t.scn").unwrap_err();
+        assert!(
+            e.message.contains("expected true or false, got `maybe`"),
+            "{e}"
+        );
+        let e = Scenario::parse("variant v8\n", "t.scn").unwrap_err();
+        for n in Variant::names() {
+            assert!(e.message.contains(n), "{e}");
+        }
+        let e = Scenario::parse("loop v6 sparse\n", "t.scn").unwrap_err();
+        for n in LoopVariant::names() {
+            assert!(e.message.contains(n), "{e}");
+        }
+        let s = Scenario::parse("variant v7\nknob requeue_on_online=false\n", "t.scn").unwrap();
+        assert_eq!(
+            s.config.variant,
+            Variant {
+                name: "custom",
+                ..Variant::V7.with(Knob::RequeueOnOnline(false))
+            }
+        );
+    }
 
     #[test]
     fn bad_lines_are_named_with_their_line() {

@@ -18,7 +18,7 @@ mod batch;
 mod cpuhp;
 mod variant;
 
-pub use variant::{ListKind, Variant, WorkKind};
+pub use variant::{Knob, KnobValues, ListKind, Variant, WorkKind};
 
 use self::batch::{BatchWork, BioCompleteBatch};
 use super::bio::{bio_in_atomic, end_io};

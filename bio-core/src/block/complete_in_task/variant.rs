@@ -104,23 +104,14 @@ impl Variant {
         fs_flag: true,
     };
 
-    /// v6 exactly as posted in the seed: `bio_list` under `local_lock`, 1-jiffy delayed work on a
-    /// `WQ_MEM_RECLAIM | WQ_PERCPU` workqueue, the `need_resched()` yield, online/down_prep/dead.
+    /// v6 exactly as posted in the seed: v5 with `bio_list` under `local_lock` and the dynamic
+    /// helper (1-jiffy delayed work on a `WQ_MEM_RECLAIM | WQ_PERCPU` workqueue, the
+    /// `need_resched()` yield, online/down_prep/dead, as v5).
     pub const V6: Variant = Variant {
         name: "v6",
         list: ListKind::BioListLocalLock,
-        work: WorkKind::Delayed { delay: 1 },
-        need_resched_yield: true,
-        yield_requeues: true,
-        yield_keeps_batch: true,
-        end_io_null_check: false,
-        requeue_on_online: false,
         dynamic_helper: true,
-        in_task_guard: false,
-        init_disables_offline: true,
-        dead_drains: true,
-        gate_reads: false,
-        fs_flag: true,
+        ..Self::V5
     };
 
     /// v6 with the fixes its review agreed: requeue on online, the `BIO_COMPLETE_IN_TASK` guard
@@ -129,40 +120,23 @@ impl Variant {
     pub const V6_REVIEW: Variant = Variant {
         name: "v6-review",
         list: ListKind::BioListIrqSave,
-        work: WorkKind::Delayed { delay: 1 },
         need_resched_yield: false,
-        yield_requeues: true,
-        yield_keeps_batch: true,
-        end_io_null_check: false,
         requeue_on_online: true,
-        dynamic_helper: true,
         in_task_guard: true,
-        init_disables_offline: true,
-        dead_drains: true,
         gate_reads: true,
-        fs_flag: true,
+        ..Self::V6
     };
 
-    /// v7 as landed (`for-7.3/block`): plain work with no delay, `local_irq_save()`, requeue on
-    /// online, the guard, no yield, writes only.
+    /// v7 as landed (`for-7.3/block`): v6-review with plain work and no delay ("block: don't
+    /// delay bio task completions").
     pub const V7: Variant = Variant {
         name: "v7",
-        list: ListKind::BioListIrqSave,
         work: WorkKind::Plain,
-        need_resched_yield: false,
-        yield_requeues: true,
-        yield_keeps_batch: true,
-        end_io_null_check: false,
-        requeue_on_online: true,
-        dynamic_helper: true,
-        in_task_guard: true,
-        init_disables_offline: true,
-        dead_drains: true,
-        gate_reads: true,
-        fs_flag: true,
+        ..Self::V6_REVIEW
     };
 
-    /// Every posted version, oldest first.
+    /// Every posted version, oldest first: the one list of variant names the CLI, scenario files,
+    /// the finding gallery, the fuzzer and the proptest machines read.
     pub const ALL: [Variant; 4] = [Self::V5, Self::V6, Self::V6_REVIEW, Self::V7];
 
     /// The default: v7, as landed.
@@ -173,6 +147,30 @@ impl Variant {
         Self::ALL
             .into_iter()
             .find(|v| v.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The preset names, oldest first.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        Self::ALL.into_iter().map(|v| v.name)
+    }
+
+    /// The preset names and then `extra`, as an error message lists them: `v5, v6, v6-review or
+    /// v7` (`extra = ["twin"]`: `v5, v6, v6-review, v7 or twin`).
+    pub fn names_or(extra: &[&str]) -> String {
+        let mut names: Vec<&str> = Self::names().collect();
+        names.extend_from_slice(extra);
+        or_list(names)
+    }
+
+    /// Looks a preset up by name; the error names every preset (and `extra`, the other words the
+    /// caller accepts).
+    pub fn parse_name(name: &str, extra: &[&str]) -> Result<Variant, String> {
+        Self::by_name(name).ok_or_else(|| {
+            format!(
+                "unknown variant `{name}` (expected {})",
+                Self::names_or(extra)
+            )
+        })
     }
 
     /// The knobs whose value is not read from the posted code but inferred (v5, whose hotplug and
@@ -227,45 +225,237 @@ impl Variant {
         ]
     }
 
-    /// Sets one knob by name (`requeue_on_online=false`), for scenario files and the CLI.
+    /// This variant with `knob` applied (the name is kept).
+    pub const fn with(self, knob: Knob) -> Variant {
+        knob.apply(self)
+    }
+
+    /// Sets one knob by name (`requeue_on_online=false`), through [`Knob::parse`].
     pub fn set_knob(&mut self, knob: &str, value: &str) -> Result<(), String> {
+        *self = Knob::parse(knob, value)?.apply(*self);
+        Ok(())
+    }
+}
+
+/// `a, b, c or d` (`a` for one item, empty for none).
+fn or_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+    let items: Vec<&str> = items.into_iter().collect();
+    match items.split_last() {
+        None => String::new(),
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// The values a knob takes, as its parser accepts them and its errors name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KnobValues {
+    /// `true`/`1`/`yes`/`on` or `false`/`0`/`no`/`off`.
+    Bool,
+    /// One of these words (the list's first spelling of each [`ListKind`]).
+    List,
+    /// A number of jiffies (0: plain work).
+    Jiffies,
+}
+
+impl KnobValues {
+    /// What an error says is expected.
+    pub fn expected(self) -> &'static str {
+        match self {
+            KnobValues::Bool => "true or false",
+            KnobValues::List => "llist, local_lock or irq_save",
+            KnobValues::Jiffies => "a number of jiffies",
+        }
+    }
+
+    /// Some values the parser accepts (every one, where there are few), for generators.
+    pub fn examples(self) -> &'static [&'static str] {
+        match self {
+            KnobValues::Bool => &["true", "false"],
+            KnobValues::List => &["llist", "local_lock", "irq_save"],
+            KnobValues::Jiffies => &["0", "1", "2"],
+        }
+    }
+}
+
+/// One knob set to one value: the typed form of a scenario's `knob NAME=VALUE` line, of the CLI's
+/// `--knob`, and of a buggy twin (a posted version with one knob changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Knob {
+    /// [`Variant::list`].
+    List(ListKind),
+    /// [`Variant::work`]: `delay=0` is plain work, `delay=N` delayed work of N jiffies.
+    Work(WorkKind),
+    /// [`Variant::need_resched_yield`].
+    NeedReschedYield(bool),
+    /// [`Variant::yield_requeues`].
+    YieldRequeues(bool),
+    /// [`Variant::yield_keeps_batch`].
+    YieldKeepsBatch(bool),
+    /// [`Variant::requeue_on_online`].
+    RequeueOnOnline(bool),
+    /// [`Variant::dynamic_helper`].
+    DynamicHelper(bool),
+    /// [`Variant::in_task_guard`].
+    InTaskGuard(bool),
+    /// [`Variant::init_disables_offline`].
+    InitDisablesOffline(bool),
+    /// [`Variant::dead_drains`].
+    DeadDrains(bool),
+    /// [`Variant::end_io_null_check`].
+    EndIoNullCheck(bool),
+    /// [`Variant::gate_reads`].
+    GateReads(bool),
+    /// [`Variant::fs_flag`].
+    FsFlag(bool),
+}
+
+impl Knob {
+    /// Every knob's name and the values it takes, in the order errors list them.
+    pub const SPECS: [(&'static str, KnobValues); 13] = [
+        ("list", KnobValues::List),
+        ("delay", KnobValues::Jiffies),
+        ("need_resched_yield", KnobValues::Bool),
+        ("yield_requeues", KnobValues::Bool),
+        ("yield_keeps_batch", KnobValues::Bool),
+        ("requeue_on_online", KnobValues::Bool),
+        ("dynamic_helper", KnobValues::Bool),
+        ("in_task_guard", KnobValues::Bool),
+        ("init_disables_offline", KnobValues::Bool),
+        ("dead_drains", KnobValues::Bool),
+        ("end_io_null_check", KnobValues::Bool),
+        ("gate_reads", KnobValues::Bool),
+        ("fs_flag", KnobValues::Bool),
+    ];
+
+    /// The knobs' names.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        Self::SPECS.into_iter().map(|(n, _)| n)
+    }
+
+    /// The one knob parser: `name` and `value` as a scenario's `knob` line or the CLI's `--knob`
+    /// give them. An unknown name is refused with the known ones, a bad value with the valid ones.
+    pub fn parse(name: &str, value: &str) -> Result<Knob, String> {
+        let Some(&(name, values)) = Self::SPECS.iter().find(|(n, _)| *n == name) else {
+            return Err(format!(
+                "unknown knob `{name}` (known: {})",
+                Self::names().collect::<Vec<_>>().join(", ")
+            ));
+        };
+        let bad = || format!("knob {name}: expected {}, got `{value}`", values.expected());
         let b = || match value {
             "true" | "1" | "yes" | "on" => Ok(true),
             "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(format!(
-                "knob {knob}: expected true or false, got `{value}`"
-            )),
+            _ => Err(bad()),
         };
-        match knob {
-            "need_resched_yield" => self.need_resched_yield = b()?,
-            "yield_requeues" => self.yield_requeues = b()?,
-            "yield_keeps_batch" => self.yield_keeps_batch = b()?,
-            "requeue_on_online" => self.requeue_on_online = b()?,
-            "dynamic_helper" => self.dynamic_helper = b()?,
-            "in_task_guard" => self.in_task_guard = b()?,
-            "init_disables_offline" => self.init_disables_offline = b()?,
-            "dead_drains" => self.dead_drains = b()?,
-            "gate_reads" => self.gate_reads = b()?,
-            "end_io_null_check" => self.end_io_null_check = b()?,
-            "fs_flag" => self.fs_flag = b()?,
-            "list" => {
-                self.list = match value {
-                    "llist" => ListKind::Llist,
-                    "local_lock" | "bio_list+local_lock" => ListKind::BioListLocalLock,
-                    "irq_save" | "local_irq_save" | "bio_list+local_irq_save" => ListKind::BioListIrqSave,
-                    _ => return Err(format!("knob list: expected llist, local_lock or irq_save, got `{value}`")),
+        Ok(match name {
+            "list" => Knob::List(match value {
+                "llist" => ListKind::Llist,
+                "local_lock" | "bio_list+local_lock" => ListKind::BioListLocalLock,
+                "irq_save" | "local_irq_save" | "bio_list+local_irq_save" => {
+                    ListKind::BioListIrqSave
                 }
-            }
-            "delay" => {
-                self.work = match value.parse::<u64>() {
-                    Ok(0) => WorkKind::Plain,
-                    Ok(d) => WorkKind::Delayed { delay: d },
-                    Err(_) => return Err(format!("knob delay: expected a number of jiffies, got `{value}`")),
-                }
-            }
-            _ => return Err(format!("unknown knob `{knob}` (known: list, delay, need_resched_yield, yield_requeues, yield_keeps_batch, requeue_on_online, dynamic_helper, in_task_guard, init_disables_offline, dead_drains, end_io_null_check, gate_reads, fs_flag)")),
+                _ => return Err(bad()),
+            }),
+            "delay" => Knob::Work(match value.parse::<u64>() {
+                Ok(0) => WorkKind::Plain,
+                Ok(delay) => WorkKind::Delayed { delay },
+                Err(_) => return Err(bad()),
+            }),
+            "need_resched_yield" => Knob::NeedReschedYield(b()?),
+            "yield_requeues" => Knob::YieldRequeues(b()?),
+            "yield_keeps_batch" => Knob::YieldKeepsBatch(b()?),
+            "requeue_on_online" => Knob::RequeueOnOnline(b()?),
+            "dynamic_helper" => Knob::DynamicHelper(b()?),
+            "in_task_guard" => Knob::InTaskGuard(b()?),
+            "init_disables_offline" => Knob::InitDisablesOffline(b()?),
+            "dead_drains" => Knob::DeadDrains(b()?),
+            "end_io_null_check" => Knob::EndIoNullCheck(b()?),
+            "gate_reads" => Knob::GateReads(b()?),
+            "fs_flag" => Knob::FsFlag(b()?),
+            _ => unreachable!("every name of Knob::SPECS is parsed"),
+        })
+    }
+
+    /// Parses `NAME=VALUE`.
+    pub fn parse_assignment(kv: &str) -> Result<Knob, String> {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("knob `{kv}`: expected NAME=VALUE"))?;
+        Self::parse(k, v)
+    }
+
+    /// `v` with this knob set.
+    pub const fn apply(self, v: Variant) -> Variant {
+        match self {
+            Knob::List(list) => Variant { list, ..v },
+            Knob::Work(work) => Variant { work, ..v },
+            Knob::NeedReschedYield(need_resched_yield) => Variant {
+                need_resched_yield,
+                ..v
+            },
+            Knob::YieldRequeues(yield_requeues) => Variant {
+                yield_requeues,
+                ..v
+            },
+            Knob::YieldKeepsBatch(yield_keeps_batch) => Variant {
+                yield_keeps_batch,
+                ..v
+            },
+            Knob::RequeueOnOnline(requeue_on_online) => Variant {
+                requeue_on_online,
+                ..v
+            },
+            Knob::DynamicHelper(dynamic_helper) => Variant {
+                dynamic_helper,
+                ..v
+            },
+            Knob::InTaskGuard(in_task_guard) => Variant { in_task_guard, ..v },
+            Knob::InitDisablesOffline(init_disables_offline) => Variant {
+                init_disables_offline,
+                ..v
+            },
+            Knob::DeadDrains(dead_drains) => Variant { dead_drains, ..v },
+            Knob::EndIoNullCheck(end_io_null_check) => Variant {
+                end_io_null_check,
+                ..v
+            },
+            Knob::GateReads(gate_reads) => Variant { gate_reads, ..v },
+            Knob::FsFlag(fs_flag) => Variant { fs_flag, ..v },
         }
-        Ok(())
+    }
+}
+
+/// `name=value`, in the spelling [`Knob::parse`] reads back.
+impl fmt::Display for Knob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, b) = match *self {
+            Knob::List(l) => {
+                return write!(
+                    f,
+                    "list={}",
+                    match l {
+                        ListKind::Llist => "llist",
+                        ListKind::BioListLocalLock => "local_lock",
+                        ListKind::BioListIrqSave => "irq_save",
+                    }
+                )
+            }
+            Knob::Work(WorkKind::Plain) => return f.write_str("delay=0"),
+            Knob::Work(WorkKind::Delayed { delay }) => return write!(f, "delay={delay}"),
+            Knob::NeedReschedYield(b) => ("need_resched_yield", b),
+            Knob::YieldRequeues(b) => ("yield_requeues", b),
+            Knob::YieldKeepsBatch(b) => ("yield_keeps_batch", b),
+            Knob::RequeueOnOnline(b) => ("requeue_on_online", b),
+            Knob::DynamicHelper(b) => ("dynamic_helper", b),
+            Knob::InTaskGuard(b) => ("in_task_guard", b),
+            Knob::InitDisablesOffline(b) => ("init_disables_offline", b),
+            Knob::DeadDrains(b) => ("dead_drains", b),
+            Knob::EndIoNullCheck(b) => ("end_io_null_check", b),
+            Knob::GateReads(b) => ("gate_reads", b),
+            Knob::FsFlag(b) => ("fs_flag", b),
+        };
+        write!(f, "{name}={b}")
     }
 }
 
@@ -304,5 +494,82 @@ mod tests {
         assert!(v.set_knob("delay", "x").is_err());
         v.set_knob("delay", "3").unwrap();
         assert_eq!(v.work, WorkKind::Delayed { delay: 3 });
+    }
+
+    /// Each preset's knob listing, as it was when the presets were written out field by field:
+    /// writing them as differences from the version they revise changed nothing.
+    #[test]
+    fn each_presets_knob_listing_is_pinned() {
+        let listing = |v: Variant| {
+            v.knobs()
+                .into_iter()
+                .map(|(k, val)| format!("{k}={val}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let pinned = [
+            ("v5", "list=llist work=delayed_work(1 jiffy) need_resched_yield=true requeue_on_online=false dynamic_helper=false in_task_guard=false init_disables_offline=true dead_drains=true yield_requeues=true yield_keeps_batch=true end_io_null_check=false gate_reads=false fs_flag=true"),
+            ("v6", "list=bio_list+local_lock work=delayed_work(1 jiffy) need_resched_yield=true requeue_on_online=false dynamic_helper=true in_task_guard=false init_disables_offline=true dead_drains=true yield_requeues=true yield_keeps_batch=true end_io_null_check=false gate_reads=false fs_flag=true"),
+            ("v6-review", "list=bio_list+local_irq_save work=delayed_work(1 jiffy) need_resched_yield=false requeue_on_online=true dynamic_helper=true in_task_guard=true init_disables_offline=true dead_drains=true yield_requeues=true yield_keeps_batch=true end_io_null_check=false gate_reads=true fs_flag=true"),
+            ("v7", "list=bio_list+local_irq_save work=work_struct(no delay) need_resched_yield=false requeue_on_online=true dynamic_helper=true in_task_guard=true init_disables_offline=true dead_drains=true yield_requeues=true yield_keeps_batch=true end_io_null_check=false gate_reads=true fs_flag=true"),
+        ];
+        for (name, knobs) in pinned {
+            let v = Variant::by_name(name).unwrap_or_else(|| panic!("{name} is gone"));
+            assert_eq!(v.name, name);
+            assert_eq!(listing(v), knobs, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_knob_parser_names_the_known_knobs_and_values() {
+        let e = Knob::parse("bogus", "1").unwrap_err();
+        for n in Knob::names() {
+            assert!(e.contains(n), "{e} lacks {n}");
+        }
+        for (name, values) in Knob::SPECS {
+            for x in values.examples() {
+                assert!(Knob::parse(name, x).is_ok(), "{name}={x}");
+            }
+            let e = Knob::parse(name, "maybe").unwrap_err();
+            assert!(e.contains(values.expected()), "{e}");
+            assert!(e.contains("`maybe`"), "{e}");
+        }
+        assert!(Knob::parse_assignment("list")
+            .unwrap_err()
+            .contains("expected NAME=VALUE"));
+        assert_eq!(
+            Variant::parse_name("v8", &["twin"]).unwrap_err(),
+            "unknown variant `v8` (expected v5, v6, v6-review, v7 or twin)"
+        );
+    }
+
+    #[test]
+    fn a_knob_displays_as_what_parses_back_to_it() {
+        let all = [
+            Knob::List(ListKind::Llist),
+            Knob::List(ListKind::BioListLocalLock),
+            Knob::List(ListKind::BioListIrqSave),
+            Knob::Work(WorkKind::Plain),
+            Knob::Work(WorkKind::Delayed { delay: 3 }),
+            Knob::NeedReschedYield(true),
+            Knob::YieldRequeues(false),
+            Knob::YieldKeepsBatch(false),
+            Knob::RequeueOnOnline(false),
+            Knob::DynamicHelper(true),
+            Knob::InTaskGuard(false),
+            Knob::InitDisablesOffline(false),
+            Knob::DeadDrains(false),
+            Knob::EndIoNullCheck(true),
+            Knob::GateReads(false),
+            Knob::FsFlag(false),
+        ];
+        for k in all {
+            assert_eq!(Knob::parse_assignment(&k.to_string()), Ok(k), "{k}");
+        }
+        assert!(
+            !Variant::V7
+                .with(Knob::RequeueOnOnline(false))
+                .requeue_on_online
+        );
     }
 }

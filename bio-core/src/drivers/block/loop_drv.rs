@@ -140,46 +140,69 @@ impl LoopVariant {
         asserted_lock: LO_WORK_LOCK,
         nowait_adds_lo_offset: true,
     };
-    /// V5 up to patch 5/6: NOWAIT first, no hint (the sparse-file randwrite regression).
+    /// V5 up to patch 5/6: V5 without the hint (the sparse-file randwrite regression).
     pub const V5_NO_HINT: LoopVariant = LoopVariant {
         name: "v5-no-hint",
-        nowait_first: true,
         hint: false,
-        check_fmode_nowait: true,
-        eopnotsupp_falls_back: true,
-        nowait_completes_on_eopnotsupp: true,
-        asserted_lock: LO_WORK_LOCK,
-        nowait_adds_lo_offset: true,
+        ..Self::V5
     };
-    /// V4 as applied to linux-next (0ba93a906dda): NOWAIT first with the hint, asserting the
-    /// wrong lock, trying NOWAIT on any backing file.
+    /// V4 as applied to linux-next (0ba93a906dda): the base with NOWAIT first and the hint,
+    /// asserting the wrong lock, trying NOWAIT on any backing file, falling back on `-EAGAIN` only.
     pub const V4: LoopVariant = LoopVariant {
         name: "v4",
         nowait_first: true,
         hint: true,
         check_fmode_nowait: false,
         eopnotsupp_falls_back: false,
-        nowait_completes_on_eopnotsupp: true,
         asserted_lock: LO_MUTEX,
-        nowait_adds_lo_offset: true,
+        ..Self::BASE
     };
-    /// V5 as posted (seed 004): the default.
+    /// V5 as posted (seed 004), the default: V4 with the `FMODE_NOWAIT` check, the
+    /// `-EOPNOTSUPP` fallback and the right lock asserted.
     pub const V5: LoopVariant = LoopVariant {
         name: "v5",
-        nowait_first: true,
-        hint: true,
         check_fmode_nowait: true,
         eopnotsupp_falls_back: true,
-        nowait_completes_on_eopnotsupp: true,
         asserted_lock: LO_WORK_LOCK,
-        nowait_adds_lo_offset: true,
+        ..Self::V4
     };
-    /// Every preset.
+    /// Every preset: the one list of loop version names the CLI, scenario files, the loop checks,
+    /// the fuzzer and the loop proptest read.
     pub const ALL: [LoopVariant; 4] = [Self::BASE, Self::V5_NO_HINT, Self::V4, Self::V5];
 
     /// The preset called `name`.
     pub fn by_name(name: &str) -> Option<LoopVariant> {
         Self::ALL.into_iter().find(|v| v.name == name)
+    }
+
+    /// The preset names, in [`LoopVariant::ALL`]'s order.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        Self::ALL.into_iter().map(|v| v.name)
+    }
+
+    /// The preset names and then `extra`, as an error lists them: `base, v5-no-hint, v4 or v5`.
+    pub fn names_or(extra: &[&str]) -> String {
+        let mut names: Vec<&str> = Self::names().collect();
+        names.extend_from_slice(extra);
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.join(""),
+        }
+    }
+
+    /// Looks a preset up by name; the error names every preset (and `extra`).
+    pub fn parse_name(name: &str, extra: &[&str]) -> Result<LoopVariant, String> {
+        Self::by_name(name).ok_or_else(|| {
+            format!(
+                "unknown loop variant `{name}` (expected {})",
+                Self::names_or(extra)
+            )
+        })
+    }
+
+    /// This variant with `knob` applied (the name is kept).
+    pub const fn with(self, knob: LoopKnob) -> LoopVariant {
+        knob.apply(self)
     }
 
     /// The knobs as `name=value` pairs.
@@ -202,6 +225,160 @@ impl LoopVariant {
                 self.nowait_adds_lo_offset.to_string(),
             ),
         ]
+    }
+}
+
+/// One loop knob set to one value: the typed form of a scenario's `loop_knob NAME=VALUE` line, of
+/// the CLI's `biosim loop --knob`, and of a loop check's twin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LoopKnob {
+    /// [`LoopVariant::nowait_first`].
+    NowaitFirst(bool),
+    /// [`LoopVariant::hint`].
+    Hint(bool),
+    /// [`LoopVariant::check_fmode_nowait`].
+    CheckFmodeNowait(bool),
+    /// [`LoopVariant::eopnotsupp_falls_back`].
+    EopnotsuppFallsBack(bool),
+    /// [`LoopVariant::nowait_completes_on_eopnotsupp`].
+    NowaitCompletesOnEopnotsupp(bool),
+    /// [`LoopVariant::nowait_adds_lo_offset`].
+    NowaitAddsLoOffset(bool),
+}
+
+impl LoopKnob {
+    /// Every loop knob's name (each takes `true` or `false`).
+    pub const NAMES: [&'static str; 6] = [
+        "nowait_first",
+        "hint",
+        "check_fmode_nowait",
+        "eopnotsupp_falls_back",
+        "nowait_completes_on_eopnotsupp",
+        "nowait_adds_lo_offset",
+    ];
+
+    /// The one loop knob parser. An unknown name is refused with the known ones, a bad value with
+    /// the valid ones.
+    pub fn parse(name: &str, value: &str) -> Result<LoopKnob, String> {
+        let b = match value {
+            "y" | "yes" | "true" | "1" => true,
+            "n" | "no" | "false" | "0" => false,
+            _ if !Self::NAMES.contains(&name) => return Err(Self::unknown(name)),
+            _ => {
+                return Err(format!(
+                    "loop_knob {name}: expected true or false, got `{value}`"
+                ))
+            }
+        };
+        Ok(match name {
+            "nowait_first" => LoopKnob::NowaitFirst(b),
+            "hint" => LoopKnob::Hint(b),
+            "check_fmode_nowait" => LoopKnob::CheckFmodeNowait(b),
+            "eopnotsupp_falls_back" => LoopKnob::EopnotsuppFallsBack(b),
+            "nowait_completes_on_eopnotsupp" => LoopKnob::NowaitCompletesOnEopnotsupp(b),
+            "nowait_adds_lo_offset" => LoopKnob::NowaitAddsLoOffset(b),
+            _ => return Err(Self::unknown(name)),
+        })
+    }
+
+    fn unknown(name: &str) -> String {
+        format!(
+            "unknown loop_knob `{name}` (known: {})",
+            Self::NAMES.join(", ")
+        )
+    }
+
+    /// Parses `NAME=VALUE`.
+    pub fn parse_assignment(kv: &str) -> Result<LoopKnob, String> {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("loop_knob `{kv}`: expected NAME=VALUE"))?;
+        Self::parse(k, v)
+    }
+
+    /// `v` with this knob set.
+    pub const fn apply(self, v: LoopVariant) -> LoopVariant {
+        match self {
+            LoopKnob::NowaitFirst(nowait_first) => LoopVariant { nowait_first, ..v },
+            LoopKnob::Hint(hint) => LoopVariant { hint, ..v },
+            LoopKnob::CheckFmodeNowait(check_fmode_nowait) => LoopVariant {
+                check_fmode_nowait,
+                ..v
+            },
+            LoopKnob::EopnotsuppFallsBack(eopnotsupp_falls_back) => LoopVariant {
+                eopnotsupp_falls_back,
+                ..v
+            },
+            LoopKnob::NowaitCompletesOnEopnotsupp(nowait_completes_on_eopnotsupp) => LoopVariant {
+                nowait_completes_on_eopnotsupp,
+                ..v
+            },
+            LoopKnob::NowaitAddsLoOffset(nowait_adds_lo_offset) => LoopVariant {
+                nowait_adds_lo_offset,
+                ..v
+            },
+        }
+    }
+}
+
+/// `name=value`, in the spelling [`LoopKnob::parse`] reads back.
+impl fmt::Display for LoopKnob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, b) = match *self {
+            LoopKnob::NowaitFirst(b) => ("nowait_first", b),
+            LoopKnob::Hint(b) => ("hint", b),
+            LoopKnob::CheckFmodeNowait(b) => ("check_fmode_nowait", b),
+            LoopKnob::EopnotsuppFallsBack(b) => ("eopnotsupp_falls_back", b),
+            LoopKnob::NowaitCompletesOnEopnotsupp(b) => ("nowait_completes_on_eopnotsupp", b),
+            LoopKnob::NowaitAddsLoOffset(b) => ("nowait_adds_lo_offset", b),
+        };
+        write!(f, "{name}={b}")
+    }
+}
+
+#[cfg(test)]
+mod variant_tests {
+    use super::*;
+
+    /// Each preset's knob listing, as it was when the presets were written out field by field.
+    #[test]
+    fn each_loop_presets_knob_listing_is_pinned() {
+        let pinned = [
+            ("base", "nowait_first=false hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true"),
+            ("v5-no-hint", "nowait_first=true hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true"),
+            ("v4", "nowait_first=true hint=true check_fmode_nowait=false eopnotsupp_falls_back=false nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_mutex nowait_adds_lo_offset=true"),
+            ("v5", "nowait_first=true hint=true check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true"),
+        ];
+        for (name, knobs) in pinned {
+            let v = LoopVariant::by_name(name).unwrap_or_else(|| panic!("{name} is gone"));
+            let listing: Vec<String> = v
+                .knobs()
+                .into_iter()
+                .map(|(k, x)| format!("{k}={x}"))
+                .collect();
+            assert_eq!((v.name, listing.join(" ").as_str()), (name, knobs));
+        }
+    }
+
+    #[test]
+    fn the_loop_knob_parser_names_the_known_knobs_and_values() {
+        let e = LoopKnob::parse("bogus", "1").unwrap_err();
+        for n in LoopKnob::NAMES {
+            assert!(e.contains(n), "{e} lacks {n}");
+            let bad = LoopKnob::parse(n, "maybe").unwrap_err();
+            assert!(bad.contains("expected true or false, got `maybe`"), "{bad}");
+            for b in [true, false] {
+                let k = LoopKnob::parse(n, &b.to_string()).unwrap();
+                assert_eq!(LoopKnob::parse_assignment(&k.to_string()), Ok(k));
+            }
+        }
+        assert!(LoopKnob::parse("bogus", "maybe")
+            .unwrap_err()
+            .contains("unknown loop_knob"));
+        assert_eq!(
+            LoopVariant::parse_name("v6", &["twin"]).unwrap_err(),
+            "unknown loop variant `v6` (expected base, v5-no-hint, v4, v5 or twin)"
+        );
     }
 }
 

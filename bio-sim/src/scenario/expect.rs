@@ -1,0 +1,53 @@
+//! The expectation parser: `expect clean` and `expect INVARIANT` lines.
+
+use super::line::{Line, ScenarioError};
+use crate::machine::oracle::Invariant;
+use bio_core::kernel::ReportKind;
+use std::fmt;
+
+/// What a scenario expects at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expectation {
+    /// No violation at all.
+    Clean,
+    /// At least one violation of this invariant.
+    Violates(Invariant),
+}
+
+impl fmt::Display for Expectation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expectation::Clean => f.write_str("clean"),
+            Expectation::Violates(i) => write!(f, "a violation of [{i}]"),
+        }
+    }
+}
+
+fn invariant_name(s: &str) -> Option<Invariant> {
+    Some(match s {
+        "once" => Invariant::EndIoOnce,
+        "task" => Invariant::TaskContext,
+        "stranded" => Invariant::Stranded,
+        "off-cpu" => Invariant::WorkOffCpu,
+        "hotplug-context" => Invariant::HotplugContext,
+        "bug" => Invariant::KernelReport(ReportKind::Bug),
+        "warn" => Invariant::KernelReport(ReportKind::Warn),
+        "sleep-in-atomic" => Invariant::KernelReport(ReportKind::SleepInAtomic),
+        "invalid-wait-context" => Invariant::KernelReport(ReportKind::InvalidWaitContext),
+        "no-quiescence" => Invariant::NoQuiescence,
+        "dropbehind" => Invariant::DropbehindCached,
+        "data" => Invariant::DataMismatch,
+        _ => return None,
+    })
+}
+
+/// Parses an `expect` line.
+pub(super) fn parse_expect(l: &Line<'_>) -> Result<Expectation, ScenarioError> {
+    let w = l.arg(1, "clean or an invariant")?;
+    if w == "clean" {
+        return Ok(Expectation::Clean);
+    }
+    invariant_name(w).map(Expectation::Violates).ok_or_else(|| {
+        l.err(format!("expect: unknown invariant `{w}` (expected clean, once, task, stranded, off-cpu, hotplug-context, bug, warn, sleep-in-atomic, invalid-wait-context, no-quiescence, dropbehind, data)"))
+    })
+}

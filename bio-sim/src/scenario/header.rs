@@ -1,0 +1,203 @@
+//! The header-line parser: the machine a scenario runs on (`variant`, `knob`, `cpus`, `online`,
+//! `preempt`, `preempt_count`, `preempt_rcu`, `hz`, `seed`, `rescuer`, `loop`, `loop_knob`), all
+//! before the first transition.
+
+use super::line::{error_at, yes_no, Line, ScenarioError};
+use crate::machine::loop_rig::{BackingKind, LoopSetup};
+use crate::machine::sim::SimConfig;
+use bio_core::block::complete_in_task::{Knob, Variant};
+use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
+use bio_core::kernel::PreemptModel;
+use bio_core::workqueue::RescuerAffinity;
+
+/// The header keywords.
+const KEYWORDS: [&str; 12] = [
+    "variant",
+    "knob",
+    "cpus",
+    "online",
+    "preempt",
+    "preempt_count",
+    "preempt_rcu",
+    "hz",
+    "seed",
+    "rescuer",
+    "loop",
+    "loop_knob",
+];
+
+/// The machine as the header lines so far describe it.
+#[derive(Debug)]
+pub(super) struct Header {
+    /// The machine (its kernel config is built by [`Header::finish`]).
+    pub config: SimConfig,
+    /// The loop device, if a `loop` line made one.
+    pub loop_dev: Option<LoopSetup>,
+    preempt: Option<PreemptModel>,
+    preempt_count: Option<bool>,
+    preempt_rcu: Option<bool>,
+    hz: Option<u32>,
+    online: Option<(u64, usize)>,
+}
+
+impl Header {
+    /// The defaults: a traced 2-CPU machine with seed 1, no loop device.
+    pub fn new() -> Self {
+        Header {
+            config: SimConfig {
+                trace: true,
+                seed: 1,
+                ..SimConfig::default()
+            },
+            loop_dev: None,
+            preempt: None,
+            preempt_count: None,
+            preempt_rcu: None,
+            hz: None,
+            online: None,
+        }
+    }
+
+    /// Reads `l` if it is a header line (`Ok(false)` if it is not); `in_header` says whether the
+    /// first transition is still to come.
+    pub fn line(&mut self, l: &Line<'_>, in_header: bool) -> Result<bool, ScenarioError> {
+        let kw = l.keyword();
+        if !KEYWORDS.contains(&kw) {
+            return Ok(false);
+        }
+        if !in_header {
+            return Err(l.err(format!("`{kw}` must come before the first transition")));
+        }
+        match kw {
+            "variant" => {
+                let name = l.arg(1, "a variant name")?;
+                self.config.variant = Variant::parse_name(name, &[]).map_err(|e| l.err(e))?;
+            }
+            "knob" => {
+                let knob = Knob::parse_assignment(l.arg(1, "NAME=VALUE")?).map_err(|e| l.err(e))?;
+                self.config.variant = self.config.variant.with(knob);
+                self.config.variant.name = "custom";
+            }
+            "cpus" => {
+                let n = l.num(1, "a CPU count")?;
+                if !(1..=64).contains(&n) {
+                    return Err(l.err(format!("cpus {n}: biosim scenarios take 1 to 64 CPUs")));
+                }
+                self.config.nr_cpus = n as u32;
+                self.config.online = self.config.nr_cpus;
+            }
+            "online" => self.online = Some((l.num(1, "a CPU count")?, l.number)),
+            "preempt" => {
+                let m = l.arg(1, "a preemption model")?;
+                self.preempt = Some(
+                    m.parse::<PreemptModel>()
+                        .map_err(|e| l.err(e.to_string()))?,
+                );
+            }
+            "preempt_count" | "preempt_rcu" => {
+                let v = l.arg(1, "y or n")?;
+                let b = yes_no(v)
+                    .ok_or_else(|| l.err(format!("`{kw}`: expected y or n, got `{v}`")))?;
+                if kw == "preempt_count" {
+                    self.preempt_count = Some(b)
+                } else {
+                    self.preempt_rcu = Some(b)
+                }
+            }
+            "hz" => {
+                let h = l.num(1, "a tick rate")?;
+                // Out-of-range values must not wrap into a valid one (`hz 4294967546` is not 250).
+                self.hz = Some(u32::try_from(h).map_err(|_| {
+                    l.err(format!("unsupported CONFIG_HZ={h} (kernel/Kconfig.hz offers 100, 250, 300 or 1000)"))
+                })?);
+            }
+            "seed" => self.config.seed = l.num(1, "a seed")?,
+            "rescuer" => {
+                self.config.rescuer = match l.arg(1, "pool or unbound")? {
+                    "pool" => RescuerAffinity::PoolCpu,
+                    "unbound" => RescuerAffinity::Unbound,
+                    w => return Err(l.err(format!("rescuer: expected pool or unbound, got `{w}`"))),
+                };
+            }
+            "loop" => self.loop_dev = Some(loop_line(l)?),
+            _ => {
+                let Some(setup) = self.loop_dev.as_mut() else {
+                    return Err(l.err("`loop_knob` needs a `loop` line before it".to_owned()));
+                };
+                let knob =
+                    LoopKnob::parse_assignment(l.arg(1, "NAME=VALUE")?).map_err(|e| l.err(e))?;
+                setup.variant = setup.variant.with(knob);
+                setup.variant.name = "custom";
+            }
+        }
+        Ok(true)
+    }
+
+    /// The machine: `online` checked against the CPU count, the kernel config built from the
+    /// preemption lines and validated against the Kconfig rules.
+    pub fn finish(self, file: &str) -> Result<(SimConfig, Option<LoopSetup>), ScenarioError> {
+        let mut config = self.config;
+        if let Some((o, line)) = self.online {
+            if o == 0 || o > u64::from(config.nr_cpus) {
+                return Err(error_at(
+                    file,
+                    line,
+                    format!(
+                        "online {o}: must be 1..={} (the machine's CPU count)",
+                        config.nr_cpus
+                    ),
+                ));
+            }
+            config.online = o as u32;
+        }
+        let model = self.preempt.unwrap_or(config.kernel.preempt);
+        let mut k = if self.preempt_count == Some(false) {
+            bio_core::KernelConfig::without_preempt_count(model)
+        } else {
+            bio_core::KernelConfig::for_model(model)
+        };
+        if let Some(r) = self.preempt_rcu {
+            k.preempt_rcu = r;
+        }
+        if let Some(h) = self.hz {
+            k.hz = h;
+        }
+        k.validate().map_err(|e| error_at(file, 0, e.to_string()))?;
+        config.kernel = k;
+        Ok((config, self.loop_dev))
+    }
+}
+
+/// `loop NAME BACKING [offset=BYTES]`.
+fn loop_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
+    let names = LoopVariant::names().collect::<Vec<_>>().join(", ");
+    let name = l.arg(1, &format!("a loop version ({names})"))?;
+    let variant = LoopVariant::by_name(name).ok_or_else(|| {
+        l.err(format!(
+            "unknown loop version `{name}` (expected {})",
+            LoopVariant::names_or(&[])
+        ))
+    })?;
+    let kind = l.arg(2, "a backing: sparse, prealloc, refusing or blockdev")?;
+    let backing = BackingKind::parse(kind).ok_or_else(|| {
+        l.err(format!(
+            "loop: unknown backing `{kind}` (expected sparse, prealloc, refusing or blockdev)"
+        ))
+    })?;
+    let mut offset = 0;
+    for w in l.rest(3) {
+        let v = w
+            .strip_prefix("offset=")
+            .ok_or_else(|| l.err(format!("loop: unexpected `{w}` (expected offset=BYTES)")))?;
+        offset = v
+            .parse()
+            .map_err(|_| l.err(format!("offset={v}: a byte count is expected")))?;
+    }
+    let setup = LoopSetup {
+        variant,
+        backing,
+        offset,
+    };
+    crate::machine::loop_rig::validate(&setup).map_err(|e| l.err(e))?;
+    Ok(setup)
+}

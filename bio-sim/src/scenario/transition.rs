@@ -1,0 +1,176 @@
+//! The transition-line parser (`complete`, `worker`, `tick`, `cpu_down`, `cpu_up`, `step`,
+//! `need_resched`, `io`, `loop_worker`) and its inverse, [`Transition::to_scenario_line`].
+
+use super::line::{Line, ScenarioError};
+use crate::machine::loop_rig::{LoopOp, LoopSetup};
+use crate::machine::oracle::Need;
+use crate::machine::sim::CompletionContext;
+use crate::machine::transition::Transition;
+
+/// Parses `l` if it is a transition line (`Ok(None)` if it is not) on a machine of `nr_cpus`
+/// CPUs with the loop device `loop_dev`.
+pub(super) fn parse_transition(
+    l: &Line<'_>,
+    nr_cpus: u32,
+    loop_dev: Option<LoopSetup>,
+) -> Result<Option<Transition>, ScenarioError> {
+    Ok(Some(match l.keyword() {
+        "io" => io_line(l, nr_cpus, loop_dev)?,
+        "loop_worker" => {
+            if loop_dev.is_none() {
+                return Err(l.err("`loop_worker` needs a `loop` header line".to_owned()));
+            }
+            Transition::LoopWorker {
+                cpu: l.cpu(1, nr_cpus)?,
+            }
+        }
+        "complete" => complete_line(l, nr_cpus)?,
+        "worker" => Transition::RunWorker {
+            cpu: l.cpu(1, nr_cpus)?,
+        },
+        "tick" => Transition::Tick,
+        "step" => Transition::HotplugStep,
+        "need_resched" => Transition::NeedResched {
+            cpu: l.cpu(1, nr_cpus)?,
+        },
+        "cpu_down" | "cpu_up" => hotplug_line(l, nr_cpus)?,
+        _ => return Ok(None),
+    }))
+}
+
+/// `io CPU read|write|discard BLOCK [fill=BYTE]`.
+fn io_line(
+    l: &Line<'_>,
+    nr_cpus: u32,
+    loop_dev: Option<LoopSetup>,
+) -> Result<Transition, ScenarioError> {
+    let Some(setup) = loop_dev else {
+        return Err(l.err("`io` needs a `loop` header line".to_owned()));
+    };
+    let cpu = l.cpu(1, nr_cpus)?;
+    let o = l.arg(2, "read, write or discard")?;
+    let op = LoopOp::parse(o).ok_or_else(|| {
+        l.err(format!(
+            "io: unknown operation `{o}` (expected read, write or discard)"
+        ))
+    })?;
+    let block = l.num(3, "a block number")?;
+    if block >= setup.blocks() {
+        return Err(l.err(format!(
+            "io: block {block} is beyond loop0 ({} blocks of 4 KiB)",
+            setup.blocks()
+        )));
+    }
+    let mut fill = 0x5a;
+    for w in l.rest(4) {
+        let v = w
+            .strip_prefix("fill=")
+            .ok_or_else(|| l.err(format!("io: unexpected `{w}` (expected fill=BYTE)")))?;
+        fill = v
+            .parse()
+            .map_err(|_| l.err(format!("fill={v}: a byte 0..=255 is expected")))?;
+    }
+    Ok(Transition::LoopIo {
+        cpu,
+        op,
+        block: block as u32,
+        fill,
+    })
+}
+
+/// `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic`.
+fn complete_line(l: &Line<'_>, nr_cpus: u32) -> Result<Transition, ScenarioError> {
+    let cpu = l.cpu(1, nr_cpus)?;
+    let ctx = match l.arg(2, "a context")? {
+        "hardirq" => CompletionContext::Hardirq,
+        "softirq" => CompletionContext::Softirq,
+        "atomic" => CompletionContext::AtomicTask,
+        "task" => CompletionContext::Task,
+        w => {
+            return Err(l.err(format!(
+                "complete: unknown context `{w}` (expected hardirq, softirq, atomic or task)"
+            )))
+        }
+    };
+    let need = match l.arg(3, "a kind: plain, flag or dynamic")? {
+        "plain" => Need::Any,
+        "flag" => Need::Flag,
+        "dynamic" => Need::Dynamic,
+        w => {
+            return Err(l.err(format!(
+                "complete: unknown kind `{w}` (expected plain, flag or dynamic)"
+            )))
+        }
+    };
+    Ok(Transition::Complete { cpu, ctx, need })
+}
+
+/// `cpu_down CPU [fail=STATE]` / `cpu_up CPU [fail=STATE]`.
+fn hotplug_line(l: &Line<'_>, nr_cpus: u32) -> Result<Transition, ScenarioError> {
+    let cpu = l.cpu(1, nr_cpus)?;
+    let mut fail_at = None;
+    for w in l.rest(2) {
+        let v = w.strip_prefix("fail=").ok_or_else(|| {
+            l.err(format!(
+                "`{}`: unexpected `{w}` (expected fail=STATE)",
+                l.keyword()
+            ))
+        })?;
+        let s: i32 = v
+            .parse()
+            .map_err(|_| l.err(format!("fail={v}: a state number is expected")))?;
+        if !(0..=hotplug::CPUHP_ONLINE.0).contains(&s) {
+            return Err(l.err(format!(
+                "fail={s}: out of range 0..={}",
+                hotplug::CPUHP_ONLINE.0
+            )));
+        }
+        fail_at = Some(s);
+    }
+    Ok(Transition::Hotplug {
+        cpu,
+        up: l.keyword() == "cpu_up",
+        fail_at,
+    })
+}
+
+impl Transition {
+    /// The transition as a scenario-file line.
+    pub fn to_scenario_line(&self) -> String {
+        match *self {
+            Transition::Complete { cpu, ctx, need } => format!(
+                "complete {cpu} {} {}",
+                match ctx {
+                    CompletionContext::Hardirq => "hardirq",
+                    CompletionContext::Softirq => "softirq",
+                    CompletionContext::AtomicTask => "atomic",
+                    CompletionContext::Task => "task",
+                },
+                match need {
+                    Need::Any => "plain",
+                    Need::Flag => "flag",
+                    Need::Dynamic => "dynamic",
+                }
+            ),
+            Transition::RunWorker { cpu } => format!("worker {cpu}"),
+            Transition::Tick => "tick".to_owned(),
+            Transition::Hotplug { cpu, up, fail_at } => format!(
+                "{} {cpu}{}",
+                if up { "cpu_up" } else { "cpu_down" },
+                fail_at.map(|s| format!(" fail={s}")).unwrap_or_default()
+            ),
+            Transition::HotplugStep => "step".to_owned(),
+            Transition::NeedResched { cpu } => format!("need_resched {cpu}"),
+            Transition::LoopIo {
+                cpu,
+                op,
+                block,
+                fill,
+            } => match op {
+                LoopOp::Write => format!("io {cpu} write {block} fill={fill}"),
+                _ => format!("io {cpu} {op} {block}"),
+            },
+            Transition::LoopWorker { cpu } => format!("loop_worker {cpu}"),
+        }
+    }
+}
