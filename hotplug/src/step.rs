@@ -591,7 +591,7 @@ impl<E: 'static> Cpuhp<E> {
         control: CpuId,
         frame: Frame,
     ) {
-        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = kind.name(), from = s0.0, target = final_target.0, "cpuhp_op");
+        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = kind.name(), from = s0.0, target = final_target.0, "biosim_cpuhp_op");
         self.log.push(LogRecord::OpStart {
             cpu,
             op: kind.name(),
@@ -621,7 +621,7 @@ impl<E: 'static> Cpuhp<E> {
             return None;
         };
         let ret = result.as_ref().map(|_| ()).map_err(HotplugError::errno);
-        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = op.kind.name(), ret = ?ret, "cpuhp_op");
+        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = op.kind.name(), ret = ?ret, "biosim_cpuhp_op");
         self.log.push(LogRecord::OpEnd {
             cpu,
             op: op.kind.name(),

@@ -300,7 +300,7 @@ impl Kernel {
             return;
         };
         self.workqueues.state.lock().pools[i].disassociated = true;
-        tracing::debug!(target: "workqueue", cpu = cpu.0, "unbind_workers: pool of CPU{} is disassociated", cpu.0);
+        tracing::debug!(target: "workqueue", cpu = cpu.0, "biosim_unbind_workers: pool of CPU{} is disassociated", cpu.0);
         self.wake_pool(i);
     }
 
@@ -310,7 +310,7 @@ impl Kernel {
             return;
         };
         self.workqueues.state.lock().pools[i].disassociated = false;
-        tracing::debug!(target: "workqueue", cpu = cpu.0, "rebind_workers: pool of CPU{} is bound again", cpu.0);
+        tracing::debug!(target: "workqueue", cpu = cpu.0, "biosim_rebind_workers: pool of CPU{} is bound again", cpu.0);
         self.wake(cpu);
     }
 }

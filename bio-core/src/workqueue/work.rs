@@ -311,7 +311,7 @@ impl Kernel {
         let base = cpu.unwrap_or(cx.id());
         let expires = self.jiffies() + delay;
         self.timers.arm(dwork.timer, base, expires);
-        tracing::trace!(target: "workqueue", tracepoint = "workqueue_queue_delayed_work", cpu = cx.id().0, "queue_delayed_work: work={} function={} delay={delay} timer_cpu={}", dwork.work.id.0, e.name, base.0);
+        tracing::trace!(target: "workqueue", tracepoint = "biosim_queue_delayed_work", cpu = cx.id().0, "biosim_queue_delayed_work: work={} function={} delay={delay} timer_cpu={}", dwork.work.id.0, e.name, base.0);
         Target::Cpu(base)
     }
 

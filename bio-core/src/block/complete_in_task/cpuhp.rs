@@ -81,7 +81,7 @@ fn dead(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
     }
     let mut list = b.batch(inv.cpu).take_unlocked(&b.variant);
     let n = list.size();
-    tracing::trace!(target: "block", tracepoint = "bio_complete_dead_drain", cpu = cx.id().0, "bio_complete_batch_cpu_dead: draining {n} bios of dead CPU{}", inv.cpu.0);
+    tracing::trace!(target: "block", tracepoint = "biosim_bio_complete_dead_drain", cpu = cx.id().0, "biosim_bio_complete_dead_drain: bio_complete_batch_cpu_dead: draining {n} bios of dead CPU{}", inv.cpu.0);
     while let Some(bio) = list.pop() {
         call_end_io(
             bio,
