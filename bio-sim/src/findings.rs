@@ -368,7 +368,7 @@ fn run_check_inner(
                 &s,
                 verdict(v, |x| {
                     matches!(x.invariant, Invariant::Stranded | Invariant::NoQuiescence)
-                        || x.message.contains("soft lockup")
+                        || x.message.contains("biosim: livelock")
                 }),
             ))
         }

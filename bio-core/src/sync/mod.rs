@@ -29,7 +29,7 @@ pub use std::sync::Weak as UntrackedWeak;
 pub use std::sync::OnceLock as UntrackedOnceLock;
 
 /// Atomics loom does not track, for heuristics and statistics that are not part of any protocol
-/// loom should explore (the simulated soft-lockup watchdog's counters).
+/// loom should explore (the livelock detector's counters).
 pub mod untracked {
     pub use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 }

@@ -288,7 +288,7 @@ impl BioCompleteBatcher {
             o.work_fn(batch_cpu, cx);
         }
         if watch.stuck.load(Relaxed) {
-            // The kernel's CPU never left the loop that tripped the watchdog.
+            // The kernel's CPU never left the loop that tripped the livelock detector.
             return;
         }
         let mut no_progress_passes = 0usize;
@@ -322,16 +322,9 @@ impl BioCompleteBatcher {
                 }
             }
             no_progress_passes = if progress { 0 } else { no_progress_passes + 1 };
-            if no_progress_passes >= SOFT_LOCKUP_PASSES {
+            if no_progress_passes >= LIVELOCK_PASSES {
                 watch.stuck.store(true, Relaxed);
-                cx.report(
-                    ReportKind::Bug,
-                    format!(
-                        "watchdog: BUG: soft lockup - CPU#{} stuck in bio_complete_work_fn [{}]: {SOFT_LOCKUP_PASSES} passes completed no bio (every bi_end_io deferred its bio again)",
-                        cx.id().0,
-                        cx.current().comm
-                    ),
-                );
+                self.report_livelock(cx);
                 return;
             }
             if self.variant.need_resched_yield && cx.need_resched() {
@@ -342,19 +335,40 @@ impl BioCompleteBatcher {
             }
         }
     }
+
+    /// Reports the endless re-deferral in biosim's own words: no kernel prints this. A version
+    /// with the `need_resched()` yield (v6) would requeue itself forever in a real kernel without
+    /// any splat; one without it would spin until kernel/watchdog.c's soft-lockup detector fired.
+    fn report_livelock(&self, cx: &Cpu) {
+        let real_kernel = if self.variant.need_resched_yield {
+            "a real kernel yields on need_resched() and requeues the work forever, with no splat"
+        } else {
+            "a real kernel, with no need_resched() yield here, would report a soft lockup"
+        };
+        cx.report(
+            ReportKind::Bug,
+            format!(
+                "biosim: livelock: CPU#{} bio_complete_work_fn [{}] ran {LIVELOCK_PASSES} passes and completed no bio (every bi_end_io deferred its bio again; {real_kernel})",
+                cx.id().0,
+                cx.current().comm
+            ),
+        );
+    }
 }
 
 /// How many consecutive passes of one work-function run may complete nothing (every `bi_end_io`
-/// re-deferring its bio) before the simulated soft-lockup watchdog fires. A real burst always makes
-/// progress; only an endless re-deferral gets there.
-pub const SOFT_LOCKUP_PASSES: usize = 1_000;
+/// re-deferring its bio) before biosim's livelock detector stops the run. A real burst always
+/// makes progress; only an endless re-deferral gets there. Not a kernel value: the kernel has no
+/// such detector (kernel/watchdog.c's soft-lockup detector measures time without scheduling, which
+/// a version with the `need_resched()` yield never reaches).
+pub const LIVELOCK_PASSES: usize = 1_000;
 
-/// Per-CPU state of the simulated soft-lockup watchdog (not kernel state of the batcher).
+/// Per-CPU state of biosim's livelock detector (not kernel state of the batcher).
 #[derive(Debug, Default)]
 struct Watchdog {
     /// Bios put on this CPU's batch so far.
     adds: untracked::AtomicUsize,
-    /// The watchdog fired: the CPU is considered stuck in the work function for good.
+    /// The detector fired: the CPU is considered stuck in the work function for good.
     stuck: untracked::AtomicBool,
 }
 
