@@ -366,8 +366,7 @@ pub(crate) fn register_hotplug_states(kernel: &Kernel) {
         },
     );
     kernel
-        .hotplug
-        .lock()
+        .hotplug()
         .cpuhp_setup_state_nocalls(
             CPUHP_TIMERS_PREPARE,
             "timers:prepare",

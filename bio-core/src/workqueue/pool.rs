@@ -337,7 +337,7 @@ pub(crate) fn register_hotplug_states(kernel: &Kernel) {
             cx.kernel().unbind_workers(inv.cpu);
             Ok(())
         });
-    let mut hp = kernel.hotplug.lock();
+    let mut hp = kernel.hotplug();
     hp.cpuhp_setup_state_nocalls(
         CPUHP_WORKQUEUE_PREP,
         "workqueue:prepare",
