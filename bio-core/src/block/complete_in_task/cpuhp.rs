@@ -107,9 +107,9 @@ pub(super) fn register(kernel: &Kernel) -> Result<(StateId, StateId), InitError>
             Some(on),
             Some(prep),
         )
-        .map_err(|e| InitError::Hotplug {
+        .map_err(|error| InitError::Hotplug {
             state: "block/bio:complete:online",
-            error: e.to_string(),
+            error,
         })?;
     let b = hp
         .cpuhp_setup_state_nocalls(
@@ -118,9 +118,9 @@ pub(super) fn register(kernel: &Kernel) -> Result<(StateId, StateId), InitError>
             None,
             Some(d),
         )
-        .map_err(|e| InitError::Hotplug {
+        .map_err(|error| InitError::Hotplug {
             state: "block/bio:complete:dead",
-            error: e.to_string(),
+            error,
         })?;
     Ok((a, b))
 }

@@ -62,13 +62,14 @@ pub enum InitError {
     /// `alloc_workqueue()` failed (the kernel panics: "bio: can't allocate bio_complete workqueue").
     #[error("bio: can't allocate bio_complete workqueue: {0}")]
     Workqueue(#[from] WqError),
-    /// A hotplug state could not be registered.
+    /// A hotplug state could not be registered (`cpuhp_setup_state_nocalls()` failed).
     #[error("cpuhp_setup_state_nocalls({state}) failed: {error}")]
     Hotplug {
         /// The state's name.
         state: &'static str,
-        /// The error.
-        error: String,
+        /// The hotplug machine's error.
+        #[source]
+        error: ::hotplug::HotplugError,
     },
 }
 
