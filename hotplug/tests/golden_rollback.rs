@@ -224,7 +224,10 @@ fn cpu_dying_is_set_before_the_first_online_teardown() {
     hp.start_cpu_down(CpuId(1), CPUHP_OFFLINE).unwrap();
     assert!(hp.cpu_dying(CpuId(1)), "set as the operation starts");
     let call = hp.begin_step(CpuId(1)).unwrap();
-    assert_eq!(call.invocation.state, d3, "the first teardown is ONLINE_DYN's");
+    assert_eq!(
+        call.invocation.state, d3,
+        "the first teardown is ONLINE_DYN's"
+    );
     assert!(!call.invocation.bringup);
     assert!(hp.cpu_online(CpuId(1)));
     assert!(hp.cpu_dying(CpuId(1)), "while the first teardown runs");

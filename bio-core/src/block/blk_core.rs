@@ -164,7 +164,7 @@ pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> 
     }
     let lbs = lim.logical_block_size.max(1);
     if matches!(bio.op(), ReqOp::Read | ReqOp::Write) && !bio.bi_iter.bi_size.is_multiple_of(lbs) {
-        let status = errno_to_blk_status(-crate::errno::EINVAL);
+        let status = errno_to_blk_status(crate::errno::Errno::EINVAL.as_neg_i32());
         bio_endio_status(bio, status, cx);
         return Submission::Failed(status);
     }
