@@ -125,7 +125,7 @@ pub fn bio_complete_init(
     for cpu in kernel.possible_cpus() {
         let func = move |cx: &Cpu, _w: &crate::workqueue::WorkStruct| {
             if let Some(b) = cx.kernel().bio_complete() {
-                b.work_fn(cpu, cx);
+                b.bio_complete_work_fn(cpu, cx);
             }
         };
         let work = match variant.work {
@@ -282,7 +282,7 @@ impl BioCompleteBatcher {
     /// `bio_complete_work_fn()`: takes the batch with IRQs off (or under the local lock), completes
     /// every bio in task context, and loops until a pass finds the list empty. v5/v6 stop after a
     /// batch when `need_resched()`, requeueing themselves if bios remain.
-    fn work_fn(&self, batch_cpu: CpuId, cx: &Cpu) {
+    fn bio_complete_work_fn(&self, batch_cpu: CpuId, cx: &Cpu) {
         let b = self.batch(batch_cpu);
         let watch = &self.watchdog[batch_cpu.index()];
         if let Some(o) = &self.observer {
