@@ -598,14 +598,7 @@ impl<E: 'static> Cpuhp<E> {
         } else {
             run(&inv, &cb)
         };
-        let state_after = self.cpus[cpu.index()].state;
-        trace::trace_exit(cpu, state_after, state, &result, injected);
-        self.log.push(LogRecord::Call {
-            invocation: inv.clone(),
-            result,
-            injected,
-            state_after,
-        });
+        self.cpuhp_invoke_callback_exit(cpu, &inv, result, injected);
         let Err(errno) = result else {
             return Ok(());
         };
