@@ -134,7 +134,7 @@ fn without_preempt_count_v6_re_defers_forever_and_the_guard_stops_it() {
             assert!(
                 bugs[0]
                     .message
-                    .starts_with("watchdog: BUG: soft lockup - CPU#0"),
+                    .starts_with("biosim: livelock: CPU#0 bio_complete_work_fn [kworker/0:1]"),
                 "{}",
                 bugs[0].message
             );

@@ -72,5 +72,8 @@ fn a_violation_carries_the_trace_that_led_to_it() {
         trace.contains("block/bio:complete:online startup (rollback)"),
         "{trace}"
     );
-    assert!(trace.contains("bio_complete_defer: bio#1"), "{trace}");
+    assert!(
+        trace.contains("biosim_bio_complete_defer: bio#1"),
+        "{trace}"
+    );
 }

@@ -170,8 +170,9 @@ impl<E: 'static> Cpuhp<E> {
         self.cpus.get(cpu.index()).is_some_and(|c| c.online)
     }
 
-    /// `cpu_dying(cpu)`: set while (and after) a CPU is taken down, cleared when a
-    /// bringup starts (`cpuhp_set_state()` / `cpuhp_reset_state()`).
+    /// `cpu_dying(cpu)`: set by `cpuhp_set_state()` when a takedown starts, before
+    /// its first (ONLINE-section) teardown, and cleared when a bringup starts
+    /// (`cpuhp_set_state()`, or `cpuhp_reset_state()` for a rollback).
     pub fn cpu_dying(&self, cpu: CpuId) -> bool {
         self.cpus.get(cpu.index()).is_some_and(|c| c.dying)
     }
@@ -597,14 +598,7 @@ impl<E: 'static> Cpuhp<E> {
         } else {
             run(&inv, &cb)
         };
-        let state_after = self.cpus[cpu.index()].state;
-        trace::trace_exit(cpu, state_after, state, &result, injected);
-        self.log.push(LogRecord::Call {
-            invocation: inv.clone(),
-            result,
-            injected,
-            state_after,
-        });
+        self.cpuhp_invoke_callback_exit(cpu, &inv, result, injected);
         let Err(errno) = result else {
             return Ok(());
         };

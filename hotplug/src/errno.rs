@@ -1,4 +1,7 @@
-//! Kernel error numbers (`include/uapi/asm-generic/errno-base.h`, `errno.h`).
+//! Kernel error numbers (`include/uapi/asm-generic/errno-base.h`, `errno.h`, and
+//! the kernel-internal `include/linux/errno.h`), as the values of x86-64 Linux.
+//! The one typed errno of the workspace: bio-core re-exports it for the block
+//! layer's values (the `blk_errors[]` column, `EIOCBQUEUED`).
 //!
 //! Hotplug callbacks and the hotplug core report failures as negative errno
 //! values; the model keeps them typed so callers match on `Errno::EBUSY`
@@ -32,8 +35,31 @@ pub enum Errno {
     EINVAL,
     /// `ENOSPC` (28): no space left; the dynamic state ranges are full.
     ENOSPC,
+    /// `EBADE` (52): invalid exchange (`BLK_STS_RESV_CONFLICT`).
+    EBADE,
+    /// `ENODATA` (61): no data available (`BLK_STS_MEDIUM`).
+    ENODATA,
+    /// `ETIME` (62): timer expired (`BLK_STS_DURATION_LIMIT`).
+    ETIME,
+    /// `ENOLINK` (67): link has been severed (`BLK_STS_TRANSPORT`).
+    ENOLINK,
+    /// `EOVERFLOW` (75): value too large (`BLK_STS_ZONE_ACTIVE_RESOURCE`).
+    EOVERFLOW,
+    /// `EREMCHG` (78): remote address changed (`BLK_STS_DM_REQUEUE`).
+    EREMCHG,
+    /// `EILSEQ` (84): illegal byte sequence (`BLK_STS_PROTECTION`).
+    EILSEQ,
     /// `EOPNOTSUPP` (95): operation not supported (`CC_ATTR_HOTPLUG_DISABLED`).
     EOPNOTSUPP,
+    /// `ETOOMANYREFS` (109): too many references (`BLK_STS_ZONE_OPEN_RESOURCE`).
+    ETOOMANYREFS,
+    /// `ETIMEDOUT` (110): timed out (`BLK_STS_TIMEOUT`).
+    ETIMEDOUT,
+    /// `EREMOTEIO` (121): remote I/O error (`BLK_STS_TARGET`).
+    EREMOTEIO,
+    /// `EIOCBQUEUED` (529, kernel-internal, `include/linux/errno.h`): the I/O was queued and
+    /// completes later through `ki_complete()`. Never seen by user space.
+    EIOCBQUEUED,
     /// Any other positive errno value.
     Other(u16),
 }
@@ -51,7 +77,18 @@ impl Errno {
             Errno::ENODEV => 19,
             Errno::EINVAL => 22,
             Errno::ENOSPC => 28,
+            Errno::EBADE => 52,
+            Errno::ENODATA => 61,
+            Errno::ETIME => 62,
+            Errno::ENOLINK => 67,
+            Errno::EOVERFLOW => 75,
+            Errno::EREMCHG => 78,
+            Errno::EILSEQ => 84,
             Errno::EOPNOTSUPP => 95,
+            Errno::ETOOMANYREFS => 109,
+            Errno::ETIMEDOUT => 110,
+            Errno::EREMOTEIO => 121,
+            Errno::EIOCBQUEUED => 529,
             Errno::Other(n) => n as i32,
         }
     }
@@ -59,6 +96,15 @@ impl Errno {
     /// The value the kernel returns (`-EBUSY` → -16).
     pub fn as_neg_i32(self) -> i32 {
         -self.as_i32()
+    }
+
+    /// `-NAME` as a kernel reviewer writes a return value (`-EAGAIN`), or `-N` for
+    /// [`Errno::Other`].
+    pub fn neg_str(self) -> String {
+        match self {
+            Errno::Other(n) => format!("-{n}"),
+            e => format!("-{}", e.name()),
+        }
     }
 
     /// Converts a kernel return value (negative errno) or a positive errno into
@@ -76,7 +122,18 @@ impl Errno {
             19 => Errno::ENODEV,
             22 => Errno::EINVAL,
             28 => Errno::ENOSPC,
+            52 => Errno::EBADE,
+            61 => Errno::ENODATA,
+            62 => Errno::ETIME,
+            67 => Errno::ENOLINK,
+            75 => Errno::EOVERFLOW,
+            78 => Errno::EREMCHG,
+            84 => Errno::EILSEQ,
             95 => Errno::EOPNOTSUPP,
+            109 => Errno::ETOOMANYREFS,
+            110 => Errno::ETIMEDOUT,
+            121 => Errno::EREMOTEIO,
+            529 => Errno::EIOCBQUEUED,
             // MAX_ERRNO in include/linux/err.h.
             n if n <= 4095 => Errno::Other(n as u16),
             _ => return None,
@@ -95,7 +152,18 @@ impl Errno {
             Errno::ENODEV => "ENODEV",
             Errno::EINVAL => "EINVAL",
             Errno::ENOSPC => "ENOSPC",
+            Errno::EBADE => "EBADE",
+            Errno::ENODATA => "ENODATA",
+            Errno::ETIME => "ETIME",
+            Errno::ENOLINK => "ENOLINK",
+            Errno::EOVERFLOW => "EOVERFLOW",
+            Errno::EREMCHG => "EREMCHG",
+            Errno::EILSEQ => "EILSEQ",
             Errno::EOPNOTSUPP => "EOPNOTSUPP",
+            Errno::ETOOMANYREFS => "ETOOMANYREFS",
+            Errno::ETIMEDOUT => "ETIMEDOUT",
+            Errno::EREMOTEIO => "EREMOTEIO",
+            Errno::EIOCBQUEUED => "EIOCBQUEUED",
             Errno::Other(_) => "E?",
         }
     }
@@ -126,8 +194,19 @@ mod tests {
             Errno::ENODEV,
             Errno::EINVAL,
             Errno::ENOSPC,
+            Errno::EBADE,
+            Errno::ENODATA,
+            Errno::ETIME,
+            Errno::ENOLINK,
+            Errno::EOVERFLOW,
+            Errno::EREMCHG,
+            Errno::EILSEQ,
             Errno::EOPNOTSUPP,
-            Errno::Other(110),
+            Errno::ETOOMANYREFS,
+            Errno::ETIMEDOUT,
+            Errno::EREMOTEIO,
+            Errno::EIOCBQUEUED,
+            Errno::Other(111),
         ] {
             assert_eq!(Errno::from_i32(e.as_neg_i32()), Some(e));
             assert_eq!(Errno::from_i32(e.as_i32()), Some(e));
@@ -137,5 +216,7 @@ mod tests {
         assert_eq!(Errno::from_i32(0), None);
         assert_eq!(Errno::from_i32(i32::MIN), None);
         assert_eq!(Errno::EINVAL.to_string(), "-EINVAL (-22)");
+        assert_eq!(Errno::EIOCBQUEUED.neg_str(), "-EIOCBQUEUED");
+        assert_eq!(Errno::Other(111).neg_str(), "-111");
     }
 }

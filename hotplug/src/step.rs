@@ -356,7 +356,7 @@ impl<E: 'static> Cpuhp<E> {
             return Some(p.invocation.clone());
         }
         let frame = op.stack.last()?;
-        let s = self.next_state(st.state, frame)?;
+        let s = self.cpuhp_next_state(st.state, frame)?;
         Some(self.invocation_for(cpu, op, frame, s, st.rollback, st.target))
     }
 
@@ -372,11 +372,19 @@ impl<E: 'static> Cpuhp<E> {
             return Ok(StepOutcome::Done);
         }
         let call = self.begin_step(cpu)?;
-        let result = match self.callback_for(&call) {
+        let result = self.cpuhp_invoke_callback(&call, env);
+        self.finish_step(call, result)
+    }
+
+    /// Models the call proper of `cpuhp_invoke_callback()`: the step's callback
+    /// for its direction, run with `env`, or `-EAGAIN` without calling it when
+    /// `hotplug/fail` fired ([`Cpuhp::begin_step`] did the fail check and
+    /// `trace_cpuhp_enter()`, [`Cpuhp::finish_step`] does `trace_cpuhp_exit()`).
+    fn cpuhp_invoke_callback(&self, call: &StepCall, env: &E) -> Result<(), Errno> {
+        match self.callback_for(call) {
             Some(cb) => cb(env, &call.invocation),
             None => Err(Errno::EAGAIN),
-        };
-        self.finish_step(call, result)
+        }
     }
 
     /// First half of a step: chooses the next callback like
@@ -408,7 +416,7 @@ impl<E: 'static> Cpuhp<E> {
                 format!("{cpu}: operation has nothing left to run"),
             ));
         };
-        let Some(s) = self.next_state(self.cpus[i].state, &frame) else {
+        let Some(s) = self.cpuhp_next_state(self.cpus[i].state, &frame) else {
             return Err(HotplugError::invalid(
                 op_name,
                 format!("{cpu}: operation has nothing left to run"),
@@ -454,89 +462,38 @@ impl<E: 'static> Cpuhp<E> {
     }
 
     /// Second half of a step: applies `result` (ignored and replaced by
-    /// `-EAGAIN` for an injected failure), performs the rollback/continuation
-    /// the kernel performs, and reports what ran and whether the operation is
-    /// now complete. `-EINVAL` for a stale or foreign `call`.
+    /// `-EAGAIN` for an injected failure) as the end of `cpuhp_invoke_callback()`
+    /// and its range's caller would (`trace_cpuhp_exit()`, then the
+    /// rollback/continuation the kernel performs), and reports what ran and
+    /// whether the operation is now complete. `-EINVAL` for a stale or foreign
+    /// `call`.
     pub fn finish_step(
         &mut self,
         call: StepCall,
         result: Result<(), Errno>,
     ) -> Result<StepOutcome, HotplugError> {
-        let op_name = "finish_step";
         let cpu = call.invocation.cpu;
-        self.check_cpu(op_name, cpu, Errno::EINVAL)?;
-        let i = cpu.index();
-        let Some(mut op) = self.cpus[i].op.take() else {
-            return Err(HotplugError::invalid(
-                op_name,
-                format!("no hotplug operation in progress on {cpu}"),
-            ));
-        };
-        let pending = match op.pending.take() {
-            Some(p) if p.seq == call.seq => p,
-            other => {
-                op.pending = other;
-                self.cpus[i].op = Some(op);
-                return Err(HotplugError::invalid(
-                    op_name,
-                    format!("step token does not match the step begun on {cpu}"),
-                ));
-            }
-        };
+        self.check_cpu("finish_step", cpu, Errno::EINVAL)?;
+        let (mut op, pending) = self.take_pending(cpu, call.seq)?;
         let inv = pending.invocation;
         let result = if pending.injected {
             Err(Errno::EAGAIN)
         } else {
             result
         };
-        let state_after = self.cpus[i].state;
-        trace::trace_exit(cpu, state_after, inv.state, &result, pending.injected);
-        self.log.push(LogRecord::Call {
-            invocation: inv.clone(),
-            result,
-            injected: pending.injected,
-            state_after,
-        });
-        let frame = op.stack.last().copied();
-        match (result, frame) {
+        self.cpuhp_invoke_callback_exit(cpu, &inv, result, pending.injected);
+        match (result, op.stack.last().copied()) {
             (_, None) => {}
             (Ok(()), Some(_)) => self.after_success(cpu, &mut op, &inv),
             (Err(errno), Some(frame)) => {
-                let failure = HotplugError::CallbackFailed {
-                    op: op.kind.name(),
+                self.cpuhp_invoke_callback_range_failed(
                     cpu,
-                    state: inv.state,
-                    name: inv.name.clone(),
-                    bringup: inv.bringup,
+                    &mut op,
+                    frame,
+                    &inv,
                     errno,
-                    injected: pending.injected,
-                };
-                if frame.nofail {
-                    // "STARTING/DYING must not fail!": warn and carry on.
-                    self.warn(Warning::AtomicCallbackFailed {
-                        cpu,
-                        state: inv.state,
-                        name: inv.name.clone(),
-                        bringup: inv.bringup,
-                        errno,
-                    });
-                } else {
-                    if frame.role.is_rollback() {
-                        self.warn(Warning::RollbackFailed {
-                            cpu,
-                            state: inv.state,
-                            name: inv.name.clone(),
-                            bringup: inv.bringup,
-                            errno,
-                            state_left: self.cpus[i].state,
-                        });
-                    }
-                    if op.error.is_none() {
-                        op.error = Some(failure);
-                    }
-                    op.stack.pop();
-                    self.returned(cpu, &mut op, frame.role, Err(()));
-                }
+                    pending.injected,
+                );
             }
         }
         self.settle(cpu, &mut op);
@@ -547,6 +504,100 @@ impl<E: 'static> Cpuhp<E> {
         };
         let finished = self.end_if_done(cpu, op);
         Ok(StepOutcome::Ran { executed, finished })
+    }
+
+    /// Takes `cpu`'s operation and the step begun with token `seq` out of the
+    /// machine; `-EINVAL` (and nothing taken) without an operation or for a
+    /// stale or foreign token.
+    fn take_pending(&mut self, cpu: CpuId, seq: u64) -> Result<(Operation, Pending), HotplugError> {
+        let op_name = "finish_step";
+        let i = cpu.index();
+        let Some(mut op) = self.cpus[i].op.take() else {
+            return Err(HotplugError::invalid(
+                op_name,
+                format!("no hotplug operation in progress on {cpu}"),
+            ));
+        };
+        match op.pending.take() {
+            Some(p) if p.seq == seq => Ok((op, p)),
+            other => {
+                op.pending = other;
+                self.cpus[i].op = Some(op);
+                Err(HotplugError::invalid(
+                    op_name,
+                    format!("step token does not match the step begun on {cpu}"),
+                ))
+            }
+        }
+    }
+
+    /// The end of `cpuhp_invoke_callback()`: `trace_cpuhp_exit()` with the
+    /// state after the call, and the in-memory log's record of it.
+    pub(crate) fn cpuhp_invoke_callback_exit(
+        &mut self,
+        cpu: CpuId,
+        inv: &Invocation,
+        result: Result<(), Errno>,
+        injected: bool,
+    ) {
+        let state_after = self.cpus[cpu.index()].state;
+        trace::trace_exit(cpu, state_after, inv.state, &result, injected);
+        self.log.push(LogRecord::Call {
+            invocation: inv.clone(),
+            result,
+            injected,
+            state_after,
+        });
+    }
+
+    /// Models the error path of `__cpuhp_invoke_callback_range()`: in a
+    /// STARTING/DYING range (`cpuhp_invoke_callback_range_nofail()`) the
+    /// failure is warned ("STARTING/DYING must not fail!") and the range
+    /// carries on; otherwise the range stops, a failure during rollback is
+    /// warned, the first error is kept as the operation's result, and the
+    /// function that iterated the range handles it ([`Self::returned`]).
+    fn cpuhp_invoke_callback_range_failed(
+        &mut self,
+        cpu: CpuId,
+        op: &mut Operation,
+        frame: Frame,
+        inv: &Invocation,
+        errno: Errno,
+        injected: bool,
+    ) {
+        if frame.nofail {
+            self.warn(Warning::AtomicCallbackFailed {
+                cpu,
+                state: inv.state,
+                name: inv.name.clone(),
+                bringup: inv.bringup,
+                errno,
+            });
+            return;
+        }
+        if frame.role.is_rollback() {
+            self.warn(Warning::RollbackFailed {
+                cpu,
+                state: inv.state,
+                name: inv.name.clone(),
+                bringup: inv.bringup,
+                errno,
+                state_left: self.cpus[cpu.index()].state,
+            });
+        }
+        if op.error.is_none() {
+            op.error = Some(HotplugError::CallbackFailed {
+                op: op.kind.name(),
+                cpu,
+                state: inv.state,
+                name: inv.name.clone(),
+                bringup: inv.bringup,
+                errno,
+                injected,
+            });
+        }
+        op.stack.pop();
+        self.returned(cpu, op, frame.role, Err(()));
     }
 
     // ---- engine --------------------------------------------------------
@@ -591,7 +642,7 @@ impl<E: 'static> Cpuhp<E> {
         control: CpuId,
         frame: Frame,
     ) {
-        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = kind.name(), from = s0.0, target = final_target.0, "cpuhp_op");
+        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = kind.name(), from = s0.0, target = final_target.0, "biosim_cpuhp_op");
         self.log.push(LogRecord::OpStart {
             cpu,
             op: kind.name(),
@@ -621,7 +672,7 @@ impl<E: 'static> Cpuhp<E> {
             return None;
         };
         let ret = result.as_ref().map(|_| ()).map_err(HotplugError::errno);
-        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = op.kind.name(), ret = ?ret, "cpuhp_op");
+        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = op.kind.name(), ret = ?ret, "biosim_cpuhp_op");
         self.log.push(LogRecord::OpEnd {
             cpu,
             op: op.kind.name(),
@@ -633,9 +684,10 @@ impl<E: 'static> Cpuhp<E> {
         Some(result)
     }
 
-    /// The next step of `frame` from `state` with a callback for its direction
-    /// (`cpuhp_next_state()` without the side effect).
-    fn next_state(&self, state: StateId, frame: &Frame) -> Option<StateId> {
+    /// Models `cpuhp_next_state()` without its side effect: the next step of
+    /// `frame` from `state` with a callback for its direction, if the range
+    /// has one before its target ([`Cpuhp::begin_step`] then moves `st->state`).
+    fn cpuhp_next_state(&self, state: StateId, frame: &Frame) -> Option<StateId> {
         if frame.bringup {
             ((state.0 + 1)..=frame.target.0)
                 .map(StateId)
@@ -689,7 +741,7 @@ impl<E: 'static> Cpuhp<E> {
                 op.done = Some(op.error.clone().map_or(Ok(()), Err));
                 return;
             };
-            if self.next_state(self.cpus[i].state, &frame).is_some() {
+            if self.cpuhp_next_state(self.cpus[i].state, &frame).is_some() {
                 return;
             }
             // cpuhp_next_state() walks the remaining empty steps to the target.
@@ -704,157 +756,88 @@ impl<E: 'static> Cpuhp<E> {
         }
     }
 
-    /// Side effects of core steps that succeeded: `bringup_cpu()` boots the AP
-    /// (nested STARTING range), `takedown_cpu()` takes it out of the online
-    /// mask and runs the DYING range under `stop_machine`.
+    /// Side effects of core steps that succeeded: [`Self::bringup_cpu`] and
+    /// [`Self::takedown_cpu`].
     fn after_success(&mut self, cpu: CpuId, op: &mut Operation, inv: &Invocation) {
-        let i = cpu.index();
         if inv.state == CPUHP_BRINGUP_CPU && inv.bringup {
-            let target = self.cpus[i].target.min(CPUHP_AP_ONLINE);
-            op.stack.push(Frame {
-                role: Role::Starting,
-                runner: Runner::Atomic,
-                bringup: true,
-                target,
-                nofail: true,
-            });
+            self.bringup_cpu(cpu, op);
         } else if inv.state == CPUHP_TEARDOWN_CPU && !inv.bringup {
-            self.set_online(cpu, false);
-            let target = self.cpus[i].target.max(CPUHP_AP_OFFLINE);
-            op.stack.push(Frame {
-                role: Role::Dying,
-                runner: Runner::Atomic,
-                bringup: false,
-                target,
-                nofail: true,
-            });
+            self.takedown_cpu(cpu, op);
         }
+    }
+
+    /// Models `bringup_cpu()` (`CPUHP_BRINGUP_CPU` startup): the AP boots and
+    /// runs the STARTING range itself with IRQs off (`notify_cpu_starting()`).
+    fn bringup_cpu(&mut self, cpu: CpuId, op: &mut Operation) {
+        let target = self.cpus[cpu.index()].target.min(CPUHP_AP_ONLINE);
+        op.stack.push(Frame {
+            role: Role::Starting,
+            runner: Runner::Atomic,
+            bringup: true,
+            target,
+            nofail: true,
+        });
+    }
+
+    /// Models `takedown_cpu()` (`CPUHP_TEARDOWN_CPU` teardown): the CPU leaves
+    /// `cpu_online_mask` (`__cpu_disable()`) and runs the DYING range under
+    /// `stop_machine` (`take_cpu_down()`).
+    fn takedown_cpu(&mut self, cpu: CpuId, op: &mut Operation) {
+        self.set_cpu_online(cpu, false);
+        let target = self.cpus[cpu.index()].target.max(CPUHP_AP_OFFLINE);
+        op.stack.push(Frame {
+            role: Role::Dying,
+            runner: Runner::Atomic,
+            bringup: false,
+            target,
+            nofail: true,
+        });
     }
 
     /// What the kernel function that iterated a finished range does next.
     /// `result` is `Err(())` when the range stopped on a failure (the error
     /// itself is in `op.error`).
     fn returned(&mut self, cpu: CpuId, op: &mut Operation, role: Role, result: Result<(), ()>) {
-        let i = cpu.index();
-        match (role, result) {
-            (Role::UpApKick { .. }, Ok(())) => self.finish(op),
-            (Role::DownApKick { .. }, Ok(())) => {
-                // "We might have stopped still in the range of the AP hotplug thread."
-                if self.cpus[i].state > CPUHP_TEARDOWN_CPU {
+        match role {
+            Role::UpApKick { prev } => {
+                if self.cpuhp_kick_ap(cpu, op, prev, result, AfterApRollback::Finish) {
                     self.finish(op);
-                } else {
-                    self.cpus[i].target = op.final_target;
-                    let prev = self.cpus[i].state;
-                    op.stack.push(Frame {
-                        role: Role::DownCallbacks { prev },
-                        runner: Runner::Bp,
-                        bringup: false,
-                        target: op.final_target,
-                        nofail: false,
-                    });
                 }
             }
-            (Role::UpApKick { prev } | Role::DownApKick { prev }, Err(())) => {
-                self.ap_rollback(cpu, op, prev, AfterApRollback::Finish)
-            }
-            (Role::BringupKick { prev }, Err(())) => {
-                self.ap_rollback(cpu, op, prev, AfterApRollback::BringupFailed)
-            }
-            (Role::BringupKick { .. }, Ok(())) => {
-                // bringup_cpu() returns 0; the BP range carries on.
-            }
-            (
-                Role::ApRollback {
-                    then: AfterApRollback::Finish,
-                },
-                _,
-            ) => self.finish(op),
-            (
-                Role::ApRollback {
-                    then: AfterApRollback::BringupFailed,
-                },
-                _,
-            ) => {
-                // bringup_cpu() returns the AP's error: the BP range that
-                // called it fails at CPUHP_BRINGUP_CPU.
-                match op.stack.pop() {
-                    Some(parent) => {
-                        if parent.role.is_rollback() {
-                            self.warn(Warning::RollbackFailed {
-                                cpu,
-                                state: CPUHP_BRINGUP_CPU,
-                                name: self.step_name(CPUHP_BRINGUP_CPU),
-                                bringup: true,
-                                errno: op.error.as_ref().map_or(Errno::EIO, HotplugError::errno),
-                                state_left: self.cpus[i].state,
-                            });
-                        }
-                        self.returned(cpu, op, parent.role, Err(()));
-                    }
-                    None => self.finish(op),
+            Role::DownApKick { prev } => {
+                if self.cpuhp_kick_ap(cpu, op, prev, result, AfterApRollback::Finish) {
+                    self.cpu_down_after_ap(cpu, op);
                 }
             }
-            (Role::UpCallbacks { .. }, Ok(())) => self.finish(op),
-            (Role::UpCallbacks { prev }, Err(())) => {
-                self.cpuhp_reset_state(cpu, prev);
-                op.stack.push(Frame {
-                    role: Role::UpCallbacksRollback,
-                    runner: Runner::Bp,
-                    bringup: false,
-                    target: prev,
-                    nofail: false,
-                });
+            Role::BringupKick { prev } => {
+                // On success bringup_cpu() returns 0 and the BP range carries on.
+                self.cpuhp_kick_ap(cpu, op, prev, result, AfterApRollback::BringupFailed);
             }
-            (Role::UpCallbacksRollback, _) => self.finish(op),
-            (Role::Starting, _) => {
-                // The AP marks itself online, then cpuhp_online_idle() moves it
-                // straight to CPUHP_AP_ONLINE_IDLE.
-                self.set_online(cpu, true);
-                self.cpus[i].state = CPUHP_AP_ONLINE_IDLE;
-                let target = self.cpus[i].target;
-                if target > CPUHP_AP_ONLINE_IDLE {
-                    let prev = self.cpuhp_set_state(cpu, target);
-                    op.stack.push(Frame {
-                        role: Role::BringupKick { prev },
-                        runner: Runner::Ap,
-                        bringup: true,
-                        target,
-                        nofail: false,
-                    });
-                }
-            }
-            (Role::Dying, _) => {
-                // The dead CPU's idle task reports CPUHP_AP_IDLE_DEAD.
-                self.cpus[i].state = CPUHP_AP_IDLE_DEAD;
-            }
-            (Role::DownCallbacks { .. }, Ok(())) => self.finish(op),
-            (Role::DownCallbacks { prev }, Err(())) => {
-                self.cpuhp_reset_state(cpu, prev);
-                if self.cpus[i].state < prev {
-                    op.stack.push(Frame {
-                        role: Role::DownCallbacksRollback,
-                        runner: Runner::Bp,
-                        bringup: true,
-                        target: prev,
-                        nofail: false,
-                    });
-                } else {
-                    self.after_down_callbacks_failed(cpu, op);
-                }
-            }
-            (Role::DownCallbacksRollback, _) => self.after_down_callbacks_failed(cpu, op),
-            (Role::ReUp, _) => self.finish(op),
+            Role::ApRollback { then } => self.cpuhp_kick_ap_rolled_back(cpu, op, then),
+            Role::UpCallbacks { prev } => self.cpuhp_up_callbacks(cpu, op, prev, result),
+            Role::DownCallbacks { prev } => self.cpuhp_down_callbacks(cpu, op, prev, result),
+            Role::UpCallbacksRollback | Role::ReUp => self.finish(op),
+            Role::DownCallbacksRollback => self.after_down_callbacks_failed(cpu, op),
+            Role::Starting => self.cpuhp_bringup_ap(cpu, op),
+            Role::Dying => self.cpuhp_report_idle_dead(cpu),
         }
     }
 
-    /// `cpuhp_kick_ap()` after a failure: reset and run the AP back.
-    fn ap_rollback(
+    /// Models `cpuhp_kick_ap()` once the AP thread (`cpuhp_thread_fun()`)
+    /// finished its range: on failure, `cpuhp_reset_state()` and a second
+    /// `__cpuhp_kick_ap()` that runs the AP back (`then` says what follows).
+    /// Returns whether the range succeeded.
+    fn cpuhp_kick_ap(
         &mut self,
         cpu: CpuId,
         op: &mut Operation,
         prev: StateId,
+        result: Result<(), ()>,
         then: AfterApRollback,
-    ) {
+    ) -> bool {
+        if result.is_ok() {
+            return true;
+        }
         self.cpuhp_reset_state(cpu, prev);
         let st = &self.cpus[cpu.index()];
         op.stack.push(Frame {
@@ -864,6 +847,130 @@ impl<E: 'static> Cpuhp<E> {
             target: st.target,
             nofail: false,
         });
+        false
+    }
+
+    /// `cpuhp_kick_ap()` returns the AP's error once its rollback ran: to
+    /// `_cpu_up()`/`_cpu_down()`, or to `bringup_cpu()`, whose BP range then
+    /// fails at `CPUHP_BRINGUP_CPU`.
+    fn cpuhp_kick_ap_rolled_back(&mut self, cpu: CpuId, op: &mut Operation, then: AfterApRollback) {
+        if then == AfterApRollback::Finish {
+            self.finish(op);
+            return;
+        }
+        let Some(parent) = op.stack.pop() else {
+            self.finish(op);
+            return;
+        };
+        if parent.role.is_rollback() {
+            self.warn(Warning::RollbackFailed {
+                cpu,
+                state: CPUHP_BRINGUP_CPU,
+                name: self.step_name(CPUHP_BRINGUP_CPU),
+                bringup: true,
+                errno: op.error.as_ref().map_or(Errno::EIO, HotplugError::errno),
+                state_left: self.cpus[cpu.index()].state,
+            });
+        }
+        self.returned(cpu, op, parent.role, Err(()));
+    }
+
+    /// `_cpu_down()` after `cpuhp_kick_ap_work()` succeeded: "We might have
+    /// stopped still in the range of the AP hotplug thread"; otherwise the BP
+    /// goes on with `cpuhp_down_callbacks()` to the final target.
+    fn cpu_down_after_ap(&mut self, cpu: CpuId, op: &mut Operation) {
+        let i = cpu.index();
+        if self.cpus[i].state > CPUHP_TEARDOWN_CPU {
+            self.finish(op);
+            return;
+        }
+        self.cpus[i].target = op.final_target;
+        let prev = self.cpus[i].state;
+        op.stack.push(Frame {
+            role: Role::DownCallbacks { prev },
+            runner: Runner::Bp,
+            bringup: false,
+            target: op.final_target,
+            nofail: false,
+        });
+    }
+
+    /// Models `cpuhp_up_callbacks()` once its range returned: done, or on
+    /// failure `cpuhp_reset_state()` and the teardowns back down to `prev`.
+    fn cpuhp_up_callbacks(
+        &mut self,
+        cpu: CpuId,
+        op: &mut Operation,
+        prev: StateId,
+        result: Result<(), ()>,
+    ) {
+        if result.is_ok() {
+            self.finish(op);
+            return;
+        }
+        self.cpuhp_reset_state(cpu, prev);
+        op.stack.push(Frame {
+            role: Role::UpCallbacksRollback,
+            runner: Runner::Bp,
+            bringup: false,
+            target: prev,
+            nofail: false,
+        });
+    }
+
+    /// Models `cpuhp_down_callbacks()` once its range returned: done, or on
+    /// failure `cpuhp_reset_state()` and the startups back up to `prev` (if
+    /// any step was torn down), then the tail of `_cpu_down()`.
+    fn cpuhp_down_callbacks(
+        &mut self,
+        cpu: CpuId,
+        op: &mut Operation,
+        prev: StateId,
+        result: Result<(), ()>,
+    ) {
+        if result.is_ok() {
+            self.finish(op);
+            return;
+        }
+        self.cpuhp_reset_state(cpu, prev);
+        if self.cpus[cpu.index()].state < prev {
+            op.stack.push(Frame {
+                role: Role::DownCallbacksRollback,
+                runner: Runner::Bp,
+                bringup: true,
+                target: prev,
+                nofail: false,
+            });
+        } else {
+            self.after_down_callbacks_failed(cpu, op);
+        }
+    }
+
+    /// Models `cpuhp_bringup_ap()` after the STARTING range: the AP marks
+    /// itself online (`set_cpu_online()` in its `start_secondary()`),
+    /// `cpuhp_online_idle()` moves it straight to `CPUHP_AP_ONLINE_IDLE`, and
+    /// `cpuhp_kick_ap()` runs the ONLINE section if the target is above that.
+    fn cpuhp_bringup_ap(&mut self, cpu: CpuId, op: &mut Operation) {
+        let i = cpu.index();
+        self.set_cpu_online(cpu, true);
+        self.cpus[i].state = CPUHP_AP_ONLINE_IDLE;
+        let target = self.cpus[i].target;
+        if target > CPUHP_AP_ONLINE_IDLE {
+            let prev = self.cpuhp_set_state(cpu, target);
+            op.stack.push(Frame {
+                role: Role::BringupKick { prev },
+                runner: Runner::Ap,
+                bringup: true,
+                target,
+                nofail: false,
+            });
+        }
+    }
+
+    /// Models `cpuhp_report_idle_dead()`: after `take_cpu_down()` the dead
+    /// CPU's idle task reports `CPUHP_AP_IDLE_DEAD`.
+    fn cpuhp_report_idle_dead(&mut self, cpu: CpuId) {
+        self.cpus[cpu.index()].state = CPUHP_AP_IDLE_DEAD;
     }
 
     /// The tail of `_cpu_down()` once `cpuhp_down_callbacks()` failed.
@@ -897,7 +1004,9 @@ impl<E: 'static> Cpuhp<E> {
         op.done = Some(op.error.clone().map_or(Ok(()), Err));
     }
 
-    fn set_online(&mut self, cpu: CpuId, online: bool) {
+    /// Models `set_cpu_online()`: the CPU's bit in `cpu_online_mask`, logged
+    /// when it changes.
+    fn set_cpu_online(&mut self, cpu: CpuId, online: bool) {
         let st = &mut self.cpus[cpu.index()];
         if st.online != online {
             st.online = online;

@@ -5,15 +5,16 @@
 //!
 //! # `tracing` scheme
 //!
-//! Every event uses the `tracing` target `"cpuhp"` and the kernel's
-//! tracepoint name as its message:
+//! Every event uses the `tracing` target `"cpuhp"`; its message is the
+//! kernel's tracepoint name, or a `biosim_` name for what no kernel
+//! tracepoint reports:
 //!
 //! | message | level | fields |
 //! |---|---|---|
 //! | `cpuhp_enter` | TRACE | `cpu`, `target`, `step`, `callback` (name + direction), `rollback`, `runs_on` |
 //! | `cpuhp_exit` | TRACE | `cpu`, `state` (after the call), `step`, `ret` (0 or -errno), `injected` |
-//! | `cpuhp_op` | DEBUG | `cpu`, `op` (`cpu_up`/`cpu_down`), `from`/`target` or `ret` |
-//! | `cpuhp_warn` | WARN | `cpu`, the kernel's message |
+//! | `biosim_cpuhp_op` | DEBUG | `cpu`, `op` (`cpu_up`/`cpu_down`), `from`/`target` or `ret` |
+//! | `biosim_cpuhp_warn` | WARN | `cpu`, the kernel's message |
 //!
 //! so `RUST_LOG=cpuhp=trace` shows every callback in kernel order.
 
@@ -368,5 +369,5 @@ pub(crate) fn trace_exit(
 }
 
 pub(crate) fn trace_warning(w: &Warning) {
-    tracing::warn!(target: "cpuhp", cpu = ?w.cpu(), "cpuhp_warn: {w}");
+    tracing::warn!(target: "cpuhp", cpu = ?w.cpu(), "biosim_cpuhp_warn: {w}");
 }

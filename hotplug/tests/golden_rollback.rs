@@ -214,6 +214,27 @@ fn where_callbacks_run_on_offline() {
     assert!(hp.cpu_dying(CpuId(1)));
 }
 
+/// `cpu_dying(cpu)` is set by `cpuhp_set_state()` when `_cpu_down()` starts,
+/// before the first ONLINE-section teardown runs, and cleared by the rollback's
+/// `cpuhp_reset_state()` when that teardown fails.
+#[test]
+fn cpu_dying_is_set_before_the_first_online_teardown() {
+    let Std { mut hp, d3, .. } = std_machine(2);
+    assert!(!hp.cpu_dying(CpuId(1)));
+    hp.start_cpu_down(CpuId(1), CPUHP_OFFLINE).unwrap();
+    assert!(hp.cpu_dying(CpuId(1)), "set as the operation starts");
+    let call = hp.begin_step(CpuId(1)).unwrap();
+    assert_eq!(
+        call.invocation.state, d3,
+        "the first teardown is ONLINE_DYN's"
+    );
+    assert!(!call.invocation.bringup);
+    assert!(hp.cpu_online(CpuId(1)));
+    assert!(hp.cpu_dying(CpuId(1)), "while the first teardown runs");
+    hp.finish_step(call, Err(Errno::EBUSY)).unwrap();
+    assert!(!hp.cpu_dying(CpuId(1)), "the rollback is a bringup");
+}
+
 /// A BP-side teardown below `CPUHP_TEARDOWN_CPU` fails: the BP runs the
 /// startups back up, `bringup_cpu()` re-boots the AP, which lands at
 /// `CPUHP_AP_ONLINE_IDLE`, and `_cpu_down()` WARNs "DEAD callback error".

@@ -90,16 +90,9 @@ pub enum Submission {
     Failed(super::BlkStatus),
 }
 
-/// `submit_bio_noacct()`: the generic checks, then the driver. Every bio given here is ended
-/// exactly once: by this function on a failed check, or by the driver.
-pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> Submission {
-    let lim = dev.limits();
-    bio.bi_bdev = Some(dev.devt());
-    if bio.bi_opf.flags.contains(ReqFlags::REQ_NOWAIT) && !lim.nowait {
-        bio_endio_status(bio, BLK_STS_NOTSUPP, cx);
-        return Submission::Failed(BLK_STS_NOTSUPP);
-    }
-    // bio_check_ro(): "Trying to write to read-only block-device" is a warning only.
+/// `bio_check_ro()`: a write to a read-only device is a warning only ("Trying to write to
+/// read-only block-device"), as in the kernel.
+fn bio_check_ro(bio: &Bio, lim: &QueueLimits, dev: &dyn BlockDriver, cx: &Cpu) {
     if lim.read_only && bio.op().is_write() && bio.bi_iter.bi_size > 0 {
         cx.kernel().warn_once(
             cx,
@@ -110,23 +103,43 @@ pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> 
             ),
         );
     }
-    // bio_check_eod(): only a bio with sectors can be beyond the end.
+}
+
+/// `bio_check_eod()`: whether the bio lies inside the device (only a bio with sectors can be
+/// beyond the end); if not, the kernel's "attempt to access beyond end of device" message.
+fn bio_check_eod(bio: &Bio, lim: &QueueLimits, dev: &dyn BlockDriver, cx: &Cpu) -> bool {
     let nr = bio.sectors();
     let max = lim.capacity_sectors;
-    if nr > 0 && (nr > max || bio.bi_iter.bi_sector > max - nr) {
-        if max > 0 {
-            tracing::info!(
-                target: "block",
-                cpu = cx.id().0,
-                "{}: attempt to access beyond end of device\n{}: rw={}, sector={}, nr_sectors = {} limit={}",
-                dev.disk_name(),
-                dev.disk_name(),
-                bio.bi_opf.rwbs(),
-                bio.bi_iter.bi_sector,
-                nr,
-                max
-            );
-        }
+    if nr == 0 || (nr <= max && bio.bi_iter.bi_sector <= max - nr) {
+        return true;
+    }
+    if max > 0 {
+        tracing::info!(
+            target: "block",
+            cpu = cx.id().0,
+            "{}: attempt to access beyond end of device\n{}: rw={}, sector={}, nr_sectors = {} limit={}",
+            dev.disk_name(),
+            dev.disk_name(),
+            bio.bi_opf.rwbs(),
+            bio.bi_iter.bi_sector,
+            nr,
+            max
+        );
+    }
+    false
+}
+
+/// `submit_bio_noacct()`: the generic checks, then the driver. Every bio given here is ended
+/// exactly once: by this function on a failed check, or by the driver.
+pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> Submission {
+    let lim = dev.limits();
+    bio.bi_bdev = Some(dev.devt());
+    if bio.bi_opf.flags.contains(ReqFlags::REQ_NOWAIT) && !lim.nowait {
+        bio_endio_status(bio, BLK_STS_NOTSUPP, cx);
+        return Submission::Failed(BLK_STS_NOTSUPP);
+    }
+    bio_check_ro(&bio, &lim, dev, cx);
+    if !bio_check_eod(&bio, &lim, dev, cx) {
         bio_endio_status(bio, BLK_STS_IOERR, cx);
         return Submission::Failed(BLK_STS_IOERR);
     }
@@ -164,7 +177,7 @@ pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> 
     }
     let lbs = lim.logical_block_size.max(1);
     if matches!(bio.op(), ReqOp::Read | ReqOp::Write) && !bio.bi_iter.bi_size.is_multiple_of(lbs) {
-        let status = errno_to_blk_status(-crate::errno::EINVAL);
+        let status = errno_to_blk_status(crate::errno::Errno::EINVAL.as_neg_i32());
         bio_endio_status(bio, status, cx);
         return Submission::Failed(status);
     }

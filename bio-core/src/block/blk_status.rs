@@ -18,55 +18,52 @@ macro_rules! blk_statuses {
         /// `blk_errors[]`: (status, errno, name, constant) for every entry of the kernel table.
         /// Indices with no entry (`BLK_STS_ZONE_RESOURCE`) are absent, as the C array's
         /// zero-filled holes are.
-        const BLK_ERRORS: &[(BlkStatus, i32, &str, &str)] = &[
+        const BLK_ERRORS: &[(BlkStatus, Option<Errno>, &str, &str)] = &[
             $( ($name, $errno, $text, stringify!($name)), )*
         ];
     };
 }
 
-use crate::errno::{
-    EAGAIN, EBADE, EBUSY, EILSEQ, EIO, ENODATA, ENODEV, ENOLINK, ENOMEM, ENOSPC, EOPNOTSUPP,
-    EOVERFLOW, EREMCHG, EREMOTEIO, ETIME, ETIMEDOUT, ETOOMANYREFS,
-};
+use crate::errno::Errno;
 
 blk_statuses! {
     /// `BLK_STS_OK`.
-    BLK_STS_OK = 0, 0, "";
+    BLK_STS_OK = 0, None, "";
     /// `BLK_STS_NOTSUPP`: operation not supported (`-EOPNOTSUPP`).
-    BLK_STS_NOTSUPP = 1, -EOPNOTSUPP, "operation not supported";
+    BLK_STS_NOTSUPP = 1, Some(Errno::EOPNOTSUPP), "operation not supported";
     /// `BLK_STS_TIMEOUT` (`-ETIMEDOUT`).
-    BLK_STS_TIMEOUT = 2, -ETIMEDOUT, "timeout";
+    BLK_STS_TIMEOUT = 2, Some(Errno::ETIMEDOUT), "timeout";
     /// `BLK_STS_NOSPC`: critical space allocation (`-ENOSPC`).
-    BLK_STS_NOSPC = 3, -ENOSPC, "critical space allocation";
+    BLK_STS_NOSPC = 3, Some(Errno::ENOSPC), "critical space allocation";
     /// `BLK_STS_TRANSPORT` (`-ENOLINK`).
-    BLK_STS_TRANSPORT = 4, -ENOLINK, "recoverable transport";
+    BLK_STS_TRANSPORT = 4, Some(Errno::ENOLINK), "recoverable transport";
     /// `BLK_STS_TARGET` (`-EREMOTEIO`).
-    BLK_STS_TARGET = 5, -EREMOTEIO, "critical target";
+    BLK_STS_TARGET = 5, Some(Errno::EREMOTEIO), "critical target";
     /// `BLK_STS_RESV_CONFLICT` (`-EBADE`).
-    BLK_STS_RESV_CONFLICT = 6, -EBADE, "reservation conflict";
+    BLK_STS_RESV_CONFLICT = 6, Some(Errno::EBADE), "reservation conflict";
     /// `BLK_STS_MEDIUM` (`-ENODATA`).
-    BLK_STS_MEDIUM = 7, -ENODATA, "critical medium";
+    BLK_STS_MEDIUM = 7, Some(Errno::ENODATA), "critical medium";
     /// `BLK_STS_PROTECTION` (`-EILSEQ`).
-    BLK_STS_PROTECTION = 8, -EILSEQ, "protection";
+    BLK_STS_PROTECTION = 8, Some(Errno::EILSEQ), "protection";
     /// `BLK_STS_RESOURCE` (`-ENOMEM`).
-    BLK_STS_RESOURCE = 9, -ENOMEM, "kernel resource";
+    BLK_STS_RESOURCE = 9, Some(Errno::ENOMEM), "kernel resource";
     /// `BLK_STS_IOERR`: everything not covered elsewhere (`-EIO`).
-    BLK_STS_IOERR = 10, -EIO, "I/O";
+    BLK_STS_IOERR = 10, Some(Errno::EIO), "I/O";
     /// `BLK_STS_DM_REQUEUE`: device-mapper internal retry (`-EREMCHG`).
-    BLK_STS_DM_REQUEUE = 11, -EREMCHG, "dm internal retry";
+    BLK_STS_DM_REQUEUE = 11, Some(Errno::EREMCHG), "dm internal retry";
     /// `BLK_STS_AGAIN`: nonblocking retry (`-EAGAIN`), what a `REQ_NOWAIT` bio gets instead of
     /// blocking.
-    BLK_STS_AGAIN = 12, -EAGAIN, "nonblocking retry";
+    BLK_STS_AGAIN = 12, Some(Errno::EAGAIN), "nonblocking retry";
     /// `BLK_STS_DEV_RESOURCE` (`-EBUSY`).
-    BLK_STS_DEV_RESOURCE = 13, -EBUSY, "device resource";
+    BLK_STS_DEV_RESOURCE = 13, Some(Errno::EBUSY), "device resource";
     /// `BLK_STS_ZONE_OPEN_RESOURCE` (`-ETOOMANYREFS`).
-    BLK_STS_ZONE_OPEN_RESOURCE = 15, -ETOOMANYREFS, "open zones exceeded";
+    BLK_STS_ZONE_OPEN_RESOURCE = 15, Some(Errno::ETOOMANYREFS), "open zones exceeded";
     /// `BLK_STS_ZONE_ACTIVE_RESOURCE` (`-EOVERFLOW`).
-    BLK_STS_ZONE_ACTIVE_RESOURCE = 16, -EOVERFLOW, "active zones exceeded";
+    BLK_STS_ZONE_ACTIVE_RESOURCE = 16, Some(Errno::EOVERFLOW), "active zones exceeded";
     /// `BLK_STS_OFFLINE`: device offline (`-ENODEV`).
-    BLK_STS_OFFLINE = 17, -ENODEV, "device offline";
+    BLK_STS_OFFLINE = 17, Some(Errno::ENODEV), "device offline";
     /// `BLK_STS_DURATION_LIMIT`: command duration limit exceeded (`-ETIME`).
-    BLK_STS_DURATION_LIMIT = 18, -ETIME, "duration limit exceeded";
+    BLK_STS_DURATION_LIMIT = 18, Some(Errno::ETIME), "duration limit exceeded";
 }
 
 /// `BLK_STS_ZONE_RESOURCE`: a driver-internal "retry later" status. It has no `blk_errors[]`
@@ -82,7 +79,7 @@ impl BlkStatus {
         self == BLK_STS_OK
     }
 
-    fn entry(self) -> Option<&'static (BlkStatus, i32, &'static str, &'static str)> {
+    fn entry(self) -> Option<&'static (BlkStatus, Option<Errno>, &'static str, &'static str)> {
         BLK_ERRORS.iter().find(|e| e.0 == self)
     }
 
@@ -113,7 +110,7 @@ impl fmt::Display for BlkStatus {
 pub fn errno_to_blk_status(errno: i32) -> BlkStatus {
     BLK_ERRORS
         .iter()
-        .find(|e| e.1 == errno)
+        .find(|e| e.1.map_or(0, Errno::as_neg_i32) == errno)
         .map(|e| e.0)
         .unwrap_or(BLK_STS_IOERR)
 }
@@ -122,9 +119,12 @@ pub fn errno_to_blk_status(errno: i32) -> BlkStatus {
 /// kernel's `WARN_ON_ONCE` and `-EIO`; a hole in the table (`BLK_STS_ZONE_RESOURCE`) gives 0.
 pub fn blk_status_to_errno(status: BlkStatus) -> i32 {
     if status.0 > BLK_STS_MAX {
-        return -EIO;
+        return Errno::EIO.as_neg_i32();
     }
-    status.entry().map(|e| e.1).unwrap_or(0)
+    status
+        .entry()
+        .and_then(|e| e.1)
+        .map_or(0, Errno::as_neg_i32)
 }
 
 /// `blk_status_to_str()`: the table's name (`"I/O"`, `"timeout"`, ...), `"<null>"` beyond it.
@@ -187,9 +187,9 @@ mod tests {
     #[test]
     fn unknown_errnos_and_statuses_fall_back_like_the_kernel() {
         assert_eq!(errno_to_blk_status(-9999), BLK_STS_IOERR);
-        assert_eq!(errno_to_blk_status(-EIO), BLK_STS_IOERR);
+        assert_eq!(errno_to_blk_status(Errno::EIO.as_neg_i32()), BLK_STS_IOERR);
         assert_eq!(errno_to_blk_status(0), BLK_STS_OK);
-        assert_eq!(blk_status_to_errno(BlkStatus(200)), -EIO);
+        assert_eq!(blk_status_to_errno(BlkStatus(200)), -5);
         assert_eq!(blk_status_to_str(BlkStatus(200)), "<null>");
         assert_eq!(blk_status_to_str(BLK_STS_AGAIN), "nonblocking retry");
         assert_eq!(blk_status_to_errno(BLK_STS_NOSPC), -28);

@@ -107,7 +107,8 @@ pub struct KernelConfig {
     pub preempt_rcu: bool,
     /// `CONFIG_DEBUG_ATOMIC_SLEEP`: `might_sleep()` checks the context. Selects `PREEMPT_COUNT`.
     pub debug_atomic_sleep: bool,
-    /// `CONFIG_PROVE_LOCKING`: lockdep, including the wait-context check.
+    /// `CONFIG_PROVE_LOCKING`: lockdep, including the wait-context check. Selects
+    /// `PREEMPT_COUNT` (lib/Kconfig.debug).
     pub prove_locking: bool,
     /// `CONFIG_HZ`: jiffies per second.
     pub hz: u32,
@@ -136,11 +137,13 @@ impl KernelConfig {
     }
 
     /// A non-preemptible production kernel without `CONFIG_PREEMPT_COUNT` (and so without
-    /// `DEBUG_ATOMIC_SLEEP`): the configuration of finding 2.
+    /// `DEBUG_ATOMIC_SLEEP` and `PROVE_LOCKING`, which both select it): the configuration of
+    /// finding 2.
     pub fn without_preempt_count(model: PreemptModel) -> Self {
         Self {
             preempt_count: false,
             debug_atomic_sleep: false,
+            prove_locking: false,
             ..Self::for_model(model)
         }
     }
@@ -165,6 +168,11 @@ impl KernelConfig {
         if self.debug_atomic_sleep && !self.preempt_count {
             return Err(ConfigError::Unsupported(
                 "CONFIG_DEBUG_ATOMIC_SLEEP selects CONFIG_PREEMPT_COUNT",
+            ));
+        }
+        if self.prove_locking && !self.preempt_count {
+            return Err(ConfigError::Unsupported(
+                "CONFIG_PROVE_LOCKING selects CONFIG_PREEMPT_COUNT (lib/Kconfig.debug)",
             ));
         }
         if self.preempt_rcu && !self.preemption() {
@@ -247,6 +255,23 @@ mod tests {
             ..KernelConfig::for_model(PreemptModel::None)
         };
         assert!(debug_without_count.validate().is_err());
+        let lockdep_without_count = KernelConfig {
+            preempt_count: false,
+            debug_atomic_sleep: false,
+            ..KernelConfig::for_model(PreemptModel::None)
+        };
+        assert_eq!(
+            lockdep_without_count.validate(),
+            Err(ConfigError::Unsupported(
+                "CONFIG_PROVE_LOCKING selects CONFIG_PREEMPT_COUNT (lib/Kconfig.debug)"
+            ))
+        );
+        assert!(KernelConfig {
+            prove_locking: false,
+            ..lockdep_without_count
+        }
+        .validate()
+        .is_ok());
         let bad_hz = KernelConfig {
             hz: 123,
             ..KernelConfig::default()

@@ -12,6 +12,7 @@ use super::{Cpu, CpuId, Kernel, Task};
 use crate::sync::atomic::Ordering;
 use crate::sync::MutexGuard;
 use hotplug::{Callback, Cpuhp, Errno, HotplugError, RunsOn, StateId, StepCall, StepOutcome};
+use std::ops::{Deref, DerefMut};
 
 /// One begun hotplug step: where it must run and what it runs.
 pub struct HotplugStep {
@@ -45,31 +46,91 @@ impl HotplugStep {
     }
 }
 
+/// The hotplug machine, locked (`cpu_hotplug_lock` and `cpuhp_state_mutex` in one): what
+/// [`Kernel::hotplug`] returns. Dropping it unlocks.
+pub struct HotplugGuard<'a> {
+    guard: MutexGuard<'a, Cpuhp<Cpu>>,
+    kernel: &'a Kernel,
+}
+
+impl std::fmt::Debug for HotplugGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HotplugGuard").finish_non_exhaustive()
+    }
+}
+
+impl Deref for HotplugGuard<'_> {
+    type Target = Cpuhp<Cpu>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.guard
+    }
+}
+
+impl DerefMut for HotplugGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.guard
+    }
+}
+
+impl Drop for HotplugGuard<'_> {
+    fn drop(&mut self) {
+        // Before the lock itself is released (the guard field drops after this).
+        self.kernel.hotplug_owner.clear();
+    }
+}
+
 impl Kernel {
     /// The hotplug machine, locked: sysfs knobs (`set_fail`, `state`, `target`), the state table,
     /// registration. Do not hold it across [`Kernel::hotplug_run_step`].
-    pub fn hotplug(&self) -> MutexGuard<'_, Cpuhp<Cpu>> {
-        self.hotplug.lock()
+    ///
+    /// # Panics
+    ///
+    /// If the calling thread already holds it (a guard from an earlier call is still alive, or a
+    /// hotplug callback run by [`Kernel::hotplug_run_step`] under it asks for it): taking the lock
+    /// again would deadlock silently.
+    pub fn hotplug(&self) -> HotplugGuard<'_> {
+        self.lock_hotplug("Kernel::hotplug()")
+    }
+
+    /// Locks the hotplug machine for `op`, refusing loudly to self-deadlock (see
+    /// [`Kernel::hotplug`]). Every use of the lock goes through here.
+    pub(crate) fn lock_hotplug(&self, op: &str) -> HotplugGuard<'_> {
+        assert!(
+            !self.hotplug_owner.held_by_current(),
+            "{op}: this thread already holds the hotplug machine (a HotplugGuard from \
+             Kernel::hotplug() is still alive); taking it again would deadlock. Drop the first \
+             guard before calling {op}."
+        );
+        let guard = self.hotplug.lock();
+        self.hotplug_owner.set_current();
+        HotplugGuard {
+            guard,
+            kernel: self,
+        }
     }
 
     /// Starts `cpu_down(cpu, target)` (no step runs yet).
     pub fn cpu_down_start(&self, cpu: CpuId, target: StateId) -> Result<(), HotplugError> {
-        self.hotplug.lock().start_cpu_down(cpu, target)
+        self.lock_hotplug("Kernel::cpu_down_start()")
+            .start_cpu_down(cpu, target)
     }
 
     /// Starts `cpu_up(cpu, target)` (no step runs yet).
     pub fn cpu_up_start(&self, cpu: CpuId, target: StateId) -> Result<(), HotplugError> {
-        self.hotplug.lock().start_cpu_up(cpu, target)
+        self.lock_hotplug("Kernel::cpu_up_start()")
+            .start_cpu_up(cpu, target)
     }
 
     /// Whether a hotplug operation on `cpu` has steps left.
     pub fn hotplug_in_progress(&self, cpu: CpuId) -> bool {
-        self.hotplug.lock().in_progress(cpu)
+        self.lock_hotplug("Kernel::hotplug_in_progress()")
+            .in_progress(cpu)
     }
 
     /// The CPUs with a hotplug operation in progress (one lock for all of them).
     pub fn hotplug_ops_in_progress(&self) -> Vec<CpuId> {
-        let hp = self.hotplug.lock();
+        let hp = self.lock_hotplug("Kernel::hotplug_ops_in_progress()");
         self.possible_cpus()
             .filter(|&c| hp.in_progress(c))
             .collect()
@@ -77,7 +138,7 @@ impl Kernel {
 
     /// Begins the next step of the operation on `cpu`.
     pub fn hotplug_begin_step(&self, cpu: CpuId) -> Result<HotplugStep, HotplugError> {
-        let mut hp = self.hotplug.lock();
+        let mut hp = self.lock_hotplug("Kernel::hotplug_begin_step()");
         let call = hp.begin_step(cpu)?;
         let callback = hp.callback_for(&call);
         Ok(HotplugStep { call, callback })
@@ -119,7 +180,7 @@ impl Kernel {
     ) -> Result<StepOutcome, HotplugError> {
         let cpu = step.call.invocation.cpu;
         let (out, online) = {
-            let mut hp = self.hotplug.lock();
+            let mut hp = self.lock_hotplug("Kernel::hotplug_finish_step()");
             let out = hp.finish_step(step.call, result)?;
             (out, hp.cpu_online(cpu))
         };
@@ -172,5 +233,39 @@ impl Kernel {
                 StepOutcome::Done => return Ok(()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::KernelConfig;
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "Kernel::hotplug(): this thread already holds the hotplug machine")]
+    fn hotplug_taken_twice_on_one_thread_panics_instead_of_hanging() {
+        let k = Kernel::new(KernelConfig::default(), 2).unwrap();
+        let _first = k.hotplug();
+        let _second = k.hotplug();
+    }
+
+    #[test]
+    #[should_panic(expected = "Kernel::cpu_down_start(): this thread already holds")]
+    fn a_kernel_hotplug_call_under_the_guard_panics_too() {
+        let k = Kernel::new(KernelConfig::default(), 2).unwrap();
+        let _guard = k.hotplug();
+        let _ = k.cpu_down_start(CpuId(1), hotplug::CPUHP_OFFLINE);
+    }
+
+    #[test]
+    fn hotplug_is_taken_again_after_the_guard_drops_and_waits_on_other_threads() {
+        let k = Kernel::new(KernelConfig::default(), 2).unwrap();
+        drop(k.hotplug());
+        let guard = k.hotplug();
+        let other = crate::sync::UntrackedArc::clone(&k);
+        let t = std::thread::spawn(move || other.hotplug().nr_cpus());
+        drop(guard);
+        assert_eq!(t.join().unwrap(), 2);
+        assert_eq!(k.hotplug().nr_cpus(), 2);
     }
 }

@@ -17,7 +17,7 @@ mod report;
 mod sched;
 
 pub use config::{ConfigError, KernelConfig, PreemptModel};
-pub use cpu::HotplugStep;
+pub use cpu::{HotplugGuard, HotplugStep};
 pub use irqflags::IrqFlags;
 pub use lockdep::{HeldLock, LockClass, WaitType};
 pub use preempt::{
@@ -49,7 +49,10 @@ pub struct Kernel {
     pub(crate) workqueues: crate::workqueue::Workqueues,
     pub(crate) timers: crate::time::Timers,
     pub(crate) irqs: crate::irq::Irqs,
-    pub(crate) hotplug: Mutex<Cpuhp<Cpu>>,
+    /// Only through [`Kernel::hotplug`] / `lock_hotplug()`, which keep `hotplug_owner`.
+    hotplug: Mutex<Cpuhp<Cpu>>,
+    /// The thread holding `hotplug`, to refuse a second take on it.
+    hotplug_owner: crate::sync::LockOwner,
     waker: UntrackedOnceLock<UntrackedArc<dyn Fn(CpuId) + Send + Sync>>,
     warned_once: Mutex<Vec<&'static str>>,
     pub(crate) bio_complete:
@@ -127,6 +130,7 @@ impl Kernel {
             timers: crate::time::Timers::new(nr_cpus),
             irqs: crate::irq::Irqs::new(nr_cpus),
             hotplug: Mutex::new(cpuhp),
+            hotplug_owner: crate::sync::LockOwner::default(),
             waker: UntrackedOnceLock::new(),
             warned_once: Mutex::new(Vec::new()),
             bio_complete: UntrackedOnceLock::new(),

@@ -2,6 +2,14 @@
 
 pub use loom::sync::Arc;
 
+/// The identity of a loom thread, for [`super::LockOwner`].
+pub type ThreadId = loom::thread::ThreadId;
+
+/// The calling loom thread's identity.
+pub fn current_thread_id() -> ThreadId {
+    loom::thread::current().id()
+}
+
 /// Atomics, re-exported so callers never name `loom::sync::atomic`.
 pub mod atomic {
     pub use loom::sync::atomic::{

@@ -29,7 +29,35 @@ pub use std::sync::Weak as UntrackedWeak;
 pub use std::sync::OnceLock as UntrackedOnceLock;
 
 /// Atomics loom does not track, for heuristics and statistics that are not part of any protocol
-/// loom should explore (the simulated soft-lockup watchdog's counters).
+/// loom should explore (the livelock detector's counters).
 pub mod untracked {
     pub use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+}
+
+/// Which thread holds a lock, so that taking it again on the same thread (a self-deadlock that
+/// would hang without a word) panics with a message instead. A misuse check of biosim's API, not a
+/// model of anything in the kernel (lockdep would report the kernel's recursive locking): loom does
+/// not track it, and it is only touched with no loom operation in between.
+#[derive(Debug, Default)]
+pub struct LockOwner(std::sync::Mutex<Option<ThreadId>>);
+
+impl LockOwner {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<ThreadId>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the calling thread is the recorded holder.
+    pub fn held_by_current(&self) -> bool {
+        *self.slot() == Some(current_thread_id())
+    }
+
+    /// Records the calling thread as the holder (right after it took the lock).
+    pub fn set_current(&self) {
+        *self.slot() = Some(current_thread_id());
+    }
+
+    /// Forgets the holder (right before the lock is released).
+    pub fn clear(&self) {
+        *self.slot() = None;
+    }
 }

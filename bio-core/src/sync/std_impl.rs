@@ -3,6 +3,14 @@
 pub use parking_lot::{Mutex, MutexGuard};
 pub use std::sync::Arc;
 
+/// The identity of a thread, for [`super::LockOwner`].
+pub type ThreadId = std::thread::ThreadId;
+
+/// The calling thread's identity.
+pub fn current_thread_id() -> ThreadId {
+    std::thread::current().id()
+}
+
 /// Atomics, re-exported so callers never name `std::sync::atomic`.
 pub mod atomic {
     pub use std::sync::atomic::{

@@ -358,7 +358,7 @@ pub(crate) fn register_hotplug_states(kernel: &Kernel) {
         |cx: &Cpu, inv: &Invocation| -> Result<(), Errno> {
             // timers_dead_cpu() runs on the control CPU and pulls the dead CPU's timers to it.
             let n = cx.kernel().timers.migrate(inv.cpu, cx.id());
-            tracing::debug!(target: "timer", cpu = cx.id().0, "timers_dead_cpu: migrated {n} timers from CPU{}", inv.cpu.0);
+            tracing::debug!(target: "timer", cpu = cx.id().0, "biosim_timers_dead_cpu: migrated {n} timers from CPU{}", inv.cpu.0);
             if n > 0 {
                 cx.kernel().wake(cx.id());
             }
@@ -366,8 +366,7 @@ pub(crate) fn register_hotplug_states(kernel: &Kernel) {
         },
     );
     kernel
-        .hotplug
-        .lock()
+        .hotplug()
         .cpuhp_setup_state_nocalls(
             CPUHP_TIMERS_PREPARE,
             "timers:prepare",

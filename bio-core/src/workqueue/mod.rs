@@ -19,7 +19,10 @@ pub use flags::{WqError, WqFlags, WQ_HIGHPRI, WQ_MEM_RECLAIM, WQ_PERCPU, WQ_UNBO
 pub(crate) use pool::register_hotplug_states;
 pub use pool::{PoolId, PoolInfo, WorkExecution};
 
-pub use work::{DelayedWork, WorkFn, WorkId, WorkStruct, WORK_CPU_UNBOUND, WORK_OFFQ_DISABLE_MAX};
+pub use work::{
+    DelayedWork, WorkFn, WorkId, WorkStruct, WORK_CPU_UNBOUND, WORK_CPU_UNBOUND_NR,
+    WORK_OFFQ_DISABLE_MAX,
+};
 
 use crate::kernel::CpuId;
 use crate::sync::{Mutex, UntrackedArc};

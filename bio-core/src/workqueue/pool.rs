@@ -189,79 +189,14 @@ impl Kernel {
         self.process_one_work(pool, cx, true)
     }
 
+    /// `process_one_work()` (kernel/workqueue.c): takes the next item a worker (or the rescuer)
+    /// of `pool_id` may run, runs its function on `cx` as the worker's task, and marks it done.
     fn process_one_work(&self, pool_id: PoolId, cx: &Cpu, rescuer: bool) -> Option<WorkExecution> {
         let p = self.pool_index(pool_id)?;
-        let (exec, func) = {
-            let mut guard = self.workqueues.state.lock();
-            let st = &mut *guard;
-            let pool = &st.pools[p];
-            if pool.busy || (pool.congested != rescuer) {
-                return None;
-            }
-            let pos = if rescuer {
-                pool.worklist
-                    .iter()
-                    .position(|q| st.wqs[q.wq].flags.contains(WQ_MEM_RECLAIM))?
-            } else if pool.worklist.is_empty() {
-                return None;
-            } else {
-                0
-            };
-            let disassociated = pool.disassociated;
-            let q = st.pools[p]
-                .worklist
-                .remove(pos)
-                .expect("position is in range");
-            st.pools[p].busy = true;
-            let e = &mut st.works[q.work.0];
-            // set_work_pool_and_clear_pending(): PENDING clears before the function runs, so the
-            // work may be queued again while it runs.
-            e.queued = None;
-            e.pending = false;
-            e.running = Some(Running {
-                pool: p,
-                wq: q.wq,
-                ctx: cx.ctx_id(),
-            });
-            let exec = WorkExecution {
-                work: WorkStruct { id: q.work },
-                function: e.name,
-                workqueue: st.wqs[q.wq].name.clone(),
-                pool: pool_id,
-                ran_on: cx.id(),
-                disassociated,
-                rescuer,
-            };
-            (exec, UntrackedArc::clone(&e.func))
-        };
-        if let PoolId::Cpu(c) = pool_id {
-            if !exec.disassociated && c != cx.id() {
-                self.warn_once(
-                    cx,
-                    "process_one_work",
-                    "kernel/workqueue.c: process_one_work: WARN_ON_ONCE(!(pool->flags & POOL_DISASSOCIATED) && raw_smp_processor_id() != pool->cpu)",
-                );
-            }
-        }
-        if !cx.may_sleep() {
-            cx.report(
-                ReportKind::Warn,
-                format!(
-                    "WARNING: a worker ran {} outside plain task context",
-                    exec.function
-                ),
-            );
-        }
-        let comm = match (rescuer, pool_id) {
-            (true, _) => exec.workqueue.clone(),
-            (false, PoolId::Cpu(c)) => format!("kworker/{}:1", c.0),
-            (false, PoolId::Unbound) => format!("kworker/u{}:1", self.nr_cpus()),
-        };
+        let (exec, func) = self.assign_work(p, pool_id, cx, rescuer)?;
+        self.check_worker_context(&exec, cx);
         let saved = cx.current();
-        cx.set_current(Task {
-            pid: 2000 + p as u32 * 2 + u32::from(rescuer),
-            comm,
-        });
+        cx.set_current(self.worker_task(p, pool_id, &exec));
         tracing::trace!(
             target: "workqueue",
             tracepoint = "workqueue_execute_start",
@@ -293,6 +228,97 @@ impl Kernel {
         Some(exec)
     }
 
+    /// The start of `process_one_work()`, with the choice `worker_thread()` (the first item) or
+    /// `rescuer_thread()` (the first item of a `WQ_MEM_RECLAIM` workqueue) makes: under the lock,
+    /// takes the item off pool `p`'s worklist, marks the pool busy and the work running, and clears
+    /// PENDING (`set_work_pool_and_clear_pending()`). `None` if nothing may run now.
+    fn assign_work(
+        &self,
+        p: usize,
+        pool_id: PoolId,
+        cx: &Cpu,
+        rescuer: bool,
+    ) -> Option<(WorkExecution, UntrackedArc<super::WorkFn>)> {
+        let mut guard = self.workqueues.state.lock();
+        let st = &mut *guard;
+        let pool = &st.pools[p];
+        if pool.busy || (pool.congested != rescuer) {
+            return None;
+        }
+        let pos = if rescuer {
+            pool.worklist
+                .iter()
+                .position(|q| st.wqs[q.wq].flags.contains(WQ_MEM_RECLAIM))?
+        } else if pool.worklist.is_empty() {
+            return None;
+        } else {
+            0
+        };
+        let disassociated = pool.disassociated;
+        let q = st.pools[p]
+            .worklist
+            .remove(pos)
+            .expect("position is in range");
+        st.pools[p].busy = true;
+        let e = &mut st.works[q.work.0];
+        // set_work_pool_and_clear_pending(): PENDING clears before the function runs, so the
+        // work may be queued again while it runs.
+        e.queued = None;
+        e.pending = false;
+        e.running = Some(Running {
+            pool: p,
+            wq: q.wq,
+            ctx: cx.ctx_id(),
+        });
+        let exec = WorkExecution {
+            work: WorkStruct { id: q.work },
+            function: e.name,
+            workqueue: st.wqs[q.wq].name.clone(),
+            pool: pool_id,
+            ran_on: cx.id(),
+            disassociated,
+            rescuer,
+        };
+        Some((exec, UntrackedArc::clone(&e.func)))
+    }
+
+    /// `process_one_work()`'s `WARN_ON_ONCE()` for an associated pool's work on another CPU, and
+    /// biosim's check that a worker runs in plain task context.
+    fn check_worker_context(&self, exec: &WorkExecution, cx: &Cpu) {
+        if let PoolId::Cpu(c) = exec.pool {
+            if !exec.disassociated && c != cx.id() {
+                self.warn_once(
+                    cx,
+                    "process_one_work",
+                    "kernel/workqueue.c: process_one_work: WARN_ON_ONCE(!(pool->flags & POOL_DISASSOCIATED) && raw_smp_processor_id() != pool->cpu)",
+                );
+            }
+        }
+        if !cx.may_sleep() {
+            cx.report(
+                ReportKind::Warn,
+                format!(
+                    "WARNING: a worker ran {} outside plain task context",
+                    exec.function
+                ),
+            );
+        }
+    }
+
+    /// The worker's `current`: `kworker/N:1` of a per-CPU pool, `kworker/uN:1` of the unbound
+    /// one, or the rescuer named after its workqueue.
+    fn worker_task(&self, p: usize, pool_id: PoolId, exec: &WorkExecution) -> Task {
+        let comm = match (exec.rescuer, pool_id) {
+            (true, _) => exec.workqueue.clone(),
+            (false, PoolId::Cpu(c)) => format!("kworker/{}:1", c.0),
+            (false, PoolId::Unbound) => format!("kworker/u{}:1", self.nr_cpus()),
+        };
+        Task {
+            pid: 2000 + p as u32 * 2 + u32::from(exec.rescuer),
+            comm,
+        }
+    }
+
     /// `workqueue_offline_cpu()` → `unbind_workers()`: the CPU's pool becomes disassociated.
     fn unbind_workers(&self, cpu: CpuId) {
         // The callback only runs for CPUs of the machine.
@@ -300,7 +326,7 @@ impl Kernel {
             return;
         };
         self.workqueues.state.lock().pools[i].disassociated = true;
-        tracing::debug!(target: "workqueue", cpu = cpu.0, "unbind_workers: pool of CPU{} is disassociated", cpu.0);
+        tracing::debug!(target: "workqueue", cpu = cpu.0, "biosim_unbind_workers: pool of CPU{} is disassociated", cpu.0);
         self.wake_pool(i);
     }
 
@@ -310,7 +336,7 @@ impl Kernel {
             return;
         };
         self.workqueues.state.lock().pools[i].disassociated = false;
-        tracing::debug!(target: "workqueue", cpu = cpu.0, "rebind_workers: pool of CPU{} is bound again", cpu.0);
+        tracing::debug!(target: "workqueue", cpu = cpu.0, "biosim_rebind_workers: pool of CPU{} is bound again", cpu.0);
         self.wake(cpu);
     }
 }
@@ -337,7 +363,7 @@ pub(crate) fn register_hotplug_states(kernel: &Kernel) {
             cx.kernel().unbind_workers(inv.cpu);
             Ok(())
         });
-    let mut hp = kernel.hotplug.lock();
+    let mut hp = kernel.hotplug();
     hp.cpuhp_setup_state_nocalls(
         CPUHP_WORKQUEUE_PREP,
         "workqueue:prepare",

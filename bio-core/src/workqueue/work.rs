@@ -42,8 +42,15 @@ pub struct DelayedWork {
     pub(crate) timer: TimerList,
 }
 
-/// `WORK_CPU_UNBOUND`: no CPU requested.
+/// `WORK_CPU_UNBOUND` (include/linux/workqueue.h): no CPU requested. biosim's queue calls take
+/// `Option<CpuId>`, so it is `None` there; the kernel's value is `NR_CPUS`
+/// ([`WORK_CPU_UNBOUND_NR`]), which is what `workqueue_queue_work` prints as `req_cpu`.
 pub const WORK_CPU_UNBOUND: Option<CpuId> = None;
+
+/// The number `WORK_CPU_UNBOUND` stands for in the kernel: `NR_CPUS` (`CONFIG_NR_CPUS`), 256 on
+/// the reference kernel (`req_cpu=256` in tracefs-6.18/loop-dio-2writes-2reads.trace), whatever
+/// the number of CPUs the machine has.
+pub const WORK_CPU_UNBOUND_NR: u32 = 256;
 
 /// `WORK_OFFQ_DISABLE_MAX`: the disable count lives in 16 off-queue bits.
 pub const WORK_OFFQ_DISABLE_MAX: u32 = (1 << 16) - 1;
@@ -216,7 +223,7 @@ impl Kernel {
             work.0,
             e.name,
             info.name,
-            req_cpu.map_or(-1, |c| c.0 as i64),
+            req_cpu.map_or(WORK_CPU_UNBOUND_NR, |c| c.0),
             st.pools[pool].cpu.map_or(-1, |c| c.0 as i64)
         );
         pool
@@ -304,7 +311,7 @@ impl Kernel {
         let base = cpu.unwrap_or(cx.id());
         let expires = self.jiffies() + delay;
         self.timers.arm(dwork.timer, base, expires);
-        tracing::trace!(target: "workqueue", tracepoint = "workqueue_queue_delayed_work", cpu = cx.id().0, "queue_delayed_work: work={} function={} delay={delay} timer_cpu={}", dwork.work.id.0, e.name, base.0);
+        tracing::trace!(target: "workqueue", tracepoint = "biosim_queue_delayed_work", cpu = cx.id().0, "biosim_queue_delayed_work: work={} function={} delay={delay} timer_cpu={}", dwork.work.id.0, e.name, base.0);
         Target::Cpu(base)
     }
 

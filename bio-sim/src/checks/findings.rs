@@ -387,7 +387,7 @@ fn check_02_redeferral(on: On) -> Result<CheckRun, SimError> {
         &s,
         verdict(v, |x| {
             matches!(x.invariant, Invariant::Stranded | Invariant::NoQuiescence)
-                || x.message.contains("soft lockup")
+                || x.message.contains("biosim: livelock")
         }),
     ))
 }

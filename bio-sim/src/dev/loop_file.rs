@@ -16,9 +16,7 @@ use super::aligned::AlignedBuf;
 use super::backing::{BackingFile, RwFlags};
 use super::uring::{UringCompletion, UringEngine, UringOp};
 use bio_core::drivers::block::loop_drv::{AioRequest, Fallocate, LoopBacking, LoopDevice};
-#[cfg(test)]
-use bio_core::errno::EAGAIN;
-use bio_core::errno::{EINVAL, EIO};
+use bio_core::errno::Errno;
 use bio_core::kernel::CpuId;
 use bio_core::{Cpu, Kernel};
 use parking_lot::Mutex;
@@ -37,9 +35,11 @@ pub struct FileBacking {
     syscalls: AtomicU64,
 }
 
-/// The positive errno of an I/O error (`EIO` when it has none).
-fn errno(e: &io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(EIO)
+/// The errno of an I/O error (`EIO` when it has none).
+fn errno(e: &io::Error) -> Errno {
+    e.raw_os_error()
+        .and_then(Errno::from_i32)
+        .unwrap_or(Errno::EIO)
 }
 
 impl FileBacking {
@@ -118,7 +118,7 @@ impl LoopBacking for FileBacking {
         self.file.supports_nowait()
     }
 
-    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, i32> {
+    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, Errno> {
         let mut flags = self.extra;
         if nowait {
             flags |= RwFlags::NOWAIT;
@@ -127,7 +127,8 @@ impl LoopBacking for FileBacking {
         let all = !nowait;
         if self.needs_bounce(buf) {
             // A length O_DIRECT cannot take is the kernel's EINVAL, not a panic.
-            let mut bounce = AlignedBuf::try_with_alignment(buf.len(), 4096).map_err(|_| EINVAL)?;
+            let mut bounce =
+                AlignedBuf::try_with_alignment(buf.len(), 4096).map_err(|_| Errno::EINVAL)?;
             bounce.copy_from_slice(buf);
             let n = self
                 .io(write, pos, &mut bounce, flags, all)
@@ -140,11 +141,11 @@ impl LoopBacking for FileBacking {
         self.io(write, pos, buf, flags, all).map_err(|e| errno(&e))
     }
 
-    fn fsync(&self) -> Result<(), i32> {
+    fn fsync(&self) -> Result<(), Errno> {
         self.file.sync_data().map_err(|e| errno(&e))
     }
 
-    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), i32> {
+    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), Errno> {
         match mode {
             Fallocate::PunchHole => self.file.punch_hole(pos, len),
             Fallocate::ZeroRange => self.file.zero_range(pos, len),
@@ -269,15 +270,15 @@ impl LoopBacking for UringBacking {
     }
 
     /// Non-aio commands (a buffered loop device, the flush sequence) stay synchronous.
-    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, i32> {
+    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, Errno> {
         self.sync.rw(write, pos, buf, nowait)
     }
 
-    fn fsync(&self) -> Result<(), i32> {
+    fn fsync(&self) -> Result<(), Errno> {
         self.sync.fsync()
     }
 
-    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), i32> {
+    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), Errno> {
         self.sync.fallocate(mode, pos, len)
     }
 
@@ -285,12 +286,12 @@ impl LoopBacking for UringBacking {
         true
     }
 
-    fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, i32)> {
+    fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, Errno)> {
         if self.target.get().is_none() {
-            return Err((req, EIO)); // not attached: its completion would have nowhere to go
+            return Err((req, Errno::EIO)); // not attached: its completion would have nowhere to go
         }
         let Ok(mut buf) = AlignedBuf::try_with_alignment(req.data.len(), 4096) else {
-            return Err((req, EINVAL));
+            return Err((req, Errno::EINVAL));
         };
         if req.write {
             buf.copy_from_slice(&req.data);
@@ -328,7 +329,7 @@ impl LoopBacking for UringBacking {
                         nowait,
                         cpu,
                     },
-                    EIO,
+                    Errno::EIO,
                 )
             })
     }
@@ -367,7 +368,11 @@ mod tests {
         let b = FileBacking::new(Arc::clone(&f));
         let mut data = vec![7u8; 4096]; // a Vec: not 4096-aligned in general, so maybe bounced
         match b.rw(true, 8192, &mut data, true) {
-            Err(e) => assert_eq!(e, EAGAIN, "ext4 refuses a NOWAIT DIO write that allocates"),
+            Err(e) => assert_eq!(
+                e,
+                Errno::EAGAIN,
+                "ext4 refuses a NOWAIT DIO write that allocates"
+            ),
             Ok(n) => assert_eq!(n, 4096, "a filesystem that can: the write is done"),
         }
         assert_eq!(b.rw(true, 8192, &mut data, false), Ok(4096));

@@ -27,7 +27,10 @@ pub(super) fn disable_sync(kernel: &Kernel, batch: &BioCompleteBatch, cx: &Cpu) 
     }
 }
 
-fn online(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
+/// `bio_complete_batch_cpu_online()` (block/bio.c, startup at `CPUHP_AP_ONLINE_DYN`, on the CPU):
+/// enables the batch's work; with the review's fix (`requeue_on_online`) also requeues it when
+/// bios arrived while it was disabled.
+fn bio_complete_batch_cpu_online(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
     let Some(b) = cx.kernel().bio_complete() else {
         return Ok(());
     };
@@ -50,7 +53,9 @@ fn online(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
     Ok(())
 }
 
-fn down_prep(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
+/// `bio_complete_batch_cpu_down_prep()` (block/bio.c, teardown at `CPUHP_AP_ONLINE_DYN`, on the
+/// CPU while its kworkers are still bound): `disable_[delayed_]work_sync()`.
+fn bio_complete_batch_cpu_down_prep(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
     let Some(b) = cx.kernel().bio_complete() else {
         return Ok(());
     };
@@ -69,7 +74,9 @@ fn down_prep(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
     Ok(())
 }
 
-fn dead(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
+/// `bio_complete_batch_cpu_dead()` (block/bio.c, teardown at `CPUHP_BP_PREPARE_DYN`, on a control
+/// CPU): drains the dead CPU's batch, calling `bi_end_io` directly.
+fn bio_complete_batch_cpu_dead(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
     let Some(b) = cx.kernel().bio_complete() else {
         return Ok(());
     };
@@ -81,7 +88,7 @@ fn dead(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
     }
     let mut list = b.batch(inv.cpu).take_unlocked(&b.variant);
     let n = list.size();
-    tracing::trace!(target: "block", tracepoint = "bio_complete_dead_drain", cpu = cx.id().0, "bio_complete_batch_cpu_dead: draining {n} bios of dead CPU{}", inv.cpu.0);
+    tracing::trace!(target: "block", tracepoint = "biosim_bio_complete_dead_drain", cpu = cx.id().0, "biosim_bio_complete_dead_drain: bio_complete_batch_cpu_dead: draining {n} bios of dead CPU{}", inv.cpu.0);
     while let Some(bio) = list.pop() {
         call_end_io(
             bio,
@@ -97,9 +104,9 @@ fn dead(cx: &Cpu, inv: &Invocation) -> Result<(), Errno> {
 /// `cpuhp_setup_state_nocalls()`, returning the dynamic states they got.
 pub(super) fn register(kernel: &Kernel) -> Result<(StateId, StateId), InitError> {
     let mut hp = kernel.hotplug();
-    let on: Callback<Cpu> = UntrackedArc::new(online);
-    let prep: Callback<Cpu> = UntrackedArc::new(down_prep);
-    let d: Callback<Cpu> = UntrackedArc::new(dead);
+    let on: Callback<Cpu> = UntrackedArc::new(bio_complete_batch_cpu_online);
+    let prep: Callback<Cpu> = UntrackedArc::new(bio_complete_batch_cpu_down_prep);
+    let d: Callback<Cpu> = UntrackedArc::new(bio_complete_batch_cpu_dead);
     let a = hp
         .cpuhp_setup_state_nocalls(
             CPUHP_AP_ONLINE_DYN,
@@ -107,9 +114,9 @@ pub(super) fn register(kernel: &Kernel) -> Result<(StateId, StateId), InitError>
             Some(on),
             Some(prep),
         )
-        .map_err(|e| InitError::Hotplug {
+        .map_err(|error| InitError::Hotplug {
             state: "block/bio:complete:online",
-            error: e.to_string(),
+            error,
         })?;
     let b = hp
         .cpuhp_setup_state_nocalls(
@@ -118,9 +125,9 @@ pub(super) fn register(kernel: &Kernel) -> Result<(StateId, StateId), InitError>
             None,
             Some(d),
         )
-        .map_err(|e| InitError::Hotplug {
+        .map_err(|error| InitError::Hotplug {
             state: "block/bio:complete:dead",
-            error: e.to_string(),
+            error,
         })?;
     Ok((a, b))
 }

@@ -62,13 +62,14 @@ pub enum InitError {
     /// `alloc_workqueue()` failed (the kernel panics: "bio: can't allocate bio_complete workqueue").
     #[error("bio: can't allocate bio_complete workqueue: {0}")]
     Workqueue(#[from] WqError),
-    /// A hotplug state could not be registered.
+    /// A hotplug state could not be registered (`cpuhp_setup_state_nocalls()` failed).
     #[error("cpuhp_setup_state_nocalls({state}) failed: {error}")]
     Hotplug {
         /// The state's name.
         state: &'static str,
-        /// The error.
-        error: String,
+        /// The hotplug machine's error.
+        #[source]
+        error: ::hotplug::HotplugError,
     },
 }
 
@@ -124,7 +125,7 @@ pub fn bio_complete_init(
     for cpu in kernel.possible_cpus() {
         let func = move |cx: &Cpu, _w: &crate::workqueue::WorkStruct| {
             if let Some(b) = cx.kernel().bio_complete() {
-                b.work_fn(cpu, cx);
+                b.bio_complete_work_fn(cpu, cx);
             }
         };
         let work = match variant.work {
@@ -201,7 +202,7 @@ impl BioCompleteBatcher {
     pub fn defer(&self, bio: Box<Bio>, cx: &Cpu) {
         let b = self.batch(cx.id());
         let id = bio.id();
-        tracing::trace!(target: "block", tracepoint = "bio_complete_defer", cpu = cx.id().0, bio = id, "bio_complete_defer: bio#{id} to the batch of CPU{}", cx.id().0);
+        tracing::trace!(target: "block", tracepoint = "biosim_bio_complete_defer", cpu = cx.id().0, bio = id, "biosim_bio_complete_defer: bio#{id} to the batch of CPU{}", cx.id().0);
         let was_empty = self.list_add(b, bio, cx);
         self.watchdog[cx.id().index()].adds.fetch_add(1, Relaxed);
         if let Some(o) = &self.observer {
@@ -256,9 +257,9 @@ impl BioCompleteBatcher {
         };
         tracing::trace!(
             target: "block",
-            tracepoint = "bio_complete_schedule",
+            tracepoint = "biosim_bio_complete_schedule",
             cpu = cx.id().0,
-            "bio_complete_schedule: {} for CPU{}'s batch -> {}",
+            "biosim_bio_complete_schedule: {} for CPU{}'s batch -> {}",
             match (self.variant.work, now) {
                 (WorkKind::Plain, _) => "queue_work_on".to_owned(),
                 (WorkKind::Delayed { .. }, true) => "mod_delayed_work_on(delay 0)".to_owned(),
@@ -281,14 +282,14 @@ impl BioCompleteBatcher {
     /// `bio_complete_work_fn()`: takes the batch with IRQs off (or under the local lock), completes
     /// every bio in task context, and loops until a pass finds the list empty. v5/v6 stop after a
     /// batch when `need_resched()`, requeueing themselves if bios remain.
-    fn work_fn(&self, batch_cpu: CpuId, cx: &Cpu) {
+    fn bio_complete_work_fn(&self, batch_cpu: CpuId, cx: &Cpu) {
         let b = self.batch(batch_cpu);
         let watch = &self.watchdog[batch_cpu.index()];
         if let Some(o) = &self.observer {
             o.work_fn(batch_cpu, cx);
         }
         if watch.stuck.load(Relaxed) {
-            // The kernel's CPU never left the loop that tripped the watchdog.
+            // The kernel's CPU never left the loop that tripped the livelock detector.
             return;
         }
         let mut no_progress_passes = 0usize;
@@ -316,22 +317,15 @@ impl BioCompleteBatcher {
                     // The buggy twin of finding 7: yields mid-batch; what is left of the local
                     // list goes out of scope with it.
                     let abandoned = list.size();
-                    tracing::trace!(target: "block", tracepoint = "bio_complete_yield", cpu = cx.id().0, "bio_complete_work_fn: need_resched() mid-batch, {abandoned} bios left behind");
+                    tracing::trace!(target: "block", tracepoint = "biosim_bio_complete_yield", cpu = cx.id().0, "biosim_bio_complete_yield: bio_complete_work_fn: need_resched() mid-batch, {abandoned} bios left behind");
                     drop(list);
                     return;
                 }
             }
             no_progress_passes = if progress { 0 } else { no_progress_passes + 1 };
-            if no_progress_passes >= SOFT_LOCKUP_PASSES {
+            if no_progress_passes >= LIVELOCK_PASSES {
                 watch.stuck.store(true, Relaxed);
-                cx.report(
-                    ReportKind::Bug,
-                    format!(
-                        "watchdog: BUG: soft lockup - CPU#{} stuck in bio_complete_work_fn [{}]: {SOFT_LOCKUP_PASSES} passes completed no bio (every bi_end_io deferred its bio again)",
-                        cx.id().0,
-                        cx.current().comm
-                    ),
-                );
+                self.report_livelock(cx);
                 return;
             }
             if self.variant.need_resched_yield && cx.need_resched() {
@@ -342,19 +336,40 @@ impl BioCompleteBatcher {
             }
         }
     }
+
+    /// Reports the endless re-deferral in biosim's own words: no kernel prints this. A version
+    /// with the `need_resched()` yield (v6) would requeue itself forever in a real kernel without
+    /// any splat; one without it would spin until kernel/watchdog.c's soft-lockup detector fired.
+    fn report_livelock(&self, cx: &Cpu) {
+        let real_kernel = if self.variant.need_resched_yield {
+            "a real kernel yields on need_resched() and requeues the work forever, with no splat"
+        } else {
+            "a real kernel, with no need_resched() yield here, would report a soft lockup"
+        };
+        cx.report(
+            ReportKind::Bug,
+            format!(
+                "biosim: livelock: CPU#{} bio_complete_work_fn [{}] ran {LIVELOCK_PASSES} passes and completed no bio (every bi_end_io deferred its bio again; {real_kernel})",
+                cx.id().0,
+                cx.current().comm
+            ),
+        );
+    }
 }
 
 /// How many consecutive passes of one work-function run may complete nothing (every `bi_end_io`
-/// re-deferring its bio) before the simulated soft-lockup watchdog fires. A real burst always makes
-/// progress; only an endless re-deferral gets there.
-pub const SOFT_LOCKUP_PASSES: usize = 1_000;
+/// re-deferring its bio) before biosim's livelock detector stops the run. A real burst always
+/// makes progress; only an endless re-deferral gets there. Not a kernel value: the kernel has no
+/// such detector (kernel/watchdog.c's soft-lockup detector measures time without scheduling, which
+/// a version with the `need_resched()` yield never reaches).
+pub const LIVELOCK_PASSES: usize = 1_000;
 
-/// Per-CPU state of the simulated soft-lockup watchdog (not kernel state of the batcher).
+/// Per-CPU state of biosim's livelock detector (not kernel state of the batcher).
 #[derive(Debug, Default)]
 struct Watchdog {
     /// Bios put on this CPU's batch so far.
     adds: untracked::AtomicUsize,
-    /// The watchdog fired: the CPU is considered stuck in the work function for good.
+    /// The detector fired: the CPU is considered stuck in the work function for good.
     stuck: untracked::AtomicBool,
 }
 

@@ -24,8 +24,7 @@ use crate::block::{
     bio_endio_status, errno_to_blk_status, BioVec, BlkOpf, BlockDriver, QueueLimits, ReqFlags,
     ReqOp, BLK_STS_IOERR, BLK_STS_OK, SECTOR_SHIFT,
 };
-use crate::errno::neg_errno_str;
-use crate::errno::{EAGAIN, EIO, EIOCBQUEUED, ENOSPC, EOPNOTSUPP};
+use crate::errno::Errno;
 use crate::irq::SoftirqVec;
 use crate::kernel::{Cpu, LockClass, ReportKind};
 use crate::sync::untracked::{AtomicUsize, Ordering};
@@ -50,7 +49,8 @@ pub enum Fallocate {
     ZeroRange,
 }
 
-/// The backing file (`lo->lo_backing_file`). Errors are positive errnos.
+/// The backing file (`lo->lo_backing_file`). Errors are [`Errno`]s (the kernel returns them
+/// negated).
 pub trait LoopBacking: Send + Sync + fmt::Debug {
     /// `i_size_read()` of the backing inode, in bytes.
     fn size(&self) -> u64;
@@ -60,12 +60,12 @@ pub trait LoopBacking: Send + Sync + fmt::Debug {
     fn fmode_nowait(&self) -> bool;
     /// One read (into `buf`) or write (from `buf`) at byte `pos`: `lo_submit_rw_aio()` →
     /// `call_read_iter()`/`call_write_iter()`, with `IOCB_NOWAIT` when `nowait`. Returns the
-    /// bytes done; a NOWAIT call that would block returns `Err(EAGAIN)` and does nothing.
-    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, i32>;
+    /// bytes done; a NOWAIT call that would block returns `Err(Errno::EAGAIN)` and does nothing.
+    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, Errno>;
     /// `vfs_fsync()` (`lo_req_flush()`).
-    fn fsync(&self) -> Result<(), i32>;
+    fn fsync(&self) -> Result<(), Errno>;
     /// `vfs_fallocate()` (`lo_fallocate()`).
-    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), i32>;
+    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), Errno>;
     /// Whether reads and writes are asynchronous, as the kernel's direct I/O is: [`submit_aio`]
     /// starts one and returns (`-EIOCBQUEUED`), and the completion comes back later, in the
     /// backing device's interrupt on `req.cpu`, through [`LoopDevice::lo_rw_aio_complete_async`].
@@ -76,8 +76,8 @@ pub trait LoopBacking: Send + Sync + fmt::Debug {
     }
     /// Starts an asynchronous read or write (`call_read_iter()`/`call_write_iter()` returning
     /// `-EIOCBQUEUED`). An immediate failure hands the request back with an errno.
-    fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, i32)> {
-        Err((req, EOPNOTSUPP))
+    fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, Errno)> {
+        Err((req, Errno::EOPNOTSUPP))
     }
 }
 
@@ -631,8 +631,8 @@ impl LoopDevice {
         if cmd.use_aio && self.variant.nowait_first && supports {
             let res = self.lo_rw_aio_nowait(&mut cmd, cx);
             let falls_back = match res {
-                Err(EAGAIN) => true,
-                Err(EOPNOTSUPP) => self.variant.eopnotsupp_falls_back,
+                Err(Errno::EAGAIN) => true,
+                Err(Errno::EOPNOTSUPP) => self.variant.eopnotsupp_falls_back,
                 _ => false,
             };
             if !falls_back {
@@ -658,11 +658,11 @@ impl LoopDevice {
     /// the request itself on any result other than `-EIOCBQUEUED`/`-EAGAIN` (with
     /// [`LoopVariant::nowait_completes_on_eopnotsupp`], `-EOPNOTSUPP` included); the command then
     /// carries no bio. A short NOWAIT transfer is reported as `-EAGAIN` (the fallback does it all).
-    fn lo_rw_aio_nowait(&self, cmd: &mut LoopCmd, cx: &Cpu) -> Result<usize, i32> {
+    fn lo_rw_aio_nowait(&self, cmd: &mut LoopCmd, cx: &Cpu) -> Result<usize, Errno> {
         if self.variant.hint && !self.lo_aio_try_nowait(cmd) {
             Self::bump(&self.counters.hint_skipped);
             tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, self.nr_blocking_writes());
-            return Err(EAGAIN);
+            return Err(Errno::EAGAIN);
         }
         Self::bump(&self.counters.nowait_tried);
         let offset = if self.variant.nowait_adds_lo_offset {
@@ -671,11 +671,11 @@ impl LoopDevice {
             0
         };
         let r = self.lo_submit_rw(cmd, offset, true, cx);
-        tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => neg_errno_str(e) });
+        tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() });
         match r {
-            Err(EIOCBQUEUED) => {} // counted when it completes
-            Err(EAGAIN) => Self::bump(&self.counters.nowait_eagain),
-            Err(EOPNOTSUPP) => {
+            Err(Errno::EIOCBQUEUED) => {} // counted when it completes
+            Err(Errno::EAGAIN) => Self::bump(&self.counters.nowait_eagain),
+            Err(Errno::EOPNOTSUPP) => {
                 Self::bump(&self.counters.nowait_eopnotsupp);
                 if self.variant.nowait_completes_on_eopnotsupp {
                     // `if (ret != -EIOCBQUEUED && ret != -EAGAIN) lo_rw_aio_complete(...)`.
@@ -701,10 +701,10 @@ impl LoopDevice {
         offset: u64,
         nowait: bool,
         cx: &Cpu,
-    ) -> Result<usize, i32> {
+    ) -> Result<usize, Errno> {
         let write = cmd.op == ReqOp::Write;
         let Some(bio) = cmd.bio.as_mut() else {
-            return Err(EIO);
+            return Err(Errno::EIO);
         };
         let mut pos = (bio.bi_iter.bi_sector << SECTOR_SHIFT) + offset;
         if self.backing.is_async() && cmd.use_aio {
@@ -716,7 +716,7 @@ impl LoopDevice {
             done += n;
             if n < data.len() {
                 if nowait {
-                    return Err(EAGAIN);
+                    return Err(Errno::EAGAIN);
                 }
                 return Ok(done);
             }
@@ -734,7 +734,7 @@ impl LoopDevice {
         pos: u64,
         nowait: bool,
         cpu: crate::kernel::CpuId,
-    ) -> Result<usize, i32> {
+    ) -> Result<usize, Errno> {
         let bio = cmd.bio.take().expect("checked by the caller");
         let data = if cmd.op == ReqOp::Write {
             bio.data()
@@ -758,7 +758,7 @@ impl LoopDevice {
         };
         self.inflight.lock().insert(token, (parked, nowait));
         match self.backing.submit_aio(req) {
-            Ok(()) => Err(EIOCBQUEUED),
+            Ok(()) => Err(Errno::EIOCBQUEUED),
             Err((_, e)) => {
                 // Not started: the command is the caller's again.
                 if let Some((back, _)) = self.inflight.lock().remove(&token) {
@@ -777,7 +777,7 @@ impl LoopDevice {
     pub fn lo_rw_aio_complete_async(
         &self,
         token: u64,
-        res: Result<usize, i32>,
+        res: Result<usize, Errno>,
         data: Vec<u8>,
         cx: &Cpu,
     ) {
@@ -799,15 +799,15 @@ impl LoopDevice {
         }
         // A short NOWAIT transfer falls back like -EAGAIN, as on the synchronous path.
         let want = cmd.bio.as_ref().map_or(0, |b| b.data_len());
-        let again = res == Err(EAGAIN) || (nowait && matches!(res, Ok(n) if n < want));
+        let again = res == Err(Errno::EAGAIN) || (nowait && matches!(res, Ok(n) if n < want));
         if nowait {
             match res {
                 _ if again => Self::bump(&self.counters.nowait_eagain),
-                Err(EOPNOTSUPP) => Self::bump(&self.counters.nowait_eopnotsupp),
+                Err(Errno::EOPNOTSUPP) => Self::bump(&self.counters.nowait_eopnotsupp),
                 _ => Self::bump(&self.counters.nowait_done),
             }
         }
-        tracing::trace!(target: "loop", tracepoint = "loop_aio_complete", "loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => neg_errno_str(e) }, if nowait { " (NOWAIT)" } else { "" });
+        tracing::trace!(target: "loop", tracepoint = "loop_aio_complete", "loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() }, if nowait { " (NOWAIT)" } else { "" });
         if again {
             self.loop_queue_work(cmd, cx);
             return;
@@ -835,13 +835,13 @@ impl LoopDevice {
     /// `blk_mq_requeue_request()`); on a blocking read that only happens when the file is shorter
     /// than the device, where the requeued rest reads nothing and fails the same way, so biosim
     /// zero-fills the rest and fails it at once.
-    fn lo_rw_aio_complete(&self, mut cmd: LoopCmd, res: Result<usize, i32>, cx: &Cpu) {
+    fn lo_rw_aio_complete(&self, mut cmd: LoopCmd, res: Result<usize, Errno>, cx: &Cpu) {
         let Some(mut bio) = cmd.bio.take() else {
             return;
         };
         let want = bio.data_len();
         let status = match res {
-            Err(e) => errno_to_blk_status(-e),
+            Err(e) => errno_to_blk_status(e.as_neg_i32()),
             Ok(n) if n >= want || cmd.op != ReqOp::Read => BLK_STS_OK,
             Ok(n) => {
                 Self::bump(&self.counters.short_reads);
@@ -979,13 +979,13 @@ impl LoopDevice {
                 .fallocate(Fallocate::ZeroRange, pos, len)
                 .map(|()| 0),
         };
-        if res == Err(EIOCBQUEUED) {
+        if res == Err(Errno::EIOCBQUEUED) {
             return; // ki_complete() ends it
         }
         let res = match (cmd.op, cmd.use_aio, res) {
             (ReqOp::Read | ReqOp::Write, true, r) => r,
-            (_, _, Err(EOPNOTSUPP)) => Err(EOPNOTSUPP),
-            (_, _, Err(_)) => Err(EIO),
+            (_, _, Err(Errno::EOPNOTSUPP)) => Err(Errno::EOPNOTSUPP),
+            (_, _, Err(_)) => Err(Errno::EIO),
             (ReqOp::Read | ReqOp::Write, false, Ok(n)) => Ok(n),
             (_, _, Ok(_)) => Ok(cmd.bio.as_ref().map_or(0, |b| b.data_len())),
         };
@@ -1045,7 +1045,7 @@ struct MemState {
     data: std::collections::HashMap<u64, Vec<u8>>, // 4 KiB block index → contents
     syncs: u64,
     /// The next NOWAIT call fails with this errno (one-shot contention).
-    fail_next_nowait: Option<i32>,
+    fail_next_nowait: Option<Errno>,
 }
 
 /// The allocation unit of [`MemBacking`].
@@ -1127,7 +1127,7 @@ impl MemBacking {
 
     /// The next NOWAIT call returns `-EAGAIN` (lock contention), whatever it asks.
     pub fn refuse_nowait_once(&self) {
-        self.state.lock().fail_next_nowait = Some(EAGAIN);
+        self.state.lock().fail_next_nowait = Some(Errno::EAGAIN);
     }
 
     /// Allocated blocks.
@@ -1155,13 +1155,13 @@ impl LoopBacking for MemBacking {
     /// answers are synchronous here too. Only a block device's one-shot refusal
     /// ([`MemBacking::refuse_nowait_once`]) arrives with the completion, as a bdev's
     /// `ki_complete(-EAGAIN)` can.
-    fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, i32)> {
+    fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, Errno)> {
         if !self.asynchronous {
-            return Err((req, EOPNOTSUPP));
+            return Err((req, Errno::EOPNOTSUPP));
         }
         if req.nowait && self.fmode_nowait && !self.block_device {
             if self.refuse_nowait {
-                return Err((req, EOPNOTSUPP));
+                return Err((req, Errno::EOPNOTSUPP));
             }
             let end = (req.pos + req.data.len() as u64).min(self.size);
             let st = self.state.lock();
@@ -1169,7 +1169,7 @@ impl LoopBacking for MemBacking {
                 && req.pos < end
                 && (req.pos / MEM_BLOCK..=(end - 1) / MEM_BLOCK).any(|b| !st.data.contains_key(&b));
             if hole {
-                return Err((req, EAGAIN));
+                return Err((req, Errno::EAGAIN));
             }
         }
         self.state.lock().pending.push_back(req);
@@ -1184,16 +1184,16 @@ impl LoopBacking for MemBacking {
         self.fmode_nowait
     }
 
-    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, i32> {
+    fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, Errno> {
         // A file without FMODE_NOWAIT does not look at IOCB_NOWAIT.
         let nowait = nowait && self.fmode_nowait;
         if nowait && self.refuse_nowait {
-            return Err(EOPNOTSUPP);
+            return Err(Errno::EOPNOTSUPP);
         }
         let end = (pos + buf.len() as u64).min(self.size);
         if pos >= end {
             return if write && !buf.is_empty() {
-                Err(ENOSPC)
+                Err(Errno::ENOSPC)
             } else {
                 Ok(0)
             };
@@ -1210,10 +1210,10 @@ impl LoopBacking for MemBacking {
             && !self.block_device
             && (first..=last).any(|b| !st.data.contains_key(&b))
         {
-            return Err(EAGAIN);
+            return Err(Errno::EAGAIN);
         }
         if write && self.full && (first..=last).any(|b| !st.data.contains_key(&b)) {
-            return Err(ENOSPC);
+            return Err(Errno::ENOSPC);
         }
         let mut off = pos;
         while off < end {
@@ -1237,12 +1237,12 @@ impl LoopBacking for MemBacking {
         Ok((end - pos) as usize)
     }
 
-    fn fsync(&self) -> Result<(), i32> {
+    fn fsync(&self) -> Result<(), Errno> {
         self.state.lock().syncs += 1;
         Ok(())
     }
 
-    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), i32> {
+    fn fallocate(&self, mode: Fallocate, pos: u64, len: u64) -> Result<(), Errno> {
         let mut st = self.state.lock();
         let end = (pos + len).min(self.size);
         let mut off = pos;
