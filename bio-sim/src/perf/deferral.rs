@@ -376,6 +376,46 @@ struct CpuRound {
 }
 
 impl Round {
+    /// A round of `slots` bios of `design` under `cfg`, nothing completed yet.
+    fn new(cfg: &ThroughputConfig, design: Design, slots: usize, done_tx: Sender<()>) -> Self {
+        let k = u64::from(cfg.bios_per_irq);
+        Self {
+            k,
+            per_cpu_bios: cfg.irqs_per_cpu() * k,
+            nr_cpus: cfg.nr_cpus,
+            expect_task: design != Design::Direct,
+            seen: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            cpus: (0..cfg.nr_cpus as usize)
+                .map(|_| CpuRound {
+                    completed: AtomicU64::new(0),
+                    batches: Mutex::new(Vec::new()),
+                })
+                .collect(),
+            done_cpus: AtomicU32::new(0),
+            end: Mutex::new(None),
+            done_tx,
+            wrong_context: AtomicU64::new(0),
+            stray: AtomicU64::new(0),
+            raise_failures: AtomicU64::new(0),
+        }
+    }
+
+    /// (bios completed at least once, bios never completed, extra completions).
+    fn tally(&self) -> (u64, u64, u64) {
+        let (mut completed_once, mut missing, mut duplicates) = (0, 0, 0);
+        for s in self.seen.iter() {
+            match u64::from(s.load(Ordering::Acquire)) {
+                0 => missing += 1,
+                1 => completed_once += 1,
+                n => {
+                    completed_once += 1;
+                    duplicates += n - 1;
+                }
+            }
+        }
+        (completed_once, missing, duplicates)
+    }
+
     fn completions(&self) -> u64 {
         self.cpus
             .iter()
@@ -611,78 +651,23 @@ impl DeferralMachine {
         let rt = self.rt.as_ref().ok_or(MeasureError::Stopped)?;
         let cfg = &self.cfg;
         let nr = cfg.nr_cpus as usize;
-        let k = u64::from(cfg.bios_per_irq);
         let irqs_per_cpu = cfg.irqs_per_cpu();
-        let per_cpu_bios = irqs_per_cpu * k;
         let total = cfg.bios_per_round();
         let slots = usize::try_from(total)
             .map_err(|_| MeasureError::Config("too many bios for this machine".to_owned()))?;
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        let round = Arc::new(Round {
-            k,
-            per_cpu_bios,
-            nr_cpus: cfg.nr_cpus,
-            expect_task: self.design != Design::Direct,
-            seen: (0..slots).map(|_| AtomicU32::new(0)).collect(),
-            cpus: (0..nr)
-                .map(|_| CpuRound {
-                    completed: AtomicU64::new(0),
-                    batches: Mutex::new(Vec::new()),
-                })
-                .collect(),
-            done_cpus: AtomicU32::new(0),
-            end: Mutex::new(None),
-            done_tx,
-            wrong_context: AtomicU64::new(0),
-            stray: AtomicU64::new(0),
-            raise_failures: AtomicU64::new(0),
-        });
-        let flag = self.design == Design::Batched;
-        for (cpu, c) in round.cpus.iter().enumerate() {
-            let end_io = self.end_io(&round);
-            let base = cpu as u64 * per_cpu_bios;
-            let mut batches: Vec<Batch> = (0..irqs_per_cpu)
-                .map(|i| {
-                    (0..k)
-                        .map(|j| {
-                            let mut bio = self
-                                .kernel
-                                .bio_alloc(ReqOp::Write, base + i * k + j)
-                                .with_end_io(end_io.clone());
-                            if flag {
-                                bio.set_flag(BioFlag::CompleteInTask);
-                            }
-                            bio
-                        })
-                        .collect()
-                })
-                .collect();
-            batches.reverse();
-            *c.batches.lock() = batches;
-        }
+        let round = Arc::new(Round::new(cfg, self.design, slots, done_tx));
+        self.load_batches(&round);
         let what = || format!("deferral round, {}", self.label());
         let before_counters = self.counters.snapshot();
-        let before_chan = self
-            .channel
-            .as_ref()
-            .map_or(0, |c| c.wakeups.load(Ordering::Acquire));
+        let before_chan = self.channel_wakeups();
         let before_wakeups = cpu_thread_wakeups(rt);
         let before_reports = self.kernel.reports().len();
 
         let start = Instant::now();
-        for _ in 0..cfg
-            .irqs_in_flight
-            .min(u32::try_from(irqs_per_cpu).unwrap_or(u32::MAX))
-        {
-            for cpu in 0..nr {
-                let next = round.cpus[cpu].batches.lock().pop();
-                if let Some(batch) = next {
-                    if let Err(e) = raise_batch(&self.kernel, CpuId(cpu as u32), batch) {
-                        round.discard();
-                        return Err(e);
-                    }
-                }
-            }
+        if let Err(e) = self.raise_first(&round) {
+            round.discard();
+            return Err(e);
         }
         let waited = done_rx.recv_timeout(cfg.timeout);
         let end = round.end.lock().unwrap_or_else(Instant::now);
@@ -704,22 +689,8 @@ impl DeferralMachine {
             });
         }
         let after_counters = self.counters.snapshot();
-        let (mut completed_once, mut missing, mut duplicates) = (0, 0, 0);
-        for s in round.seen.iter() {
-            match u64::from(s.load(Ordering::Acquire)) {
-                0 => missing += 1,
-                1 => completed_once += 1,
-                n => {
-                    completed_once += 1;
-                    duplicates += n - 1;
-                }
-            }
-        }
-        let chan_wakeups = self
-            .channel
-            .as_ref()
-            .map_or(0, |c| c.wakeups.load(Ordering::Acquire))
-            - before_chan;
+        let (completed_once, missing, duplicates) = round.tally();
+        let chan_wakeups = self.channel_wakeups() - before_chan;
         let worker_wakeups = match self.design {
             Design::Batched => after_counters.0 - before_counters.0,
             Design::Channel => chan_wakeups,
@@ -744,6 +715,60 @@ impl DeferralMachine {
             kernel_reports,
             harness_errors,
         })
+    }
+
+    /// Allocates every CPU's bios of `round` (flagged for [`Design::Batched`]), one batch per
+    /// interrupt, the next one to raise last; each bio's sector is its slot.
+    fn load_batches(&self, round: &Arc<Round>) {
+        let k = round.k;
+        let flag = self.design == Design::Batched;
+        for (cpu, c) in round.cpus.iter().enumerate() {
+            let end_io = self.end_io(round);
+            let base = cpu as u64 * round.per_cpu_bios;
+            let mut batches: Vec<Batch> = (0..self.cfg.irqs_per_cpu())
+                .map(|i| {
+                    (0..k)
+                        .map(|j| {
+                            let mut bio = self
+                                .kernel
+                                .bio_alloc(ReqOp::Write, base + i * k + j)
+                                .with_end_io(end_io.clone());
+                            if flag {
+                                bio.set_flag(BioFlag::CompleteInTask);
+                            }
+                            bio
+                        })
+                        .collect()
+                })
+                .collect();
+            batches.reverse();
+            *c.batches.lock() = batches;
+        }
+    }
+
+    /// Starts the closed loop: [`ThroughputConfig::irqs_in_flight`] interrupts on every CPU,
+    /// round-robin over the CPUs.
+    fn raise_first(&self, round: &Round) -> Result<(), MeasureError> {
+        let cfg = &self.cfg;
+        let in_flight = cfg
+            .irqs_in_flight
+            .min(u32::try_from(cfg.irqs_per_cpu()).unwrap_or(u32::MAX));
+        for _ in 0..in_flight {
+            for cpu in 0..cfg.nr_cpus as usize {
+                let next = round.cpus[cpu].batches.lock().pop();
+                if let Some(batch) = next {
+                    raise_batch(&self.kernel, CpuId(cpu as u32), batch)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The channel worker's wake-ups so far (0 without one).
+    fn channel_wakeups(&self) -> u64 {
+        self.channel
+            .as_ref()
+            .map_or(0, |c| c.wakeups.load(Ordering::Acquire))
     }
 
     /// Stops the machine: the channel worker (if any), then the runtime after draining it.

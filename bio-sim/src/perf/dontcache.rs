@@ -112,6 +112,35 @@ impl fmt::Display for DontcacheReport {
     }
 }
 
+/// The rows measured: buffered (and, where supported, DONTCACHE) writes, each over written
+/// blocks and over holes, with the write flags of each.
+fn dontcache_rows(supported: bool) -> Vec<(DontcacheResult, RwFlags)> {
+    let mut rows: Vec<(DontcacheResult, RwFlags)> = Vec::new();
+    for fresh in [false, true] {
+        rows.push((DontcacheResult::empty("buffered", fresh), RwFlags::empty()));
+        if supported {
+            rows.push((
+                DontcacheResult::empty("dontcache", fresh),
+                RwFlags::DONTCACHE,
+            ));
+        }
+    }
+    rows
+}
+
+impl DontcacheResult {
+    /// A row of `mode` with no rounds yet.
+    fn empty(mode: &'static str, fresh: bool) -> Self {
+        DontcacheResult {
+            mode,
+            fresh,
+            mbps: Vec::new(),
+            cached_pages: Vec::new(),
+            cached_before: Vec::new(),
+        }
+    }
+}
+
 /// Runs the DONTCACHE benchmark: for blocks that are holes (allocating writes) and for blocks
 /// written before (overwrites), a buffered and a `RWF_DONTCACHE` write of the whole size, each
 /// followed by `fdatasync()` and `cachestat()`, starting from a dropped cache; rounds interleave.
@@ -140,31 +169,7 @@ pub fn dontcache_bench(cfg: &DontcacheConfig) -> Result<DontcacheReport, BenchEr
         },
     )?;
     let supported = file.supports_dontcache();
-    let mut rows: Vec<(DontcacheResult, RwFlags)> = Vec::new();
-    for fresh in [false, true] {
-        rows.push((
-            DontcacheResult {
-                mode: "buffered",
-                fresh,
-                mbps: Vec::new(),
-                cached_pages: Vec::new(),
-                cached_before: Vec::new(),
-            },
-            RwFlags::empty(),
-        ));
-        if supported {
-            rows.push((
-                DontcacheResult {
-                    mode: "dontcache",
-                    fresh,
-                    mbps: Vec::new(),
-                    cached_pages: Vec::new(),
-                    cached_before: Vec::new(),
-                },
-                RwFlags::DONTCACHE,
-            ));
-        }
-    }
+    let mut rows = dontcache_rows(supported);
     let chunk = vec![0x3c_u8; 1 << 20];
     let write_all = |flags: RwFlags| -> Result<(), BenchError> {
         let mut off = 0;

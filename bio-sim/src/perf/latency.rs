@@ -14,7 +14,7 @@ use bio_core::block::complete_in_task::{Variant, WorkKind};
 use bio_core::block::{bio_endio, bio_in_atomic, BioEndIo, BioFlag, ReqOp};
 use bio_core::kernel::CpuId;
 use bio_core::{Cpu, Kernel, KernelConfig};
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -258,9 +258,59 @@ struct LatRound {
 }
 
 impl LatRound {
+    /// A round of `slots` bios, its clock starting now.
+    fn new(slots: usize, done_tx: Sender<()>) -> Self {
+        Self {
+            base: Instant::now(),
+            start_ns: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            lat_ns: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            seen: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            wrong_context: AtomicU64::new(0),
+            done_tx,
+        }
+    }
+
     fn now_ns(&self) -> u64 {
         u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
+
+    /// The latencies of the bios whose `bi_end_io` ran exactly once, sorted, and how many bios
+    /// did not run it exactly once.
+    fn sorted_samples(&self) -> (Vec<Duration>, u64) {
+        let mut samples: Vec<Duration> = Vec::with_capacity(self.seen.len());
+        let mut not_once = 0;
+        for (seen, lat) in self.seen.iter().zip(self.lat_ns.iter()) {
+            if seen.load(Ordering::Acquire) == 1 {
+                samples.push(Duration::from_nanos(lat.load(Ordering::Acquire)));
+            } else {
+                not_once += 1;
+            }
+        }
+        samples.sort_unstable();
+        (samples, not_once)
+    }
+}
+
+/// The `bi_end_io` of a latency round: records the bio's latency in its slot (its sector) and
+/// whether it ran in atomic context, then signals one completion.
+fn latency_end_io(round: &Arc<LatRound>) -> BioEndIo {
+    let r = Arc::clone(round);
+    BioEndIo::new("measure_latency_end_io", move |bio, cx| {
+        let now = r.now_ns();
+        if bio_in_atomic(cx) {
+            r.wrong_context.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(i) = usize::try_from(bio.bi_iter.bi_sector)
+            .ok()
+            .filter(|&i| i < r.seen.len())
+        {
+            let start = r.start_ns[i].load(Ordering::Acquire);
+            r.lat_ns[i].store(now.saturating_sub(start), Ordering::Release);
+            r.seen[i].fetch_add(1, Ordering::AcqRel);
+        }
+        drop(bio);
+        let _ = r.done_tx.send(());
+    })
 }
 
 /// A batcher variant on its own machine, ready to run latency loads: the building block of
@@ -329,34 +379,53 @@ impl LatencyProbe {
             .map_err(|_| MeasureError::Config("too many bios for this machine".to_owned()))?;
         let rt = self.rt.as_ref().ok_or(MeasureError::Stopped)?;
         let timeout = self.cfg.timeout;
-        let nr = u64::from(self.cfg.nr_cpus);
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
-        let round = Arc::new(LatRound {
-            base: Instant::now(),
-            start_ns: (0..slots).map(|_| AtomicU64::new(0)).collect(),
-            lat_ns: (0..slots).map(|_| AtomicU64::new(0)).collect(),
-            seen: (0..slots).map(|_| AtomicU32::new(0)).collect(),
-            wrong_context: AtomicU64::new(0),
-            done_tx,
-        });
-        let r = Arc::clone(&round);
-        let end_io = BioEndIo::new("measure_latency_end_io", move |bio, cx| {
-            let now = r.now_ns();
-            if bio_in_atomic(cx) {
-                r.wrong_context.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Some(i) = usize::try_from(bio.bi_iter.bi_sector)
-                .ok()
-                .filter(|&i| i < r.seen.len())
-            {
-                let start = r.start_ns[i].load(Ordering::Acquire);
-                r.lat_ns[i].store(now.saturating_sub(start), Ordering::Release);
-                r.seen[i].fetch_add(1, Ordering::AcqRel);
-            }
-            drop(bio);
-            let _ = r.done_tx.send(());
-        });
-        // The interrupts' batches, in raising order.
+        let round = Arc::new(LatRound::new(slots, done_tx));
+        let batches = self.alloc_batches(load, &round);
+
+        let before = self.counters.snapshot();
+        let before_wakeups = cpu_thread_wakeups(rt);
+        let before_reports = self.kernel.reports().len();
+        let started = Instant::now();
+        let result = self.drive(load, batches, &round, &done_rx);
+        let elapsed = started.elapsed();
+        result?;
+        let rt = self.rt.as_ref().ok_or(MeasureError::Stopped)?;
+        if !rt.drain(timeout) {
+            return Err(MeasureError::NotQuiescent {
+                what: self.what(load),
+                timeout,
+            });
+        }
+        let after = self.counters.snapshot();
+        let (samples, not_once) = round.sorted_samples();
+        Ok(LoadLatency {
+            load,
+            bios,
+            irqs: load.irqs(),
+            median: percentile(&samples, 0.5),
+            p99: percentile(&samples, 0.99),
+            max: samples.last().copied().unwrap_or_default(),
+            samples,
+            worker_wakeups: after.0 - before.0,
+            work_queued: after.1 - before.1,
+            cpu_thread_wakeups: cpu_thread_wakeups(rt) - before_wakeups,
+            wrong_context: round.wrong_context.load(Ordering::Acquire),
+            not_once,
+            kernel_reports: self.kernel.reports().len().saturating_sub(before_reports) as u64,
+            elapsed,
+        })
+    }
+
+    /// What an error of `load` says was being measured.
+    fn what(&self, load: Load) -> String {
+        format!("{} load on {}", load.name(), self.variant.name)
+    }
+
+    /// The load's flagged write bios, one batch per interrupt, the next one to raise last; each
+    /// bio's sector is its slot in `round`. Allocated before the clock starts.
+    fn alloc_batches(&self, load: Load, round: &Arc<LatRound>) -> Vec<Batch> {
+        let end_io = latency_end_io(round);
         let per_irq = match load {
             Load::Light { .. } => 1,
             Load::Bursty { bios_per_irq, .. } => u64::from(bios_per_irq),
@@ -377,103 +446,81 @@ impl LatencyProbe {
             .collect();
         drop(end_io);
         batches.reverse();
+        batches
+    }
 
-        let before = self.counters.snapshot();
-        let before_wakeups = cpu_thread_wakeups(rt);
-        let before_reports = self.kernel.reports().len();
-        let started = Instant::now();
-        let variant_name = self.variant.name;
-        let what = move || format!("{} load on {variant_name}", load.name());
+    /// The timed part of a load: raises its interrupts from `batches` in the load's pattern and
+    /// waits for each interrupt's (light) or burst's (bursty) completions before the idle gap.
+    fn drive(
+        &mut self,
+        load: Load,
+        mut batches: Vec<Batch>,
+        round: &Arc<LatRound>,
+        done_rx: &Receiver<()>,
+    ) -> Result<(), MeasureError> {
+        let nr = u64::from(self.cfg.nr_cpus);
         let mut completed = 0u64;
-        let result = (|| -> Result<(), MeasureError> {
-            let wait = |n: u64, completed: &mut u64| -> Result<(), MeasureError> {
-                for _ in 0..n {
-                    match done_rx.recv_timeout(timeout) {
-                        Ok(()) => *completed += 1,
-                        Err(_) => {
-                            return Err(MeasureError::Timeout {
-                                what: what(),
-                                completed: *completed,
-                                expected: bios,
-                                timeout,
-                            })
-                        }
+        match load {
+            Load::Light { bios, gap } => {
+                for i in 0..bios {
+                    if let Some(batch) = batches.pop() {
+                        raise_timed(&self.kernel, CpuId((i % nr) as u32), batch, round)?;
                     }
+                    self.wait_done(load, done_rx, 1, &mut completed)?;
+                    let g = self.jitter(gap);
+                    std::thread::sleep(g);
                 }
-                Ok(())
-            };
-            match load {
-                Load::Light { bios, gap } => {
-                    for i in 0..bios {
+            }
+            Load::Bursty {
+                bursts,
+                irqs,
+                bios_per_irq,
+                spacing,
+                gap,
+            } => {
+                for b in 0..bursts {
+                    let cpu = CpuId((b % nr) as u32);
+                    for j in 0..irqs {
                         if let Some(batch) = batches.pop() {
-                            raise_timed(&self.kernel, CpuId((i % nr) as u32), batch, &round)?;
+                            raise_timed(&self.kernel, cpu, batch, round)?;
                         }
-                        wait(1, &mut completed)?;
-                        let g = self.jitter(gap);
-                        std::thread::sleep(g);
-                    }
-                }
-                Load::Bursty {
-                    bursts,
-                    irqs,
-                    bios_per_irq,
-                    spacing,
-                    gap,
-                } => {
-                    for b in 0..bursts {
-                        let cpu = CpuId((b % nr) as u32);
-                        for j in 0..irqs {
-                            if let Some(batch) = batches.pop() {
-                                raise_timed(&self.kernel, cpu, batch, &round)?;
-                            }
-                            if j + 1 < irqs {
-                                std::thread::sleep(spacing);
-                            }
+                        if j + 1 < irqs {
+                            std::thread::sleep(spacing);
                         }
-                        wait(u64::from(irqs) * u64::from(bios_per_irq), &mut completed)?;
-                        let g = self.jitter(gap);
-                        std::thread::sleep(g);
                     }
+                    let n = u64::from(irqs) * u64::from(bios_per_irq);
+                    self.wait_done(load, done_rx, n, &mut completed)?;
+                    let g = self.jitter(gap);
+                    std::thread::sleep(g);
                 }
             }
-            Ok(())
-        })();
-        let elapsed = started.elapsed();
-        result?;
-        let rt = self.rt.as_ref().ok_or(MeasureError::Stopped)?;
-        if !rt.drain(timeout) {
-            return Err(MeasureError::NotQuiescent {
-                what: what(),
-                timeout,
-            });
         }
-        let after = self.counters.snapshot();
-        let mut samples: Vec<Duration> = Vec::with_capacity(slots);
-        let mut not_once = 0;
-        for (seen, lat) in round.seen.iter().zip(round.lat_ns.iter()) {
-            if seen.load(Ordering::Acquire) == 1 {
-                samples.push(Duration::from_nanos(lat.load(Ordering::Acquire)));
-            } else {
-                not_once += 1;
+        Ok(())
+    }
+
+    /// Waits for `n` more `bi_end_io` runs, each within the timeout, counting them in `completed`.
+    fn wait_done(
+        &self,
+        load: Load,
+        done_rx: &Receiver<()>,
+        n: u64,
+        completed: &mut u64,
+    ) -> Result<(), MeasureError> {
+        let timeout = self.cfg.timeout;
+        for _ in 0..n {
+            match done_rx.recv_timeout(timeout) {
+                Ok(()) => *completed += 1,
+                Err(_) => {
+                    return Err(MeasureError::Timeout {
+                        what: self.what(load),
+                        completed: *completed,
+                        expected: load.bios(),
+                        timeout,
+                    })
+                }
             }
         }
-        samples.sort_unstable();
-        Ok(LoadLatency {
-            load,
-            bios,
-            irqs: load.irqs(),
-            median: percentile(&samples, 0.5),
-            p99: percentile(&samples, 0.99),
-            max: samples.last().copied().unwrap_or_default(),
-            samples,
-            worker_wakeups: after.0 - before.0,
-            work_queued: after.1 - before.1,
-            cpu_thread_wakeups: cpu_thread_wakeups(rt) - before_wakeups,
-            wrong_context: round.wrong_context.load(Ordering::Acquire),
-            not_once,
-            kernel_reports: self.kernel.reports().len().saturating_sub(before_reports) as u64,
-            elapsed,
-        })
+        Ok(())
     }
 
     /// Stops the machine after draining it; errors if anything was left in flight.

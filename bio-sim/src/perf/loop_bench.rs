@@ -22,7 +22,7 @@ use bio_core::drivers::block::loop_drv::{
     LoopBacking, LoopDevice, LoopStats, LoopVariant, LO_FLAGS_DIRECT_IO,
 };
 use bio_core::kernel::CpuId;
-use bio_core::{Kernel, KernelConfig};
+use bio_core::{Cpu, Kernel, KernelConfig};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -353,30 +353,7 @@ fn run_loop(
     w: Workload,
     cfg: &LoopBenchConfig,
 ) -> Result<(f64, LoopStats), BenchError> {
-    let kernel = Kernel::boot(KernelConfig::default(), cfg.cpus, cfg.cpus)
-        .map_err(|e| BenchError::Machine(e.to_string()))?;
-    let uring = match cfg.engine {
-        Engine::Sync => None,
-        Engine::Uring => Some(Arc::new(
-            UringBacking::new(Arc::clone(file), LOOP_QUEUE_DEPTH as u32)
-                .map_err(io_err("starting io_uring", file.path()))?,
-        )),
-    };
-    let backing: Arc<dyn LoopBacking> = match &uring {
-        Some(u) => Arc::clone(u) as Arc<dyn LoopBacking>,
-        None => Arc::new(FileBacking::new(Arc::clone(file))),
-    };
-    let lo = LoopDevice::new(&kernel, 0, backing, LO_FLAGS_DIRECT_IO, 0, variant);
-    if let Some(u) = &uring {
-        u.attach(&lo, &kernel).map_err(BenchError::Machine)?;
-    }
-    let rt = ThreadedRuntime::start(
-        Arc::clone(&kernel),
-        ThreadedConfig {
-            wait_timeout: Duration::from_secs(120),
-            ..ThreadedConfig::default()
-        },
-    )?;
+    let (kernel, lo, rt) = boot_loop(file, variant, cfg)?;
     let blocks = file.size() / BS as u64;
     let errors = Arc::new(AtomicUsize::new(0));
     let t0 = Instant::now();
@@ -386,33 +363,7 @@ fn run_loop(
         let offs = offsets(cpu, cfg.ios_per_cpu, blocks);
         let window = (LOOP_QUEUE_DEPTH / u64::from(cfg.cpus)).max(1);
         handles.push(rt.post_on(CpuId(cpu), move |cx| {
-            let done = Arc::new(AtomicU64::new(0));
-            let n = offs.len() as u64;
-            for (i, off) in offs.into_iter().enumerate() {
-                // At most `window` of this CPU's I/Os in flight (the tag set's depth, shared).
-                let d = Arc::clone(&done);
-                if !cx.wait_until("bench: a free tag", &|| {
-                    (i as u64) < d.load(Ordering::Acquire) + window
-                }) {
-                    return false;
-                }
-                let (d, e) = (Arc::clone(&done), Arc::clone(&errors));
-                let op = if w.write() { ReqOp::Write } else { ReqOp::Read };
-                let bio = cx
-                    .kernel()
-                    .bio_alloc(op, off >> 9)
-                    .with_data(vec![0xa5; BS])
-                    .with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
-                        if bio.status() != BLK_STS_OK {
-                            e.fetch_add(1, Ordering::Relaxed);
-                        }
-                        d.fetch_add(1, Ordering::Release);
-                    }));
-                submit_bio_noacct(bio, &*lo, cx);
-            }
-            cx.wait_until("bench: all I/Os completed", &|| {
-                done.load(Ordering::Acquire) >= n
-            })
+            submit_and_wait(cx, &lo, offs, window, w, &errors)
         })?);
     }
     for h in handles {
@@ -447,6 +398,80 @@ fn run_loop(
         (cfg.cpus as usize * cfg.ios_per_cpu) as f64 / elapsed.as_secs_f64(),
         stats,
     ))
+}
+
+/// A booted kernel with a loop device of `variant` over `file` (through the configured engine)
+/// and the threaded runtime running it.
+fn boot_loop(
+    file: &Arc<BackingFile>,
+    variant: LoopVariant,
+    cfg: &LoopBenchConfig,
+) -> Result<(Arc<Kernel>, Arc<LoopDevice>, ThreadedRuntime), BenchError> {
+    let kernel = Kernel::boot(KernelConfig::default(), cfg.cpus, cfg.cpus)
+        .map_err(|e| BenchError::Machine(e.to_string()))?;
+    let uring = match cfg.engine {
+        Engine::Sync => None,
+        Engine::Uring => Some(Arc::new(
+            UringBacking::new(Arc::clone(file), LOOP_QUEUE_DEPTH as u32)
+                .map_err(io_err("starting io_uring", file.path()))?,
+        )),
+    };
+    let backing: Arc<dyn LoopBacking> = match &uring {
+        Some(u) => Arc::clone(u) as Arc<dyn LoopBacking>,
+        None => Arc::new(FileBacking::new(Arc::clone(file))),
+    };
+    let lo = LoopDevice::new(&kernel, 0, backing, LO_FLAGS_DIRECT_IO, 0, variant);
+    if let Some(u) = &uring {
+        u.attach(&lo, &kernel).map_err(BenchError::Machine)?;
+    }
+    let rt = ThreadedRuntime::start(
+        Arc::clone(&kernel),
+        ThreadedConfig {
+            wait_timeout: Duration::from_secs(120),
+            ..ThreadedConfig::default()
+        },
+    )?;
+    Ok((kernel, lo, rt))
+}
+
+/// One CPU's share, in task context on that CPU: submits a bio per offset with at most `window`
+/// in flight (the tag set's depth, shared), then waits for all of them; `false` if a wait gave
+/// up. Failed bios are counted in `errors`.
+fn submit_and_wait(
+    cx: &Cpu,
+    lo: &Arc<LoopDevice>,
+    offs: Vec<u64>,
+    window: u64,
+    w: Workload,
+    errors: &Arc<AtomicUsize>,
+) -> bool {
+    let done = Arc::new(AtomicU64::new(0));
+    let n = offs.len() as u64;
+    for (i, off) in offs.into_iter().enumerate() {
+        // At most `window` of this CPU's I/Os in flight (the tag set's depth, shared).
+        let d = Arc::clone(&done);
+        if !cx.wait_until("bench: a free tag", &|| {
+            (i as u64) < d.load(Ordering::Acquire) + window
+        }) {
+            return false;
+        }
+        let (d, e) = (Arc::clone(&done), Arc::clone(errors));
+        let op = if w.write() { ReqOp::Write } else { ReqOp::Read };
+        let bio = cx
+            .kernel()
+            .bio_alloc(op, off >> 9)
+            .with_data(vec![0xa5; BS])
+            .with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
+                if bio.status() != BLK_STS_OK {
+                    e.fetch_add(1, Ordering::Relaxed);
+                }
+                d.fetch_add(1, Ordering::Release);
+            }));
+        submit_bio_noacct(bio, &**lo, cx);
+    }
+    cx.wait_until("bench: all I/Os completed", &|| {
+        done.load(Ordering::Acquire) >= n
+    })
 }
 
 /// `LOOP_DEFAULT_HW_Q_DEPTH`: the loop tag set's depth, shared by the submitting CPUs.
