@@ -33,11 +33,11 @@ pub struct CpuStats {
     pub parks: u64,
     /// Idle sleeps ended by the waker.
     pub wakeups: u64,
-    /// Idle sleeps ended by [`ThreadedConfig::idle_timeout`].
+    /// Idle sleeps ended by `ThreadedConfig::idle_timeout`.
     pub idle_timeouts: u64,
     /// `Runtime::wait_until` calls that had to wait.
     pub waits: u64,
-    /// Waits that gave up after [`ThreadedConfig::wait_timeout`].
+    /// Waits that gave up after `ThreadedConfig::wait_timeout`.
     pub wait_timeouts: u64,
     /// Panics caught on this thread.
     pub panics: u64,
