@@ -1,5 +1,5 @@
 //! The deferral path on the threaded runtime (issue 5 "Performance", finding 8), with the machines
-//! of `bio_sim::measure`:
+//! of `bio_sim::perf::deferral` and `bio_sim::perf::latency`:
 //!
 //! - `deferral/{batched (v7),direct,channel}`: bios per second from `bio_endio()` in a hardirq
 //!   handler to `bi_end_io` having run, for the task-completion batcher, a direct `bi_end_io` in
@@ -12,18 +12,16 @@
 //!   1-jiffy delay (v6) the worker runs on a tick, so the next IRQ arrives just after one and its
 //!   bio waits almost a whole jiffy: this is the delay's worst case, not its median (the summary's
 //!   light load, with random gaps, gives the median of about half a jiffy).
-//! - Then, once, a printed summary: `measure::deferral_throughput` (medians, ratios, worker
-//!   wake-ups per bio and per IRQ) and `measure::completion_latency` for v6 and v7 (median, p99,
+//! - Then, once, a printed summary: `deferral::deferral_throughput` (medians, ratios, worker
+//!   wake-ups per bio and per IRQ) and `latency::completion_latency` for v6 and v7 (median, p99,
 //!   worker wake-ups per bio under a light and a bursty load).
 //!
 //! Run: `cargo bench -p bio-sim --bench deferral -- --warm-up-time 1 --measurement-time 3`
 //! Criterion writes the medians to `target/criterion/<group>/<name>/new/estimates.json`.
 
 use bio_core::block::complete_in_task::Variant;
-use bio_sim::perf::measure::{
-    completion_latency, deferral_throughput, DeferralMachine, Design, LatencyConfig, LatencyProbe,
-    Load, ThroughputConfig,
-};
+use bio_sim::perf::deferral::{deferral_throughput, DeferralMachine, Design, ThroughputConfig};
+use bio_sim::perf::latency::{completion_latency, LatencyConfig, LatencyProbe, Load};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::time::Duration;
 

@@ -2,9 +2,8 @@
 //! docs/performance.md), but every counter they report is checked exactly, so a benchmark that
 //! measured the wrong path would fail here.
 
-use bio_sim::perf::bench::{
-    dontcache_bench, loop_bench, DontcacheConfig, Engine, LoopBenchConfig, Workload,
-};
+use bio_sim::perf::dontcache::{dontcache_bench, DontcacheConfig};
+use bio_sim::perf::loop_bench::{loop_bench, Engine, LoopBenchConfig, Workload};
 
 fn dir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()

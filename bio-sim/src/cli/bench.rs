@@ -4,9 +4,9 @@ use super::args::BenchCommand;
 
 /// Runs `biosim bench`.
 pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
-    use crate::perf::bench::{
-        dontcache_bench, loop_bench, parse_size, DontcacheConfig, Engine, LoopBenchConfig, Workload,
-    };
+    use crate::perf::bench_common::parse_size;
+    use crate::perf::dontcache::{dontcache_bench, DontcacheConfig};
+    use crate::perf::loop_bench::{loop_bench, Engine, LoopBenchConfig, Workload};
     match cmd {
         BenchCommand::Loop(a) => {
             let cfg = LoopBenchConfig {

@@ -3,7 +3,7 @@
 use super::args::FindingsArgs;
 
 fn figure8() -> String {
-    use crate::perf::measure::{completion_latency, LatencyConfig};
+    use crate::perf::latency::{completion_latency, LatencyConfig};
     use bio_core::block::complete_in_task::Variant;
     let mut parts = Vec::new();
     for v in [Variant::V6, Variant::V7] {

@@ -475,6 +475,104 @@ fn probe_says_supported(result: io::Result<usize>, what: &str, path: &Path) -> b
     }
 }
 
+/// What `open` refuses before open(2): contradictory options, and a path that exists but is
+/// neither a regular file nor a block device.
+fn check_before_open(path: &Path, opts: &OpenOptions) -> Result<(), BackingError> {
+    if opts.read_only && opts.create_size.is_some() {
+        return Err(BackingError::InvalidOptions {
+            path: path.to_path_buf(),
+            reason: "create_size needs a writable file, but read_only was asked for",
+        });
+    }
+    // Refuse directories, fifos and sockets before open(2): opening a fifo could block.
+    // A missing (about to be created) or unreadable path is left to open(2) to report.
+    if let Ok(md) = std::fs::metadata(path) {
+        let ft = md.file_type();
+        if !ft.is_file() && !ft.is_block_device() {
+            return Err(BackingError::NotRegularOrBlock {
+                path: path.to_path_buf(),
+                kind: file_kind(ft),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// open(2) with the flags `opts` asks for; the error names them (`O_RDWR|O_CREAT|O_DIRECT`).
+fn open_file(path: &Path, opts: &OpenOptions) -> Result<File, BackingError> {
+    let mut mode = String::from(if opts.read_only { "O_RDONLY" } else { "O_RDWR" });
+    let mut oo = std::fs::OpenOptions::new();
+    oo.read(true).write(!opts.read_only);
+    if opts.create_size.is_some() {
+        oo.create(true);
+        mode.push_str("|O_CREAT");
+    }
+    let mut custom = 0;
+    if opts.direct {
+        custom |= libc::O_DIRECT;
+        mode.push_str("|O_DIRECT");
+    }
+    oo.custom_flags(custom);
+    oo.open(path).map_err(|source| BackingError::Open {
+        path: path.to_path_buf(),
+        mode,
+        source,
+    })
+}
+
+/// Whether the open file is a block device, and its size, extended to
+/// [`OpenOptions::create_size`] for a regular file (a block device must be that large already).
+/// The type is checked again on the open file: the path may have changed since the first look.
+fn size_file(file: &File, path: &Path, opts: &OpenOptions) -> Result<(bool, u64), BackingError> {
+    let md = file.metadata().map_err(|source| BackingError::Stat {
+        path: path.to_path_buf(),
+        what: "fstat",
+        source,
+    })?;
+    let ft = md.file_type();
+    let block_device = ft.is_block_device();
+    if !ft.is_file() && !block_device {
+        return Err(BackingError::NotRegularOrBlock {
+            path: path.to_path_buf(),
+            kind: file_kind(ft),
+        });
+    }
+
+    let mut size = if block_device {
+        // A block device's st_size is 0; its size is where SEEK_END lands (the
+        // BLKGETSIZE64 value, without an arch-specific ioctl number).
+        (&*file)
+            .seek(SeekFrom::End(0))
+            .map_err(|source| BackingError::Stat {
+                path: path.to_path_buf(),
+                what: "lseek(SEEK_END)",
+                source,
+            })?
+    } else {
+        md.len()
+    };
+    if let Some(want) = opts.create_size {
+        if block_device {
+            if size < want {
+                return Err(BackingError::DeviceTooSmall {
+                    path: path.to_path_buf(),
+                    size,
+                    requested: want,
+                });
+            }
+        } else if size < want {
+            file.set_len(want).map_err(|source| BackingError::Resize {
+                path: path.to_path_buf(),
+                from: size,
+                to: want,
+                source,
+            })?;
+            size = want;
+        }
+    }
+    Ok((block_device, size))
+}
+
 impl BackingFile {
     /// Opens (and with [`OpenOptions::create_size`], creates or extends) a backing file, as
     /// `loop_configure()` takes `lo_backing_file`: the path must be a regular file or a block
@@ -486,91 +584,9 @@ impl BackingFile {
     /// starts, and a read at end of file does no I/O and leaves the page cache as it was. (A
     /// zero-length `preadv2` returns 0 before the kernel looks at the flags, so it cannot probe.)
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<BackingFile, BackingError> {
-        let path_buf = path.to_path_buf();
-        if opts.read_only && opts.create_size.is_some() {
-            return Err(BackingError::InvalidOptions {
-                path: path_buf,
-                reason: "create_size needs a writable file, but read_only was asked for",
-            });
-        }
-        // Refuse directories, fifos and sockets before open(2): opening a fifo could block.
-        // A missing (about to be created) or unreadable path is left to open(2) to report.
-        if let Ok(md) = std::fs::metadata(path) {
-            let ft = md.file_type();
-            if !ft.is_file() && !ft.is_block_device() {
-                return Err(BackingError::NotRegularOrBlock {
-                    path: path_buf,
-                    kind: file_kind(ft),
-                });
-            }
-        }
-
-        let mut mode = String::from(if opts.read_only { "O_RDONLY" } else { "O_RDWR" });
-        let mut oo = std::fs::OpenOptions::new();
-        oo.read(true).write(!opts.read_only);
-        if opts.create_size.is_some() {
-            oo.create(true);
-            mode.push_str("|O_CREAT");
-        }
-        let mut custom = 0;
-        if opts.direct {
-            custom |= libc::O_DIRECT;
-            mode.push_str("|O_DIRECT");
-        }
-        oo.custom_flags(custom);
-        let file = oo.open(path).map_err(|source| BackingError::Open {
-            path: path_buf.clone(),
-            mode: mode.clone(),
-            source,
-        })?;
-
-        let md = file.metadata().map_err(|source| BackingError::Stat {
-            path: path_buf.clone(),
-            what: "fstat",
-            source,
-        })?;
-        let ft = md.file_type();
-        let block_device = ft.is_block_device();
-        if !ft.is_file() && !block_device {
-            return Err(BackingError::NotRegularOrBlock {
-                path: path_buf,
-                kind: file_kind(ft),
-            });
-        }
-
-        let mut size = if block_device {
-            // A block device's st_size is 0; its size is where SEEK_END lands (the
-            // BLKGETSIZE64 value, without an arch-specific ioctl number).
-            (&file)
-                .seek(SeekFrom::End(0))
-                .map_err(|source| BackingError::Stat {
-                    path: path_buf.clone(),
-                    what: "lseek(SEEK_END)",
-                    source,
-                })?
-        } else {
-            md.len()
-        };
-        if let Some(want) = opts.create_size {
-            if block_device {
-                if size < want {
-                    return Err(BackingError::DeviceTooSmall {
-                        path: path_buf,
-                        size,
-                        requested: want,
-                    });
-                }
-            } else if size < want {
-                file.set_len(want).map_err(|source| BackingError::Resize {
-                    path: path_buf.clone(),
-                    from: size,
-                    to: want,
-                    source,
-                })?;
-                size = want;
-            }
-        }
-
+        check_before_open(path, opts)?;
+        let file = open_file(path, opts)?;
+        let (block_device, size) = size_file(&file, path, opts)?;
         let dio_align = statx_dioalign(file.as_raw_fd());
         let logical_block_size = if opts.direct {
             dio_align.map_or(FALLBACK_DIO_ALIGNMENT, |a| a.offset_align)
@@ -580,7 +596,7 @@ impl BackingFile {
 
         let mut backing = BackingFile {
             file,
-            path: path_buf,
+            path: path.to_path_buf(),
             size,
             direct: opts.direct,
             read_only: opts.read_only,

@@ -232,6 +232,46 @@ fn wake_reaper(shared: &Shared, wake: &OwnedFd) {
     }
 }
 
+/// The ring of an engine of depth `entries` for `file`; the error says why io_uring is
+/// unavailable where the errno tells.
+fn setup_ring(file: &BackingFile, entries: u32) -> io::Result<IoUring> {
+    // One more SQE than the depth, for the eventfd poll; the CQ is twice the SQ, so at most
+    // entries + 1 outstanding requests can never overflow it.
+    IoUring::new(entries + 1).map_err(|e| {
+        let hint = match e.raw_os_error() {
+            Some(libc::ENOSYS) => " (this kernel has no io_uring)",
+            Some(libc::EPERM) => {
+                " (io_uring is disabled: see /proc/sys/kernel/io_uring_disabled, or a seccomp filter)"
+            }
+            Some(libc::ENOMEM) => " (locked-memory limit too low? see ulimit -l)",
+            _ => "",
+        };
+        io::Error::new(
+            e.kind(),
+            format!(
+                "cannot set up an io_uring of {} entries for {}: {e}{hint}",
+                entries + 1,
+                file.path().display()
+            ),
+        )
+    })
+}
+
+/// The engine's wake-up eventfd (non-blocking: a saturated counter must not block a submitter).
+fn new_eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if efd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("io_uring engine: cannot create its eventfd: {e}"),
+        ));
+    }
+    // SAFETY: `efd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(efd) })
+}
+
 impl UringEngine {
     /// Sets up a ring for `file` with a queue depth of `entries` (1 to [`MAX_ENTRIES`]: at most
     /// that many ops in the kernel at once), and starts the reaper thread, which calls
@@ -256,37 +296,8 @@ impl UringEngine {
                 ),
             ));
         }
-        // One more SQE than the depth, for the eventfd poll; the CQ is twice the SQ, so at most
-        // entries + 1 outstanding requests can never overflow it.
-        let ring = IoUring::new(entries + 1).map_err(|e| {
-            let hint = match e.raw_os_error() {
-                Some(libc::ENOSYS) => " (this kernel has no io_uring)",
-                Some(libc::EPERM) => {
-                    " (io_uring is disabled: see /proc/sys/kernel/io_uring_disabled, or a seccomp filter)"
-                }
-                Some(libc::ENOMEM) => " (locked-memory limit too low? see ulimit -l)",
-                _ => "",
-            };
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot set up an io_uring of {} entries for {}: {e}{hint}",
-                    entries + 1,
-                    file.path().display()
-                ),
-            )
-        })?;
-        // SAFETY: eventfd takes no pointers.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!("io_uring engine: cannot create its eventfd: {e}"),
-            ));
-        }
-        // SAFETY: `efd` is a fresh descriptor that nothing else owns.
-        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
+        let ring = setup_ring(&file, entries)?;
+        let wake = Arc::new(new_eventfd()?);
         let shared = Arc::new(Shared {
             in_flight: AtomicUsize::new(0),
             submitted: AtomicU64::new(0),

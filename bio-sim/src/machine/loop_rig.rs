@@ -169,7 +169,7 @@ impl LoopRig {
     pub(crate) fn new(s: RigParts<'_>, setup: LoopSetup) -> Self {
         let backing: Arc<dyn LoopBacking> = Arc::new(setup.backing.backing());
         let lo = LoopDevice::new(
-            &s.kernel,
+            s.kernel,
             0,
             backing,
             LO_FLAGS_DIRECT_IO,
@@ -224,7 +224,7 @@ impl LoopRig {
             slot.in_flight += 1;
             slot.overlapped |= slot.in_flight > 1;
         }
-        let (oracle, slots) = (Arc::clone(&s.oracle), Arc::clone(&self.slots));
+        let (oracle, slots) = (Arc::clone(s.oracle), Arc::clone(&self.slots));
         let failed = Arc::clone(&self.failed);
         let bio = bio.with_end_io(BioEndIo::new("loop_scenario_end_io", move |bio, cx| {
             if !bio.status().is_ok() {

@@ -1,3 +1,17 @@
 //! Measurements of the completion paths and benchmarks on real files.
-pub mod bench;
-pub mod measure;
+//!
+//! - [`rig`]: the threaded measurement machine the deferral and latency measurements share.
+//! - [`deferral`]: deferral throughput of the batcher against direct and channel completion.
+//! - [`latency`]: completion latency and worker wake-ups per bio of one batcher variant.
+//! - [`loop_bench`]: `biosim bench loop`: the loop model over a real `O_DIRECT` file against raw I/O.
+//! - [`dontcache`]: `biosim bench dontcache`: buffered writes with and without `RWF_DONTCACHE`.
+//! - [`bench_common`]: the real-file benches' error, size parsing and scratch-file cleanup.
+//! - [`stats`]: median, percentile, ratio and human-readable durations.
+
+pub mod bench_common;
+pub mod deferral;
+pub mod dontcache;
+pub mod latency;
+pub mod loop_bench;
+pub mod rig;
+pub mod stats;

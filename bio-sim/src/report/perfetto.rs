@@ -115,73 +115,65 @@ fn paired(name: &str) -> Option<(bool, &'static str)> {
 
 /// Converts a biosim trace to Trace Event Format JSON.
 pub fn chrome_trace_json(trace: &str, title: &str) -> String {
-    let mut ev: Vec<String> = Vec::new();
-    let mut cpus: std::collections::BTreeSet<u32> = Default::default();
-    // Open slices per CPU, to close any left open at the end (a trace cut mid-handler).
-    let mut open: std::collections::BTreeMap<u32, Vec<&'static str>> = Default::default();
-    // The step slice in progress: (cpu, begin ts, name, args).
-    let mut step: Option<(u32, usize, String, String)> = None;
-    let close_step = |ev: &mut Vec<String>,
-                      step: &mut Option<(u32, usize, String, String)>,
-                      ts: usize| {
-        if let Some((cpu, t0, name, args)) = step.take() {
-            ev.push(format!(
+    let mut tl = Timeline::default();
+    let lines: Vec<&str> = trace.lines().collect();
+    for (ts, line) in lines.iter().enumerate() {
+        tl.line(ts, parse(line));
+    }
+    tl.finish(lines.len(), title)
+}
+
+/// The timeline being built; an event's `ts` is the index of its trace line.
+#[derive(Default)]
+struct Timeline {
+    ev: Vec<String>,
+    cpus: std::collections::BTreeSet<u32>,
+    /// Open slices per CPU, to close any left open at the end (a trace cut mid-handler).
+    open: std::collections::BTreeMap<u32, Vec<&'static str>>,
+    /// The step slice in progress: (cpu, begin ts, name, args).
+    step: Option<(u32, usize, String, String)>,
+}
+
+impl Timeline {
+    /// Ends the step slice in progress, if any, at `ts`.
+    fn close_step(&mut self, ts: usize) {
+        if let Some((cpu, t0, name, args)) = self.step.take() {
+            self.ev.push(format!(
                 r#"{{"name":"{}","cat":"step","ph":"X","ts":{t0},"dur":{},"pid":1,"tid":{cpu},"args":{{"step":"{}"}}}}"#,
                 esc(&name),
                 ts.saturating_sub(t0).max(1),
                 esc(&args)
             ));
         }
-    };
-    let lines: Vec<&str> = trace.lines().collect();
-    for (ts, line) in lines.iter().enumerate() {
-        match parse(line) {
+    }
+
+    /// The events of the trace line at `ts`.
+    fn line(&mut self, ts: usize, line: Line<'_>) {
+        match line {
             Line::Transition(t) => {
-                close_step(&mut ev, &mut step, ts);
-                ev.push(format!(
+                self.close_step(ts);
+                self.ev.push(format!(
                     r#"{{"name":"{}","cat":"transition","ph":"i","s":"g","ts":{ts},"pid":1,"tid":0}}"#,
                     esc(t)
                 ));
             }
             Line::Step { n, jiffies, desc } => {
-                close_step(&mut ev, &mut step, ts);
+                self.close_step(ts);
                 let cpu = cpu_in(desc).unwrap_or(0);
-                cpus.insert(cpu);
+                self.cpus.insert(cpu);
                 // The step's kind is its first word: worker, rescuer, irq, softirq, timers,
                 // tick, hotplug.
                 let name = desc.split_whitespace().next().unwrap_or("step").to_owned();
-                step = Some((cpu, ts, name, format!("#{n} j={jiffies} {desc}")));
+                self.step = Some((cpu, ts, name, format!("#{n} j={jiffies} {desc}")));
             }
             Line::Tracepoint { cpu, name, args } => {
                 let cpu = cpu.unwrap_or(0);
-                cpus.insert(cpu);
-                match paired(name) {
-                    Some((true, slice)) => {
-                        open.entry(cpu).or_default().push(slice);
-                        ev.push(format!(
-                            r#"{{"name":"{slice}: {}","cat":"{slice}","ph":"B","ts":{ts},"pid":1,"tid":{cpu}}}"#,
-                            esc(args)
-                        ));
-                    }
-                    Some((false, slice)) => {
-                        let stack = open.entry(cpu).or_default();
-                        if stack.last() == Some(&slice) {
-                            stack.pop();
-                            ev.push(format!(
-                                r#"{{"ph":"E","ts":{ts},"pid":1,"tid":{cpu}}}"#
-                            ));
-                        }
-                    }
-                    None => ev.push(format!(
-                        r#"{{"name":"{}","cat":"tracepoint","ph":"i","s":"t","ts":{ts},"pid":1,"tid":{cpu},"args":{{"args":"{}"}}}}"#,
-                        esc(name),
-                        esc(args)
-                    )),
-                }
+                self.cpus.insert(cpu);
+                self.tracepoint(ts, cpu, name, args);
             }
             Line::OnCpu { cpu, what } => {
-                cpus.insert(cpu);
-                ev.push(format!(
+                self.cpus.insert(cpu);
+                self.ev.push(format!(
                     r#"{{"name":"{}","cat":"scenario","ph":"i","s":"t","ts":{ts},"pid":1,"tid":{cpu}}}"#,
                     esc(what)
                 ));
@@ -189,26 +181,58 @@ pub fn chrome_trace_json(trace: &str, title: &str) -> String {
             Line::Other => {}
         }
     }
-    let end = lines.len();
-    close_step(&mut ev, &mut step, end);
-    for (cpu, stack) in open {
-        for _ in stack {
-            ev.push(format!(r#"{{"ph":"E","ts":{end},"pid":1,"tid":{cpu}}}"#));
+
+    /// A tracepoint: the begin or end of a paired slice, or an instant.
+    fn tracepoint(&mut self, ts: usize, cpu: u32, name: &str, args: &str) {
+        match paired(name) {
+            Some((true, slice)) => {
+                self.open.entry(cpu).or_default().push(slice);
+                self.ev.push(format!(
+                    r#"{{"name":"{slice}: {}","cat":"{slice}","ph":"B","ts":{ts},"pid":1,"tid":{cpu}}}"#,
+                    esc(args)
+                ));
+            }
+            Some((false, slice)) => {
+                let stack = self.open.entry(cpu).or_default();
+                if stack.last() == Some(&slice) {
+                    stack.pop();
+                    self.ev.push(format!(
+                        r#"{{"ph":"E","ts":{ts},"pid":1,"tid":{cpu}}}"#
+                    ));
+                }
+            }
+            None => self.ev.push(format!(
+                r#"{{"name":"{}","cat":"tracepoint","ph":"i","s":"t","ts":{ts},"pid":1,"tid":{cpu},"args":{{"args":"{}"}}}}"#,
+                esc(name),
+                esc(args)
+            )),
         }
     }
-    ev.push(format!(
-        r#"{{"name":"process_name","ph":"M","pid":1,"args":{{"name":"{}"}}}}"#,
-        esc(title)
-    ));
-    for cpu in cpus {
-        ev.push(format!(
-            r#"{{"name":"thread_name","ph":"M","pid":1,"tid":{cpu},"args":{{"name":"CPU{cpu}"}}}}"#
+
+    /// Closes what is still open at `end`, names the process and the CPU tracks, and joins the
+    /// events into the JSON document.
+    fn finish(mut self, end: usize, title: &str) -> String {
+        self.close_step(end);
+        for (cpu, stack) in std::mem::take(&mut self.open) {
+            for _ in stack {
+                self.ev
+                    .push(format!(r#"{{"ph":"E","ts":{end},"pid":1,"tid":{cpu}}}"#));
+            }
+        }
+        self.ev.push(format!(
+            r#"{{"name":"process_name","ph":"M","pid":1,"args":{{"name":"{}"}}}}"#,
+            esc(title)
         ));
+        for cpu in std::mem::take(&mut self.cpus) {
+            self.ev.push(format!(
+                r#"{{"name":"thread_name","ph":"M","pid":1,"tid":{cpu},"args":{{"name":"CPU{cpu}"}}}}"#
+            ));
+        }
+        format!(
+            "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n{}\n]}}\n",
+            self.ev.join(",\n")
+        )
     }
-    format!(
-        "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n{}\n]}}\n",
-        ev.join(",\n")
-    )
 }
 
 /// Writes `trace` as Trace Event Format JSON to `path`.

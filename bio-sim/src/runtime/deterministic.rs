@@ -16,7 +16,7 @@ use super::event::Event;
 use super::rng::SplitMix64;
 use crate::report::capture::{self, Lines};
 use bio_core::kernel::{CpuId, Runtime};
-use bio_core::workqueue::WorkExecution;
+use bio_core::workqueue::{PoolId, WorkExecution};
 use bio_core::{Cpu, Kernel};
 use hotplug::{Errno, HotplugError, StepOutcome};
 use std::cell::{Cell, RefCell};
@@ -481,12 +481,6 @@ impl Inner {
 
     fn exec(&self, event: Event) -> Result<StepRecord, StepError> {
         let k = &self.kernel;
-        let online = |c: CpuId| k.cpu_online(c);
-        let cx = |c: CpuId| {
-            self.cpus
-                .get(c.index())
-                .ok_or_else(|| Self::not_enabled(event, format!("{c} does not exist")))
-        };
         let step = self.steps.get() + 1;
         let record = self.config.record_steps;
         let header_at = self.trace.borrow().len();
@@ -498,103 +492,7 @@ impl Inner {
             Event::Worker { on, .. } | Event::Rescuer { on, .. } => Some(on),
             Event::Tick | Event::Hotplug(_) => None,
         });
-        let outcome: Result<Outcome, StepError> = self.captured(|| match event {
-            Event::Irq(c) => {
-                let cpu = cx(c)?;
-                if !online(c) {
-                    return Err(Self::not_enabled(event, format!("{c} is offline")));
-                }
-                if k.deliver_irq(cpu) {
-                    Ok(Outcome::Irq)
-                } else {
-                    Err(Self::not_enabled(event, format!("no IRQ pending on {c}")))
-                }
-            }
-            Event::Softirq(c) => {
-                let cpu = cx(c)?;
-                match k.run_softirqs(cpu) {
-                    0 => Err(Self::not_enabled(
-                        event,
-                        format!("no softirq pending on {c}"),
-                    )),
-                    n => Ok(Outcome::Softirqs(n)),
-                }
-            }
-            Event::Timers(c) => {
-                let cpu = cx(c)?;
-                if !online(c) {
-                    return Err(Self::not_enabled(event, format!("{c} is offline")));
-                }
-                match k.run_timers(cpu) {
-                    0 => Err(Self::not_enabled(event, format!("no timer due on {c}"))),
-                    n => Ok(Outcome::Timers(n)),
-                }
-            }
-            Event::Worker { pool, on } | Event::Rescuer { pool, on } => {
-                let rescuer = matches!(event, Event::Rescuer { .. });
-                let cpu = cx(on)?;
-                if !online(on) {
-                    return Err(Self::not_enabled(event, format!("{on} is offline")));
-                }
-                let Some(info) = k.pool(pool) else {
-                    return Err(Self::not_enabled(event, format!("{pool:?}: no such pool")));
-                };
-                let bound = if rescuer {
-                    info.rescuer_cpu()
-                } else {
-                    info.bound_cpu()
-                };
-                if let Some(b) = bound {
-                    if b != on {
-                        return Err(Self::not_enabled(
-                            event,
-                            format!("{} is bound to {b}", super::pool_name(pool)),
-                        ));
-                    }
-                }
-                let ran = if rescuer {
-                    k.run_rescuer(pool, cpu)
-                } else {
-                    k.run_worker(pool, cpu)
-                };
-                ran.map(Outcome::Work).ok_or_else(|| {
-                    Self::not_enabled(
-                        event,
-                        format!("nothing runnable in {}", super::pool_name(pool)),
-                    )
-                })
-            }
-            Event::Tick => Ok(Outcome::Tick(k.advance_jiffies(1))),
-            Event::Hotplug(c) => {
-                // cpuhp_enter is traced when the step begins: mark the CPU that will run it first.
-                let peek = k.hotplug().next_invocation(c).map(|inv| match inv.runs_on {
-                    hotplug::RunsOn::Target { .. } => inv.cpu,
-                    hotplug::RunsOn::Control { cpu } => cpu,
-                });
-                let _pre = self.executing_on(peek);
-                let hstep = k
-                    .hotplug_begin_step(c)
-                    .map_err(|source| StepError::Hotplug { cpu: c, source })?;
-                let on = hstep.run_on();
-                let _on = self.executing_on(Some(on));
-                let invocation = hstep.invocation().to_string();
-                let injected = hstep.injected_fail();
-                let result = k.hotplug_run_step(&hstep, cx(on)?);
-                let out = k
-                    .hotplug_finish_step(hstep, result)
-                    .map_err(|source| StepError::Hotplug { cpu: c, source })?;
-                let finished = match out {
-                    StepOutcome::Ran { finished, .. } => finished,
-                    StepOutcome::Done => None,
-                };
-                Ok(Outcome::Hotplug {
-                    invocation,
-                    result,
-                    injected,
-                    finished,
-                })
-            }
-        });
+        let outcome: Result<Outcome, StepError> = self.captured(|| self.run_event(event));
         match outcome {
             Ok(outcome) => {
                 self.steps.set(step);
@@ -616,5 +514,125 @@ impl Inner {
                 Err(e)
             }
         }
+    }
+
+    /// CPU `c`'s context, or why `event` cannot run there.
+    fn cx(&self, event: Event, c: CpuId) -> Result<&Cpu, StepError> {
+        self.cpus
+            .get(c.index())
+            .ok_or_else(|| Self::not_enabled(event, format!("{c} does not exist")))
+    }
+
+    /// Runs `event` on the kernel, or says why it is not enabled.
+    fn run_event(&self, event: Event) -> Result<Outcome, StepError> {
+        let k = &self.kernel;
+        let online = |c: CpuId| k.cpu_online(c);
+        match event {
+            Event::Irq(c) => {
+                let cpu = self.cx(event, c)?;
+                if !online(c) {
+                    return Err(Self::not_enabled(event, format!("{c} is offline")));
+                }
+                if k.deliver_irq(cpu) {
+                    Ok(Outcome::Irq)
+                } else {
+                    Err(Self::not_enabled(event, format!("no IRQ pending on {c}")))
+                }
+            }
+            Event::Softirq(c) => {
+                let cpu = self.cx(event, c)?;
+                match k.run_softirqs(cpu) {
+                    0 => Err(Self::not_enabled(
+                        event,
+                        format!("no softirq pending on {c}"),
+                    )),
+                    n => Ok(Outcome::Softirqs(n)),
+                }
+            }
+            Event::Timers(c) => {
+                let cpu = self.cx(event, c)?;
+                if !online(c) {
+                    return Err(Self::not_enabled(event, format!("{c} is offline")));
+                }
+                match k.run_timers(cpu) {
+                    0 => Err(Self::not_enabled(event, format!("no timer due on {c}"))),
+                    n => Ok(Outcome::Timers(n)),
+                }
+            }
+            Event::Worker { pool, on } | Event::Rescuer { pool, on } => {
+                self.run_work(event, pool, on)
+            }
+            Event::Tick => Ok(Outcome::Tick(k.advance_jiffies(1))),
+            Event::Hotplug(c) => self.run_hotplug_step(event, c),
+        }
+    }
+
+    /// One item of `pool` on `on` by its worker (or rescuer, for [`Event::Rescuer`]).
+    fn run_work(&self, event: Event, pool: PoolId, on: CpuId) -> Result<Outcome, StepError> {
+        let k = &self.kernel;
+        let rescuer = matches!(event, Event::Rescuer { .. });
+        let cpu = self.cx(event, on)?;
+        if !k.cpu_online(on) {
+            return Err(Self::not_enabled(event, format!("{on} is offline")));
+        }
+        let Some(info) = k.pool(pool) else {
+            return Err(Self::not_enabled(event, format!("{pool:?}: no such pool")));
+        };
+        let bound = if rescuer {
+            info.rescuer_cpu()
+        } else {
+            info.bound_cpu()
+        };
+        if let Some(b) = bound {
+            if b != on {
+                return Err(Self::not_enabled(
+                    event,
+                    format!("{} is bound to {b}", super::pool_name(pool)),
+                ));
+            }
+        }
+        let ran = if rescuer {
+            k.run_rescuer(pool, cpu)
+        } else {
+            k.run_worker(pool, cpu)
+        };
+        ran.map(Outcome::Work).ok_or_else(|| {
+            Self::not_enabled(
+                event,
+                format!("nothing runnable in {}", super::pool_name(pool)),
+            )
+        })
+    }
+
+    /// The next step of `c`'s hotplug operation, begun, run and finished on the CPU it names.
+    fn run_hotplug_step(&self, event: Event, c: CpuId) -> Result<Outcome, StepError> {
+        let k = &self.kernel;
+        // cpuhp_enter is traced when the step begins: mark the CPU that will run it first.
+        let peek = k.hotplug().next_invocation(c).map(|inv| match inv.runs_on {
+            hotplug::RunsOn::Target { .. } => inv.cpu,
+            hotplug::RunsOn::Control { cpu } => cpu,
+        });
+        let _pre = self.executing_on(peek);
+        let hstep = k
+            .hotplug_begin_step(c)
+            .map_err(|source| StepError::Hotplug { cpu: c, source })?;
+        let on = hstep.run_on();
+        let _on = self.executing_on(Some(on));
+        let invocation = hstep.invocation().to_string();
+        let injected = hstep.injected_fail();
+        let result = k.hotplug_run_step(&hstep, self.cx(event, on)?);
+        let out = k
+            .hotplug_finish_step(hstep, result)
+            .map_err(|source| StepError::Hotplug { cpu: c, source })?;
+        let finished = match out {
+            StepOutcome::Ran { finished, .. } => finished,
+            StepOutcome::Done => None,
+        };
+        Ok(Outcome::Hotplug {
+            invocation,
+            result,
+            injected,
+            finished,
+        })
     }
 }

@@ -1,65 +1,33 @@
-//! `biosim bench`: the storage engineer's measurements on real files, each reported as medians of
+//! `biosim bench loop`: the loop driver model (`drivers/block/loop.c` with the NOWAIT series) on
+//! the threaded runtime over a real `O_DIRECT` file, for each posted version, against raw
+//! `pread`/`pwrite` of the same offsets from the same number of threads; reported as medians of
 //! interleaved rounds and as ratios measured side by side in one run (never timed tests).
+//! Workloads: random writes into a sparse file (the patch 6/6 case), random overwrites, random
+//! reads.
 //!
-//! - `loop`: the loop driver model (`drivers/block/loop.c` with the NOWAIT series) on the threaded
-//!   runtime over a real `O_DIRECT` file, for each posted version, against raw `pread`/`pwrite`
-//!   of the same offsets from the same number of threads. Workloads: random writes into a sparse
-//!   file (the patch 6/6 case), random overwrites, random reads.
-//! - `dontcache`: buffered writes with and without `RWF_DONTCACHE` (kernel-semantics.md §6.3) on
-//!   this machine's filesystem: throughput and what `cachestat(2)` says is left in the page cache
-//!   after `fdatasync()`.
-//!
-//! The loop figures measure biosim's model: its NOWAIT attempt and its worker path are
-//! synchronous `preadv2`/`pwritev2` calls on simulated CPU threads, where the kernel's direct I/O
-//! would return `-EIOCBQUEUED` and complete from the disk's interrupt. What carries over is the
-//! cost the filesystem charges for a refused `RWF_NOWAIT` attempt and the serialisation of a single
-//! loop worker; docs/performance.md says how to read them.
+//! The figures measure biosim's model: its NOWAIT attempt and its worker path are synchronous
+//! `preadv2`/`pwritev2` calls on simulated CPU threads, where the kernel's direct I/O would return
+//! `-EIOCBQUEUED` and complete from the disk's interrupt. What carries over is the cost the
+//! filesystem charges for a refused `RWF_NOWAIT` attempt and the serialisation of a single loop
+//! worker; docs/performance.md says how to read them.
 
-use crate::dev::backing::{BackingError, BackingFile, OpenOptions, RwFlags};
+use super::bench_common::{io_err, BenchError, RemoveOnDrop};
+use super::stats::median;
+use crate::dev::backing::{BackingFile, OpenOptions, RwFlags};
 use crate::dev::loop_file::{FileBacking, UringBacking};
 use crate::dev::uring::{UringEngine, UringOp};
-use crate::runtime::threaded::{ThreadedConfig, ThreadedError, ThreadedRuntime};
+use crate::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
 use bio_core::block::{submit_bio_noacct, BioEndIo, ReqOp, BLK_STS_OK};
 use bio_core::drivers::block::loop_drv::{
     LoopBacking, LoopDevice, LoopStats, LoopVariant, LO_FLAGS_DIRECT_IO,
 };
 use bio_core::kernel::CpuId;
-use bio_core::{Kernel, KernelConfig};
+use bio_core::{Cpu, Kernel, KernelConfig};
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What can stop a benchmark.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// The backing file could not be opened or prepared.
-    #[error(transparent)]
-    Backing(#[from] BackingError),
-    /// I/O on the backing file failed outside the model.
-    #[error("{what} on {path}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The simulated machine failed.
-    #[error("the simulated machine: {0}")]
-    Machine(String),
-    /// A bad parameter.
-    #[error("{0}")]
-    Param(String),
-}
-
-impl From<ThreadedError> for BenchError {
-    fn from(e: ThreadedError) -> Self {
-        BenchError::Machine(e.to_string())
-    }
-}
 
 /// A loop workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,10 +163,6 @@ impl DesignResult {
     }
 }
 
-fn median(v: &[f64]) -> f64 {
-    crate::perf::measure::median_f64(v.to_vec())
-}
-
 /// The loop benchmark's report.
 #[derive(Debug, Clone)]
 pub struct LoopBenchReport {
@@ -276,12 +240,6 @@ fn offsets(cpu: u32, n: usize, blocks: u64) -> Vec<u64> {
         .map(|k| perm[(start + k) % perm.len()] * BS as u64)
         .collect()
 }
-
-fn io_err(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> BenchError {
-    let (what, path) = (what.to_owned(), path.to_owned());
-    move |source| BenchError::Io { what, path, source }
-}
-
 /// Writes every block once (so overwrites and reads find allocated, written blocks).
 fn fill(file: &BackingFile) -> Result<(), BenchError> {
     let buf = crate::dev::aligned::AlignedBuf::from_slice(&vec![0x5a; 1 << 20]);
@@ -395,30 +353,7 @@ fn run_loop(
     w: Workload,
     cfg: &LoopBenchConfig,
 ) -> Result<(f64, LoopStats), BenchError> {
-    let kernel = Kernel::boot(KernelConfig::default(), cfg.cpus, cfg.cpus)
-        .map_err(|e| BenchError::Machine(e.to_string()))?;
-    let uring = match cfg.engine {
-        Engine::Sync => None,
-        Engine::Uring => Some(Arc::new(
-            UringBacking::new(Arc::clone(file), LOOP_QUEUE_DEPTH as u32)
-                .map_err(io_err("starting io_uring", file.path()))?,
-        )),
-    };
-    let backing: Arc<dyn LoopBacking> = match &uring {
-        Some(u) => Arc::clone(u) as Arc<dyn LoopBacking>,
-        None => Arc::new(FileBacking::new(Arc::clone(file))),
-    };
-    let lo = LoopDevice::new(&kernel, 0, backing, LO_FLAGS_DIRECT_IO, 0, variant);
-    if let Some(u) = &uring {
-        u.attach(&lo, &kernel).map_err(BenchError::Machine)?;
-    }
-    let rt = ThreadedRuntime::start(
-        Arc::clone(&kernel),
-        ThreadedConfig {
-            wait_timeout: Duration::from_secs(120),
-            ..ThreadedConfig::default()
-        },
-    )?;
+    let (kernel, lo, rt) = boot_loop(file, variant, cfg)?;
     let blocks = file.size() / BS as u64;
     let errors = Arc::new(AtomicUsize::new(0));
     let t0 = Instant::now();
@@ -428,33 +363,7 @@ fn run_loop(
         let offs = offsets(cpu, cfg.ios_per_cpu, blocks);
         let window = (LOOP_QUEUE_DEPTH / u64::from(cfg.cpus)).max(1);
         handles.push(rt.post_on(CpuId(cpu), move |cx| {
-            let done = Arc::new(AtomicU64::new(0));
-            let n = offs.len() as u64;
-            for (i, off) in offs.into_iter().enumerate() {
-                // At most `window` of this CPU's I/Os in flight (the tag set's depth, shared).
-                let d = Arc::clone(&done);
-                if !cx.wait_until("bench: a free tag", &|| {
-                    (i as u64) < d.load(Ordering::Acquire) + window
-                }) {
-                    return false;
-                }
-                let (d, e) = (Arc::clone(&done), Arc::clone(&errors));
-                let op = if w.write() { ReqOp::Write } else { ReqOp::Read };
-                let bio = cx
-                    .kernel()
-                    .bio_alloc(op, off >> 9)
-                    .with_data(vec![0xa5; BS])
-                    .with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
-                        if bio.status() != BLK_STS_OK {
-                            e.fetch_add(1, Ordering::Relaxed);
-                        }
-                        d.fetch_add(1, Ordering::Release);
-                    }));
-                submit_bio_noacct(bio, &*lo, cx);
-            }
-            cx.wait_until("bench: all I/Os completed", &|| {
-                done.load(Ordering::Acquire) >= n
-            })
+            submit_and_wait(cx, &lo, offs, window, w, &errors)
         })?);
     }
     for h in handles {
@@ -489,6 +398,80 @@ fn run_loop(
         (cfg.cpus as usize * cfg.ios_per_cpu) as f64 / elapsed.as_secs_f64(),
         stats,
     ))
+}
+
+/// A booted kernel with a loop device of `variant` over `file` (through the configured engine)
+/// and the threaded runtime running it.
+fn boot_loop(
+    file: &Arc<BackingFile>,
+    variant: LoopVariant,
+    cfg: &LoopBenchConfig,
+) -> Result<(Arc<Kernel>, Arc<LoopDevice>, ThreadedRuntime), BenchError> {
+    let kernel = Kernel::boot(KernelConfig::default(), cfg.cpus, cfg.cpus)
+        .map_err(|e| BenchError::Machine(e.to_string()))?;
+    let uring = match cfg.engine {
+        Engine::Sync => None,
+        Engine::Uring => Some(Arc::new(
+            UringBacking::new(Arc::clone(file), LOOP_QUEUE_DEPTH as u32)
+                .map_err(io_err("starting io_uring", file.path()))?,
+        )),
+    };
+    let backing: Arc<dyn LoopBacking> = match &uring {
+        Some(u) => Arc::clone(u) as Arc<dyn LoopBacking>,
+        None => Arc::new(FileBacking::new(Arc::clone(file))),
+    };
+    let lo = LoopDevice::new(&kernel, 0, backing, LO_FLAGS_DIRECT_IO, 0, variant);
+    if let Some(u) = &uring {
+        u.attach(&lo, &kernel).map_err(BenchError::Machine)?;
+    }
+    let rt = ThreadedRuntime::start(
+        Arc::clone(&kernel),
+        ThreadedConfig {
+            wait_timeout: Duration::from_secs(120),
+            ..ThreadedConfig::default()
+        },
+    )?;
+    Ok((kernel, lo, rt))
+}
+
+/// One CPU's share, in task context on that CPU: submits a bio per offset with at most `window`
+/// in flight (the tag set's depth, shared), then waits for all of them; `false` if a wait gave
+/// up. Failed bios are counted in `errors`.
+fn submit_and_wait(
+    cx: &Cpu,
+    lo: &Arc<LoopDevice>,
+    offs: Vec<u64>,
+    window: u64,
+    w: Workload,
+    errors: &Arc<AtomicUsize>,
+) -> bool {
+    let done = Arc::new(AtomicU64::new(0));
+    let n = offs.len() as u64;
+    for (i, off) in offs.into_iter().enumerate() {
+        // At most `window` of this CPU's I/Os in flight (the tag set's depth, shared).
+        let d = Arc::clone(&done);
+        if !cx.wait_until("bench: a free tag", &|| {
+            (i as u64) < d.load(Ordering::Acquire) + window
+        }) {
+            return false;
+        }
+        let (d, e) = (Arc::clone(&done), Arc::clone(errors));
+        let op = if w.write() { ReqOp::Write } else { ReqOp::Read };
+        let bio = cx
+            .kernel()
+            .bio_alloc(op, off >> 9)
+            .with_data(vec![0xa5; BS])
+            .with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
+                if bio.status() != BLK_STS_OK {
+                    e.fetch_add(1, Ordering::Relaxed);
+                }
+                d.fetch_add(1, Ordering::Release);
+            }));
+        submit_bio_noacct(bio, &**lo, cx);
+    }
+    cx.wait_until("bench: all I/Os completed", &|| {
+        done.load(Ordering::Acquire) >= n
+    })
 }
 
 /// `LOOP_DEFAULT_HW_Q_DEPTH`: the loop tag set's depth, shared by the submitting CPUs.
@@ -573,246 +556,9 @@ pub fn loop_bench(cfg: &LoopBenchConfig) -> Result<LoopBenchReport, BenchError> 
     })
 }
 
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// The DONTCACHE benchmark's parameters.
-#[derive(Debug, Clone)]
-pub struct DontcacheConfig {
-    /// Where to create the file.
-    pub dir: PathBuf,
-    /// Bytes written per run.
-    pub size: u64,
-    /// Rounds (each writes plain and DONTCACHE once, interleaved).
-    pub rounds: usize,
-}
-
-impl Default for DontcacheConfig {
-    fn default() -> Self {
-        DontcacheConfig {
-            dir: std::env::temp_dir(),
-            size: 256 << 20,
-            rounds: 3,
-        }
-    }
-}
-
-/// One row's results.
-#[derive(Debug, Clone)]
-pub struct DontcacheResult {
-    /// `buffered` or `dontcache`.
-    pub mode: &'static str,
-    /// Whether the blocks were holes before the write (allocating writes) or written before
-    /// (overwrites).
-    pub fresh: bool,
-    /// MB/s (write + fdatasync) per round.
-    pub mbps: Vec<f64>,
-    /// Pages of the file still cached after fdatasync, per round.
-    pub cached_pages: Vec<u64>,
-    /// Pages cached just before the timed write (after dropping the cache): should be 0, so the
-    /// figure after it is the write's own doing.
-    pub cached_before: Vec<u64>,
-}
-
-/// The DONTCACHE benchmark's report.
-#[derive(Debug, Clone)]
-pub struct DontcacheReport {
-    /// The configuration.
-    pub config: DontcacheConfig,
-    /// Whether `RWF_DONTCACHE` is supported here (else only the buffered rows).
-    pub supported: bool,
-    /// The rows.
-    pub results: Vec<DontcacheResult>,
-}
-
-impl DontcacheReport {
-    /// The median of cached pages of a row.
-    pub fn cached(&self, mode: &str, fresh: bool) -> Option<f64> {
-        self.results
-            .iter()
-            .find(|r| r.mode == mode && r.fresh == fresh)
-            .map(|r| median(&r.cached_pages.iter().map(|&p| p as f64).collect::<Vec<_>>()))
-    }
-}
-
-impl fmt::Display for DontcacheReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = &self.config;
-        writeln!(
-            f,
-            "buffered writes of {} MiB in 1 MiB pwritev2() calls + fdatasync() in {}, {} rounds, medians (RWF_DONTCACHE supported: {})",
-            c.size >> 20,
-            c.dir.display(),
-            c.rounds,
-            self.supported
-        )?;
-        writeln!(
-            f,
-            "  {:<10} {:<10} {:>9} {:>9} {:>14} {:>7} {:>8}",
-            "mode", "blocks", "MB/s", "vs buf", "cached pages", "of", "before"
-        )?;
-        for r in &self.results {
-            let base = self
-                .results
-                .iter()
-                .find(|b| b.mode == "buffered" && b.fresh == r.fresh)
-                .map_or(0.0, |b| median(&b.mbps));
-            let cached = median(&r.cached_pages.iter().map(|&p| p as f64).collect::<Vec<_>>());
-            let before = r.cached_before.iter().max().copied().unwrap_or(0);
-            writeln!(
-                f,
-                "  {:<10} {:<10} {:>9.0} {:>9.2} {:>14.0} {:>7} {:>8}",
-                r.mode,
-                if r.fresh { "holes" } else { "overwrite" },
-                median(&r.mbps),
-                if base > 0.0 {
-                    median(&r.mbps) / base
-                } else {
-                    0.0
-                },
-                cached,
-                c.size.div_ceil(4096),
-                before
-            )?;
-        }
-        Ok(())
-    }
-}
-
-/// Runs the DONTCACHE benchmark: for blocks that are holes (allocating writes) and for blocks
-/// written before (overwrites), a buffered and a `RWF_DONTCACHE` write of the whole size, each
-/// followed by `fdatasync()` and `cachestat()`, starting from a dropped cache; rounds interleave.
-pub fn dontcache_bench(cfg: &DontcacheConfig) -> Result<DontcacheReport, BenchError> {
-    if cfg.rounds == 0 || cfg.size < (1 << 20) {
-        return Err(BenchError::Param(
-            "rounds must be at least 1 and the size at least 1 MiB".into(),
-        ));
-    }
-    if !cfg.dir.is_dir() {
-        return Err(BenchError::Param(format!(
-            "--dir {}: not a directory",
-            cfg.dir.display()
-        )));
-    }
-    let path = cfg
-        .dir
-        .join(format!("biosim-dontcache-bench-{}.dat", std::process::id()));
-    let _cleanup = RemoveOnDrop(path.clone());
-    let file = BackingFile::open(
-        &path,
-        &OpenOptions {
-            direct: false,
-            read_only: false,
-            create_size: Some(cfg.size),
-        },
-    )?;
-    let supported = file.supports_dontcache();
-    let mut rows: Vec<(DontcacheResult, RwFlags)> = Vec::new();
-    for fresh in [false, true] {
-        rows.push((
-            DontcacheResult {
-                mode: "buffered",
-                fresh,
-                mbps: Vec::new(),
-                cached_pages: Vec::new(),
-                cached_before: Vec::new(),
-            },
-            RwFlags::empty(),
-        ));
-        if supported {
-            rows.push((
-                DontcacheResult {
-                    mode: "dontcache",
-                    fresh,
-                    mbps: Vec::new(),
-                    cached_pages: Vec::new(),
-                    cached_before: Vec::new(),
-                },
-                RwFlags::DONTCACHE,
-            ));
-        }
-    }
-    let chunk = vec![0x3c_u8; 1 << 20];
-    let write_all = |flags: RwFlags| -> Result<(), BenchError> {
-        let mut off = 0;
-        while off < cfg.size {
-            let n = (cfg.size - off).min(chunk.len() as u64) as usize;
-            file.write_all_at(&chunk[..n], off, flags)
-                .map_err(io_err("writing", &path))?;
-            off += n as u64;
-        }
-        Ok(())
-    };
-    for _ in 0..cfg.rounds {
-        for (r, flags) in rows.iter_mut() {
-            if r.fresh {
-                file.punch_hole(0, cfg.size)
-                    .map_err(io_err("punching holes", &path))?;
-            } else {
-                write_all(RwFlags::empty())?; // the blocks exist and hold data
-            }
-            file.drop_cache()
-                .map_err(io_err("dropping the cache", &path))?;
-            let t0 = Instant::now();
-            write_all(*flags)?;
-            file.sync_data().map_err(io_err("fdatasync", &path))?;
-            let secs = t0.elapsed().as_secs_f64();
-            r.mbps.push(cfg.size as f64 / 1e6 / secs);
-            let st = file
-                .cachestat(0, cfg.size)
-                .map_err(io_err("cachestat", &path))?;
-            r.cached_pages.push(st.nr_cache);
-        }
-    }
-    Ok(DontcacheReport {
-        config: cfg.clone(),
-        supported,
-        results: rows.into_iter().map(|(r, _)| r).collect(),
-    })
-}
-
-/// Parses a size such as `64M`, `1G`, `4096`, `512K`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m: u64 = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                _ => return Err(format!("size `{s}`: unknown suffix `{c}` (use K, M or G)")),
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("size `{s}`: expected a number with an optional K, M or G suffix"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size `{s}`: too large"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_or_say_what_is_wrong() {
-        assert_eq!(parse_size("64M"), Ok(64 << 20));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("1g"), Ok(1 << 30));
-        assert!(parse_size("12X").unwrap_err().contains("unknown suffix"));
-        assert!(parse_size("M").unwrap_err().contains("expected a number"));
-        assert!(parse_size("99999999999G")
-            .unwrap_err()
-            .contains("too large"));
-    }
 
     #[test]
     fn offsets_are_a_permutation_split_between_cpus() {
@@ -823,11 +569,5 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), 256, "every block once");
         assert_eq!(a, offsets(0, 128, 256), "reproducible");
-    }
-
-    #[test]
-    fn medians_of_odd_and_even_counts() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 }

@@ -1,0 +1,208 @@
+//! One simulated CPU's thread: its event loop (mailbox, hard IRQs, softirqs, timers, workers),
+//! the IRQ windows and waits of the code it runs ([`Hook`]), and its idle sleep.
+
+use super::shared::{Msg, Shared};
+use super::stats::bump;
+use bio_core::kernel::{CpuId, Runtime};
+use bio_core::workqueue::PoolId;
+use bio_core::Cpu;
+use crossbeam_channel::Receiver;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How deep [`Runtime::wait_until`] may nest (a waiting task running an event that waits in turn)
+/// before a wait only sleeps instead of running further events.
+const MAX_NESTED_WAITS: u32 = 8;
+
+/// Runs one event on `cx`'s CPU, if there is one: a mailbox message (when `rx` is given), then
+/// (online only) one IRQ, the softirq backlog, due timers, one item of the CPU's own pool, of the
+/// unbound pool, or of another CPU's disassociated pool. Returns whether something ran.
+///
+/// The caller holds `cx`'s execution lock (the main loop takes it; nested calls from
+/// [`Runtime::wait_until`] run inside an event that holds it).
+pub(super) fn run_one(sh: &Shared, cx: &Cpu, rx: Option<&Receiver<Msg>>) -> bool {
+    let k = &*sh.kernel;
+    let me = cx.id();
+    let c = &sh.counters[me.index()];
+    let online = k.cpu_online(me);
+    if let Some(msg) = rx.and_then(|rx| rx.try_recv().ok()) {
+        match msg {
+            Msg::Hotplug(f) => {
+                f(Some(cx));
+                bump(&c.hotplug_steps, 1);
+            }
+            Msg::Task(f) if online => {
+                f(Some(cx));
+                bump(&c.tasks, 1);
+            }
+            Msg::Task(f) => {
+                f(None);
+                bump(&c.refused, 1);
+            }
+        }
+        return true;
+    }
+    if !online {
+        return false;
+    }
+    if k.deliver_irq(cx) {
+        bump(&c.irqs, 1);
+        return true;
+    }
+    let n = k.run_softirqs(cx);
+    if n > 0 {
+        bump(&c.softirq_items, n as u64);
+        return true;
+    }
+    let n = k.run_timers(cx);
+    if n > 0 {
+        bump(&c.timers_fired, n as u64);
+        return true;
+    }
+    // The CPU's own pool: bound to it, or disassociated (then any CPU may run it).
+    for pool in [PoolId::Cpu(me), PoolId::Unbound] {
+        if let Some(x) = k.run_worker(pool, cx).or_else(|| k.run_rescuer(pool, cx)) {
+            sh.record_work(&x, me);
+            return true;
+        }
+    }
+    run_disassociated(sh, cx)
+}
+
+/// Runs one item of another CPU's disassociated pool (an offline CPU's work, run unbound), if
+/// one is runnable and no other CPU is running that pool; returns whether something ran.
+fn run_disassociated(sh: &Shared, cx: &Cpu) -> bool {
+    let k = &*sh.kernel;
+    let me = cx.id();
+    for p in k.pools() {
+        let PoolId::Cpu(m) = p.id else { continue };
+        if m == me || !p.disassociated || !(p.worker_runnable() || p.rescuer_runnable()) {
+            continue;
+        }
+        let Some(lock) = sh.exec.get(m.index()) else {
+            continue;
+        };
+        let Some(_guard) = lock.try_lock() else {
+            continue;
+        };
+        // Rebinding happens only in a hotplug step of CPU m, which holds this lock: the pool
+        // stays disassociated until we are done.
+        if !k.pool(p.id).is_some_and(|now| now.disassociated) {
+            continue;
+        }
+        if let Some(x) = k.run_worker(p.id, cx).or_else(|| k.run_rescuer(p.id, cx)) {
+            sh.record_work(&x, me);
+            return true;
+        }
+    }
+    false
+}
+
+/// The runtime hook of one CPU thread's context.
+struct Hook {
+    sh: Arc<Shared>,
+    /// Nesting depth of waits (only this CPU's thread touches it).
+    depth: AtomicU32,
+}
+
+impl Runtime for Hook {
+    fn irq_window(&self, cpu: &Cpu) {
+        let c = &self.sh.counters[cpu.id().index()];
+        while self.sh.kernel.deliver_irq(cpu) {
+            bump(&c.irqs, 1);
+            bump(&c.irqs_in_windows, 1);
+        }
+    }
+
+    fn wait_until(&self, cpu: &Cpu, what: &str, cond: &dyn Fn() -> bool) -> bool {
+        if cond() {
+            return true;
+        }
+        let sh = &*self.sh;
+        let i = cpu.id().index();
+        let c = &sh.counters[i];
+        bump(&c.waits, 1);
+        let deadline = Instant::now() + sh.config.wait_timeout;
+        let nested_ok = self.depth.fetch_add(1, Ordering::Relaxed) < MAX_NESTED_WAITS;
+        let mut slice = Duration::from_micros(50);
+        let ok = loop {
+            if cond() {
+                break true;
+            }
+            if sh.stop.load(Ordering::SeqCst) {
+                break false;
+            }
+            if Instant::now() >= deadline {
+                bump(&c.wait_timeouts, 1);
+                tracing::warn!(target: "biosim::threaded", cpu = cpu.id().0, "{} waited {:?} in {what} and gives up", cpu.id(), sh.config.wait_timeout);
+                break false;
+            }
+            // A sleeping task lets its CPU run other things; a context that may not sleep can
+            // only take interrupts (if it has them enabled).
+            let ran = if nested_ok && cpu.may_sleep() {
+                run_one(sh, cpu, None)
+            } else if sh.kernel.deliver_irq(cpu) {
+                bump(&c.irqs, 1);
+                bump(&c.irqs_in_windows, 1);
+                true
+            } else {
+                false
+            };
+            if ran {
+                slice = Duration::from_micros(50);
+            } else {
+                sh.parkers[i].park(slice);
+                slice = (slice * 2).min(Duration::from_millis(1));
+            }
+        };
+        self.depth.fetch_sub(1, Ordering::Relaxed);
+        ok
+    }
+}
+
+/// The life of `id`'s thread: run one event at a time under the CPU's execution lock, sleep
+/// when there is none, and answer what is left in the mailbox when the runtime stops.
+pub(super) fn cpu_thread_main(sh: Arc<Shared>, id: CpuId, rx: Receiver<Msg>) {
+    let i = id.index();
+    let _ = sh.thread_ids[i].set(std::thread::current().id());
+    let hook: Arc<dyn Runtime> = Arc::new(Hook {
+        sh: Arc::clone(&sh),
+        depth: AtomicU32::new(0),
+    });
+    let Some(cx) = sh.kernel.cpu_with_runtime(id, hook) else {
+        return;
+    };
+    let c = &sh.counters[i];
+    while !sh.stop.load(Ordering::SeqCst) {
+        sh.active[i].store(true, Ordering::SeqCst);
+        let did = {
+            let _exec = sh.exec[i].lock();
+            match catch_unwind(AssertUnwindSafe(|| run_one(&sh, &cx, Some(&rx)))) {
+                Ok(did) => did,
+                Err(payload) => {
+                    sh.record_panic(id, "event", &*payload);
+                    true
+                }
+            }
+        };
+        if did {
+            sh.progress.fetch_add(1, Ordering::SeqCst);
+            continue;
+        }
+        sh.active[i].store(false, Ordering::SeqCst);
+        bump(&c.parks, 1);
+        if sh.parkers[i].park(sh.config.idle_timeout) {
+            bump(&c.wakeups, 1);
+        } else {
+            bump(&c.idle_timeouts, 1);
+        }
+    }
+    sh.active[i].store(false, Ordering::SeqCst);
+    // Answer everything still in the mailbox: nothing is dropped silently.
+    while let Ok(msg) = rx.try_recv() {
+        bump(&c.refused, 1);
+        msg.refuse();
+    }
+}
