@@ -7,6 +7,8 @@
 //! `preempt_count`. Every function the kernel runs "on this CPU" takes a `&Cpu`; nothing reads an
 //! OS thread id or a thread-local.
 
+mod boot_states;
+pub use boot_states::EARLY_DYNAMIC_STATES;
 mod config;
 mod cpu;
 mod irqflags;
@@ -137,6 +139,7 @@ impl Kernel {
         });
         crate::workqueue::register_hotplug_states(&kernel);
         crate::time::register_hotplug_states(&kernel);
+        boot_states::register_early_dynamic_states(&kernel);
         Ok(kernel)
     }
 
