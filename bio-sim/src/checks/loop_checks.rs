@@ -1,7 +1,7 @@
 //! The loop driver's NOWAIT series (seed 004, `drivers/block/loop.c`) as checks, the way the
 //! finding gallery does it for the completion batcher: each check runs a scenario on the
 //! deterministic runtime, with a loop device over an in-memory backing file attached to a [`Sim`]
-//! ([`crate::loop_sim`], the same machinery scenario files use), and must be **caught** on the
+//! ([`crate::machine::loop_rig`], the same machinery scenario files use), and must be **caught** on the
 //! versions with the problem and **clean** on the ones without. `biosim loop` prints the matrix;
 //! `biosim loop --check` fails when a cell differs.
 
