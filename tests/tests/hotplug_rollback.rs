@@ -17,8 +17,9 @@ use bio_core::block::complete_in_task::Variant;
 use bio_sim::checks::findings::expected;
 use bio_sim::checks::Expect;
 use bio_sim::machine::oracle::Need;
-use bio_sim::machine::sim::{CompletionContext, Sim, SimConfig};
+use bio_sim::machine::sim::{CompletionContext, Sim};
 use bio_sim::machine::transition::Transition;
+use biosim_tests::{assert_clean, MachineBuilder};
 use hotplug::{
     CPUHP_AP_ONLINE_DYN, CPUHP_AP_WORKQUEUE_ONLINE, CPUHP_BP_PREPARE_DYN, CPUHP_BRINGUP_CPU,
     CPUHP_ONLINE, CPUHP_TEARDOWN_CPU, CPUHP_TIMERS_PREPARE,
@@ -89,14 +90,10 @@ thread_local! {
 struct Machine;
 
 fn sim(variant: Variant, trace: bool) -> Sim {
-    Sim::new(SimConfig {
-        nr_cpus: NR_CPUS,
-        online: NR_CPUS,
-        variant,
-        trace,
-        ..SimConfig::default()
-    })
-    .expect("a valid machine")
+    MachineBuilder::new()
+        .cpus(NR_CPUS)
+        .variant(variant)
+        .sim(trace)
 }
 
 impl StateMachineTest for Machine {
@@ -126,27 +123,11 @@ impl StateMachineTest for Machine {
     }
 
     fn check_invariants(s: &Sim, _n: &u32) {
-        let v = s.check();
-        assert!(
-            v.is_empty(),
-            "oracle: {}",
-            v.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
+        assert_clean("after the transition", &s.check());
     }
 
     fn teardown(s: Sim, _n: u32) {
-        let v = s.settle(20_000);
-        assert!(
-            v.is_empty(),
-            "after settling: {}",
-            v.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
+        assert_clean("after settling", &s.settle(20_000));
     }
 }
 

@@ -12,6 +12,17 @@
 //!
 //! A violation is a [`Violation`] value with the invariant it breaks and what was seen; the caller
 //! attaches the trace that led to it.
+//!
+//! One checker for every runtime: the deterministic runtime ([`Sim`](crate::machine::Sim)), the
+//! threaded runtime, the proptest machines and the loom models of `tests/tests/loom_batcher.rs` all
+//! assert through an [`Oracle`] installed as the batcher's observer (the tests build it with
+//! `biosim_tests::MachineBuilder`).
+//!
+//! Under loom the oracle is bookkeeping loom does not see: its lock is a plain (parking_lot) mutex,
+//! so it adds no interleavings, and it is never held while calling into the kernel. Every kernel
+//! read (`cpu_online()`, the batch lengths, the report log) is a loom scheduling point under
+//! `--cfg loom`, and a thread switched out while holding a lock loom does not know about would
+//! deadlock loom's scheduler as soon as another thread asked for it.
 
 use bio_core::block::complete_in_task::{end_io_in_task, BatchCallback, BatcherObserver};
 use bio_core::block::{Bio, BioEndIo, BioFlag, ReqOp};
@@ -165,21 +176,25 @@ impl Oracle {
     /// Records that bio `id`'s completion work ran in `cx`.
     pub fn completed(&self, id: u64, cx: &Cpu) {
         let may_sleep = cx.may_sleep();
-        let mut st = self.state.lock();
-        let Some(rec) = st.bios.get_mut(&id) else {
-            return;
+        let (n, need) = {
+            let mut st = self.state.lock();
+            let Some(rec) = st.bios.get_mut(&id) else {
+                return;
+            };
+            rec.completions += 1;
+            (rec.completions, rec.need_task)
         };
-        rec.completions += 1;
-        let (n, need) = (rec.completions, rec.need_task);
+        // The messages read the context: made with the lock released (see the module docs).
+        let mut found = Vec::new();
         if n > 1 {
-            st.violations.push(Violation {
+            found.push(Violation {
                 invariant: Invariant::EndIoOnce,
                 message: format!("bio#{id}: bi_end_io ran {n} times (last on {})", cx.id()),
                 trace: Vec::new(),
             });
         }
         if need && !may_sleep {
-            st.violations.push(Violation {
+            found.push(Violation {
                 invariant: Invariant::TaskContext,
                 message: format!(
                     "bio#{id} needs task context but completed on {} in [{}]",
@@ -188,6 +203,9 @@ impl Oracle {
                 ),
                 trace: Vec::new(),
             });
+        }
+        if !found.is_empty() {
+            self.state.lock().violations.extend(found);
         }
     }
 
@@ -209,33 +227,39 @@ impl Oracle {
     /// [`Oracle::check`] plus the stranded-bio check, for a machine that reached quiescence.
     pub fn check_quiescent(&self, kernel: &Kernel) -> Vec<Violation> {
         let mut v = self.check(kernel);
-        let st = self.state.lock();
-        for (id, rec) in &st.bios {
-            if rec.completions == 0 {
-                let where_ = kernel
-                    .bio_complete()
-                    .map(|b| {
-                        let cpus: Vec<String> = kernel
-                            .possible_cpus()
-                            .filter(|c| b.pending(*c) > 0)
-                            .map(|c| format!("{c} batch holds {}", b.pending(c)))
-                            .collect();
-                        if cpus.is_empty() {
-                            "lost".to_owned()
-                        } else {
-                            cpus.join(", ")
-                        }
-                    })
-                    .unwrap_or_default();
-                v.push(Violation {
-                    invariant: Invariant::Stranded,
-                    message: format!(
-                        "bio#{id} never completed (deferred {} times; {where_})",
-                        rec.deferrals
-                    ),
-                    trace: Vec::new(),
-                });
-            }
+        let stranded: Vec<(u64, u32)> = {
+            let st = self.state.lock();
+            st.bios
+                .iter()
+                .filter(|(_, rec)| rec.completions == 0)
+                .map(|(id, rec)| (*id, rec.deferrals))
+                .collect()
+        };
+        if stranded.is_empty() {
+            return v;
+        }
+        // Where they wait, read from the batcher with the lock released (see the module docs).
+        let where_ = kernel
+            .bio_complete()
+            .map(|b| {
+                let cpus: Vec<String> = kernel
+                    .possible_cpus()
+                    .filter(|c| b.pending(*c) > 0)
+                    .map(|c| format!("{c} batch holds {}", b.pending(c)))
+                    .collect();
+                if cpus.is_empty() {
+                    "lost".to_owned()
+                } else {
+                    cpus.join(", ")
+                }
+            })
+            .unwrap_or_default();
+        for (id, deferrals) in stranded {
+            v.push(Violation {
+                invariant: Invariant::Stranded,
+                message: format!("bio#{id} never completed (deferred {deferrals} times; {where_})"),
+                trace: Vec::new(),
+            });
         }
         v
     }
@@ -269,12 +293,17 @@ impl BatcherObserver for Oracle {
     }
 
     fn work_fn(&self, batch_cpu: CpuId, cx: &Cpu) {
-        let online = cx.kernel().cpu_online(batch_cpu);
-        let mut st = self.state.lock();
-        if batch_cpu != cx.id() && online {
-            st.violations.push(Violation {
+        // `cpu_online()` only off the CPU: on it the invariant holds whatever the mask says (and
+        // under loom the read would be one more scheduling point in every execution).
+        if batch_cpu != cx.id() && cx.kernel().cpu_online(batch_cpu) {
+            self.state.lock().violations.push(Violation {
                 invariant: Invariant::WorkOffCpu,
-                message: format!("bio_complete_work_fn of {batch_cpu}'s batch ran on {} while {batch_cpu} is online", cx.id()), trace: Vec::new() });
+                message: format!(
+                    "bio_complete_work_fn of {batch_cpu}'s batch ran on {} while {batch_cpu} is online",
+                    cx.id()
+                ),
+                trace: Vec::new(),
+            });
         }
     }
 

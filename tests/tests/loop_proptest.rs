@@ -19,8 +19,8 @@ use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
 use bio_sim::checks::loop_checks::loop_expected;
 use bio_sim::checks::Expect;
 use bio_sim::machine::loop_rig::{BackingKind, LoopOp, LoopSetup};
-use bio_sim::machine::sim::{Sim, SimConfig};
 use bio_sim::machine::transition::Transition;
+use biosim_tests::MachineBuilder;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestError, TestRunner};
 
@@ -46,11 +46,7 @@ fn transition() -> impl Strategy<Value = T> {
 /// Runs `ts` on `variant` (a device 64 KiB into a sparse 1 MiB file, through the same
 /// `Sim::attach_loop` rig scenario files use); `Err` names the broken invariant.
 fn check(variant: LoopVariant, ts: &[T]) -> Result<(), String> {
-    let s = Sim::new(SimConfig {
-        trace: false,
-        ..SimConfig::default()
-    })
-    .map_err(|e| e.to_string())?;
+    let s = MachineBuilder::new().sim(false);
     s.attach_loop(LoopSetup {
         variant,
         backing: BackingKind::Sparse,

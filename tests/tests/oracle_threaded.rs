@@ -2,31 +2,27 @@
 //! workload of flagged and dynamic completions from hardirq on every CPU with a CPU going offline
 //! and back in the middle passes on v7; the oracle catches the init-protocol twin there too.
 
-use bio_core::block::complete_in_task::{bio_complete_init, BatcherObserver, Variant};
+use bio_core::block::complete_in_task::Variant;
 use bio_core::block::{bio_endio, ReqOp};
 use bio_core::kernel::CpuId;
 use bio_core::{Kernel, KernelConfig};
 use bio_sim::machine::oracle::{Invariant, Need, Oracle};
 use bio_sim::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
+use biosim_tests::{assert_clean, MachineBuilder, Parts};
 use hotplug::{CPUHP_OFFLINE, CPUHP_ONLINE};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn machine(variant: Variant, nr: u32, online: u32) -> (Arc<Kernel>, Arc<Oracle>, ThreadedRuntime) {
-    let kernel = Kernel::boot(
-        KernelConfig {
+fn machine(variant: Variant, nr: u32, online: u32) -> (Parts, ThreadedRuntime) {
+    MachineBuilder::new()
+        .kernel(KernelConfig {
             hz: 1000,
             ..KernelConfig::default()
-        },
-        nr,
-        online,
-    )
-    .unwrap();
-    let oracle = Arc::new(Oracle::new());
-    let observer: Arc<dyn BatcherObserver> = oracle.clone();
-    bio_complete_init(&kernel, variant, Some(observer)).unwrap();
-    let rt = ThreadedRuntime::start(Arc::clone(&kernel), ThreadedConfig::default()).unwrap();
-    (kernel, oracle, rt)
+        })
+        .cpus(nr)
+        .online(online)
+        .variant(variant)
+        .threaded(ThreadedConfig::default())
 }
 
 fn complete_from_irqs(kernel: &Arc<Kernel>, oracle: &Arc<Oracle>, cpu: CpuId, n: u32) {
@@ -45,19 +41,19 @@ fn complete_from_irqs(kernel: &Arc<Kernel>, oracle: &Arc<Oracle>, cpu: CpuId, n:
 
 #[test]
 fn v7_holds_every_invariant_under_real_concurrency_and_hotplug() {
-    let (kernel, oracle, rt) = machine(Variant::V7, 4, 4);
+    let (m, rt) = machine(Variant::V7, 4, 4);
+    let (kernel, oracle) = (&m.kernel, &m.oracle);
     for c in 0..4 {
-        complete_from_irqs(&kernel, &oracle, CpuId(c), 200);
+        complete_from_irqs(kernel, oracle, CpuId(c), 200);
     }
     rt.cpu_down(CpuId(2), CPUHP_OFFLINE).unwrap();
     for c in [0, 1, 3] {
-        complete_from_irqs(&kernel, &oracle, CpuId(c), 200);
+        complete_from_irqs(kernel, oracle, CpuId(c), 200);
     }
     rt.cpu_up(CpuId(2), CPUHP_ONLINE).unwrap();
-    complete_from_irqs(&kernel, &oracle, CpuId(2), 200);
+    complete_from_irqs(kernel, oracle, CpuId(2), 200);
     assert!(rt.quiesce(Duration::from_secs(20)), "the machine quiesces");
-    let violations = oracle.check_quiescent(&kernel);
-    assert!(violations.is_empty(), "{violations:#?}");
+    assert_clean("after quiescing", &m.check_quiescent());
     assert_eq!(oracle.counts(), (1600, 1600), "every bio completed once");
     let report = rt.shutdown();
     assert!(report.is_clean(), "{report}");
@@ -67,11 +63,12 @@ fn v7_holds_every_invariant_under_real_concurrency_and_hotplug() {
 fn the_oracle_catches_the_init_protocol_twin_on_threads_too() {
     let mut twin = Variant::V7;
     twin.init_disables_offline = false;
-    let (kernel, oracle, rt) = machine(twin, 2, 1);
+    let (m, rt) = machine(twin, 2, 1);
+    let (kernel, oracle) = (&m.kernel, &m.oracle);
     rt.cpu_up(CpuId(1), CPUHP_ONLINE).unwrap();
-    complete_from_irqs(&kernel, &oracle, CpuId(1), 10);
+    complete_from_irqs(kernel, oracle, CpuId(1), 10);
     assert!(rt.quiesce(Duration::from_secs(20)));
-    let violations = oracle.check_quiescent(&kernel);
+    let violations = m.check_quiescent();
     assert!(
         violations
             .iter()
