@@ -94,11 +94,11 @@ fn a_bio_core_operation_outside_a_capture_reaches_the_users_layer() {
     cx.with_hardirq(|cx| bio_endio(bio, cx));
     let seen = recorder.mine();
     assert!(
-        seen.iter().any(|tp| tp == "bio_complete_defer"),
+        seen.iter().any(|tp| tp == "biosim_bio_complete_defer"),
         "the user's layer saw: {seen:?}"
     );
     assert!(
-        seen.iter().any(|tp| tp == "bio_complete_schedule"),
+        seen.iter().any(|tp| tp == "biosim_bio_complete_schedule"),
         "the user's layer saw: {seen:?}"
     );
 }
@@ -119,10 +119,10 @@ fn inside_a_capture_the_events_are_captured_and_the_users_layer_still_sees_them(
     )
     .expect("CPU1 is online");
     let trace = s.trace();
-    assert!(trace.contains("bio_complete_defer: bio#"), "{trace}");
+    assert!(trace.contains("biosim_bio_complete_defer: bio#"), "{trace}");
     let seen = recorder.mine();
     assert!(
-        seen.iter().any(|tp| tp == "bio_complete_defer"),
+        seen.iter().any(|tp| tp == "biosim_bio_complete_defer"),
         "the user's layer saw: {seen:?}"
     );
 }
