@@ -33,7 +33,7 @@ fn transition(rng: &mut SplitMix64) -> Transition {
                 None,
                 None,
                 None,
-                Some(195),
+                Some(197),
                 Some(187),
                 Some(144),
                 Some(83),

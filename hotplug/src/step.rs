@@ -81,7 +81,8 @@ pub(crate) enum Role {
     DownCallbacksRollback,
     /// `take_cpu_down()`, nested in `takedown_cpu()`.
     Dying,
-    /// `_cpu_down()`'s `__cpuhp_kick_ap()` after "CPU refused to die".
+    /// `_cpu_down()`'s `__cpuhp_kick_ap()` when the teardown stopped at or above
+    /// `CPUHP_TEARDOWN_CPU` ("CPU refused to die" in `takedown_cpu()`, or a failure injected there).
     ReUp,
 }
 
@@ -766,8 +767,11 @@ impl<E: 'static> Cpuhp<E> {
         }
     }
 
-    /// Models `bringup_cpu()` (`CPUHP_BRINGUP_CPU` startup): the AP boots and
-    /// runs the STARTING range itself with IRQs off (`notify_cpu_starting()`).
+    /// Models the `CPUHP_BRINGUP_CPU` startup, the first half of what 6.18 x86_64 runs there:
+    /// `cpuhp_bringup_ap()` (the split-startup path; `bringup_cpu()` on kernels without
+    /// `CONFIG_HOTPLUG_SPLIT_STARTUP`, as `down-up-clean.trace` of the tracefs reference shows):
+    /// the AP boots and runs the STARTING range itself with IRQs off (`notify_cpu_starting()`).
+    /// [`Self::cpuhp_bringup_ap`] models the rest.
     fn bringup_cpu(&mut self, cpu: CpuId, op: &mut Operation) {
         let target = self.cpus[cpu.index()].target.min(CPUHP_AP_ONLINE);
         op.stack.push(Frame {
@@ -946,7 +950,7 @@ impl<E: 'static> Cpuhp<E> {
         }
     }
 
-    /// Models `cpuhp_bringup_ap()` after the STARTING range: the AP marks
+    /// Models the tail of `cpuhp_bringup_ap()`, after the STARTING range: the AP marks
     /// itself online (`set_cpu_online()` in its `start_secondary()`),
     /// `cpuhp_online_idle()` moves it straight to `CPUHP_AP_ONLINE_IDLE`, and
     /// `cpuhp_kick_ap()` runs the ONLINE section if the target is above that.

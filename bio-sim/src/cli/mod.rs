@@ -26,10 +26,26 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("biosim: error: {e}");
+            eprintln!("biosim: error: {}", error_chain(&*e));
             ExitCode::from(2)
         }
     }
+}
+
+/// An error and its sources, `outer: inner: ...`; a source whose text the message already
+/// carries (a `#[from]` error formatted into its wrapper) is not repeated.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = s.source();
+    }
+    out
 }
 
 /// How `--check` names an expected cell: `Caught`, `Clean`, `NotApplicable`, or that the
@@ -70,4 +86,33 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+    use bio_core::block::complete_in_task::{bio_complete_init, InitError, Variant};
+    use bio_core::{Kernel, KernelConfig};
+
+    #[test]
+    fn the_error_chain_names_each_cause_once() {
+        // Exhaust CPUHP_AP_ONLINE_DYN so the batcher's registration fails with a hotplug error.
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        for _ in 0..64 {
+            let _ = k.hotplug().cpuhp_setup_state_nocalls(
+                hotplug::CPUHP_AP_ONLINE_DYN,
+                "test/fill",
+                None,
+                None,
+            );
+        }
+        let e = bio_complete_init(&k, Variant::V7, None).unwrap_err();
+        assert!(matches!(e, InitError::Hotplug { .. }), "{e:?}");
+        let chain = error_chain(&e);
+        let source = std::error::Error::source(&e)
+            .expect("the hotplug error")
+            .to_string();
+        assert!(chain.starts_with("cpuhp_setup_state_nocalls("), "{chain}");
+        assert_eq!(chain.matches(&source).count(), 1, "{chain}");
+    }
 }

@@ -38,6 +38,12 @@ pub(super) struct Header {
     preempt_rcu: Option<bool>,
     hz: Option<u32>,
     online: Option<(u64, usize)>,
+    /// The line of the `variant` line, if any: a second one is refused.
+    variant_line: Option<usize>,
+    /// The line of the first `knob` line, if any: a `variant` after it would discard it.
+    knob_line: Option<usize>,
+    /// The last line that set part of the kernel config, where a Kconfig error is reported.
+    kconfig_line: usize,
 }
 
 impl Header {
@@ -55,6 +61,9 @@ impl Header {
             preempt_rcu: None,
             hz: None,
             online: None,
+            variant_line: None,
+            knob_line: None,
+            kconfig_line: 0,
         }
     }
 
@@ -70,11 +79,23 @@ impl Header {
         }
         match kw {
             "variant" => {
+                if let Some(first) = self.variant_line {
+                    return Err(l.err(format!(
+                        "a second `variant` line (the first is line {first})"
+                    )));
+                }
+                if let Some(k) = self.knob_line {
+                    return Err(l.err(format!(
+                        "`variant` after the `knob` on line {k} would discard it: put `variant` first"
+                    )));
+                }
+                self.variant_line = Some(l.number);
                 let name = l.arg(1, "a variant name")?;
                 self.config.variant = Variant::parse_name(name, &[]).map_err(|e| l.err(e))?;
             }
             "knob" => {
                 let knob = Knob::parse_assignment(l.arg(1, "NAME=VALUE")?).map_err(|e| l.err(e))?;
+                self.knob_line.get_or_insert(l.number);
                 self.config.variant = self.config.variant.with(knob);
                 self.config.variant.name = "custom";
             }
@@ -88,6 +109,7 @@ impl Header {
             }
             "online" => self.online = Some((l.num(1, "a CPU count")?, l.number)),
             "preempt" => {
+                self.kconfig_line = l.number;
                 let m = l.arg(1, "a preemption model")?;
                 self.preempt = Some(
                     m.parse::<PreemptModel>()
@@ -95,6 +117,7 @@ impl Header {
                 );
             }
             "preempt_count" | "preempt_rcu" => {
+                self.kconfig_line = l.number;
                 let v = l.arg(1, "y or n")?;
                 let b = yes_no(v)
                     .ok_or_else(|| l.err(format!("`{kw}`: expected y or n, got `{v}`")))?;
@@ -105,6 +128,7 @@ impl Header {
                 }
             }
             "hz" => {
+                self.kconfig_line = l.number;
                 let h = l.num(1, "a tick rate")?;
                 // Out-of-range values must not wrap into a valid one (`hz 4294967546` is not 250).
                 self.hz = Some(u32::try_from(h).map_err(|_| {
@@ -162,7 +186,8 @@ impl Header {
         if let Some(h) = self.hz {
             k.hz = h;
         }
-        k.validate().map_err(|e| error_at(file, 0, e.to_string()))?;
+        k.validate()
+            .map_err(|e| error_at(file, self.kconfig_line, e.to_string()))?;
         config.kernel = k;
         Ok((config, self.loop_dev))
     }

@@ -194,6 +194,38 @@ mod tests {
     /// refused naming the known ones, a bad value naming the valid ones; `variant` and `loop`
     /// name every preset.
     #[test]
+    fn a_variant_after_a_knob_or_a_second_variant_is_refused() {
+        // A `variant` after a `knob` would silently drop the knob: a clean twin by accident.
+        let e = Scenario::parse(
+            "knob requeue_on_online=false\nvariant v7\nexpect clean\n",
+            "t.scn",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("would discard it"), "{e}");
+        let e = Scenario::parse("variant v6\nvariant v7\n", "t.scn").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("a second `variant` line"), "{e}");
+        // The right order is accepted, and the knob holds.
+        let s = Scenario::parse(
+            "variant v7\nknob requeue_on_online=false\ncomplete 0 hardirq flag\n",
+            "t.scn",
+        )
+        .unwrap();
+        assert!(!s.config.variant.requeue_on_online);
+    }
+
+    #[test]
+    fn a_kconfig_error_names_the_line_that_made_it() {
+        let e = Scenario::parse(
+            "variant v7\npreempt full\npreempt_count n\ncomplete 0 hardirq flag\n",
+            "t.scn",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+    }
+
+    #[test]
     fn knob_lines_refuse_unknown_knobs_and_bad_values_naming_the_known_ones() {
         let e = Scenario::parse("knob bogus=1\n", "t.scn").unwrap_err();
         assert!(

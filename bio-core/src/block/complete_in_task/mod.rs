@@ -63,7 +63,7 @@ pub enum InitError {
     #[error("bio: can't allocate bio_complete workqueue: {0}")]
     Workqueue(#[from] WqError),
     /// A hotplug state could not be registered (`cpuhp_setup_state_nocalls()` failed).
-    #[error("cpuhp_setup_state_nocalls({state}) failed: {error}")]
+    #[error("cpuhp_setup_state_nocalls({state}) failed")]
     Hotplug {
         /// The state's name.
         state: &'static str,
