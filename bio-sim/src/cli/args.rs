@@ -87,6 +87,30 @@ pub enum Command {
     /// (`bench dontcache`). Medians of interleaved rounds, ratios side by side.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run one scenario file (same machine, same seed) on two variants of the task-completion
+    /// batcher and print both verdicts and the two traces side by side from their first
+    /// divergence, aligned on the scenario's transitions. Exit status 0 if the verdicts are the
+    /// same, 1 if they differ, 2 for bad input.
+    Diff(DiffArgs),
+}
+
+/// `biosim diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Side A: a variant of the task-completion batcher ([`super::diff::variant_help`]).
+    #[arg(value_parser = super::diff::parse_variant_spec, value_name = "A", help = super::diff::variant_help())]
+    pub a: super::diff::VariantSpec,
+    /// Side B, as A.
+    #[arg(value_parser = super::diff::parse_variant_spec, value_name = "B")]
+    pub b: super::diff::VariantSpec,
+    /// The scenario file (see docs/scenarios/).
+    pub file: std::path::PathBuf,
+    /// Width of each side's column; longer lines are cut with `…`.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(20..=1000))]
+    pub width: u16,
+    /// Lines of common trace shown before the first divergence.
+    #[arg(long, default_value_t = 3)]
+    pub context: usize,
 }
 
 /// `biosim bench`.

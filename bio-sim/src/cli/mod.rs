@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod diff;
 pub mod findings;
 pub mod loop_cmd;
 pub mod run;
@@ -20,7 +21,7 @@ pub fn main() -> ExitCode {
     // The gallery provokes kernel splats on purpose and reports them itself.
     let quiet = matches!(
         cli.command,
-        Command::Findings(_) | Command::Run(_) | Command::Loop(_)
+        Command::Findings(_) | Command::Run(_) | Command::Loop(_) | Command::Diff(_)
     );
     crate::trace::init(if quiet { "error" } else { "warn" });
     match run(cli) {
@@ -77,6 +78,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Findings(args) => return findings::findings(args),
         Command::Loop(args) => return loop_cmd::loop_checks(args),
         Command::Bench(b) => return bench::bench(b),
+        Command::Diff(args) => return diff::diff(args),
         Command::States(args) => {
             use bio_core::block::complete_in_task::{bio_complete_init, Variant};
             let kernel = bio_core::Kernel::new(KernelConfig::default(), args.cpus)?;

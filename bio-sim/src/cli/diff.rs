@@ -1,0 +1,283 @@
+//! `biosim diff A B FILE`: one scenario on two variants of the task-completion batcher, both
+//! verdicts, and the two traces side by side from their first divergence, aligned on the
+//! scenario's transitions.
+//!
+//! Each trace is cut into blocks: the machine setup (before the first transition), one block per
+//! transition (what applying it printed, from its `>>>` line on) and the final settle. Block `k`
+//! of A is shown against block `k` of B, line by line, the shorter padded. The first trace line,
+//! the machine line naming the variant, is printed above and not compared.
+
+use super::args::DiffArgs;
+use crate::machine::sim::Sim;
+use crate::scenario::{Scenario, ScenarioRun};
+use bio_core::block::complete_in_task::{Knob, Variant};
+use std::error::Error;
+use std::fmt::Write as _;
+
+/// `biosim diff A`'s help: the names of [`Variant::ALL`] and [`Knob::SPECS`].
+pub fn variant_help() -> String {
+    format!(
+        "Side A: a variant of the task-completion batcher, NAME or NAME,KNOB=VALUE,... (e.g. v6 or v7,requeue_on_online=false; NAME: {}; KNOB: {}). It replaces the file's `variant` and `knob` lines; in a loop scenario it names the batcher, the file's `loop` line stays",
+        Variant::names_or(&[]),
+        Knob::names().collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// One side of `biosim diff`: the words given and the variant they name.
+#[derive(Debug, Clone)]
+pub struct VariantSpec {
+    /// As given on the command line.
+    pub spec: String,
+    /// The preset with the knobs applied.
+    pub variant: Variant,
+}
+
+/// `biosim diff`'s A and B: a preset name of [`Variant::ALL`], then `,KNOB=VALUE` assignments
+/// through [`Knob::parse_assignment`].
+pub fn parse_variant_spec(spec: &str) -> Result<VariantSpec, String> {
+    let mut parts = spec.split(',');
+    let name = parts.next().unwrap_or_default();
+    let mut variant = Variant::parse_name(name, &[])?;
+    for kv in parts {
+        variant = Knob::parse_assignment(kv)?.apply(variant);
+    }
+    Ok(VariantSpec {
+        spec: spec.to_owned(),
+        variant,
+    })
+}
+
+/// One side: the run and its trace cut into blocks.
+struct Side {
+    spec: String,
+    run: ScenarioRun,
+    /// The machine line (`# biosim: variant ...`), if the trace starts with one.
+    machine: Option<String>,
+    /// The trace's lines per block (setup, each transition, settle).
+    blocks: Vec<Vec<String>>,
+}
+
+/// Runs `scenario` with `spec`'s variant, and replays its transitions on a fresh machine to find
+/// where each transition's lines start (the runtime is deterministic: the same lines).
+fn run_side(scenario: &Scenario, spec: &VariantSpec) -> Result<Side, Box<dyn Error>> {
+    let mut s = scenario.clone();
+    s.config.variant = spec.variant;
+    let run = s.run()?;
+    let sim = Sim::new(s.config)?;
+    if let Some(setup) = s.loop_dev {
+        sim.attach_loop(setup);
+    }
+    let count = |sim: &Sim| sim.trace().lines().count();
+    let mut starts = vec![0, count(&sim)];
+    for (_, t) in &s.transitions {
+        sim.apply(t);
+        starts.push(count(&sim));
+    }
+    let mut lines: Vec<String> = run.trace.lines().map(str::to_owned).collect();
+    let mut machine = None;
+    if lines.first().is_some_and(|l| l.starts_with("# biosim: ")) {
+        machine = Some(lines[0].clone());
+        lines[0].clear();
+    }
+    starts.push(lines.len());
+    let mut blocks: Vec<Vec<String>> = starts
+        .windows(2)
+        .map(|w| lines[w[0].min(lines.len())..w[1].min(lines.len())].to_vec())
+        .collect();
+    if machine.is_some() {
+        blocks[0].remove(0);
+    }
+    Ok(Side {
+        spec: spec.spec.clone(),
+        run,
+        machine,
+        blocks,
+    })
+}
+
+/// What the verdict compares: the invariants violated and the expectations that failed.
+fn verdict(run: &ScenarioRun) -> (Vec<String>, &[String]) {
+    let mut inv: Vec<String> = run
+        .violations
+        .iter()
+        .map(|v| v.invariant.to_string())
+        .collect();
+    inv.sort();
+    inv.dedup();
+    (inv, &run.failed_expectations)
+}
+
+/// `biosim run`'s verdict lines for one side.
+fn write_verdict(out: &mut String, label: &str, side: &Side, has_expect: bool) {
+    let v = &side.run.violations;
+    if v.is_empty() {
+        let _ = writeln!(out, "== {label} {}: no invariant violated", side.spec);
+    } else {
+        let _ = writeln!(out, "== {label} {}: {} violation(s)", side.spec, v.len());
+        for v in v {
+            let _ = writeln!(out, "   {v}");
+        }
+    }
+    if has_expect {
+        for f in &side.run.failed_expectations {
+            let _ = writeln!(out, "   expectation failed: {f}");
+        }
+        if side.run.failed_expectations.is_empty() {
+            let _ = writeln!(out, "   every expectation holds");
+        }
+    }
+}
+
+/// `s` in exactly `w` columns: cut with `…` or padded with blanks.
+fn cell(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    if n > w {
+        let mut c: String = s.chars().take(w - 1).collect();
+        c.push('…');
+        c
+    } else {
+        format!("{s}{}", " ".repeat(w - n))
+    }
+}
+
+/// A row of the side-by-side listing.
+enum Row<'a> {
+    /// The start of a block, labelled.
+    Block(String),
+    /// Line `i` of a block on each side.
+    Pair(Option<&'a str>, Option<&'a str>),
+}
+
+/// Runs `biosim diff`.
+pub fn diff(args: DiffArgs) -> Result<(), Box<dyn Error>> {
+    let scenario = Scenario::load(&args.file)?;
+    let text = std::fs::read_to_string(&args.file)?;
+    let source: Vec<&str> = text.lines().collect();
+    let a = run_side(&scenario, &args.a)?;
+    let b = run_side(&scenario, &args.b)?;
+    let w = usize::from(args.width);
+    let file = args.file.display();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "biosim diff: {file} on A = {} and B = {}",
+        a.spec, b.spec
+    );
+    for (label, side) in [("A", &a), ("B", &b)] {
+        if let Some(m) = &side.machine {
+            let _ = writeln!(out, "{label}: {m}");
+        }
+    }
+    let has_expect = !scenario.expect.is_empty();
+    write_verdict(&mut out, "A", &a, has_expect);
+    write_verdict(&mut out, "B", &b, has_expect);
+    let same = verdict(&a.run) == verdict(&b.run);
+    let _ = writeln!(
+        out,
+        "== verdicts {}",
+        if same { "are the same" } else { "differ" }
+    );
+
+    // The blocks' labels, and the rows of the whole listing.
+    let n = scenario.transitions.len();
+    let label = |k: usize| -> String {
+        if k == 0 {
+            "the machine setup".to_owned()
+        } else if k <= n {
+            let line = scenario.transitions[k - 1].0;
+            let src = source
+                .get(line - 1)
+                .map_or("", |l| l.split('#').next().unwrap_or("").trim());
+            format!("transition {k} (line {line}: {src})")
+        } else {
+            format!("the final settle (budget {} steps)", scenario.settle)
+        }
+    };
+    let mut rows = Vec::new();
+    let mut first = None;
+    for (k, (ba, bb)) in a.blocks.iter().zip(&b.blocks).enumerate() {
+        rows.push((k, Row::Block(label(k))));
+        for i in 0..ba.len().max(bb.len()) {
+            let (la, lb) = (ba.get(i).map(String::as_str), bb.get(i).map(String::as_str));
+            if la != lb && first.is_none() {
+                first = Some((rows.len(), k, i));
+            }
+            rows.push((k, Row::Pair(la, lb)));
+        }
+    }
+    let lines: usize = a.blocks.iter().map(Vec::len).sum();
+    match first {
+        None => {
+            let _ = writeln!(
+                out,
+                "== the traces are identical ({lines} lines after the machine line)"
+            );
+        }
+        Some((row, k, i)) => {
+            let _ = writeln!(
+                out,
+                "== the traces diverge in {}, at its line {} (trace line {} of A, {} of B)",
+                label(k),
+                i + 1,
+                trace_line(&a, k, i),
+                trace_line(&b, k, i),
+            );
+            // Back over `context` lines, then to the label of the block they start in.
+            let mut start = row;
+            let mut ctx = 0;
+            while start > 0 && ctx < args.context {
+                start -= 1;
+                if matches!(rows[start].1, Row::Pair(..)) {
+                    ctx += 1;
+                }
+            }
+            let (k0, _) = rows[start];
+            let head = rows.iter().position(|(k, _)| *k == k0).unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "  {}   B: {}",
+                cell(&format!("A: {}", a.spec), w),
+                b.spec
+            );
+            if head < start {
+                if let Row::Block(l) = &rows[head].1 {
+                    let _ = writeln!(out, "-- {l}");
+                }
+                if head + 1 < start {
+                    let _ = writeln!(out, "  ... {} common line(s)", start - head - 1);
+                }
+            }
+            for (_, r) in &rows[start..] {
+                match r {
+                    Row::Block(l) => {
+                        let _ = writeln!(out, "-- {l}");
+                    }
+                    Row::Pair(la, lb) => {
+                        let mark = match (la, lb) {
+                            (Some(x), Some(y)) if x == y => '|',
+                            (Some(_), Some(_)) => '*',
+                            (Some(_), None) => '<',
+                            _ => '>',
+                        };
+                        let right = lb.map_or(String::new(), |l| cell(l, w));
+                        let row = format!("  {} {mark} {right}", cell(la.unwrap_or(""), w));
+                        let _ = writeln!(out, "{}", row.trim_end());
+                    }
+                }
+            }
+        }
+    }
+    print!("{out}");
+    if !same {
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// The 1-based line of the trace where line `i` of block `k` is (or would be) on `side`.
+fn trace_line(side: &Side, k: usize, i: usize) -> usize {
+    let before: usize = side.blocks[..k].iter().map(Vec::len).sum();
+    before + i + 1 + usize::from(side.machine.is_some())
+}
