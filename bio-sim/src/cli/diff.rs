@@ -73,18 +73,25 @@ fn run_side(scenario: &Scenario, spec: &VariantSpec) -> Result<Side, Box<dyn Err
         sim.apply(t);
         starts.push(count(&sim));
     }
-    let mut lines: Vec<String> = run.trace.lines().map(str::to_owned).collect();
+    let lines: Vec<String> = run.trace.lines().map(str::to_owned).collect();
     let mut machine = None;
     if lines.first().is_some_and(|l| l.starts_with("# biosim: ")) {
         machine = Some(lines[0].clone());
-        lines[0].clear();
+    }
+    // The replay printed what the run printed up to its settle, or the blocks would be misplaced.
+    if !run.trace.starts_with(&sim.trace()) {
+        return Err(format!(
+            "{}: replaying the transitions printed a different trace from the run: cannot align it",
+            spec.spec
+        )
+        .into());
     }
     starts.push(lines.len());
     let mut blocks: Vec<Vec<String>> = starts
         .windows(2)
         .map(|w| lines[w[0].min(lines.len())..w[1].min(lines.len())].to_vec())
         .collect();
-    if machine.is_some() {
+    if machine.is_some() && !blocks[0].is_empty() {
         blocks[0].remove(0);
     }
     Ok(Side {
