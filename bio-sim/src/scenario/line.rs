@@ -155,13 +155,27 @@ pub fn truncate(s: &str) -> String {
 }
 
 /// An error at line `line` of `file` (0: the file as a whole). Every space-free run of the
-/// message (a word of the input is one) is cut to [`QUOTE_MAX`] characters, so a 50 MB line is not echoed whole.
+/// message (a word of the input is one) is cut to [`QUOTE_MAX`] characters, so a 50 MB line is
+/// not echoed whole.
 pub(super) fn error_at(file: &str, line: usize, message: String) -> ScenarioError {
     let message = if message.len() > QUOTE_MAX {
         // The input's words hold no whitespace, so each quote of one is inside one token.
+        // A cut keeps the token's closing punctuation (the quote's closing backtick).
         message
             .split(' ')
-            .map(truncate)
+            .map(|t| {
+                let cut = truncate(t);
+                if cut.len() == t.len() {
+                    return cut;
+                }
+                let tail: Vec<char> = t
+                    .chars()
+                    .rev()
+                    .take_while(char::is_ascii_punctuation)
+                    .take(3)
+                    .collect();
+                cut + &tail.into_iter().rev().collect::<String>()
+            })
             .collect::<Vec<_>>()
             .join(" ")
     } else {

@@ -15,7 +15,7 @@
 //! `online N`, `preempt MODEL`, `preempt_count y|n`, `preempt_rcu y|n`, `hz N`, `seed N`,
 //! `rescuer pool|unbound`. Transitions: `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic` (all three words required),
 //! `worker CPU`, `tick`, `cpu_down CPU [fail=STATE]`, `cpu_up CPU [fail=STATE]`, `step`,
-//! `need_resched CPU`. Then `settle [STEPS]` (also implied at the end) and any number of
+//! `need_resched CPU`, each optionally after `try`. Then `settle [STEPS]` (also implied at the end) and any number of
 //! `expect clean` / `expect INVARIANT` lines, where INVARIANT is one of `once`, `task`,
 //! `stranded`, `off-cpu`, `hotplug-context`, `bug`, `warn`, `sleep-in-atomic`,
 //! `invalid-wait-context`, `no-quiescence`, `dropbehind`, `data`.
@@ -27,7 +27,7 @@
 //! A loop device (`drivers/block/loop.c`): header `loop NAME sparse|prealloc|refusing|blockdev
 //! [offset=BYTES]` (NAME: one of [`LoopVariant::ALL`](bio_core::drivers::block::loop_drv::LoopVariant::ALL))
 //! and `loop_knob NAME=VALUE` (one of [`LoopKnob`](bio_core::drivers::block::loop_drv::LoopKnob)'s); transitions
-//! `io CPU read|write|discard BLOCK [fill=BYTE]` and `loop_worker CPU`. At the end every block
+//! `io CPU read|discard BLOCK`, `io CPU write BLOCK [fill=BYTE]` and `loop_worker CPU`. At the end every block
 //! written is read back through the device and compared (`expect data` for a mismatch).
 //!
 //! Nothing passes by accident: a word a line does not take, a header line given twice, two
@@ -508,5 +508,45 @@ mod tests {
             "{:?}",
             run.failed_expectations
         );
+    }
+
+    /// `try` prefixes a transition only, is remembered by line, and columns are 1-based
+    /// characters; a long word is quoted cut to QUOTE_MAX characters.
+    #[test]
+    fn try_lines_and_columns() {
+        let s = Scenario::parse("cpus 2\n  try worker 1\nworker 0\n", "t.scn").unwrap();
+        assert_eq!(s.tried.iter().copied().collect::<Vec<_>>(), vec![2]);
+        assert_eq!(s.columns.get(&2), Some(&7));
+        let e = Scenario::parse("cpus 2\ntry expect clean\n", "t.scn").unwrap_err();
+        assert_eq!((e.line, e.column), (2, 5), "{e}");
+        let e = Scenario::parse("cpus 2\n\u{e9}\u{e9} tick\n", "t.scn").unwrap_err();
+        assert_eq!((e.line, e.column), (2, 1), "{e}");
+        let e = Scenario::parse("cpus 2\n\u{e9}tick 1\n", "t.scn").unwrap_err();
+        assert_eq!(e.column, 1, "{e}");
+        let e = Scenario::parse("cpus 2\ntick\u{a0}\u{a0}5\n", "t.scn").unwrap_err();
+        assert_eq!(e.column, 7, "{e}");
+        let long = "x".repeat(1000);
+        let e = Scenario::parse(&format!("cpus 2\n{long}\n"), "t.scn").unwrap_err();
+        assert!(
+            e.message
+                .contains(&format!("`{}…`", "x".repeat(QUOTE_MAX - 1))),
+            "{e}"
+        );
+        assert!(e.message.len() < 700, "{e}");
+        // A refused transition names its line and column at run time; `try` records the skip.
+        let s = Scenario::parse("cpus 2\n step\n", "t.scn").unwrap();
+        let RunError::Refused(e) = s.run().unwrap_err() else {
+            panic!("a refusal")
+        };
+        assert_eq!(e.to_string(), "t.scn:2:2: `step`: no hotplug operation is in progress (write `try step` if that may happen)");
+        let s = Scenario::parse("cpus 2\ntry step\nexpect clean\n", "t.scn").unwrap();
+        let r = s.run().unwrap();
+        assert_eq!(
+            r.skipped,
+            vec!["line 2: `try step` skipped: no hotplug operation is in progress"]
+        );
+        assert!(r
+            .trace
+            .contains("   (try: skipped: no hotplug operation is in progress)"));
     }
 }
