@@ -193,3 +193,256 @@ fn a_trace_can_be_written_for_perfetto_and_a_bad_path_is_named() {
         "{err}"
     );
 }
+
+/// Writes `text` to a fresh file `name` in a directory of its own and runs `biosim run --quiet` on
+/// it: (exit code, stdout, stderr).
+fn run_text(name: &str, text: &[u8]) -> (i32, String, String) {
+    let dir = std::env::temp_dir().join(format!("biosim-cli-strict-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join(name);
+    std::fs::write(&f, text).unwrap();
+    let r = biosim(&["run", "--quiet", f.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).ok();
+    r
+}
+
+/// Every class of bad scenario input is refused with exit 2, naming the file, the line and the
+/// column of the word at fault, and what was expected there.
+#[test]
+fn every_bad_scenario_token_is_refused_with_file_line_and_column() {
+    for (name, text, place, says) in [
+        // An extra word.
+        (
+            "extra.scn",
+            "cpus 2\ncomplete 1 hardirq flag extra\n",
+            "extra.scn:2:25:",
+            "unexpected `extra`",
+        ),
+        (
+            "tick.scn",
+            "cpus 2\ntick 5\n",
+            "tick.scn:2:6:",
+            "unexpected `5`",
+        ),
+        (
+            "worker.scn",
+            "cpus 3\nworker 0 1 2\n",
+            "worker.scn:2:10:",
+            "unexpected `1`",
+        ),
+        (
+            "settle.scn",
+            "cpus 2\ntick\nsettle 10 20\n",
+            "settle.scn:3:11:",
+            "unexpected `20`",
+        ),
+        // A repeated header line, for each keyword a second line would override.
+        (
+            "cpus.scn",
+            "cpus 2\ncpus 4\ntick\n",
+            "cpus.scn:2:1:",
+            "a second `cpus` line (the first is line 1)",
+        ),
+        (
+            "seed.scn",
+            "seed 1\nseed 2\ntick\n",
+            "seed.scn:2:1:",
+            "a second `seed` line",
+        ),
+        (
+            "online.scn",
+            "online 1\nonline 2\ntick\n",
+            "online.scn:2:1:",
+            "a second `online` line",
+        ),
+        (
+            "preempt.scn",
+            "preempt full\npreempt none\ntick\n",
+            "preempt.scn:2:1:",
+            "a second `preempt` line",
+        ),
+        (
+            "pc.scn",
+            "preempt_count y\npreempt_count y\ntick\n",
+            "pc.scn:2:1:",
+            "a second `preempt_count` line",
+        ),
+        (
+            "prcu.scn",
+            "preempt_rcu y\npreempt_rcu n\ntick\n",
+            "prcu.scn:2:1:",
+            "a second `preempt_rcu` line",
+        ),
+        (
+            "hz.scn",
+            "hz 250\nhz 1000\ntick\n",
+            "hz.scn:2:1:",
+            "a second `hz` line",
+        ),
+        (
+            "rescuer.scn",
+            "rescuer pool\nrescuer unbound\ntick\n",
+            "rescuer.scn:2:1:",
+            "a second `rescuer` line",
+        ),
+        (
+            "loop.scn",
+            "loop v5 sparse\nloop v4 sparse\ntick\n",
+            "loop.scn:2:1:",
+            "a second `loop` line",
+        ),
+        (
+            "variant.scn",
+            "variant v6\nvariant v7\ntick\n",
+            "variant.scn:2:1:",
+            "a second `variant` line",
+        ),
+        // An option the transition does not take.
+        (
+            "fill.scn",
+            "loop v5 sparse\nio 0 discard 3 fill=7\n",
+            "fill.scn:2:16:",
+            "only a write takes fill=BYTE",
+        ),
+        (
+            "fillr.scn",
+            "loop v5 sparse\nio 0 read 3 fill=7\n",
+            "fillr.scn:2:13:",
+            "only a write takes fill=BYTE",
+        ),
+        (
+            "opt.scn",
+            "cpus 2\ncpu_down 1 fail=187 fail=144\n",
+            "opt.scn:2:21:",
+            "unexpected `fail=144`",
+        ),
+        // Two verdicts on one line.
+        (
+            "two.scn",
+            "cpus 2\ntick\nexpect clean stranded\n",
+            "two.scn:3:14:",
+            "write one `expect` line each",
+        ),
+        // `try` before what is not a transition.
+        (
+            "tryh.scn",
+            "try cpus 2\ntick\n",
+            "tryh.scn:1:5:",
+            "`try` (column 1) may only prefix a transition",
+        ),
+        // An empty file, and one with no transition and no expectation.
+        (
+            "empty.scn",
+            "",
+            "empty.scn:1:1:",
+            "no transition and no `expect` line",
+        ),
+        (
+            "header.scn",
+            "# only a header\nvariant v6\ncpus 2\n",
+            "header.scn:4:1:",
+            "no transition and no `expect` line",
+        ),
+        // A NUL byte.
+        ("nul.scn", "cpus 2\nti\0ck\n", "nul.scn:2:3:", "a NUL byte"),
+    ] {
+        let (code, out, err) = run_text(name, text.as_bytes());
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert!(err.contains(place) && err.contains(says), "{name}: {err}");
+    }
+    let (code, _, err) = run_text("utf8.scn", b"cpus 2\ntick \xff\n");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("utf8.scn:2:6: not UTF-8"), "{err}");
+}
+
+/// A transition that cannot happen at that moment is an error with its place unless written
+/// `try …`; a `fail=` sysfs refuses likewise.
+#[test]
+fn an_impossible_transition_or_a_refused_fail_is_an_error_unless_tried() {
+    for (name, text, says) in [
+        (
+            "offline.scn",
+            "cpus 2\nonline 1\ncomplete 1 hardirq flag\n",
+            "offline.scn:3:1: `complete 1 hardirq flag`: CPU1 is offline",
+        ),
+        (
+            "second.scn",
+            "cpus 3\ncpu_down 1\ncpu_down 2\n",
+            "second.scn:3:1: `cpu_down 2`: ",
+        ),
+        (
+            "step.scn",
+            "cpus 2\nstep\n",
+            "step.scn:2:1: `step`: no hotplug operation is in progress",
+        ),
+        (
+            "worker.scn",
+            "cpus 2\nworker 1\n",
+            "worker.scn:2:1: `worker 1`: CPU1's worker pool has nothing to run",
+        ),
+        (
+            "fail.scn",
+            "cpus 2\ncpu_down 1 fail=50\n",
+            "fail.scn:2:1: `cpu_down 1 fail=50`: hotplug/fail=50 refused",
+        ),
+    ] {
+        let (code, out, err) = run_text(name, text.as_bytes());
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert!(err.contains(says), "{name}: {err}");
+    }
+    // The same with `try`: skipped, and said so in the trace and the verdict.
+    let f = std::env::temp_dir().join(format!("biosim-cli-try-{}.scn", std::process::id()));
+    std::fs::write(
+        &f,
+        "cpus 2\nonline 1\ntry complete 1 hardirq flag   # CPU1 is down\ntry cpu_down 1 fail=50\ncomplete 0 hardirq flag\nexpect clean\n",
+    )
+    .unwrap();
+    let (code, out, err) = biosim(&["run", f.to_str().unwrap()]);
+    std::fs::remove_file(&f).ok();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("   (try: skipped: CPU1 is offline)"), "{out}");
+    assert!(
+        out.contains("   (try: skipped: hotplug/fail=50 refused"),
+        "{out}"
+    );
+    assert!(
+        out.contains("   try: line 3: `try complete 1 hardirq flag` skipped: CPU1 is offline"),
+        "{out}"
+    );
+    assert!(
+        out.contains("   try: line 4: `try cpu_down 1 fail=50` skipped"),
+        "{out}"
+    );
+    assert!(out.contains("every expectation holds"), "{out}");
+}
+
+/// Input is read as a capped stream: `/dev/zero` and an oversize file are refused at once, and an
+/// error quotes at most ~100 characters of a long line.
+#[test]
+fn oversize_input_is_refused_fast_and_long_lines_are_quoted_short() {
+    let t = std::time::Instant::now();
+    let (code, _, err) = biosim(&["run", "/dev/zero"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/dev/zero: larger than 16 MiB"), "{err}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        t.elapsed()
+    );
+    let mut big = b"cpus 2\ntick\n".to_vec();
+    big.resize((16 << 20) + 1, b'\n');
+    let (code, _, err) = run_text("big.scn", &big);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("big.scn: larger than 16 MiB"), "{err}");
+    let long = format!("cpus 2\ncomplete {} hardirq flag\n", "7".repeat(5_000_000));
+    let (code, _, err) = run_text("long.scn", long.as_bytes());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("long.scn:2:10:"), "{err}");
+    assert!(
+        err.len() < 400,
+        "{} bytes: {}",
+        err.len(),
+        &err[..400.min(err.len())]
+    );
+    assert!(err.contains('…'), "{err}");
+}

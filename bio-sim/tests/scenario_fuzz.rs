@@ -8,7 +8,7 @@
 
 use bio_core::block::complete_in_task::{Knob, Variant};
 use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
-use bio_sim::scenario::Scenario;
+use bio_sim::scenario::{RunError, Scenario, ScenarioError};
 use proptest::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -123,7 +123,20 @@ fn header_line() -> impl Strategy<Value = String> {
     ]
 }
 
+/// A transition line, a quarter of the time written `try …`.
 fn transition_line(nr_cpus: u32) -> impl Strategy<Value = String> {
+    (bare_transition_line(nr_cpus), 0u8..4).prop_map(
+        |(t, p)| {
+            if p == 0 {
+                format!("try {t}")
+            } else {
+                t
+            }
+        },
+    )
+}
+
+fn bare_transition_line(nr_cpus: u32) -> impl Strategy<Value = String> {
     let cpu = 0..nr_cpus;
     let state = prop::sample::select(vec![0i32, 58, 61, 63, 83, 144, 187, 192, 197, 236]);
     prop_oneof![
@@ -141,7 +154,7 @@ fn transition_line(nr_cpus: u32) -> impl Strategy<Value = String> {
         3 => Just("step".to_owned()),
         1 => cpu.clone().prop_map(|c| format!("need_resched {c}")),
         3 => (cpu.clone(), prop::sample::select(vec!["read", "write", "discard"]), 0u32..20, any::<u8>())
-            .prop_map(|(c, o, b, f)| format!("io {c} {o} {b} fill={f}")),
+            .prop_map(|(c, o, b, f)| if o == "write" { format!("io {c} {o} {b} fill={f}") } else { format!("io {c} {o} {b}") }),
         2 => cpu.prop_map(|c| format!("loop_worker {c}")),
     ]
 }
@@ -172,6 +185,10 @@ fn junk_line() -> impl Strategy<Value = String> {
         "loop_knob",
         "io",
         "loop_worker",
+        "try",
+        "try complete",
+        "try cpus",
+        "try expect",
         "#",
         "",
     ]);
@@ -179,6 +196,7 @@ fn junk_line() -> impl Strategy<Value = String> {
         4 => (keyword, prop::collection::vec(word(), 0..4))
             .prop_map(|(k, ws)| format!("{k} {}", ws.join(" "))),
         1 => "\\PC{0,30}",
+        1 => prop::sample::select(vec!["ti\0ck", "try", "try try tick", "tick\u{feff}", "complete 0\thardirq  flag"]).prop_map(str::to_owned),
     ]
 }
 
@@ -221,8 +239,40 @@ fn scenario_text() -> impl Strategy<Value = String> {
         })
 }
 
+/// Whether `e` names `text`'s file and a place in it: a line of the text (or the one past its
+/// end, where a missing transition was expected), and a column within that line (or just past
+/// its end), or none.
+fn says_where(e: &ScenarioError, text: &str) -> Result<(), String> {
+    let msg = e.to_string();
+    if !msg.starts_with(FILE) || e.message.is_empty() {
+        return Err(format!("an error that does not say where: {msg:?}"));
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    if e.line > lines.len() + 1 {
+        return Err(format!(
+            "line {} of a {}-line text: {msg:?}",
+            e.line,
+            lines.len()
+        ));
+    }
+    if e.line > 0 && e.column > 0 {
+        let width = lines.get(e.line - 1).map_or(0, |l| l.chars().count());
+        if e.column > width + 1 {
+            return Err(format!(
+                "column {} of a {width}-character line: {msg:?}",
+                e.column
+            ));
+        }
+        let want = format!("{FILE}:{}:{}: ", e.line, e.column);
+        if !msg.starts_with(&want) {
+            return Err(format!("{msg:?} does not start with {want:?}"));
+        }
+    }
+    Ok(())
+}
+
 /// Parses and, if accepted, runs `text`; `Err` describes a broken promise (a panic, an error that
-/// does not name the file).
+/// does not name the file, the line and the column).
 fn check(text: &str, run: impl FnOnce(&Scenario)) -> Result<(), String> {
     let outcome = catch_unwind(AssertUnwindSafe(|| match Scenario::parse(text, FILE) {
         Ok(mut s) => {
@@ -231,14 +281,7 @@ fn check(text: &str, run: impl FnOnce(&Scenario)) -> Result<(), String> {
             run(&s);
             Ok(())
         }
-        Err(e) => {
-            let msg = e.to_string();
-            if msg.starts_with(FILE) && !e.message.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("an error that does not say where: {msg:?}"))
-            }
-        }
+        Err(e) => says_where(&e, text),
     }));
     match outcome {
         Ok(r) => r,
@@ -253,13 +296,44 @@ fn check(text: &str, run: impl FnOnce(&Scenario)) -> Result<(), String> {
 }
 
 fn run_to_verdict(s: &Scenario) {
-    // A `SimError` is a clear refusal (e.g. a machine the kernel config cannot build); either way
-    // no panic.
-    if let Ok(r) = s.run() {
-        assert!(
-            r.trace.contains("# biosim"),
-            "the trace opens with its header"
-        );
+    // A `SimError` is a clear refusal (e.g. a machine the kernel config cannot build); a refused
+    // transition names a line of the scenario that holds a transition not written `try`. Either
+    // way no panic.
+    match s.run() {
+        Ok(r) => {
+            assert!(
+                r.trace.contains("# biosim"),
+                "the trace opens with its header"
+            );
+            assert_eq!(
+                r.skipped.len(),
+                r.trace.matches("   (try: skipped: ").count(),
+                "every skip is in the trace"
+            );
+            for sk in &r.skipped {
+                let line: usize = sk["line ".len()..]
+                    .split(':')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!(
+                    s.tried.contains(&line),
+                    "{sk}: a skip of a line not written try"
+                );
+            }
+        }
+        Err(RunError::Refused(e)) => {
+            assert!(
+                e.to_string().starts_with(&format!("{FILE}:{}:", e.line)),
+                "{e}"
+            );
+            assert!(
+                s.transitions.iter().any(|(l, _)| *l == e.line) && !s.tried.contains(&e.line),
+                "{e}: not a transition written without try"
+            );
+        }
+        Err(RunError::Sim(_)) => {}
     }
 }
 
@@ -294,10 +368,10 @@ fn the_harness_reports_a_panic() {
 fn values_that_wrap_a_u32_are_refused_not_wrapped() {
     // `as u32` once turned `online 4294967297` into `online 1` and `hz 4294967546` into 250.
     for (text, says) in [
-        ("online 4294967297\n", "fuzz.scn:1: online 4294967297"),
+        ("online 4294967297\n", "fuzz.scn:1:8: online 4294967297"),
         (
             "hz 4294967546\n",
-            "fuzz.scn:1: unsupported CONFIG_HZ=4294967546",
+            "fuzz.scn:1:4: unsupported CONFIG_HZ=4294967546",
         ),
     ] {
         let e = Scenario::parse(text, FILE).unwrap_err().to_string();

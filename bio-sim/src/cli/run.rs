@@ -24,6 +24,9 @@ pub fn run_scenario(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
             println!("   {v}");
         }
     }
+    for sk in &run.skipped {
+        println!("   try: {sk}");
+    }
     let failed = if scenario.expect.is_empty() {
         !run.violations.is_empty()
     } else {

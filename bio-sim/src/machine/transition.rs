@@ -1,11 +1,14 @@
 //! Scenario transitions: the steps a finding check, the proptest state machine or a scenario file
 //! applies to a [`Sim`]. Each is something that can happen on a real machine; one that cannot happen
-//! now (a completion on an offline CPU, a second hotplug operation) is skipped, not an error.
+//! now (a completion on an offline CPU, a second hotplug operation) is refused: [`Sim::try_apply`]
+//! says why (a scenario file makes that an error unless the line says `try`), [`Sim::apply`] (the
+//! generators') skips it.
 
 use crate::machine::oracle::Need;
 use crate::machine::sim::{CompletionContext, Sim};
 use bio_core::block::ReqOp;
 use bio_core::kernel::CpuId;
+use bio_core::workqueue::PoolId;
 use hotplug::StateId;
 use std::fmt;
 
@@ -102,45 +105,138 @@ impl fmt::Display for Transition {
     }
 }
 
+/// Why a transition could not happen at that moment (see [`Sim::try_apply`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+fn refuse<T>(why: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal(why.into()))
+}
+
 impl Sim {
     /// Applies one transition; returns whether it happened (`false`: not possible now, skipped).
+    /// The lenient form the generators use: a `hotplug/fail` value sysfs refuses is left unarmed
+    /// (the trace says so) and the operation still starts.
     pub fn apply(&self, t: &Transition) -> bool {
+        self.apply_inner(t, false).is_ok()
+    }
+
+    /// Applies one transition, or says why it cannot happen now: the CPU does not exist or is
+    /// offline (a completion, `need_resched`, loop I/O), the CPU's worker pool has nothing to run,
+    /// the loop worker has nothing to run, no hotplug operation is in progress (`step`), sysfs
+    /// refuses the `hotplug/fail` value, or the hotplug operation itself is refused (another in
+    /// progress, the CPU already in the target state, the last online CPU). A refused transition
+    /// changes nothing but the trace.
+    pub fn try_apply(&self, t: &Transition) -> Result<(), Refusal> {
+        self.apply_inner(t, true)
+    }
+
+    fn apply_inner(&self, t: &Transition, strict_fail: bool) -> Result<(), Refusal> {
         let n = self.kernel.nr_cpus();
         if self.rt.recording() {
             self.rt.note(format!("   >>> {t}"));
         }
-        match *t {
-            Transition::Complete { cpu, ctx, need } if cpu < n => {
-                self.complete(CpuId(cpu), ctx, need, ReqOp::Write).is_some()
+        let cpu = match *t {
+            Transition::Complete { cpu, .. }
+            | Transition::RunWorker { cpu }
+            | Transition::Hotplug { cpu, .. }
+            | Transition::NeedResched { cpu }
+            | Transition::LoopIo { cpu, .. }
+            | Transition::LoopWorker { cpu } => Some(cpu),
+            Transition::Tick | Transition::HotplugStep => None,
+        };
+        if let Some(c) = cpu {
+            if c >= n {
+                return refuse(format!("CPU{c} does not exist"));
             }
-            Transition::RunWorker { cpu } if cpu < n => self.run_worker(CpuId(cpu)),
+        }
+        let offline = |c: u32| format!("CPU{c} is offline");
+        match *t {
+            Transition::Complete { cpu, ctx, need } => {
+                if !self.kernel.cpu_online(CpuId(cpu)) {
+                    return refuse(offline(cpu));
+                }
+                match self.complete(CpuId(cpu), ctx, need, ReqOp::Write) {
+                    Some(_) => Ok(()),
+                    None => refuse(format!("CPU{cpu} cannot run {ctx} now")),
+                }
+            }
+            Transition::RunWorker { cpu } => {
+                if self.kernel.pool(PoolId::Cpu(CpuId(cpu))).is_none() {
+                    return refuse(format!("CPU{cpu} has no worker pool"));
+                }
+                if self.run_worker(CpuId(cpu)) {
+                    Ok(())
+                } else {
+                    refuse(format!("CPU{cpu}'s worker pool has nothing to run"))
+                }
+            }
             Transition::Tick => {
                 self.tick();
-                true
+                Ok(())
             }
-            Transition::Hotplug { cpu, up, fail_at } if cpu < n => self
-                .hotplug_start(CpuId(cpu), up, fail_at.map(StateId))
-                .is_ok(),
-            Transition::HotplugStep => self.hotplug_step(),
-            Transition::NeedResched { cpu } if cpu < n => {
-                match self.rt.cpu(CpuId(cpu)) {
-                    Some(cx) => cx.set_need_resched(true),
-                    None => return false,
+            Transition::Hotplug { cpu, up, fail_at } => {
+                if let (true, Some(s)) = (strict_fail, fail_at) {
+                    if let Err(e) = self.kernel.hotplug().set_fail(CpuId(cpu), s) {
+                        return refuse(format!("hotplug/fail={s} refused: {e}"));
+                    }
                 }
-                true
+                self.hotplug_start(CpuId(cpu), up, fail_at.map(StateId))
+                    .or_else(|e| refuse(e.to_string()))
             }
+            Transition::HotplugStep => {
+                if self.kernel.hotplug_ops_in_progress().is_empty() {
+                    return refuse("no hotplug operation is in progress");
+                }
+                if self.hotplug_step() {
+                    Ok(())
+                } else {
+                    refuse("the hotplug operation cannot take a step now")
+                }
+            }
+            Transition::NeedResched { cpu } => match self.rt.cpu(CpuId(cpu)) {
+                Some(cx) => {
+                    cx.set_need_resched(true);
+                    Ok(())
+                }
+                None => refuse(offline(cpu)),
+            },
             Transition::LoopIo {
                 cpu,
                 op,
                 block,
                 fill,
-            } if cpu < n => self
-                .loop_rig()
-                .is_some_and(|r| r.submit(self.parts(), cpu, op, block, fill)),
-            Transition::LoopWorker { cpu } if cpu < n => self
-                .loop_rig()
-                .is_some_and(|r| r.run_worker(self.parts(), cpu)),
-            _ => false,
+            } => {
+                let Some(r) = self.loop_rig() else {
+                    return refuse("there is no loop device");
+                };
+                if !self.kernel.cpu_online(CpuId(cpu)) {
+                    return refuse(offline(cpu));
+                }
+                if r.submit(self.parts(), cpu, op, block, fill) {
+                    Ok(())
+                } else {
+                    refuse(format!("loop0 cannot take the {op} now"))
+                }
+            }
+            Transition::LoopWorker { cpu } => {
+                let Some(r) = self.loop_rig() else {
+                    return refuse("there is no loop device");
+                };
+                if r.run_worker(self.parts(), cpu) {
+                    Ok(())
+                } else {
+                    refuse("loop0's worker has nothing to run")
+                }
+            }
         }
     }
 }

@@ -44,10 +44,16 @@ fn invariant_name(s: &str) -> Option<Invariant> {
 /// Parses an `expect` line.
 pub(super) fn parse_expect(l: &Line<'_>) -> Result<Expectation, ScenarioError> {
     let w = l.arg(1, "clean or an invariant")?;
+    if let Some(second) = l.words.get(2) {
+        return Err(l.err_at(
+            2,
+            format!("`expect` names one verdict, got a second, `{second}`: write one `expect` line each (all must hold)"),
+        ));
+    }
     if w == "clean" {
         return Ok(Expectation::Clean);
     }
     invariant_name(w).map(Expectation::Violates).ok_or_else(|| {
-        l.err(format!("expect: unknown invariant `{w}` (expected clean, once, task, stranded, off-cpu, hotplug-context, bug, warn, sleep-in-atomic, invalid-wait-context, no-quiescence, dropbehind, data)"))
+        l.err_at(1, format!("expect: unknown invariant `{w}` (expected clean, once, task, stranded, off-cpu, hotplug-context, bug, warn, sleep-in-atomic, invalid-wait-context, no-quiescence, dropbehind, data)"))
     })
 }

@@ -37,14 +37,28 @@ pub(super) struct Header {
     preempt_count: Option<bool>,
     preempt_rcu: Option<bool>,
     hz: Option<u32>,
-    online: Option<(u64, usize)>,
-    /// The line of the `variant` line, if any: a second one is refused.
-    variant_line: Option<usize>,
+    online: Option<(u64, usize, usize)>,
     /// The line of the first `knob` line, if any: a `variant` after it would discard it.
     knob_line: Option<usize>,
     /// The last line that set part of the kernel config, where a Kconfig error is reported.
     kconfig_line: usize,
+    /// The line each header keyword that may be given once was first given on.
+    seen: Vec<(&'static str, usize)>,
 }
+
+/// The header keywords a second line of would override the first.
+const ONCE: [&str; 10] = [
+    "variant",
+    "cpus",
+    "online",
+    "preempt",
+    "preempt_count",
+    "preempt_rcu",
+    "hz",
+    "seed",
+    "rescuer",
+    "loop",
+];
 
 impl Header {
     /// The defaults: a traced 2-CPU machine with seed 1, no loop device.
@@ -61,9 +75,9 @@ impl Header {
             preempt_rcu: None,
             hz: None,
             online: None,
-            variant_line: None,
             knob_line: None,
             kconfig_line: 0,
+            seen: Vec::new(),
         }
     }
 
@@ -77,50 +91,69 @@ impl Header {
         if !in_header {
             return Err(l.err(format!("`{kw}` must come before the first transition")));
         }
+        if let Some(c) = l.try_col {
+            return Err(l.err_at(
+                0,
+                format!("`try` (column {c}) may only prefix a transition, not `{kw}`"),
+            ));
+        }
+        if let Some(&once) = ONCE.iter().find(|k| **k == kw) {
+            if let Some((_, first)) = self.seen.iter().find(|(k, _)| *k == once) {
+                return Err(l.err(format!(
+                    "a second `{kw}` line (the first is line {first}): a header line may be given once"
+                )));
+            }
+            self.seen.push((once, l.number));
+        }
         match kw {
             "variant" => {
-                if let Some(first) = self.variant_line {
-                    return Err(l.err(format!(
-                        "a second `variant` line (the first is line {first})"
-                    )));
-                }
                 if let Some(k) = self.knob_line {
                     return Err(l.err(format!(
                         "`variant` after the `knob` on line {k} would discard it: put `variant` first"
                     )));
                 }
-                self.variant_line = Some(l.number);
                 let name = l.arg(1, "a variant name")?;
-                self.config.variant = Variant::parse_name(name, &[]).map_err(|e| l.err(e))?;
+                self.config.variant = Variant::parse_name(name, &[]).map_err(|e| l.err_at(1, e))?;
+                l.done(2, "one variant name")?;
             }
             "knob" => {
-                let knob = Knob::parse_assignment(l.arg(1, "NAME=VALUE")?).map_err(|e| l.err(e))?;
+                let knob =
+                    Knob::parse_assignment(l.arg(1, "NAME=VALUE")?).map_err(|e| l.err_at(1, e))?;
+                l.done(2, "one NAME=VALUE")?;
                 self.knob_line.get_or_insert(l.number);
                 self.config.variant = self.config.variant.with(knob);
                 self.config.variant.name = "custom";
             }
             "cpus" => {
                 let n = l.num(1, "a CPU count")?;
+                l.done(2, "one CPU count")?;
                 if !(1..=64).contains(&n) {
-                    return Err(l.err(format!("cpus {n}: biosim scenarios take 1 to 64 CPUs")));
+                    return Err(
+                        l.err_at(1, format!("cpus {n}: biosim scenarios take 1 to 64 CPUs"))
+                    );
                 }
                 self.config.nr_cpus = n as u32;
                 self.config.online = self.config.nr_cpus;
             }
-            "online" => self.online = Some((l.num(1, "a CPU count")?, l.number)),
+            "online" => {
+                self.online = Some((l.num(1, "a CPU count")?, l.number, l.col(1)));
+                l.done(2, "one CPU count")?;
+            }
             "preempt" => {
                 self.kconfig_line = l.number;
                 let m = l.arg(1, "a preemption model")?;
                 self.preempt = Some(
                     m.parse::<PreemptModel>()
-                        .map_err(|e| l.err(e.to_string()))?,
+                        .map_err(|e| l.err_at(1, e.to_string()))?,
                 );
+                l.done(2, "one preemption model")?;
             }
             "preempt_count" | "preempt_rcu" => {
                 self.kconfig_line = l.number;
                 let v = l.arg(1, "y or n")?;
                 let b = yes_no(v)
-                    .ok_or_else(|| l.err(format!("`{kw}`: expected y or n, got `{v}`")))?;
+                    .ok_or_else(|| l.err_at(1, format!("`{kw}`: expected y or n, got `{v}`")))?;
+                l.done(2, "y or n")?;
                 if kw == "preempt_count" {
                     self.preempt_count = Some(b)
                 } else {
@@ -130,26 +163,36 @@ impl Header {
             "hz" => {
                 self.kconfig_line = l.number;
                 let h = l.num(1, "a tick rate")?;
+                l.done(2, "one tick rate")?;
                 // Out-of-range values must not wrap into a valid one (`hz 4294967546` is not 250).
                 self.hz = Some(u32::try_from(h).map_err(|_| {
-                    l.err(format!("unsupported CONFIG_HZ={h} (kernel/Kconfig.hz offers 100, 250, 300 or 1000)"))
+                    l.err_at(1, format!("unsupported CONFIG_HZ={h} (kernel/Kconfig.hz offers 100, 250, 300 or 1000)"))
                 })?);
             }
-            "seed" => self.config.seed = l.num(1, "a seed")?,
+            "seed" => {
+                self.config.seed = l.num(1, "a seed")?;
+                l.done(2, "one seed")?;
+            }
             "rescuer" => {
                 self.config.rescuer = match l.arg(1, "pool or unbound")? {
                     "pool" => RescuerAffinity::PoolCpu,
                     "unbound" => RescuerAffinity::Unbound,
-                    w => return Err(l.err(format!("rescuer: expected pool or unbound, got `{w}`"))),
+                    w => {
+                        return Err(
+                            l.err_at(1, format!("rescuer: expected pool or unbound, got `{w}`"))
+                        )
+                    }
                 };
+                l.done(2, "pool or unbound")?;
             }
             "loop" => self.loop_dev = Some(loop_line(l)?),
             _ => {
                 let Some(setup) = self.loop_dev.as_mut() else {
                     return Err(l.err("`loop_knob` needs a `loop` line before it".to_owned()));
                 };
-                let knob =
-                    LoopKnob::parse_assignment(l.arg(1, "NAME=VALUE")?).map_err(|e| l.err(e))?;
+                let knob = LoopKnob::parse_assignment(l.arg(1, "NAME=VALUE")?)
+                    .map_err(|e| l.err_at(1, e))?;
+                l.done(2, "one NAME=VALUE")?;
                 setup.variant = setup.variant.with(knob);
                 setup.variant.name = "custom";
             }
@@ -161,16 +204,19 @@ impl Header {
     /// preemption lines and validated against the Kconfig rules.
     pub fn finish(self, file: &str) -> Result<(SimConfig, Option<LoopSetup>), ScenarioError> {
         let mut config = self.config;
-        if let Some((o, line)) = self.online {
+        if let Some((o, line, column)) = self.online {
             if o == 0 || o > u64::from(config.nr_cpus) {
-                return Err(error_at(
-                    file,
-                    line,
-                    format!(
-                        "online {o}: must be 1..={} (the machine's CPU count)",
-                        config.nr_cpus
-                    ),
-                ));
+                return Err(ScenarioError {
+                    column,
+                    ..error_at(
+                        file,
+                        line,
+                        format!(
+                            "online {o}: must be 1..={} (the machine's CPU count)",
+                            config.nr_cpus
+                        ),
+                    )
+                });
             }
             config.online = o as u32;
         }
@@ -198,26 +244,33 @@ fn loop_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
     let names = LoopVariant::names().collect::<Vec<_>>().join(", ");
     let name = l.arg(1, &format!("a loop version ({names})"))?;
     let variant = LoopVariant::by_name(name).ok_or_else(|| {
-        l.err(format!(
-            "unknown loop version `{name}` (expected {})",
-            LoopVariant::names_or(&[])
-        ))
+        l.err_at(
+            1,
+            format!(
+                "unknown loop version `{name}` (expected {})",
+                LoopVariant::names_or(&[])
+            ),
+        )
     })?;
     let kind = l.arg(2, "a backing: sparse, prealloc, refusing or blockdev")?;
     let backing = BackingKind::parse(kind).ok_or_else(|| {
-        l.err(format!(
-            "loop: unknown backing `{kind}` (expected sparse, prealloc, refusing or blockdev)"
-        ))
+        l.err_at(
+            2,
+            format!(
+                "loop: unknown backing `{kind}` (expected sparse, prealloc, refusing or blockdev)"
+            ),
+        )
     })?;
     let mut offset = 0;
-    for w in l.rest(3) {
-        let v = w
-            .strip_prefix("offset=")
-            .ok_or_else(|| l.err(format!("loop: unexpected `{w}` (expected offset=BYTES)")))?;
+    if let Some(w) = l.words.get(3) {
+        let v = w.strip_prefix("offset=").ok_or_else(|| {
+            l.err_at(3, format!("loop: unexpected `{w}` (expected offset=BYTES)"))
+        })?;
         offset = v
             .parse()
-            .map_err(|_| l.err(format!("offset={v}: a byte count is expected")))?;
+            .map_err(|_| l.err_at(3, format!("`offset={v}`: a byte count is expected")))?;
     }
+    l.done(4, "a version, a backing and at most one offset=BYTES")?;
     let setup = LoopSetup {
         variant,
         backing,

@@ -15,7 +15,7 @@
 //! `online N`, `preempt MODEL`, `preempt_count y|n`, `preempt_rcu y|n`, `hz N`, `seed N`,
 //! `rescuer pool|unbound`. Transitions: `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic` (all three words required),
 //! `worker CPU`, `tick`, `cpu_down CPU [fail=STATE]`, `cpu_up CPU [fail=STATE]`, `step`,
-//! `need_resched CPU`. Then `settle [STEPS]` (also implied at the end) and any number of
+//! `need_resched CPU`, each optionally after `try`. Then `settle [STEPS]` (also implied at the end) and any number of
 //! `expect clean` / `expect INVARIANT` lines, where INVARIANT is one of `once`, `task`,
 //! `stranded`, `off-cpu`, `hotplug-context`, `bug`, `warn`, `sleep-in-atomic`,
 //! `invalid-wait-context`, `no-quiescence`, `dropbehind`, `data`.
@@ -27,8 +27,14 @@
 //! A loop device (`drivers/block/loop.c`): header `loop NAME sparse|prealloc|refusing|blockdev
 //! [offset=BYTES]` (NAME: one of [`LoopVariant::ALL`](bio_core::drivers::block::loop_drv::LoopVariant::ALL))
 //! and `loop_knob NAME=VALUE` (one of [`LoopKnob`](bio_core::drivers::block::loop_drv::LoopKnob)'s); transitions
-//! `io CPU read|write|discard BLOCK [fill=BYTE]` and `loop_worker CPU`. At the end every block
+//! `io CPU read|discard BLOCK`, `io CPU write BLOCK [fill=BYTE]` and `loop_worker CPU`. At the end every block
 //! written is read back through the device and compared (`expect data` for a mismatch).
+//!
+//! Nothing passes by accident: a word a line does not take, a header line given twice, two
+//! verdicts on one `expect` line, an empty scenario, or input over [`INPUT_CAP`] are
+//! [`ScenarioError`]s naming the file, line and column; a transition that cannot happen at that
+//! moment is a [`RunError::Refused`] unless its line starts with `try` (then it is skipped and the
+//! skip recorded). `docs/scenarios/README.md` has the grammar.
 
 //!
 //! The parser is split by kind of line: [`line`] (the words of a line and the argument readers,
@@ -40,14 +46,30 @@ mod line;
 mod transition;
 
 pub use expect::Expectation;
-pub use line::ScenarioError;
+pub use line::{ScenarioError, QUOTE_MAX};
 
 use crate::machine::loop_rig::LoopSetup;
 use crate::machine::oracle::Violation;
 use crate::machine::sim::{Sim, SimConfig, SimError};
 use crate::machine::transition::Transition;
 use line::Line;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
 use std::path::Path;
+
+/// The largest scenario file read (16 MiB); a longer input is refused after reading one byte more.
+pub const INPUT_CAP: u64 = 16 << 20;
+
+/// Why a parsed scenario could not run to its verdict.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The machine could not be built.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    /// A transition not written `try …` could not happen at that moment (`file:line: …`).
+    #[error(transparent)]
+    Refused(ScenarioError),
+}
 
 /// A parsed scenario.
 #[derive(Debug, Clone)]
@@ -62,6 +84,13 @@ pub struct Scenario {
     pub expect: Vec<(usize, Expectation)>,
     /// The loop device, if the scenario has one (`loop` header).
     pub loop_dev: Option<LoopSetup>,
+    /// The lines of the transitions written `try …`: one that cannot happen is skipped and
+    /// recorded, not an error.
+    pub tried: BTreeSet<usize>,
+    /// The column of each transition's first word, by line (where a refusal is reported).
+    pub columns: BTreeMap<usize, usize>,
+    /// The file, as errors name it.
+    pub file: String,
 }
 
 /// The outcome of running a scenario.
@@ -73,6 +102,9 @@ pub struct ScenarioRun {
     pub violations: Vec<Violation>,
     /// Expectations that did not hold, as messages naming their line.
     pub failed_expectations: Vec<String>,
+    /// The `try` transitions that could not happen and were skipped, as messages naming their
+    /// line (`line 7: `complete 1 hardirq flag`: CPU1 is offline`).
+    pub skipped: Vec<String>,
 }
 
 impl Scenario {
@@ -80,10 +112,23 @@ impl Scenario {
     pub fn parse(text: &str, file: &str) -> Result<Self, ScenarioError> {
         let mut header = header::Header::new();
         let mut transitions = Vec::new();
+        let mut tried = BTreeSet::new();
+        let mut columns = BTreeMap::new();
         let mut settle = 5_000;
         let mut settled = false;
         let mut expect = Vec::new();
+        let mut lines = 0;
         for (i, raw) in text.lines().enumerate() {
+            lines = i + 1;
+            if let Some(at) = raw.find('\0') {
+                let mut e = line::error_at(
+                    file,
+                    i + 1,
+                    "a NUL byte: a scenario is a text file".to_owned(),
+                );
+                e.column = raw[..at].chars().count() + 1;
+                return Err(e);
+            }
             let Some(l) = Line::new(file, i + 1, raw) else {
                 continue;
             };
@@ -96,11 +141,17 @@ impl Scenario {
             if header.line(&l, transitions.is_empty() && !settled)? {
                 continue;
             }
+            if let (Some(c), "settle" | "expect") = (l.try_col, kw) {
+                return Err(l.err(format!(
+                    "`try` (column {c}) may only prefix a transition, not `{kw}`"
+                )));
+            }
             match kw {
                 "settle" => {
                     if l.words.len() > 1 {
                         settle = l.num(1, "a step budget")?;
                     }
+                    l.done(2, "at most a step budget")?;
                     settled = true;
                 }
                 "expect" => expect.push((l.number, expect::parse_expect(&l)?)),
@@ -109,40 +160,103 @@ impl Scenario {
                     header.config.nr_cpus,
                     header.loop_dev,
                 )? {
-                    Some(t) => transitions.push((l.number, t)),
+                    Some(t) => {
+                        if l.try_col.is_some() {
+                            tried.insert(l.number);
+                        }
+                        columns.insert(l.number, l.col(0));
+                        transitions.push((l.number, t))
+                    }
                     None => return Err(l.err(format!(
-                        "unknown line `{kw}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, seed, rescuer, loop, loop_knob; a transition: complete, worker, tick, cpu_down, cpu_up, step, need_resched, io, loop_worker; or settle / expect)"
+                        "unknown line `{kw}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, need_resched, io, loop_worker; or settle / expect)"
                     ))),
                 },
             }
         }
         let (config, loop_dev) = header.finish(file)?;
+        if transitions.is_empty() && expect.is_empty() {
+            let mut e = line::error_at(
+                file,
+                lines + 1,
+                "no transition and no `expect` line: an empty scenario would pass by accident"
+                    .to_owned(),
+            );
+            e.column = 1;
+            return Err(e);
+        }
         Ok(Scenario {
             config,
             transitions,
             settle,
             expect,
             loop_dev,
+            tried,
+            columns,
+            file: file.to_owned(),
         })
     }
 
-    /// Reads and parses a file.
+    /// Reads and parses a file: at most [`INPUT_CAP`] bytes, read as a stream (`/dev/zero` is
+    /// refused as soon as the cap is passed), UTF-8 text.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| line::error_at(&file, 0, format!("cannot read: {e}")))?;
-        Self::parse(&text, &file)
+        let cannot = |e: std::io::Error| line::error_at(&file, 0, format!("cannot read: {e}"));
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(INPUT_CAP + 1).read_to_end(&mut bytes))
+            .map_err(cannot)?;
+        if bytes.len() as u64 > INPUT_CAP {
+            return Err(line::error_at(
+                &file,
+                0,
+                format!("larger than {} MiB: not a scenario file", INPUT_CAP >> 20),
+            ));
+        }
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            let at = e.valid_up_to();
+            let line_start = bytes[..at]
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |p| p + 1);
+            let mut err = line::error_at(
+                &file,
+                bytes[..at].iter().filter(|b| **b == b'\n').count() + 1,
+                "not UTF-8 text".to_owned(),
+            );
+            err.column = String::from_utf8_lossy(&bytes[line_start..at])
+                .chars()
+                .count()
+                + 1;
+            err
+        })?;
+        Self::parse(text, &file)
     }
 
     /// Runs it: builds the machine, applies each transition with the oracle checked after it,
-    /// settles, and checks the expectations.
-    pub fn run(&self) -> Result<ScenarioRun, SimError> {
+    /// settles, and checks the expectations. A transition that cannot happen at that moment is
+    /// an error ([`RunError::Refused`], naming its line) unless its line says `try`, which skips it
+    /// and records the skip in the trace and in [`ScenarioRun::skipped`].
+    pub fn run(&self) -> Result<ScenarioRun, RunError> {
         let s = Sim::new(self.config)?;
         if let Some(setup) = self.loop_dev {
             s.attach_loop(setup);
         }
-        for (_, t) in &self.transitions {
-            s.apply(t);
+        let mut skipped = Vec::new();
+        for (line, t) in &self.transitions {
+            if let Err(why) = s.try_apply(t) {
+                let what = t.to_scenario_line();
+                if !self.tried.contains(line) {
+                    let mut e = line::error_at(
+                        &self.file,
+                        *line,
+                        format!("`{what}`: {why} (write `try {what}` if that may happen)"),
+                    );
+                    e.column = self.columns.get(line).copied().unwrap_or(0);
+                    return Err(RunError::Refused(e));
+                }
+                s.rt.note(format!("   (try: skipped: {why})"));
+                skipped.push(format!("line {line}: `try {what}` skipped: {why}"));
+            }
         }
         let mut violations = s.settle(self.settle);
         violations.extend(s.verify_devices(self.settle));
@@ -156,6 +270,7 @@ impl Scenario {
             trace: s.trace(),
             violations,
             failed_expectations: failed,
+            skipped,
         })
     }
 }
@@ -229,7 +344,7 @@ mod tests {
     fn knob_lines_refuse_unknown_knobs_and_bad_values_naming_the_known_ones() {
         let e = Scenario::parse("knob bogus=1\n", "t.scn").unwrap_err();
         assert!(
-            e.to_string().starts_with("t.scn:1: unknown knob `bogus`"),
+            e.to_string().starts_with("t.scn:1:6: unknown knob `bogus`"),
             "{e}"
         );
         for n in Knob::names() {
@@ -264,7 +379,8 @@ mod tests {
         for n in LoopVariant::names() {
             assert!(e.message.contains(n), "{e}");
         }
-        let s = Scenario::parse("variant v7\nknob requeue_on_online=false\n", "t.scn").unwrap();
+        let s =
+            Scenario::parse("variant v7\nknob requeue_on_online=false\ntick\n", "t.scn").unwrap();
         assert_eq!(
             s.config.variant,
             Variant {
@@ -279,7 +395,8 @@ mod tests {
         let e = Scenario::parse("variant v6\ncpus 2\ncomplet 1 hardirq\n", "t.scn").unwrap_err();
         assert_eq!(e.line, 3);
         assert!(
-            e.to_string().starts_with("t.scn:3: unknown line `complet`"),
+            e.to_string()
+                .starts_with("t.scn:3:1: unknown line `complet`"),
             "{e}"
         );
         let e = Scenario::parse("cpus 2\ncomplete 5 hardirq flag\n", "t.scn").unwrap_err();
@@ -329,7 +446,7 @@ mod tests {
         let e = Scenario::parse(&body, "t").unwrap_err();
         assert!(
             e.to_string()
-                .contains("t:1: `io` needs a `loop` header line"),
+                .contains("t:1:1: `io` needs a `loop` header line"),
             "{e}"
         );
         let e = Scenario::parse("loop v5 sparse\nio 0 write 256\n", "t").unwrap_err();
@@ -391,5 +508,45 @@ mod tests {
             "{:?}",
             run.failed_expectations
         );
+    }
+
+    /// `try` prefixes a transition only, is remembered by line, and columns are 1-based
+    /// characters; a long word is quoted cut to QUOTE_MAX characters.
+    #[test]
+    fn try_lines_and_columns() {
+        let s = Scenario::parse("cpus 2\n  try worker 1\nworker 0\n", "t.scn").unwrap();
+        assert_eq!(s.tried.iter().copied().collect::<Vec<_>>(), vec![2]);
+        assert_eq!(s.columns.get(&2), Some(&7));
+        let e = Scenario::parse("cpus 2\ntry expect clean\n", "t.scn").unwrap_err();
+        assert_eq!((e.line, e.column), (2, 5), "{e}");
+        let e = Scenario::parse("cpus 2\n\u{e9}\u{e9} tick\n", "t.scn").unwrap_err();
+        assert_eq!((e.line, e.column), (2, 1), "{e}");
+        let e = Scenario::parse("cpus 2\n\u{e9}tick 1\n", "t.scn").unwrap_err();
+        assert_eq!(e.column, 1, "{e}");
+        let e = Scenario::parse("cpus 2\ntick\u{a0}\u{a0}5\n", "t.scn").unwrap_err();
+        assert_eq!(e.column, 7, "{e}");
+        let long = "x".repeat(1000);
+        let e = Scenario::parse(&format!("cpus 2\n{long}\n"), "t.scn").unwrap_err();
+        assert!(
+            e.message
+                .contains(&format!("`{}…`", "x".repeat(QUOTE_MAX - 1))),
+            "{e}"
+        );
+        assert!(e.message.len() < 700, "{e}");
+        // A refused transition names its line and column at run time; `try` records the skip.
+        let s = Scenario::parse("cpus 2\n step\n", "t.scn").unwrap();
+        let RunError::Refused(e) = s.run().unwrap_err() else {
+            panic!("a refusal")
+        };
+        assert_eq!(e.to_string(), "t.scn:2:2: `step`: no hotplug operation is in progress (write `try step` if that may happen)");
+        let s = Scenario::parse("cpus 2\ntry step\nexpect clean\n", "t.scn").unwrap();
+        let r = s.run().unwrap();
+        assert_eq!(
+            r.skipped,
+            vec!["line 2: `try step` skipped: no hotplug operation is in progress"]
+        );
+        assert!(r
+            .trace
+            .contains("   (try: skipped: no hotplug operation is in progress)"));
     }
 }

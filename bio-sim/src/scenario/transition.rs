@@ -20,19 +20,32 @@ pub(super) fn parse_transition(
             if loop_dev.is_none() {
                 return Err(l.err("`loop_worker` needs a `loop` header line".to_owned()));
             }
-            Transition::LoopWorker {
-                cpu: l.cpu(1, nr_cpus)?,
-            }
+            let cpu = l.cpu(1, nr_cpus)?;
+            l.done(2, "one CPU")?;
+            Transition::LoopWorker { cpu }
         }
         "complete" => complete_line(l, nr_cpus)?,
-        "worker" => Transition::RunWorker {
-            cpu: l.cpu(1, nr_cpus)?,
-        },
-        "tick" => Transition::Tick,
-        "step" => Transition::HotplugStep,
-        "need_resched" => Transition::NeedResched {
-            cpu: l.cpu(1, nr_cpus)?,
-        },
+        "worker" => {
+            let cpu = l.cpu(1, nr_cpus)?;
+            l.done(
+                2,
+                "one CPU: one item of that CPU's pool; write a line per run",
+            )?;
+            Transition::RunWorker { cpu }
+        }
+        "tick" => {
+            l.done(1, "nothing: one jiffy; write a line per tick")?;
+            Transition::Tick
+        }
+        "step" => {
+            l.done(1, "nothing: one hotplug step; write a line per step")?;
+            Transition::HotplugStep
+        }
+        "need_resched" => {
+            let cpu = l.cpu(1, nr_cpus)?;
+            l.done(2, "one CPU")?;
+            Transition::NeedResched { cpu }
+        }
         "cpu_down" | "cpu_up" => hotplug_line(l, nr_cpus)?,
         _ => return Ok(None),
     }))
@@ -50,25 +63,37 @@ fn io_line(
     let cpu = l.cpu(1, nr_cpus)?;
     let o = l.arg(2, "read, write or discard")?;
     let op = LoopOp::parse(o).ok_or_else(|| {
-        l.err(format!(
-            "io: unknown operation `{o}` (expected read, write or discard)"
-        ))
+        l.err_at(
+            2,
+            format!("io: unknown operation `{o}` (expected read, write or discard)"),
+        )
     })?;
     let block = l.num(3, "a block number")?;
     if block >= setup.blocks() {
-        return Err(l.err(format!(
-            "io: block {block} is beyond loop0 ({} blocks of 4 KiB)",
-            setup.blocks()
-        )));
+        return Err(l.err_at(
+            3,
+            format!(
+                "io: block {block} is beyond loop0 ({} blocks of 4 KiB)",
+                setup.blocks()
+            ),
+        ));
     }
     let mut fill = 0x5a;
-    for w in l.rest(4) {
-        let v = w
-            .strip_prefix("fill=")
-            .ok_or_else(|| l.err(format!("io: unexpected `{w}` (expected fill=BYTE)")))?;
-        fill = v
-            .parse()
-            .map_err(|_| l.err(format!("fill={v}: a byte 0..=255 is expected")))?;
+    if op == LoopOp::Write {
+        if let Some(w) = l.words.get(4) {
+            let v = w
+                .strip_prefix("fill=")
+                .ok_or_else(|| l.err_at(4, format!("io: unexpected `{w}` (expected fill=BYTE)")))?;
+            fill = v
+                .parse()
+                .map_err(|_| l.err_at(4, format!("`fill={v}`: a byte 0..=255 is expected")))?;
+        }
+        l.done(5, "a CPU, an operation, a block and at most one fill=BYTE")?;
+    } else if let Some(w) = l.words.get(4) {
+        return Err(l.err_at(
+            4,
+            format!("io {op}: unexpected `{w}`: expected the end of the line (only a write takes fill=BYTE)"),
+        ));
     }
     Ok(Transition::LoopIo {
         cpu,
@@ -81,15 +106,18 @@ fn io_line(
 /// `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic`.
 fn complete_line(l: &Line<'_>, nr_cpus: u32) -> Result<Transition, ScenarioError> {
     let cpu = l.cpu(1, nr_cpus)?;
-    let ctx = match l.arg(2, "a context")? {
+    let ctx = match l.arg(2, "a context: hardirq, softirq, atomic or task")? {
         "hardirq" => CompletionContext::Hardirq,
         "softirq" => CompletionContext::Softirq,
         "atomic" => CompletionContext::AtomicTask,
         "task" => CompletionContext::Task,
         w => {
-            return Err(l.err(format!(
-                "complete: unknown context `{w}` (expected hardirq, softirq, atomic or task)"
-            )))
+            return Err(l.err_at(
+                2,
+                format!(
+                    "complete: unknown context `{w}` (expected hardirq, softirq, atomic or task)"
+                ),
+            ))
         }
     };
     let need = match l.arg(3, "a kind: plain, flag or dynamic")? {
@@ -97,11 +125,13 @@ fn complete_line(l: &Line<'_>, nr_cpus: u32) -> Result<Transition, ScenarioError
         "flag" => Need::Flag,
         "dynamic" => Need::Dynamic,
         w => {
-            return Err(l.err(format!(
-                "complete: unknown kind `{w}` (expected plain, flag or dynamic)"
-            )))
+            return Err(l.err_at(
+                3,
+                format!("complete: unknown kind `{w}` (expected plain, flag or dynamic)"),
+            ))
         }
     };
+    l.done(4, "a CPU, a context and a kind")?;
     Ok(Transition::Complete { cpu, ctx, need })
 }
 
@@ -109,24 +139,25 @@ fn complete_line(l: &Line<'_>, nr_cpus: u32) -> Result<Transition, ScenarioError
 fn hotplug_line(l: &Line<'_>, nr_cpus: u32) -> Result<Transition, ScenarioError> {
     let cpu = l.cpu(1, nr_cpus)?;
     let mut fail_at = None;
-    for w in l.rest(2) {
+    if let Some(w) = l.words.get(2) {
         let v = w.strip_prefix("fail=").ok_or_else(|| {
-            l.err(format!(
-                "`{}`: unexpected `{w}` (expected fail=STATE)",
-                l.keyword()
-            ))
+            l.err_at(
+                2,
+                format!("`{}`: unexpected `{w}` (expected fail=STATE)", l.keyword()),
+            )
         })?;
         let s: i32 = v
             .parse()
-            .map_err(|_| l.err(format!("fail={v}: a state number is expected")))?;
+            .map_err(|_| l.err_at(2, format!("`fail={v}`: a state number is expected")))?;
         if !(0..=hotplug::CPUHP_ONLINE.0).contains(&s) {
-            return Err(l.err(format!(
-                "fail={s}: out of range 0..={}",
-                hotplug::CPUHP_ONLINE.0
-            )));
+            return Err(l.err_at(
+                2,
+                format!("fail={s}: out of range 0..={}", hotplug::CPUHP_ONLINE.0),
+            ));
         }
         fail_at = Some(s);
     }
+    l.done(3, "a CPU and at most one fail=STATE")?;
     Ok(Transition::Hotplug {
         cpu,
         up: l.keyword() == "cpu_up",
