@@ -4,8 +4,9 @@
 //!
 //! Each trace is cut into blocks: the machine setup (before the first transition), one block per
 //! transition (what applying it printed, from its `>>>` line on) and the final settle. Block `k`
-//! of A is shown against block `k` of B, line by line, the shorter padded. The first trace line,
-//! the machine line naming the variant, is printed above and not compared.
+//! of A is shown against block `k` of B; within a block the lines are aligned by a longest common
+//! subsequence ([`align`]), so a line only one side printed does not shift the rest. The first
+//! trace line, the machine line naming the variant, is printed above and not compared.
 
 use super::args::DiffArgs;
 use crate::machine::sim::Sim;
@@ -151,8 +152,98 @@ fn cell(s: &str, w: usize) -> String {
 enum Row<'a> {
     /// The start of a block, labelled.
     Block(String),
-    /// Line `i` of a block on each side.
+    /// A line of a block on each side, or on one side only.
     Pair(Option<&'a str>, Option<&'a str>),
+}
+
+/// Above this many lines on either side (after the common head and tail are taken off), a block
+/// is not aligned by [`lcs`] (its table is `n·m` cells) but paired by position.
+const LCS_MAX_LINES: usize = 4000;
+
+/// Aligns two blocks: the index pairs of the rows, in order. `(Some(i), Some(j))` is a row
+/// showing `a[i]` against `b[j]`: the same line, or, in a run of lines only A has next to a run
+/// only B has at the same place, a changed line (the runs paired row by row); `(Some(i), None)`
+/// is a line only in A, `(None, Some(j))` one only in B. Equal lines are paired along a longest
+/// common subsequence; the common head and tail are paired first.
+fn align<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(Option<usize>, Option<usize>)> {
+    let head = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let tail = a[head..]
+        .iter()
+        .rev()
+        .zip(b[head..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let (ma, mb) = (&a[head..a.len() - tail], &b[head..b.len() - tail]);
+    let mut rows: Vec<_> = (0..head).map(|i| (Some(i), Some(i))).collect();
+    if ma.len() > LCS_MAX_LINES || mb.len() > LCS_MAX_LINES {
+        // Too large for the quadratic table: by position, the shorter side padded.
+        rows.extend((0..ma.len().max(mb.len())).map(|i| {
+            (
+                (i < ma.len()).then_some(head + i),
+                (i < mb.len()).then_some(head + i),
+            )
+        }));
+    } else {
+        let mut del = Vec::new();
+        let mut ins = Vec::new();
+        let flush = |rows: &mut Vec<_>, del: &mut Vec<usize>, ins: &mut Vec<usize>| {
+            for k in 0..del.len().max(ins.len()) {
+                rows.push((del.get(k).copied(), ins.get(k).copied()));
+            }
+            del.clear();
+            ins.clear();
+        };
+        for step in lcs(ma, mb) {
+            match step {
+                (Some(i), Some(j)) => {
+                    flush(&mut rows, &mut del, &mut ins);
+                    rows.push((Some(head + i), Some(head + j)));
+                }
+                (Some(i), None) => del.push(head + i),
+                (None, Some(j)) => ins.push(head + j),
+                (None, None) => {}
+            }
+        }
+        flush(&mut rows, &mut del, &mut ins);
+    }
+    let (ta, tb) = (a.len() - tail, b.len() - tail);
+    rows.extend((0..tail).map(|k| (Some(ta + k), Some(tb + k))));
+    rows
+}
+
+/// The edit script of a longest common subsequence of `a` and `b`: matches `(Some(i), Some(j))`,
+/// lines of A only `(Some(i), None)` and of B only `(None, Some(j))`, in order. O(n·m) time and
+/// cells (`u16`: at most [`LCS_MAX_LINES`] lines a side).
+fn lcs<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(Option<usize>, Option<usize>)> {
+    let (n, m) = (a.len(), b.len());
+    let w = m + 1;
+    // t[i * w + j]: the length of a longest common subsequence of a[i..] and b[j..].
+    let mut t = vec![0u16; (n + 1) * w];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            t[i * w + j] = if a[i] == b[j] {
+                t[(i + 1) * w + j + 1] + 1
+            } else {
+                t[(i + 1) * w + j].max(t[i * w + j + 1])
+            };
+        }
+    }
+    let mut out = Vec::with_capacity(n + m);
+    let (mut i, mut j) = (0, 0);
+    while i < n || j < m {
+        if i < n && j < m && a[i] == b[j] {
+            out.push((Some(i), Some(j)));
+            i += 1;
+            j += 1;
+        } else if j == m || (i < n && t[(i + 1) * w + j] >= t[i * w + j + 1]) {
+            out.push((Some(i), None));
+            i += 1;
+        } else {
+            out.push((None, Some(j)));
+            j += 1;
+        }
+    }
+    out
 }
 
 /// Runs `biosim diff`.
@@ -204,11 +295,15 @@ pub fn diff(args: DiffArgs) -> Result<(), Box<dyn Error>> {
     let mut first = None;
     for (k, (ba, bb)) in a.blocks.iter().zip(&b.blocks).enumerate() {
         rows.push((k, Row::Block(label(k))));
-        for i in 0..ba.len().max(bb.len()) {
-            let (la, lb) = (ba.get(i).map(String::as_str), bb.get(i).map(String::as_str));
+        // The lines of A and of B before the row: where the first divergence is on each side.
+        let (mut na, mut nb) = (0, 0);
+        for (ia, ib) in align(ba, bb) {
+            let (la, lb) = (ia.map(|i| ba[i].as_str()), ib.map(|j| bb[j].as_str()));
             if la != lb && first.is_none() {
-                first = Some((rows.len(), k, i));
+                first = Some((rows.len(), k, na, nb));
             }
+            na += usize::from(ia.is_some());
+            nb += usize::from(ib.is_some());
             rows.push((k, Row::Pair(la, lb)));
         }
     }
@@ -220,14 +315,16 @@ pub fn diff(args: DiffArgs) -> Result<(), Box<dyn Error>> {
                 "== the traces are identical ({lines} lines after the machine line)"
             );
         }
-        Some((row, k, i)) => {
+        Some((row, k, ia, ib)) => {
+            // Every row before the first divergence pairs a line with the same line, so the two
+            // sides are at the same line of the block: `ia == ib`.
             let _ = writeln!(
                 out,
                 "== the traces diverge in {}, at its line {} (trace line {} of A, {} of B)",
                 label(k),
-                i + 1,
-                trace_line(&a, k, i),
-                trace_line(&b, k, i),
+                ia + 1,
+                trace_line(&a, k, ia),
+                trace_line(&b, k, ib),
             );
             // Back over `context` lines, then to the label of the block they start in.
             let mut start = row;
@@ -287,4 +384,87 @@ pub fn diff(args: DiffArgs) -> Result<(), Box<dyn Error>> {
 fn trace_line(side: &Side, k: usize, i: usize) -> usize {
     let before: usize = side.blocks[..k].iter().map(Vec::len).sum();
     before + i + 1 + usize::from(side.machine.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{align, LCS_MAX_LINES};
+
+    /// The aligner's rows as `A-line mark B-line`, the way the listing shows them.
+    fn rows(a: &[&str], b: &[&str]) -> Vec<String> {
+        align(a, b)
+            .into_iter()
+            .map(|r| match r {
+                (Some(i), Some(j)) if a[i] == b[j] => format!("{} | {}", a[i], b[j]),
+                (Some(i), Some(j)) => format!("{} * {}", a[i], b[j]),
+                (Some(i), None) => format!("{} <", a[i]),
+                (None, Some(j)) => format!("> {}", b[j]),
+                (None, None) => unreachable!(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn equal_lines_pair() {
+        assert_eq!(
+            rows(&["x", "y", "z"], &["x", "y", "z"]),
+            ["x | x", "y | y", "z | z"]
+        );
+        assert!(rows(&[], &[]).is_empty());
+    }
+
+    #[test]
+    fn a_line_inserted_in_b_shows_gt_and_the_following_equal_lines_pair() {
+        assert_eq!(
+            rows(&["a", "b", "c", "d"], &["a", "new", "b", "c", "d"]),
+            ["a | a", "> new", "b | b", "c | c", "d | d"]
+        );
+        // And removed from B: `<`, the rest still pairs.
+        assert_eq!(
+            rows(&["a", "old", "b"], &["a", "b"]),
+            ["a | a", "old <", "b | b"]
+        );
+        // Two inserted in the middle of a block, one at its end.
+        assert_eq!(
+            rows(&["p", "q", "r"], &["p", "n1", "n2", "q", "r", "n3"]),
+            ["p | p", "> n1", "> n2", "q | q", "r | r", "> n3"]
+        );
+    }
+
+    #[test]
+    fn a_replaced_line_shows_star() {
+        assert_eq!(
+            rows(&["a", "b", "c"], &["a", "B", "c"]),
+            ["a | a", "b * B", "c | c"]
+        );
+        // Two lines replaced by three: paired row by row, the extra one `>`.
+        assert_eq!(
+            rows(&["a", "b1", "b2", "c"], &["a", "x1", "x2", "x3", "c"]),
+            ["a | a", "b1 * x1", "b2 * x2", "> x3", "c | c"]
+        );
+        // Nothing in common.
+        assert_eq!(rows(&["a"], &["b", "c"]), ["a * b", "> c"]);
+    }
+
+    /// Above the cap the middle of a block is paired by position (here where an LCS would show
+    /// one line inserted and one removed); the common head and tail still pair.
+    #[test]
+    fn a_block_over_the_cap_is_paired_by_position() {
+        let m: Vec<String> = (0..=LCS_MAX_LINES).map(|i| format!("m{i}")).collect();
+        let a: Vec<&str> = ["h"]
+            .into_iter()
+            .chain(m.iter().map(String::as_str))
+            .chain(["x", "t"])
+            .collect();
+        let b: Vec<&str> = ["h", "y"]
+            .into_iter()
+            .chain(m.iter().map(String::as_str))
+            .chain(["t"])
+            .collect();
+        let r = align(&a, &b);
+        assert_eq!(r.len(), a.len());
+        assert!(r.iter().enumerate().all(|(k, &p)| p == (Some(k), Some(k))));
+        let small = align(&a[..4], &b[..4]);
+        assert_eq!(small[1], (None, Some(1)), "{small:?}");
+    }
 }
