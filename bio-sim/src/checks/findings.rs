@@ -387,7 +387,8 @@ fn check_02_redeferral(on: On) -> Result<CheckRun, SimError> {
         &s,
         verdict(v, |x| {
             matches!(x.invariant, Invariant::Stranded | Invariant::NoQuiescence)
-                || x.message.contains("biosim: livelock")
+                || x.message
+                    .starts_with(bio_core::block::complete_in_task::LIVELOCK_REPORT)
         }),
     ))
 }

@@ -455,10 +455,7 @@ fn raise_batch(kernel: &Kernel, cpu: CpuId, batch: Batch) -> Result<(), MeasureE
     kernel
         .raise_irq(cpu, "measure_completion_irq", handler)
         .map(|_| ())
-        .map_err(|e| MeasureError::Raise {
-            cpu: e.cpu,
-            reason: e.reason,
-        })
+        .map_err(MeasureError::from)
 }
 
 /// The measured completion: what every design's `bi_end_io` finally does.

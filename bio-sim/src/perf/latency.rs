@@ -557,10 +557,7 @@ fn raise_timed(
     kernel
         .raise_irq(cpu, "measure_latency_irq", handler)
         .map(|_| ())
-        .map_err(|e| MeasureError::Raise {
-            cpu: e.cpu,
-            reason: e.reason,
-        })
+        .map_err(MeasureError::from)
 }
 
 /// Measures finding 8 for one batcher variant: completion latency (`bio_endio()` in the interrupt

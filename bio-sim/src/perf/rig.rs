@@ -90,6 +90,15 @@ pub enum MeasureError {
     Stopped,
 }
 
+impl From<bio_core::irq::IrqError> for MeasureError {
+    fn from(e: bio_core::irq::IrqError) -> Self {
+        MeasureError::Raise {
+            cpu: e.cpu,
+            reason: e.reason,
+        }
+    }
+}
+
 /// The bios one interrupt handler completes, boxed because `bio_endio()` takes `Box<Bio>`.
 #[allow(clippy::vec_box)]
 pub(super) type Batch = Vec<Box<Bio>>;

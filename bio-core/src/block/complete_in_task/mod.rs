@@ -349,7 +349,7 @@ impl BioCompleteBatcher {
         cx.report(
             ReportKind::Bug,
             format!(
-                "biosim: livelock: CPU#{} bio_complete_work_fn [{}] ran {LIVELOCK_PASSES} passes and completed no bio (every bi_end_io deferred its bio again; {real_kernel})",
+                "{LIVELOCK_REPORT}: CPU#{} bio_complete_work_fn [{}] ran {LIVELOCK_PASSES} passes and completed no bio (every bi_end_io deferred its bio again; {real_kernel})",
                 cx.id().0,
                 cx.current().comm
             ),
@@ -363,6 +363,10 @@ impl BioCompleteBatcher {
 /// such detector (kernel/watchdog.c's soft-lockup detector measures time without scheduling, which
 /// a version with the `need_resched()` yield never reaches).
 pub const LIVELOCK_PASSES: usize = 1_000;
+
+/// How biosim's livelock report begins: the words a check matches, so the message and its readers
+/// cannot drift apart. biosim's own, not a kernel splat.
+pub const LIVELOCK_REPORT: &str = "biosim: livelock";
 
 /// Per-CPU state of biosim's livelock detector (not kernel state of the batcher).
 #[derive(Debug, Default)]
