@@ -13,6 +13,10 @@
 //!   blanks ignored), so an excerpt without `...` is the whole output and lines between two `...`
 //!   are a contiguous run of it.
 //! * `console status=N` expects exit status N (default 0).
+//! * `$SCRATCH` in a command is a directory made fresh for each markdown file and shared by its
+//!   blocks in order (a tour writes a file in one block and runs it in the next); the file
+//!   says `export SCRATCH=$(mktemp -d)` for its reader. The directory's path is written back as
+//!   `$SCRATCH` in the output, and the directory is removed after the file's blocks ran.
 //! * `console unchecked: REASON` is a quoted output that is not run (needs root, a live kernel, or
 //!   shows real timings); the reason is required and the list is kept short (`MAX_UNCHECKED`).
 //! * Every other fenced block must say what it is (`sh` for instructions, `text`, `c`, `rust`, ...),
@@ -433,7 +437,9 @@ struct Outcome {
     lines: Vec<String>,
 }
 
-fn run(cmd: &str) -> Result<Outcome, String> {
+fn run(cmd: &str, scratch: &Path) -> Result<Outcome, String> {
+    let dir = scratch.display().to_string();
+    let cmd = &cmd.replace("$SCRATCH", &dir);
     let (env, bin, args) = program(cmd)?;
     let mut c = Command::new(&bin);
     c.args(&args)
@@ -449,7 +455,10 @@ fn run(cmd: &str) -> Result<Outcome, String> {
         .map_err(|e| format!("`{cmd}`: cannot run {}: {e}", bin.display()))?;
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
-    let mut lines: Vec<String> = text.lines().map(|l| l.trim_end().to_owned()).collect();
+    let mut lines: Vec<String> = text
+        .lines()
+        .map(|l| l.replace(&dir, "$SCRATCH").trim_end().to_owned())
+        .collect();
     while lines.last().is_some_and(String::is_empty) {
         lines.pop();
     }
@@ -487,6 +496,8 @@ fn every_quoted_output_matches_the_program() {
             }
         };
         let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        // `$SCRATCH`: fresh for this file, removed when it is dropped after its blocks ran.
+        let scratch = tempfile::tempdir().expect("a scratch directory");
         let mut edits: Vec<(std::ops::Range<usize>, Vec<String>, Option<String>)> = Vec::new();
         for b in &blocks {
             let here = format!("{rel}:{}", b.line);
@@ -528,7 +539,7 @@ fn every_quoted_output_matches_the_program() {
                     };
                     checked += 1;
                     let expected = &body[1..];
-                    let got = match run(cmd) {
+                    let got = match run(cmd, scratch.path()) {
                         Ok(o) => o,
                         Err(e) => {
                             failures.push(format!("{here}: {e}"));
