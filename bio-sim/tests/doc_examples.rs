@@ -17,6 +17,8 @@
 //!   blocks in order (a tour writes a file in one block and runs it in the next); the file
 //!   says `export SCRATCH=$(mktemp -d)` for its reader. The directory's path is written back as
 //!   `$SCRATCH` in the output, and the directory is removed after the file's blocks ran.
+//! * A block tagged `LANG file=PATH` (e.g. ```` ```scn file=docs/scenarios/x.scn ````) quotes a
+//!   file of the repository: its body must be that file's text, line for line.
 //! * `console unchecked: REASON` is a quoted output that is not run (needs root, a live kernel, or
 //!   shows real timings); the reason is required and the list is kept short (`MAX_UNCHECKED`).
 //! * Every other fenced block must say what it is (`sh` for instructions, `text`, `c`, `rust`, ...),
@@ -62,8 +64,16 @@ fn markdown_files(root: &Path) -> Vec<PathBuf> {
 
 #[derive(Debug)]
 enum Kind {
-    Checked { status: i32 },
-    Unchecked { reason: String },
+    Checked {
+        status: i32,
+    },
+    /// A quoted file (`LANG file=PATH`): the body is the file's text.
+    File {
+        path: String,
+    },
+    Unchecked {
+        reason: String,
+    },
     Other,
 }
 
@@ -118,6 +128,10 @@ fn parse_blocks(text: &str) -> Result<Vec<Block>, String> {
                     "line {}: unknown console attribute `{rest}` (status=N or unchecked: REASON)",
                     open + 1
                 ));
+            }
+        } else if let Some((_, path)) = info.split_once(" file=") {
+            Kind::File {
+                path: path.trim().to_owned(),
             }
         } else {
             Kind::Other
@@ -523,6 +537,19 @@ fn every_quoted_output_matches_the_program() {
                         ));
                     }
                 }
+                Kind::File { path } => match std::fs::read_to_string(root.join(path)) {
+                    Ok(t) => {
+                        let want: Vec<&str> = t.lines().map(str::trim_end).collect();
+                        if want != body {
+                            failures.push(format!(
+                                    "{here}: the block quoting {path} differs from the file\n  quoted:\n{}\n  the file:\n{}",
+                                    body.join("\n"),
+                                    want.join("\n")
+                                ));
+                        }
+                    }
+                    Err(e) => failures.push(format!("{here}: {path}: {e}")),
+                },
                 Kind::Unchecked { reason } => {
                     if reason.is_empty() {
                         failures.push(format!("{here}: `console unchecked:` needs a reason"));
