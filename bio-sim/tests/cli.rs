@@ -416,6 +416,69 @@ fn an_impossible_transition_or_a_refused_fail_is_an_error_unless_tried() {
     assert!(out.contains("every expectation holds"), "{out}");
 }
 
+/// `fail CPU STATE` and `target CPU STATE`: a value sysfs refuses is an error naming
+/// file:line:column unless written `try`, which records the skip; a bad word is a parse error.
+#[test]
+fn a_refused_fail_or_target_line_is_an_error_unless_tried() {
+    for (name, text, says) in [
+        (
+            "fail0.scn",
+            "cpus 2\ncomplete 0 hardirq flag\n   fail 1 0\n",
+            "fail0.scn:3:4: `fail 1 0`: hotplug/fail=0 refused: fail_store: state 0 rejected: DEAD callbacks (and CPUHP_BRINGUP_CPU) cannot fail while the CPU is up",
+        ),
+        (
+            "target144.scn",
+            "cpus 2\ntarget 1 144\n",
+            "target144.scn:2:1: `target 1 144`: hotplug/target=144 refused",
+        ),
+        (
+            "targetbusy.scn",
+            "cpus 3\ncpu_down 2\ntarget 1 186\n",
+            "targetbusy.scn:3:1: `target 1 186`: hotplug/target=186 refused",
+        ),
+        (
+            "failword.scn",
+            "cpus 2\nfail 1 online\n",
+            "failword.scn:2:8: `fail`: a state number (-1 disarms; `biosim states` lists them) is expected, got `online`",
+        ),
+        (
+            "targetextra.scn",
+            "cpus 2\ntarget 1 186 now\n",
+            "targetextra.scn:2:14: unexpected `now`",
+        ),
+    ] {
+        let (code, out, err) = run_text(name, text.as_bytes());
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert!(err.contains(says), "{name}: {err}");
+    }
+    let f = std::env::temp_dir().join(format!("biosim-cli-tryfail-{}.scn", std::process::id()));
+    std::fs::write(
+        &f,
+        "cpus 2\ntry fail 1 0\ntry target 1 144\nfail 1 187\ncpu_down 1\nsettle\nexpect clean\n",
+    )
+    .unwrap();
+    let (code, out, err) = biosim(&["run", f.to_str().unwrap()]);
+    std::fs::remove_file(&f).ok();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("   (try: skipped: hotplug/fail=0 refused: fail_store: state 0 rejected"),
+        "{out}"
+    );
+    assert!(
+        out.contains("   try: line 2: `try fail 1 0` skipped: hotplug/fail=0 refused"),
+        "{out}"
+    );
+    assert!(
+        out.contains("   try: line 3: `try target 1 144` skipped: hotplug/target=144 refused"),
+        "{out}"
+    );
+    assert!(
+        out.contains("echo 187 > /sys/devices/system/cpu/cpu1/hotplug/fail"),
+        "{out}"
+    );
+    assert!(out.contains("every expectation holds"), "{out}");
+}
+
 /// Input is read as a capped stream: `/dev/zero` and an oversize file are refused at once, and an
 /// error quotes at most ~100 characters of a long line.
 #[test]

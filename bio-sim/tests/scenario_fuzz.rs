@@ -1,13 +1,15 @@
 //! Scenario files are user input: whatever the text, `Scenario::parse` either accepts it or returns
 //! an error naming the file (and the line, for a line's mistake), and an accepted scenario runs to
 //! a verdict. Nothing panics. The generator mixes the real grammar with boundary numbers (0, the
-//! last CPU, 64/65 CPUs, the hotplug state range, values that wrap a `u32`) and free junk.
+//! last CPU, 64/65 CPUs, the hotplug state range and its ends for `fail=`, `fail` and `target`,
+//! values that wrap a `u32` or an `i32`) and free junk.
 //!
 //! The checker's own power is shown by `the_harness_reports_a_panic`: the same harness, given a
 //! runner that panics, fails.
 
 use bio_core::block::complete_in_task::{Knob, Variant};
 use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
+use bio_sim::machine::transition::Transition;
 use bio_sim::scenario::{RunError, Scenario, ScenarioError};
 use proptest::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -152,10 +154,28 @@ fn bare_transition_line(nr_cpus: u32) -> impl Strategy<Value = String> {
                 f.map(|s| format!(" fail={s}")).unwrap_or_default()
             )),
         3 => Just("step".to_owned()),
+        2 => (cpu.clone(), hotplug_state()).prop_map(|(c, s)| format!("fail {c} {s}")),
+        2 => (cpu.clone(), hotplug_state()).prop_map(|(c, s)| format!("target {c} {s}")),
         1 => cpu.clone().prop_map(|c| format!("need_resched {c}")),
         3 => (cpu.clone(), prop::sample::select(vec!["read", "write", "discard"]), 0u32..20, any::<u8>())
             .prop_map(|(c, o, b, f)| if o == "write" { format!("io {c} {o} {b} fill={f}") } else { format!("io {c} {o} {b}") }),
         2 => cpu.prop_map(|c| format!("loop_worker {c}")),
+    ]
+}
+
+/// A `fail`/`target` state: the range's ends and just past them (-2, -1, 0, 236, 237), the atomic
+/// section and `CPUHP_BRINGUP_CPU` (83..=143, refused by both), `cant_stop` `cpu:teardown` (144), an
+/// unnamed state without callbacks (160), the named states around the batcher's online state
+/// (186, 187, 196, 197), values past `i32`, and not a number.
+fn hotplug_state() -> impl Strategy<Value = String> {
+    prop_oneof![
+        8 => prop::sample::select(vec![
+            -2i64, -1, 0, 1, 58, 63, 83, 87, 143, 144, 150, 160, 186, 187, 196, 197, 235, 236,
+            237, 2147483647, 2147483648, -2147483649,
+        ])
+        .prop_map(|n| n.to_string()),
+        1 => prop::sample::select(vec!["workqueue:online", "x", "0x10", "+1", "", "1.5"])
+            .prop_map(str::to_owned),
     ]
 }
 
@@ -178,6 +198,10 @@ fn junk_line() -> impl Strategy<Value = String> {
         "cpu_down",
         "cpu_up",
         "step",
+        "fail",
+        "target",
+        "try fail",
+        "try target",
         "need_resched",
         "settle",
         "expect",
@@ -276,6 +300,7 @@ fn says_where(e: &ScenarioError, text: &str) -> Result<(), String> {
 fn check(text: &str, run: impl FnOnce(&Scenario)) -> Result<(), String> {
     let outcome = catch_unwind(AssertUnwindSafe(|| match Scenario::parse(text, FILE) {
         Ok(mut s) => {
+            round_trips(&s)?;
             // The step budget is the user's to choose; keep the fuzzer fast.
             s.settle = s.settle.min(500);
             run(&s);
@@ -293,6 +318,23 @@ fn check(text: &str, run: impl FnOnce(&Scenario)) -> Result<(), String> {
                 .unwrap_or("?")
         )),
     }
+}
+
+/// Every accepted transition (but the loop device's, which need its header) written back with
+/// `to_scenario_line` parses to itself.
+fn round_trips(s: &Scenario) -> Result<(), String> {
+    for (_, t) in &s.transitions {
+        if matches!(t, Transition::LoopIo { .. } | Transition::LoopWorker { .. }) {
+            continue;
+        }
+        let line = t.to_scenario_line();
+        let text = format!("cpus {}\n{line}\n", s.config.nr_cpus);
+        match Scenario::parse(&text, FILE) {
+            Ok(back) if back.transitions.first().map(|(_, b)| b) == Some(t) => {}
+            other => return Err(format!("{t:?} wrote `{line}`, which parses to {other:?}")),
+        }
+    }
+    Ok(())
 }
 
 fn run_to_verdict(s: &Scenario) {

@@ -85,14 +85,48 @@ impl<E: 'static> Cpuhp<E> {
         Ok(())
     }
 
-    /// Writes `cpuN/hotplug/target` (`target_store()`): validates the value and
-    /// runs `cpu_up()`/`cpu_down()` to it with `env`.
-    ///
-    /// `-EINVAL` unless the value is 0 or `CPUHP_ONLINE` (any value in
-    /// `[0, CPUHP_ONLINE]` with [`crate::CpuhpConfig::state_control`]), and
-    /// unless the target step is named and not `cant_stop`. Then the transition's
-    /// own errors apply.
+    /// Writes `cpuN/hotplug/target` (`target_store()`): validates the value
+    /// ([`Cpuhp::target_store_check`]) and runs `cpu_up()`/`cpu_down()` to it
+    /// with `env`: [`Cpuhp::start_target`], then [`Cpuhp::run_to_completion`].
     pub fn set_target(&mut self, cpu: CpuId, value: i32, env: &E) -> Result<(), HotplugError> {
+        self.start_target(cpu, value)?;
+        self.run_to_completion(cpu, env)
+    }
+
+    /// Writes `cpuN/hotplug/target` (`target_store()`) as a stepped operation:
+    /// validates the value ([`Cpuhp::target_store_check`]) and *starts*
+    /// `cpu_up(cpu, target)` (the CPU is below it) or `cpu_down(cpu, target)`
+    /// (above it) without running a callback; drive it with [`Cpuhp::step`].
+    /// A target equal to the current state starts nothing (the kernel's
+    /// `WARN_ON(st->target != target)` branch: `st->target` is set to it).
+    /// Then the transition's own errors apply ([`Cpuhp::start_cpu_up`],
+    /// [`Cpuhp::start_cpu_down`]).
+    pub fn start_target(&mut self, cpu: CpuId, value: i32) -> Result<(), HotplugError> {
+        let target = self.target_store_check(cpu, value)?;
+        let st = &self.cpus[cpu.index()];
+        if st.state < target {
+            self.start_cpu_up(cpu, target)
+        } else if st.state > target {
+            self.start_cpu_down(cpu, target)
+        } else {
+            if st.target != target {
+                let was = st.target;
+                self.warn(Warning::TargetMismatch { cpu, was, target });
+                self.cpus[cpu.index()].target = target;
+            }
+            Ok(())
+        }
+    }
+
+    /// The validation of `target_store()`, in the kernel's order, shared by
+    /// [`Cpuhp::set_target`] and [`Cpuhp::start_target`]; returns the target.
+    ///
+    /// `-ENODEV` for a CPU that does not exist. `-EINVAL` unless the value is 0
+    /// or `CPUHP_ONLINE` (any value in `[0, CPUHP_ONLINE]` with
+    /// [`crate::CpuhpConfig::state_control`]); `-EBUSY` while an operation is in
+    /// progress (`lock_device_hotplug_sysfs()`); `-EINVAL` unless the target
+    /// step is named and not `cant_stop`.
+    pub fn target_store_check(&self, cpu: CpuId, value: i32) -> Result<StateId, HotplugError> {
         let op = "target_store";
         self.check_cpu(op, cpu, Errno::ENODEV)?;
         let target = StateId(value);
@@ -140,19 +174,7 @@ impl<E: 'static> Cpuhp<E> {
                 "the step is cant_stop",
             ));
         }
-        let st = &self.cpus[cpu.index()];
-        if st.state < target {
-            self.cpu_up(cpu, target, env)
-        } else if st.state > target {
-            self.cpu_down(cpu, target, env)
-        } else {
-            if st.target != target {
-                let was = st.target;
-                self.warn(Warning::TargetMismatch { cpu, was, target });
-                self.cpus[cpu.index()].target = target;
-            }
-            Ok(())
-        }
+        Ok(target)
     }
 
     /// `/sys/devices/system/cpu/hotplug/states` (`states_show()`): one

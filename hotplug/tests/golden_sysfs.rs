@@ -215,6 +215,50 @@ fn target_with_state_control_needs_a_named_stoppable_step() {
     assert!(hp.cpu_online(CpuId(1)));
 }
 
+/// `start_target()` is `target_store()` with the operation only started: the same validation
+/// (`target_store_check()`), then steps; `-EBUSY` while any operation is in progress.
+#[test]
+fn start_target_validates_like_set_target_and_leaves_the_operation_stepped() {
+    let mut hp: Cpuhp<Env> = Cpuhp::with_config(
+        3,
+        3,
+        CpuhpConfig {
+            state_control: true,
+            ..CpuhpConfig::default()
+        },
+    )
+    .unwrap();
+    hp.cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "t/d1:online", rec(), rec())
+        .unwrap();
+    let env = Env::default();
+    for s in [CPUHP_AP_ONLINE_IDLE, CPUHP_TEARDOWN_CPU] {
+        assert!(hp.target_store_check(CpuId(1), s.0).is_err());
+        einval(hp.start_target(CpuId(1), s.0));
+    }
+    assert_eq!(
+        hp.target_store_check(CpuId(1), WQ_ONLINE.0).unwrap(),
+        WQ_ONLINE
+    );
+    hp.start_target(CpuId(1), WQ_ONLINE.0).unwrap();
+    assert!(hp.in_progress(CpuId(1)));
+    assert_eq!(
+        hp.start_target(CpuId(2), WQ_ONLINE.0).unwrap_err().errno(),
+        Errno::EBUSY
+    );
+    hp.run_to_completion(CpuId(1), &env).unwrap();
+    assert_eq!(hp.state(CpuId(1)).unwrap(), WQ_ONLINE);
+    // The current state: nothing starts.
+    hp.start_target(CpuId(1), WQ_ONLINE.0).unwrap();
+    assert!(!hp.in_progress(CpuId(1)));
+    // Without state control only 0 and CPUHP_ONLINE.
+    let Std { mut hp, .. } = std_machine(2);
+    einval(hp.start_target(CpuId(1), WQ_ONLINE.0));
+    hp.start_target(CpuId(1), 0).unwrap();
+    assert!(hp.in_progress(CpuId(1)));
+    hp.run_to_completion(CpuId(1), &env).unwrap();
+    assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_OFFLINE);
+}
+
 #[test]
 fn states_listing_is_the_sysfs_format() {
     let Std { hp, bp_dyn, d1, .. } = std_machine(2);

@@ -111,8 +111,18 @@ impl Kernel {
                 "the boot CPUs must be between 1 and nr_cpus (CPU0 always boots)",
             ));
         }
-        let cpuhp = Cpuhp::new(nr_cpus, online)
-            .map_err(|_| ConfigError::Unsupported("the hotplug machine rejected the CPU counts"))?;
+        // Built with CONFIG_CPU_HOTPLUG_STATE_CONTROL=y, as a kernel for hotplug testing is:
+        // `cpuN/hotplug/target` then takes any named, stoppable state, not only 0 and
+        // CPUHP_ONLINE (target_store()), so a scenario can park a CPU between two steps.
+        let cpuhp = Cpuhp::with_config(
+            nr_cpus,
+            online,
+            hotplug::CpuhpConfig {
+                state_control: true,
+                ..hotplug::CpuhpConfig::default()
+            },
+        )
+        .map_err(|_| ConfigError::Unsupported("the hotplug machine rejected the CPU counts"))?;
         let percpu = (0..nr_cpus)
             .map(|i| PerCpuState {
                 online: AtomicBool::new(i < online),

@@ -268,6 +268,48 @@ impl Sim {
         r
     }
 
+    /// Writes `state` to `cpuN/hotplug/fail` now (`fail_store()`: no hotplug lock, so also while
+    /// an operation on this CPU or another is in progress; -1 disarms). The failure fires when the
+    /// armed state's callback is next invoked on this CPU, once. Refused with sysfs's reason.
+    pub fn hotplug_fail(&self, cpu: CpuId, state: i32) -> Result<(), HotplugError> {
+        let r = self.kernel.hotplug().set_fail(cpu, state);
+        if r.is_ok() {
+            self.rt.note(format!(
+                "       echo {state} > /sys/devices/system/cpu/cpu{}/hotplug/fail",
+                cpu.0
+            ));
+        }
+        r
+    }
+
+    /// Writes `state` to `cpuN/hotplug/target` (`target_store()`'s validation, then
+    /// `cpu_up(cpu, state)` or `cpu_down(cpu, state)`) as a stepped operation: it is started, and
+    /// runs with [`Sim::hotplug_step`] or at settle, stopping at `state`. A target equal to the
+    /// current state starts nothing. Refused (nothing changes) with sysfs's or the operation's
+    /// reason: `-EINVAL` for a state without a name or `cant_stop`, `-EBUSY` while an operation
+    /// is in progress.
+    pub fn hotplug_target(&self, cpu: CpuId, state: i32) -> Result<(), HotplugError> {
+        let (before, r) = {
+            let mut hp = self.kernel.hotplug();
+            let before = hp.state(cpu);
+            (before, hp.start_target(cpu, state))
+        };
+        if r.is_ok() {
+            self.rt.note(format!(
+                "       echo {state} > /sys/devices/system/cpu/cpu{}/hotplug/target",
+                cpu.0
+            ));
+            match before {
+                Ok(b) if b.0 < state => self.rt.note(format!("       cpu_up({cpu}, {state})")),
+                Ok(b) if b.0 > state => self.rt.note(format!("       cpu_down({cpu}, {state})")),
+                _ => self.rt.note(format!(
+                    "       ({cpu} is at {state} already: nothing to do)"
+                )),
+            }
+        }
+        r
+    }
+
     /// Runs the next step of the hotplug operation in progress, if any.
     pub fn hotplug_step(&self) -> bool {
         match self.kernel.hotplug_ops_in_progress().first() {

@@ -42,6 +42,23 @@ pub enum Transition {
     },
     /// Run the next step of the hotplug operation in progress.
     HotplugStep,
+    /// Write `state` to `cpuN/hotplug/fail` now (`fail_store()`'s rules; also mid-operation, on
+    /// this CPU or another; -1 disarms). The failure fires at the armed state's next callback on
+    /// this CPU, once.
+    Fail {
+        /// The CPU.
+        cpu: u32,
+        /// The state to fail at, or -1.
+        state: i32,
+    },
+    /// Write `state` to `cpuN/hotplug/target` (`target_store()`'s rules): start a stepped
+    /// `cpu_up`/`cpu_down` of `cpu` that stops at `state`.
+    Target {
+        /// The CPU.
+        cpu: u32,
+        /// The state to stop at.
+        state: i32,
+    },
     /// Set `TIF_NEED_RESCHED` on `cpu` (a task wants the CPU).
     NeedResched {
         /// The CPU.
@@ -87,6 +104,12 @@ impl fmt::Display for Transition {
                 Ok(())
             }
             Transition::HotplugStep => f.write_str("one hotplug step"),
+            Transition::Fail { cpu, state } => {
+                write!(f, "write {state} to CPU{cpu}'s hotplug/fail")
+            }
+            Transition::Target { cpu, state } => {
+                write!(f, "write {state} to CPU{cpu}'s hotplug/target")
+            }
             Transition::NeedResched { cpu } => write!(f, "set need_resched on CPU{cpu}"),
             Transition::LoopIo {
                 cpu,
@@ -132,9 +155,11 @@ impl Sim {
     /// Applies one transition, or says why it cannot happen now: the CPU does not exist or is
     /// offline (a completion, `need_resched`, loop I/O), the CPU's worker pool has nothing to run,
     /// the loop worker has nothing to run, no hotplug operation is in progress (`step`), sysfs
-    /// refuses the `hotplug/fail` value, or the hotplug operation itself is refused (another in
-    /// progress, the CPU already in the target state, the last online CPU). A refused transition
-    /// changes nothing but the trace.
+    /// refuses the `hotplug/fail` value (`fail=`, [`Transition::Fail`]) or the `hotplug/target`
+    /// value ([`Transition::Target`]: unnamed or `cant_stop` state, another operation in
+    /// progress), or the hotplug operation itself is refused (another in progress, the CPU already
+    /// in the target state, the last online CPU). A refused transition changes nothing but the
+    /// trace.
     pub fn try_apply(&self, t: &Transition) -> Result<(), Refusal> {
         self.apply_inner(t, true)
     }
@@ -148,6 +173,8 @@ impl Sim {
             Transition::Complete { cpu, .. }
             | Transition::RunWorker { cpu }
             | Transition::Hotplug { cpu, .. }
+            | Transition::Fail { cpu, .. }
+            | Transition::Target { cpu, .. }
             | Transition::NeedResched { cpu }
             | Transition::LoopIo { cpu, .. }
             | Transition::LoopWorker { cpu } => Some(cpu),
@@ -192,6 +219,12 @@ impl Sim {
                 self.hotplug_start(CpuId(cpu), up, fail_at.map(StateId))
                     .or_else(|e| refuse(e.to_string()))
             }
+            Transition::Fail { cpu, state } => self
+                .hotplug_fail(CpuId(cpu), state)
+                .or_else(|e| refuse(format!("hotplug/fail={state} refused: {e}"))),
+            Transition::Target { cpu, state } => self
+                .hotplug_target(CpuId(cpu), state)
+                .or_else(|e| refuse(format!("hotplug/target={state} refused: {e}"))),
             Transition::HotplugStep => {
                 if self.kernel.hotplug_ops_in_progress().is_empty() {
                     return refuse("no hotplug operation is in progress");
@@ -238,5 +271,206 @@ impl Sim {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::sim::SimConfig;
+    use hotplug::{CPUHP_OFFLINE, CPUHP_ONLINE};
+
+    fn sim(cpus: u32) -> Sim {
+        Sim::new(SimConfig {
+            nr_cpus: cpus,
+            online: cpus,
+            ..SimConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn state(s: &Sim, cpu: u32) -> i32 {
+        s.kernel.hotplug().state(CpuId(cpu)).unwrap().0
+    }
+
+    fn fail(s: &Sim, cpu: u32) -> i32 {
+        s.kernel.hotplug().fail(CpuId(cpu)).unwrap()
+    }
+
+    /// Steps the operation in progress to its end; returns its result as text.
+    fn finish(s: &Sim, cpu: u32) -> String {
+        while !s.kernel.hotplug_ops_in_progress().is_empty() {
+            s.try_apply(&Transition::HotplugStep).unwrap();
+        }
+        format!("{:?}", s.kernel.hotplug().last_result(CpuId(cpu)))
+    }
+
+    fn down(cpu: u32) -> Transition {
+        Transition::Hotplug {
+            cpu,
+            up: false,
+            fail_at: None,
+        }
+    }
+
+    /// `fail` written after down_prep ran takes effect at the armed (lower) state: the teardown
+    /// there fails, the operation rolls back to where it started, and the knob is consumed.
+    #[test]
+    fn fail_mid_operation_fires_at_the_armed_state_and_rolls_back() {
+        let s = sim(2);
+        s.try_apply(&down(1)).unwrap();
+        s.try_apply(&Transition::HotplugStep).unwrap(); // block/bio:complete:online (197)
+        assert_eq!(state(&s, 1), 196);
+        s.try_apply(&Transition::Fail { cpu: 1, state: 187 })
+            .unwrap();
+        assert_eq!(fail(&s, 1), 187);
+        let r = finish(&s, 1);
+        assert!(r.contains("Err") && r.contains("187"), "{r}");
+        assert_eq!(state(&s, 1), CPUHP_ONLINE.0, "rolled back to CPUHP_ONLINE");
+        assert!(s.kernel.cpu_online(CpuId(1)));
+        assert_eq!(fail(&s, 1), -1, "one-shot");
+        let t = s.trace();
+        assert!(
+            t.contains("echo 187 > /sys/devices/system/cpu/cpu1/hotplug/fail"),
+            "{t}"
+        );
+        // -1 disarms, also mid-operation.
+        s.try_apply(&down(1)).unwrap();
+        s.try_apply(&Transition::Fail { cpu: 1, state: 187 })
+            .unwrap();
+        s.try_apply(&Transition::Fail { cpu: 1, state: -1 })
+            .unwrap();
+        assert_eq!(finish(&s, 1), "Some(Ok(()))");
+        assert_eq!(state(&s, 1), CPUHP_OFFLINE.0);
+    }
+
+    /// A fail armed for a state the operation already passed does nothing for it: the operation
+    /// completes, and the knob stays armed for the next invocation of that state.
+    #[test]
+    fn fail_for_a_state_already_passed_does_nothing_for_this_operation() {
+        let s = sim(2);
+        s.try_apply(&down(1)).unwrap();
+        s.try_apply(&Transition::HotplugStep).unwrap(); // 197
+        s.try_apply(&Transition::HotplugStep).unwrap(); // 187
+        assert!(state(&s, 1) < 187);
+        s.try_apply(&Transition::Fail { cpu: 1, state: 197 })
+            .unwrap();
+        assert_eq!(finish(&s, 1), "Some(Ok(()))");
+        assert_eq!(state(&s, 1), CPUHP_OFFLINE.0);
+        assert!(!s.kernel.cpu_online(CpuId(1)));
+        assert_eq!(fail(&s, 1), 197, "still armed");
+        // The next operation through 197 meets it: cpu_up fails there and rolls back.
+        s.try_apply(&Transition::Hotplug {
+            cpu: 1,
+            up: true,
+            fail_at: None,
+        })
+        .unwrap();
+        let r = finish(&s, 1);
+        assert!(r.contains("Err") && r.contains("197"), "{r}");
+        assert_eq!(fail(&s, 1), -1);
+    }
+
+    /// `target` stops at its state (neither online nor offline in hotplug terms; `hotplug/state`
+    /// reads it), and a later `target` or `cpu_up` continues from there.
+    #[test]
+    fn target_stops_at_the_state_and_a_later_operation_continues() {
+        let s = sim(2);
+        s.try_apply(&Transition::Target { cpu: 1, state: 186 })
+            .unwrap();
+        assert!(
+            s.kernel.hotplug_in_progress(CpuId(1)),
+            "a stepped operation"
+        );
+        assert_eq!(finish(&s, 1), "Some(Ok(()))");
+        assert_eq!(state(&s, 1), 186);
+        assert_eq!(s.kernel.hotplug().target(CpuId(1)).unwrap().0, 186);
+        assert!(s.kernel.cpu_online(CpuId(1)), "still in cpu_online_mask");
+        let t = s.trace();
+        assert!(
+            t.contains("echo 186 > /sys/devices/system/cpu/cpu1/hotplug/target")
+                && t.contains("cpu_down(CPU1, 186)"),
+            "{t}"
+        );
+        // The current state: a no-op the kernel accepts.
+        s.try_apply(&Transition::Target { cpu: 1, state: 186 })
+            .unwrap();
+        assert!(s.kernel.hotplug_ops_in_progress().is_empty());
+        // Lower, then back up part of the way with `target`, then fully with `cpu_up`.
+        s.try_apply(&Transition::Target { cpu: 1, state: 150 })
+            .unwrap();
+        finish(&s, 1);
+        assert_eq!(state(&s, 1), 150);
+        s.try_apply(&Transition::Target { cpu: 1, state: 187 })
+            .unwrap();
+        assert_eq!(finish(&s, 1), "Some(Ok(()))");
+        assert_eq!(state(&s, 1), 187);
+        s.try_apply(&Transition::Hotplug {
+            cpu: 1,
+            up: true,
+            fail_at: None,
+        })
+        .unwrap();
+        assert_eq!(finish(&s, 1), "Some(Ok(()))");
+        assert_eq!(state(&s, 1), CPUHP_ONLINE.0);
+        // Offline, then up to a partial state.
+        s.try_apply(&down(1)).unwrap();
+        finish(&s, 1);
+        s.try_apply(&Transition::Target { cpu: 1, state: 186 })
+            .unwrap();
+        assert_eq!(finish(&s, 1), "Some(Ok(()))");
+        assert_eq!(state(&s, 1), 186);
+    }
+
+    #[test]
+    fn refusals_say_why_and_change_nothing() {
+        let s = sim(3);
+        // fail_store(): with the CPU up, nothing at or below CPUHP_BRINGUP_CPU; no atomic state;
+        // no state without callbacks.
+        let e = s
+            .try_apply(&Transition::Fail { cpu: 1, state: 0 })
+            .unwrap_err();
+        assert!(e.0.starts_with("hotplug/fail=0 refused:"), "{e}");
+        assert!(e.0.contains("cannot fail while the CPU is up"), "{e}");
+        let e = s
+            .try_apply(&Transition::Fail { cpu: 1, state: 87 })
+            .unwrap_err();
+        assert!(e.0.contains("STARTING/DYING"), "{e}");
+        let e = s
+            .try_apply(&Transition::Fail { cpu: 1, state: 160 })
+            .unwrap_err();
+        assert!(e.0.contains("no callbacks"), "{e}");
+        assert_eq!(fail(&s, 1), -1);
+        // target_store(): a cant_stop or unnamed step.
+        let e = s
+            .try_apply(&Transition::Target { cpu: 1, state: 144 })
+            .unwrap_err();
+        assert!(e.0.starts_with("hotplug/target=144 refused:"), "{e}");
+        assert!(e.0.contains("cant_stop"), "{e}");
+        let e = s
+            .try_apply(&Transition::Target { cpu: 1, state: 160 })
+            .unwrap_err();
+        assert!(e.0.contains("no name"), "{e}");
+        let e = s
+            .try_apply(&Transition::Target { cpu: 5, state: 0 })
+            .unwrap_err();
+        assert!(e.0.contains("CPU5 does not exist"), "{e}");
+        assert!(s.kernel.hotplug_ops_in_progress().is_empty());
+        // target while an operation is in progress (on another CPU, or this one): -EBUSY.
+        s.try_apply(&down(2)).unwrap();
+        for cpu in [1, 2] {
+            let e = s
+                .try_apply(&Transition::Target { cpu, state: 186 })
+                .unwrap_err();
+            assert!(e.0.contains("EBUSY"), "{e}");
+        }
+        // fail takes no lock: armed for CPU1 while CPU2's operation runs.
+        s.try_apply(&Transition::Fail { cpu: 1, state: 187 })
+            .unwrap();
+        assert_eq!(fail(&s, 1), 187);
+        assert_eq!(finish(&s, 2), "Some(Ok(()))");
+        assert_eq!(state(&s, 1), CPUHP_ONLINE.0);
+        // The lenient form skips a refusal too.
+        assert!(!s.apply(&Transition::Target { cpu: 1, state: 144 }));
     }
 }

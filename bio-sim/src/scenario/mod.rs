@@ -15,7 +15,9 @@
 //! `online N`, `preempt MODEL`, `preempt_count y|n`, `preempt_rcu y|n`, `hz N`, `seed N`,
 //! `rescuer pool|unbound`. Transitions: `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic` (all three words required),
 //! `worker CPU`, `tick`, `cpu_down CPU [fail=STATE]`, `cpu_up CPU [fail=STATE]`, `step`,
-//! `need_resched CPU`, each optionally after `try`. Then `settle [STEPS]` (also implied at the end) and any number of
+//! `fail CPU STATE` (write `hotplug/fail` now, also mid-operation), `target CPU STATE` (start a
+//! stepped operation to that state, as writing `hotplug/target` does), `need_resched CPU`, each
+//! optionally after `try`. Then `settle [STEPS]` (also implied at the end) and any number of
 //! `expect clean` / `expect INVARIANT` lines, where INVARIANT is one of `once`, `task`,
 //! `stranded`, `off-cpu`, `hotplug-context`, `bug`, `warn`, `sleep-in-atomic`,
 //! `invalid-wait-context`, `no-quiescence`, `dropbehind`, `data`.
@@ -168,7 +170,7 @@ impl Scenario {
                         transitions.push((l.number, t))
                     }
                     None => return Err(l.err(format!(
-                        "unknown line `{kw}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, need_resched, io, loop_worker; or settle / expect)"
+                        "unknown line `{kw}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker; or settle / expect)"
                     ))),
                 },
             }
@@ -480,6 +482,10 @@ mod tests {
                 fail_at: None,
             },
             Transition::HotplugStep,
+            Transition::Fail { cpu: 1, state: 187 },
+            Transition::Fail { cpu: 0, state: -1 },
+            Transition::Target { cpu: 1, state: 0 },
+            Transition::Target { cpu: 1, state: 236 },
             Transition::NeedResched { cpu: 1 },
         ];
         let text: String = ts.iter().map(|t| t.to_scenario_line() + "\n").collect();
@@ -548,5 +554,78 @@ mod tests {
         assert!(r
             .trace
             .contains("   (try: skipped: no hotplug operation is in progress)"));
+    }
+
+    /// `fail CPU STATE` and `target CPU STATE`: every word accounted for, each bad form named by
+    /// line and column; whether sysfs takes the value is decided at run time.
+    #[test]
+    fn fail_and_target_lines() {
+        let s = Scenario::parse(
+            "cpus 2\ncpu_down 1\nfail 1 187\ntry fail 0 -1\ntarget 1 186\n  try target 0 236\n",
+            "t.scn",
+        )
+        .unwrap();
+        assert_eq!(
+            s.transitions.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
+            vec![
+                Transition::Hotplug {
+                    cpu: 1,
+                    up: false,
+                    fail_at: None
+                },
+                Transition::Fail { cpu: 1, state: 187 },
+                Transition::Fail { cpu: 0, state: -1 },
+                Transition::Target { cpu: 1, state: 186 },
+                Transition::Target { cpu: 0, state: 236 },
+            ]
+        );
+        assert_eq!(s.tried.iter().copied().collect::<Vec<_>>(), vec![4, 6]);
+        assert_eq!(s.columns.get(&6), Some(&7));
+        let bad = |line: &str| {
+            let e = Scenario::parse(&format!("cpus 2\n{line}\n"), "t.scn").unwrap_err();
+            assert_eq!(e.line, 2, "{e}");
+            e.to_string()
+        };
+        for (line, want) in [
+            ("fail", "t.scn:2:5: `fail` needs a CPU number"),
+            ("fail 1", "t.scn:2:7: `fail` needs a state number (-1 disarms"),
+            ("fail 1 x", "t.scn:2:8: `fail`: a state number (-1 disarms; `biosim states` lists them) is expected, got `x`"),
+            ("fail 1 workqueue:online", "t.scn:2:8: `fail`: a state number"),
+            ("fail 1 187 extra", "t.scn:2:12: unexpected `extra`: expected the end of the line (`fail` takes a CPU and a state (-1 disarms))"),
+            ("fail 1 237", "t.scn:2:8: `fail`: state 237 is out of range -1..=236"),
+            ("fail 1 -2", "t.scn:2:8: `fail`: state -2 is out of range -1..=236"),
+            ("fail 1 99999999999", "t.scn:2:8: `fail`: a state number"),
+            ("fail 5 187", "t.scn:2:6: CPU5 does not exist"),
+            ("try fail x 187", "t.scn:2:10: `fail`: a CPU number must be a number, got `x`"),
+            ("target 1", "t.scn:2:9: `target` needs a state number (`biosim states` lists them)"),
+            ("target 1 -1", "t.scn:2:10: `target`: state -1 is out of range 0..=236"),
+            ("target 1 1.5", "t.scn:2:10: `target`: a state number (`biosim states` lists them) is expected, got `1.5`"),
+            ("target 1 186 2", "t.scn:2:14: unexpected `2`: expected the end of the line (`target` takes a CPU and a state)"),
+            ("target 2 186", "t.scn:2:8: CPU2 does not exist"),
+            ("try  target 1 fail=186", "t.scn:2:15: `target`: a state number"),
+        ] {
+            let e = bad(line);
+            assert!(e.starts_with(want), "{line}: {e}");
+        }
+        // At run time sysfs decides: `fail 1 0` with CPU1 up is refused, naming the line and
+        // column; under `try` it is skipped and recorded.
+        let s = Scenario::parse("cpus 2\n  fail 1 0\n", "t.scn").unwrap();
+        let RunError::Refused(e) = s.run().unwrap_err() else {
+            panic!("a refusal")
+        };
+        assert!(
+            e.to_string().starts_with("t.scn:2:3: `fail 1 0`: hotplug/fail=0 refused: fail_store: state 0 rejected: DEAD callbacks"),
+            "{e}"
+        );
+        let s = Scenario::parse("cpus 2\ntry target 1 144\nexpect clean\n", "t.scn").unwrap();
+        let r = s.run().unwrap();
+        assert_eq!(r.skipped.len(), 1);
+        assert!(
+            r.skipped[0]
+                .starts_with("line 2: `try target 1 144` skipped: hotplug/target=144 refused:")
+                && r.skipped[0].contains("cant_stop"),
+            "{:?}",
+            r.skipped
+        );
     }
 }

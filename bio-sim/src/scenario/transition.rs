@@ -1,5 +1,5 @@
 //! The transition-line parser (`complete`, `worker`, `tick`, `cpu_down`, `cpu_up`, `step`,
-//! `need_resched`, `io`, `loop_worker`) and its inverse, [`Transition::to_scenario_line`].
+//! `fail`, `target`, `need_resched`, `io`, `loop_worker`) and its inverse, [`Transition::to_scenario_line`].
 
 use super::line::{Line, ScenarioError};
 use crate::machine::loop_rig::{LoopOp, LoopSetup};
@@ -47,6 +47,18 @@ pub(super) fn parse_transition(
             Transition::NeedResched { cpu }
         }
         "cpu_down" | "cpu_up" => hotplug_line(l, nr_cpus)?,
+        "fail" => {
+            let cpu = l.cpu(1, nr_cpus)?;
+            let state = state_arg(l, 2, -1)?;
+            l.done(3, "a CPU and a state (-1 disarms)")?;
+            Transition::Fail { cpu, state }
+        }
+        "target" => {
+            let cpu = l.cpu(1, nr_cpus)?;
+            let state = state_arg(l, 2, 0)?;
+            l.done(3, "a CPU and a state")?;
+            Transition::Target { cpu, state }
+        }
         _ => return Ok(None),
     }))
 }
@@ -135,6 +147,31 @@ fn complete_line(l: &Line<'_>, nr_cpus: u32) -> Result<Transition, ScenarioError
     Ok(Transition::Complete { cpu, ctx, need })
 }
 
+/// Word `n` of `fail CPU STATE` / `target CPU STATE`: a state number in `min..=CPUHP_ONLINE`
+/// (`fail` takes -1, which disarms). Whether sysfs takes it at that moment is decided at run time.
+fn state_arg(l: &Line<'_>, n: usize, min: i32) -> Result<i32, ScenarioError> {
+    let kw = l.keyword();
+    let what = if min < 0 {
+        "a state number (-1 disarms; `biosim states` lists them)"
+    } else {
+        "a state number (`biosim states` lists them)"
+    };
+    let w = l.arg(n, what)?;
+    let s: i32 = w
+        .parse()
+        .map_err(|_| l.err_at(n, format!("`{kw}`: {what} is expected, got `{w}`")))?;
+    if !(min..=hotplug::CPUHP_ONLINE.0).contains(&s) {
+        return Err(l.err_at(
+            n,
+            format!(
+                "`{kw}`: state {s} is out of range {min}..={}",
+                hotplug::CPUHP_ONLINE.0
+            ),
+        ));
+    }
+    Ok(s)
+}
+
 /// `cpu_down CPU [fail=STATE]` / `cpu_up CPU [fail=STATE]`.
 fn hotplug_line(l: &Line<'_>, nr_cpus: u32) -> Result<Transition, ScenarioError> {
     let cpu = l.cpu(1, nr_cpus)?;
@@ -191,6 +228,8 @@ impl Transition {
                 fail_at.map(|s| format!(" fail={s}")).unwrap_or_default()
             ),
             Transition::HotplugStep => "step".to_owned(),
+            Transition::Fail { cpu, state } => format!("fail {cpu} {state}"),
+            Transition::Target { cpu, state } => format!("target {cpu} {state}"),
             Transition::NeedResched { cpu } => format!("need_resched {cpu}"),
             Transition::LoopIo {
                 cpu,
