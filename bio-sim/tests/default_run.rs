@@ -161,6 +161,17 @@ fn bad_default_run_options_exit_2_and_leave_nothing() {
         assert!(err.contains("cannot be used with"), "{err}");
     }
     assert_eq!(entries(tmp.path()), Vec::<String>::new());
+    // A TMPDIR that cannot take the file is named.
+    let missing = tmp.path().join("missing");
+    let (code, _, err) = text(&biosim(&missing, &["run"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot create a temporary file in {}",
+            missing.display()
+        )),
+        "{err}"
+    );
 }
 
 /// Starts the default run paused once its temporary file exists, waits for the file, sends

@@ -153,11 +153,11 @@ pub struct Outcome {
     pub temp_path: PathBuf,
     /// Whether the file was opened `O_DIRECT`.
     pub direct: bool,
-    /// Tracked bios and completed ones (oracle).
+    /// Bios submitted (every one tracked by the oracle).
     pub submitted: usize,
-    /// Completed.
+    /// Tracked bios whose `bi_end_io` ran.
     pub completed: usize,
-    /// Workload writes (flagged), workload reads, read-backs.
+    /// Workload writes (all flagged `BIO_COMPLETE_IN_TASK`).
     pub writes: u64,
     /// Workload reads.
     pub reads: u64,
@@ -165,7 +165,8 @@ pub struct Outcome {
     pub read_back: u64,
     /// Distinct bios deferred to task context.
     pub deferred: usize,
-    /// Per CPU: (deferred, batches, wake-ups).
+    /// Per CPU: (CPU, bios deferred there, `bio_complete_work_fn()` runs of its batch, work
+    /// queueings that queued its work).
     pub per_cpu: Vec<(u32, usize, u64, u64)>,
     /// One line per hotplug operation, from the hotplug log.
     pub hotplug_ops: Vec<String>,
@@ -181,13 +182,14 @@ pub struct Outcome {
     pub steps: [u64; 4],
     /// Latency percentiles in host time: p50, p99, max.
     pub host: [Duration; 3],
-    /// Blocks read back.
+    /// Blocks read back at the end.
     pub blocks_checked: usize,
-    /// Steps taken.
+    /// Scheduler steps of the whole run.
     pub total_steps: u64,
-    /// Every violation.
+    /// Every violation: the oracle's, data mismatches, and a scenario that did not test what it
+    /// says (no bio on a batch where the scenario needs one).
     pub violations: Vec<Violation>,
-    /// The trace.
+    /// The kernel-style trace.
     pub trace: String,
     /// Host time of the whole run.
     pub elapsed: Duration,
