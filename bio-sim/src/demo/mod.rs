@@ -5,8 +5,8 @@
 //! `BIO_COMPLETE_IN_TASK` batcher `__bio_complete_in_task()`/`bio_complete_work_fn()` of variant
 //! v7), `drivers/block/loop.c` (`loop_queue_rq()`, `loop_process_work()`, `lo_rw_aio()`,
 //! `lo_complete_rq()` ending bios in `BLOCK_SOFTIRQ`) and `kernel/cpu.c` (`cpu_down()` with
-//! `hotplug/fail`, its rollback, a clean `cpu_down()` and `cpu_up()`, the batcher's
-//! `block/bio:complete:online` and `:dead` callbacks):
+//! `hotplug/fail` and its rollback, a clean `cpu_down()`, a `cpu_up()` rolled back the same way,
+//! a clean `cpu_up()`, the batcher's `block/bio:complete:online` and `:dead` callbacks):
 //!
 //! 1. boots 4 CPUs with the batcher's v7 (with any `--knob` applied) on the deterministic runtime
 //!    (seed [`SEED`]), its oracle watching every bio and callback;
@@ -28,8 +28,10 @@
 //!    still complete, once;
 //! 5. more workload, a clean offline of CPU1 in the middle of it, with flagged writes ended on
 //!    CPU1 after the batcher's down_prep disabled its work (the `:dead` callback must drain them
-//!    to another CPU: checked at quiescence while CPU1 is offline), CPU1 back online, more
-//!    workload;
+//!    to another CPU); then an online of CPU1 rolled back by the same `hotplug/fail`, with
+//!    flagged writes ended on CPU1 just before the failing step, its work still disabled (the
+//!    rollback's teardown runs the `:dead` callback, which must drain them); the stranded check
+//!    at quiescence while CPU1 is offline; a clean online of CPU1; more workload;
 //! 6. reads every written block back through `loop0` and compares it with what was written, and
 //!    checks every invariant of the [`Oracle`](crate::machine::oracle::Oracle) at quiescence.
 //!
@@ -178,6 +180,8 @@ pub struct Outcome {
     pub on_batch_at_fail: usize,
     /// Bios on CPU1's batch, its work disabled by down_prep, before it died.
     pub on_dead_batch: usize,
+    /// Bios on CPU1's batch, its work not yet enabled, when its online failed.
+    pub on_failed_online: usize,
     /// Latency percentiles in steps: p50, p90, p99, max.
     pub steps: [u64; 4],
     /// Latency percentiles in host time: p50, p99, max.
@@ -311,7 +315,9 @@ fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRun
     d.run(BUDGET);
 
     // 5. More workload; a clean offline of CPU1 with flagged writes ended on CPU1 after the
-    // batcher's down_prep disabled its work (the :dead callback must drain them); CPU1 back
+    // batcher's down_prep disabled its work (the :dead callback must drain them); an online of
+    // CPU1 rolled back by the same hotplug/fail, with flagged writes ended on CPU1 just before
+    // the failing step (its work still disabled: the rollback's :dead must drain them); a clean
     // online; more workload.
     let cpu1 = CpuId(CLEAN_CPU);
     d.workload(&[0, 1, 2, 3], 0..40, 1);
@@ -323,6 +329,21 @@ fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRun
     d.workload(&[CLEAN_CPU], 40..56, 0);
     d.drain_loop_on(cpu1);
     let on_dead_batch = d.pending(cpu1);
+    while d.hotplug_step() {}
+    d.run(BUDGET);
+
+    sim.hotplug_start(cpu1, true, Some(fail_state.0))
+        .map_err(|e| DefaultRunError::Hotplug(format!("cpu_up({cpu1}): {e}")))?;
+    let failing_next = || {
+        sim.kernel
+            .hotplug()
+            .next_invocation(cpu1)
+            .is_some_and(|i| i.state == fail_state.0)
+    };
+    while !failing_next() && d.hotplug_step() {}
+    d.workload(&[CLEAN_CPU], 56..72, 0);
+    d.drain_loop_on(cpu1);
+    let on_failed_online = d.pending(cpu1);
     while d.hotplug_step() {}
     d.run(BUDGET);
     // Quiescent with CPU1 offline: a bio not completed now is stranded (CPU1's return must not
@@ -339,7 +360,7 @@ fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRun
     sim.hotplug_start(cpu1, true, None)
         .map_err(|e| DefaultRunError::Hotplug(format!("cpu_up({cpu1}): {e}")))?;
     d.run(BUDGET);
-    d.workload(&[0, 1, 2, 3], 56..80, 1);
+    d.workload(&[0, 1, 2, 3], 72..96, 1);
     d.run(BUDGET);
 
     // 6. Read back, then every invariant at quiescence.
@@ -431,6 +452,7 @@ fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRun
         fail_state,
         on_batch_at_fail,
         on_dead_batch,
+        on_failed_online,
         steps: [sp(0.5), sp(0.9), sp(0.99), sp(1.0)],
         host: [p(0.5), p(0.99), p(1.0)],
         blocks_checked,
@@ -747,8 +769,8 @@ impl Outcome {
         }
         let _ = writeln!(
             w,
-            "          {} bios on CPU{ROLLBACK_CPU}'s batch when hotplug/fail={} ({}) failed its offline, {} on CPU{CLEAN_CPU}'s for its :dead callback",
-            self.on_batch_at_fail, self.fail_state.0 .0, self.fail_state.1, self.on_dead_batch
+            "          bios on a batch: {} on CPU{ROLLBACK_CPU}'s at its failed offline, {} on CPU{CLEAN_CPU}'s at its :dead callback, {} on CPU{CLEAN_CPU}'s at its failed online",
+            self.on_batch_at_fail, self.on_dead_batch, self.on_failed_online
         );
         let h = crate::perf::stats::human;
         let _ = writeln!(
@@ -829,9 +851,9 @@ mod tests {
         // Every flagged write ends in BLOCK_SOFTIRQ, where bio_endio() defers it.
         assert_eq!(out.deferred as u64, out.writes);
         assert_eq!(out.per_cpu.iter().map(|c| c.1).sum::<usize>(), out.deferred);
-        assert_eq!(out.rollbacks, 1, "{:?}", out.hotplug_ops);
-        assert_eq!(out.hotplug_ops.len(), 3);
-        assert!(out.on_batch_at_fail > 0 && out.on_dead_batch > 0);
+        assert_eq!(out.rollbacks, 2, "{:?}", out.hotplug_ops);
+        assert_eq!(out.hotplug_ops.len(), 4);
+        assert!(out.on_batch_at_fail > 0 && out.on_dead_batch > 0 && out.on_failed_online > 0);
         assert!(!out.temp_path.exists());
     }
 
@@ -857,7 +879,14 @@ mod tests {
             .iter()
             .filter(|v| v.invariant == Invariant::Stranded)
             .count();
-        assert_eq!(stranded, out.on_dead_batch, "{}", out.summary());
+        // Nothing drains CPU1's batch: the bios of its offline are still there at its failed
+        // online, and every one on it then is stranded.
+        assert!(
+            out.on_failed_online > out.on_dead_batch,
+            "{}",
+            out.summary()
+        );
+        assert_eq!(stranded, out.on_failed_online, "{}", out.summary());
         assert!(out.summary().contains("while CPU1 was offline"));
     }
 
