@@ -198,7 +198,7 @@ pub struct RunArgs {
     #[arg(long, conflicts_with_all = ["file", "quiet"])]
     pub trace: bool,
     /// Without FILE: a knob set on the default scenario's v7, NAME=VALUE, repeatable (see
-    /// `biosim variants`); e.g. requeue_on_online=false is finding 1's bug.
+    /// `biosim variants`); e.g. dead_drains=false or requeue_on_online=false strands bios.
     #[arg(long = "knob", value_name = "NAME=VALUE", conflicts_with = "file")]
     pub knobs: Vec<String>,
     /// Also write the trace as a Chrome/Perfetto trace (open it at ui.perfetto.dev).

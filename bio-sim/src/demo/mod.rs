@@ -31,7 +31,9 @@
 //!    to another CPU); then an online of CPU1 rolled back by the same `hotplug/fail`, with
 //!    flagged writes ended on CPU1 just before the failing step, its work still disabled (the
 //!    rollback's teardown runs the `:dead` callback, which must drain them); the stranded check
-//!    at quiescence while CPU1 is offline; a clean online of CPU1; more workload;
+//!    at quiescence while CPU1 is offline; a clean online of CPU1, with flagged writes ended on
+//!    CPU1 just before the batcher's online callback, its work still disabled (the callback must
+//!    re-enable and requeue it: `requeue_on_online`); more workload;
 //! 6. reads every written block back through `loop0` and compares it with what was written, and
 //!    checks every invariant of the [`Oracle`](crate::machine::oracle::Oracle) at quiescence.
 //!
@@ -78,6 +80,8 @@ pub const BACKING_BYTES: u64 = 1 << 20;
 const ROLLBACK_CPU: u32 = 2;
 /// The CPU taken cleanly offline and back.
 const CLEAN_CPU: u32 = 1;
+/// Violations the summary lists (the rest are counted).
+const MAX_SHOWN: usize = 10;
 /// Step budget of each settling.
 const BUDGET: u64 = 200_000;
 
@@ -182,6 +186,8 @@ pub struct Outcome {
     pub on_dead_batch: usize,
     /// Bios on CPU1's batch, its work not yet enabled, when its online failed.
     pub on_failed_online: usize,
+    /// Bios on CPU1's batch, its work not yet enabled, before its online callback.
+    pub on_online: usize,
     /// Latency percentiles in steps: p50, p90, p99, max.
     pub steps: [u64; 4],
     /// Latency percentiles in host time: p50, p99, max.
@@ -357,10 +363,23 @@ fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRun
             v
         })
         .collect();
+    // The clean online, with flagged writes ended on CPU1 just before the batcher's online
+    // callback (its work still disabled): the callback must re-enable and requeue it.
     sim.hotplug_start(cpu1, true, None)
         .map_err(|e| DefaultRunError::Hotplug(format!("cpu_up({cpu1}): {e}")))?;
+    let online_next = || {
+        sim.kernel
+            .hotplug()
+            .next_invocation(cpu1)
+            .is_some_and(|i| i.state == online_state)
+    };
+    while !online_next() && d.hotplug_step() {}
+    d.workload(&[CLEAN_CPU], 72..88, 0);
+    d.drain_loop_on(cpu1);
+    let on_online = d.pending(cpu1);
+    while d.hotplug_step() {}
     d.run(BUDGET);
-    d.workload(&[0, 1, 2, 3], 72..96, 1);
+    d.workload(&[0, 1, 2, 3], 88..112, 1);
     d.run(BUDGET);
 
     // 6. Read back, then every invariant at quiescence.
@@ -453,6 +472,7 @@ fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRun
         on_batch_at_fail,
         on_dead_batch,
         on_failed_online,
+        on_online,
         steps: [sp(0.5), sp(0.9), sp(0.99), sp(1.0)],
         host: [p(0.5), p(0.99), p(1.0)],
         blocks_checked,
@@ -769,8 +789,8 @@ impl Outcome {
         }
         let _ = writeln!(
             w,
-            "          bios on a batch: {} on CPU{ROLLBACK_CPU}'s at its failed offline, {} on CPU{CLEAN_CPU}'s at its :dead callback, {} on CPU{CLEAN_CPU}'s at its failed online",
-            self.on_batch_at_fail, self.on_dead_batch, self.on_failed_online
+            "          bios on a batch: {} on CPU{ROLLBACK_CPU}'s at its failed offline; on CPU{CLEAN_CPU}'s {} at its :dead callback, {} at its failed online, {} at its online callback",
+            self.on_batch_at_fail, self.on_dead_batch, self.on_failed_online, self.on_online
         );
         let h = crate::perf::stats::human;
         let _ = writeln!(
@@ -809,8 +829,15 @@ impl Outcome {
             );
         } else {
             let _ = writeln!(w, "verdict   {} violation(s):", self.violations.len());
-            for v in &self.violations {
+            for v in self.violations.iter().take(MAX_SHOWN) {
                 let _ = writeln!(w, "          {v}");
+            }
+            if self.violations.len() > MAX_SHOWN {
+                let _ = writeln!(
+                    w,
+                    "          ... and {} more",
+                    self.violations.len() - MAX_SHOWN
+                );
             }
         }
         let checked = [
@@ -853,7 +880,8 @@ mod tests {
         assert_eq!(out.per_cpu.iter().map(|c| c.1).sum::<usize>(), out.deferred);
         assert_eq!(out.rollbacks, 2, "{:?}", out.hotplug_ops);
         assert_eq!(out.hotplug_ops.len(), 4);
-        assert!(out.on_batch_at_fail > 0 && out.on_dead_batch > 0 && out.on_failed_online > 0);
+        assert!(out.on_batch_at_fail > 0 && out.on_dead_batch > 0);
+        assert!(out.on_failed_online > 0 && out.on_online > 0);
         assert!(!out.temp_path.exists());
     }
 
@@ -888,6 +916,26 @@ mod tests {
         );
         assert_eq!(stranded, out.on_failed_online, "{}", out.summary());
         assert!(out.summary().contains("while CPU1 was offline"));
+    }
+
+    #[test]
+    fn the_online_requeue_twin_strands_the_bios_of_the_online() {
+        let out = run(&["requeue_on_online=false".to_owned()]).unwrap();
+        let stranded: Vec<_> = out
+            .violations
+            .iter()
+            .filter(|v| v.invariant == Invariant::Stranded)
+            .collect();
+        // The bios of the online, and every later one deferred on CPU1 behind them (the work
+        // is enabled but never queued again).
+        assert!(stranded.len() >= out.on_online, "{}", out.summary());
+        assert!(
+            stranded
+                .iter()
+                .all(|v| !v.message.contains("offline") && v.message.contains("CPU1 batch")),
+            "{}",
+            out.summary()
+        );
     }
 
     #[test]
