@@ -59,14 +59,15 @@ fn default_run(args: &RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         crate::report::perfetto::write(p, &out.trace, "biosim run (default scenario)")?;
     }
     if args.quiet {
-        match out.violations.len() {
-            0 => println!("== default scenario: no invariant violated"),
-            n => println!("== default scenario: {n} violation(s)"),
+        match (out.violations.len(), out.uncovered.len()) {
+            (0, 0) => println!("== default scenario: no invariant violated"),
+            (n, 0) => println!("== default scenario: {n} violation(s)"),
+            (n, u) => println!("== default scenario: {n} violation(s), {u} untested path(s)"),
         }
     } else {
         print!("{}", out.summary());
     }
-    if !out.violations.is_empty() {
+    if out.failed() {
         std::process::exit(1);
     }
     Ok(())

@@ -196,9 +196,11 @@ pub struct Outcome {
     pub blocks_checked: usize,
     /// Scheduler steps of the whole run.
     pub total_steps: u64,
-    /// Every violation: the oracle's, data mismatches, and a scenario that did not test what it
-    /// says (no bio on a batch where the scenario needs one).
+    /// Every violation: the oracle's and data mismatches.
     pub violations: Vec<Violation>,
+    /// Paths the run meant to test but did not (no bio on a batch where one should wait, e.g.
+    /// with a knob that stops deferring): each fails the run like a violation.
+    pub uncovered: Vec<String>,
     /// The kernel-style trace.
     pub trace: String,
     /// Host time of the whole run.
@@ -207,12 +209,25 @@ pub struct Outcome {
 
 /// Runs the default scenario with `knobs` set on v7.
 pub fn run(knobs: &[String]) -> Result<Outcome, DefaultRunError> {
-    run_with(knobs, None)
+    run_with(knobs, Tamper::None)
 }
 
-/// [`run`], and with `tamper` set, overwrites that block of the backing file behind the loop
-/// device's back before the read-back (the data check's buggy twin).
-fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRunError> {
+/// The buggy twins of the run's own checks (tests only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code, reason = "only the unit tests tamper"))]
+enum Tamper {
+    /// The scenario as shipped.
+    None,
+    /// Overwrite this block of the backing file behind the loop device's back before the
+    /// read-back: the data check must see it.
+    Block(u64),
+    /// Do not run CPU2's loop worker before its offline, so no bio waits on CPU2's batch: the
+    /// coverage check must see it.
+    NoDrainBeforeFail,
+}
+
+/// [`run`] with one of the run's own checks deliberately defeated.
+fn run_with(knobs: &[String], tamper: Tamper) -> Result<Outcome, DefaultRunError> {
     let started = Instant::now();
     let mut variant = Variant::V7;
     for k in knobs {
@@ -313,7 +328,9 @@ fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRun
     };
     let cpu2 = CpuId(ROLLBACK_CPU);
     d.workload(&[ROLLBACK_CPU], 48..64, 0);
-    d.drain_loop_on(cpu2);
+    if tamper != Tamper::NoDrainBeforeFail {
+        d.drain_loop_on(cpu2);
+    }
     let on_batch_at_fail = d.pending(cpu2);
     sim.hotplug_start(cpu2, false, Some(fail_state.0))
         .map_err(|e| DefaultRunError::Hotplug(format!("cpu_down({cpu2}): {e}")))?;
@@ -383,7 +400,7 @@ fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRun
     d.run(BUDGET);
 
     // 6. Read back, then every invariant at quiescence.
-    if let Some(block) = tamper {
+    if let Tamper::Block(block) = tamper {
         d.run(BUDGET);
         let mut buf = crate::dev::aligned::AlignedBuf::new(BLOCK);
         buf.copy_from_slice(&pattern(block, d.gen.wrapping_add(1)));
@@ -398,26 +415,29 @@ fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRun
     let mut violations = stranded_offline;
     violations.extend(sim.settle(BUDGET));
     violations.extend(d.violations.lock().drain(..));
-    for (n, what) in [
+    // A scenario that did not put bios where it means to test nothing there: say so, and fail.
+    let uncovered: Vec<String> = [
         (
             on_batch_at_fail,
-            format!("{cpu2}'s batch when its offline failed"),
+            format!("{cpu2}'s batch at its failed offline"),
         ),
         (
             on_dead_batch,
             format!("{cpu1}'s disabled batch before it died"),
         ),
-    ] {
-        if n == 0 {
-            violations.push(Violation {
-                invariant: Invariant::NoQuiescence,
-                message: format!(
-                    "the default scenario put no bio on {what}: it did not test what it says"
-                ),
-                trace: Vec::new(),
-            });
-        }
-    }
+        (
+            on_failed_online,
+            format!("{cpu1}'s batch at its failed online"),
+        ),
+        (
+            on_online,
+            format!("{cpu1}'s batch before its online callback"),
+        ),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n == 0)
+    .map(|(_, what)| format!("no bio waited on {what}: that path was not tested"))
+    .collect();
 
     // The figures.
     let (submitted, completed) = sim.oracle.counts();
@@ -478,6 +498,7 @@ fn run_with(knobs: &[String], tamper: Option<u64>) -> Result<Outcome, DefaultRun
         blocks_checked,
         total_steps: sim.rt.steps(),
         violations,
+        uncovered,
         trace: sim.trace(),
         elapsed: started.elapsed(),
     })
@@ -740,6 +761,11 @@ impl Driver<'_> {
 }
 
 impl Outcome {
+    /// Whether the run failed: a violation, or a path it did not test.
+    pub fn failed(&self) -> bool {
+        !self.violations.is_empty() || !self.uncovered.is_empty()
+    }
+
     /// The ten-second summary.
     pub fn summary(&self) -> String {
         let mut s = String::new();
@@ -820,7 +846,7 @@ impl Outcome {
                 format!("{mismatches} differ")
             }
         );
-        if self.violations.is_empty() {
+        if !self.failed() {
             let _ = writeln!(
                 w,
                 "verdict   clean: every invariant holds ({} steps, {})",
@@ -828,7 +854,15 @@ impl Outcome {
                 h(self.elapsed)
             );
         } else {
-            let _ = writeln!(w, "verdict   {} violation(s):", self.violations.len());
+            let _ = writeln!(
+                w,
+                "verdict   {} violation(s){}:",
+                self.violations.len(),
+                match self.uncovered.len() {
+                    0 => String::new(),
+                    n => format!(", {n} untested path(s)"),
+                }
+            );
             for v in self.violations.iter().take(MAX_SHOWN) {
                 let _ = writeln!(w, "          {v}");
             }
@@ -838,6 +872,9 @@ impl Outcome {
                     "          ... and {} more",
                     self.violations.len() - MAX_SHOWN
                 );
+            }
+            for u in &self.uncovered {
+                let _ = writeln!(w, "          [untested] {u}");
             }
         }
         let checked = [
@@ -872,7 +909,7 @@ mod tests {
     #[test]
     fn the_default_run_is_clean_and_its_figures_agree() {
         let out = run(&[]).unwrap();
-        assert!(out.violations.is_empty(), "{}", out.summary());
+        assert!(!out.failed(), "{}", out.summary());
         assert_eq!(out.submitted, out.completed);
         assert_eq!(out.submitted as u64, out.writes + out.reads + out.read_back);
         // Every flagged write ends in BLOCK_SOFTIRQ, where bio_endio() defers it.
@@ -888,7 +925,7 @@ mod tests {
     #[test]
     fn a_block_changed_behind_the_loop_device_is_a_data_mismatch() {
         // Block 1 is written (block % 3 != 0) and read back.
-        let out = run_with(&[], Some(1)).unwrap();
+        let out = run_with(&[], Tamper::Block(1)).unwrap();
         let bad: Vec<_> = out
             .violations
             .iter()
@@ -897,6 +934,22 @@ mod tests {
         assert_eq!(bad.len(), 1, "{}", out.summary());
         assert!(bad[0].message.contains("loop0 block 1 "), "{}", bad[0]);
         assert!(out.summary().contains("1 differ"), "{}", out.summary());
+    }
+
+    #[test]
+    fn a_run_that_leaves_a_path_untested_fails_and_says_which() {
+        let out = run_with(&[], Tamper::NoDrainBeforeFail).unwrap();
+        assert_eq!(out.on_batch_at_fail, 0);
+        assert!(out.failed());
+        assert_eq!(
+            out.uncovered,
+            ["no bio waited on CPU2's batch at its failed offline: that path was not tested"]
+        );
+        assert!(
+            out.summary().contains("1 untested path(s)"),
+            "{}",
+            out.summary()
+        );
     }
 
     #[test]
