@@ -4,6 +4,7 @@
 //! (docs/design.md draws it):
 //!
 //! - [`cli`]: the command line (`biosim --help`) and what each subcommand prints.
+//! - [`demo`]: the built-in default scenario of `biosim run` (no FILE) and its summary.
 //! - [`perf`]: measurements and benchmarks: deferral throughput, completion latency, the loop and
 //!   DONTCACHE benches over real files, and the statistics they share.
 //! - [`scenario`]: runnable scenario files (`*.scn`): their format, parser and runner.
@@ -20,6 +21,7 @@
 
 pub mod checks;
 pub mod cli;
+pub mod demo;
 pub mod dev;
 pub mod machine;
 pub mod perf;

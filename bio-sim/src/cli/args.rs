@@ -67,7 +67,7 @@ pub enum Command {
     /// (task, preempt-disabled, IRQs off, BH off, RCU, softirq, hardirq, NMI) under a kernel config.
     Contexts(ContextsArgs),
     /// Run a scenario file (a machine and its transitions) and print its kernel-style trace and
-    /// the oracle's verdict. Exit status 1 if an `expect` line does not hold (or, without
+    /// the oracle's verdict; without FILE, the built-in default scenario and its summary. Exit status 1 if an `expect` line does not hold (or, without
     /// `expect` lines, if any invariant was violated); 2 for a bad file.
     Run(RunArgs),
     /// List the posted versions of the task-completion batcher and their knobs.
@@ -187,11 +187,20 @@ pub struct LoopArgs {
 /// `biosim run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The scenario file (see docs/scenarios/).
-    pub file: std::path::PathBuf,
-    /// Print only the verdict, not the trace.
+    /// The scenario file (see docs/scenarios/). Without it, the built-in default scenario runs
+    /// (4 CPUs, v7, a loop device over a temporary sparse file, a rolled-back offline) and prints
+    /// a summary.
+    pub file: Option<std::path::PathBuf>,
+    /// Print only the verdict, not the trace (nor, without FILE, the summary).
     #[arg(long)]
     pub quiet: bool,
+    /// Without FILE: also print the default scenario's kernel-style trace before the summary.
+    #[arg(long, conflicts_with_all = ["file", "quiet"])]
+    pub trace: bool,
+    /// Without FILE: a knob set on the default scenario's v7, NAME=VALUE, repeatable (see
+    /// `biosim variants`); e.g. dead_drains=false or requeue_on_online=false strands bios.
+    #[arg(long = "knob", value_name = "NAME=VALUE", conflicts_with = "file")]
+    pub knobs: Vec<String>,
     /// Also write the trace as a Chrome/Perfetto trace (open it at ui.perfetto.dev).
     #[arg(long, value_name = "FILE.json")]
     pub perfetto: Option<std::path::PathBuf>,

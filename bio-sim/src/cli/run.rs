@@ -1,23 +1,27 @@
-//! `biosim run FILE`: a scenario file.
+//! `biosim run FILE`: a scenario file; `biosim run`: the built-in default scenario
+//! ([`crate::demo`]).
 
 use super::args::RunArgs;
 
 /// Runs `biosim run`.
 pub fn run_scenario(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let scenario = crate::scenario::Scenario::load(&args.file)?;
+    let Some(file) = args.file.clone() else {
+        return default_run(&args);
+    };
+    let scenario = crate::scenario::Scenario::load(&file)?;
     let run = scenario.run()?;
     if !args.quiet {
         print!("{}", run.trace);
     }
     if let Some(p) = &args.perfetto {
-        crate::report::perfetto::write(p, &run.trace, &args.file.display().to_string())?;
+        crate::report::perfetto::write(p, &run.trace, &file.display().to_string())?;
     }
     if run.violations.is_empty() {
-        println!("== {}: no invariant violated", args.file.display());
+        println!("== {}: no invariant violated", file.display());
     } else {
         println!(
             "== {}: {} violation(s)",
-            args.file.display(),
+            file.display(),
             run.violations.len()
         );
         for v in &run.violations {
@@ -39,6 +43,31 @@ pub fn run_scenario(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         !run.failed_expectations.is_empty()
     };
     if failed {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `biosim run` without FILE: the default scenario, its summary (or with `--quiet` only the
+/// verdict), exit 1 on any violation. The temporary file is gone before this returns or exits.
+fn default_run(args: &RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let out = crate::demo::run(&args.knobs)?;
+    if args.trace {
+        print!("{}", out.trace);
+    }
+    if let Some(p) = &args.perfetto {
+        crate::report::perfetto::write(p, &out.trace, "biosim run (default scenario)")?;
+    }
+    if args.quiet {
+        match (out.violations.len(), out.uncovered.len()) {
+            (0, 0) => println!("== default scenario: no invariant violated"),
+            (n, 0) => println!("== default scenario: {n} violation(s)"),
+            (n, u) => println!("== default scenario: {n} violation(s), {u} untested path(s)"),
+        }
+    } else {
+        print!("{}", out.summary());
+    }
+    if out.failed() {
         std::process::exit(1);
     }
     Ok(())

@@ -1,9 +1,11 @@
 //! Real files under simulated block devices: the backing file of the loop driver
 //! (`lo->lo_backing_file`: preadv2/pwritev2 with `RWF_*` flags, `cachestat(2)`), aligned buffers
 //! for `O_DIRECT`, an io_uring engine for asynchronous completions, and the loop driver's
-//! [`LoopBacking`](bio_core::drivers::block::loop_drv::LoopBacking) over a real file.
+//! [`LoopBacking`](bio_core::drivers::block::loop_drv::LoopBacking) over a real file, and
+//! temporary files removed also on Ctrl-C ([`cleanup`]).
 
 pub mod aligned;
 pub mod backing;
+pub mod cleanup;
 pub mod loop_file;
 pub mod uring;

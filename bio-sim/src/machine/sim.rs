@@ -98,6 +98,36 @@ impl fmt::Display for CompletionContext {
     }
 }
 
+/// Two batcher observers as one: the oracle, then another.
+struct Tee(Arc<Oracle>, Arc<dyn BatcherObserver>);
+
+impl BatcherObserver for Tee {
+    fn deferred(&self, bio: u64, cx: &bio_core::Cpu) {
+        self.0.deferred(bio, cx);
+        self.1.deferred(bio, cx);
+    }
+
+    fn work_fn(&self, batch_cpu: CpuId, cx: &bio_core::Cpu) {
+        self.0.work_fn(batch_cpu, cx);
+        self.1.work_fn(batch_cpu, cx);
+    }
+
+    fn scheduled(&self, batch_cpu: CpuId, queued: bool) {
+        self.0.scheduled(batch_cpu, queued);
+        self.1.scheduled(batch_cpu, queued);
+    }
+
+    fn hotplug(
+        &self,
+        callback: bio_core::block::complete_in_task::BatchCallback,
+        target: CpuId,
+        cx: &bio_core::Cpu,
+    ) {
+        self.0.hotplug(callback, target, cx);
+        self.1.hotplug(callback, target, cx);
+    }
+}
+
 /// A machine under test.
 pub struct Sim {
     /// The kernel.
@@ -120,10 +150,22 @@ impl Sim {
     /// Boots the kernel, initialises the batcher with the oracle as its observer, and starts the
     /// deterministic runtime.
     pub fn new(config: SimConfig) -> Result<Self, SimError> {
+        Self::with_observer(config, None)
+    }
+
+    /// [`Sim::new`] with a second batcher observer beside the oracle (e.g. counters for a
+    /// summary): both see every callback, the oracle first.
+    pub fn with_observer(
+        config: SimConfig,
+        extra: Option<Arc<dyn BatcherObserver>>,
+    ) -> Result<Self, SimError> {
         let kernel = Kernel::boot(config.kernel, config.nr_cpus, config.online)?;
         kernel.set_rescuer_affinity(config.rescuer);
         let oracle = Arc::new(Oracle::new());
-        let observer: Arc<dyn BatcherObserver> = oracle.clone();
+        let observer: Arc<dyn BatcherObserver> = match extra {
+            None => oracle.clone(),
+            Some(extra) => Arc::new(Tee(Arc::clone(&oracle), extra)),
+        };
         bio_complete_init(&kernel, config.variant, Some(observer))?;
         let rt = DetRuntime::new(
             Arc::clone(&kernel),

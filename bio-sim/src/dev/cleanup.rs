@@ -1,0 +1,200 @@
+//! Temporary files that are removed however the process ends: normally (the guard's `Drop`), on
+//! an error or a panic that unwinds (`Drop` again), and on `SIGINT` (Ctrl-C), `SIGTERM` or
+//! `SIGHUP`, where a signal handler installed with `sigaction(2)` unlinks every registered path
+//! and ends the process with `_exit(128 + signo)`, the status a shell reports for a command
+//! killed by that signal (130 for Ctrl-C, 143 for `kill`).
+//!
+//! The handler does only async-signal-safe things: it reads a fixed table of pointers to
+//! NUL-terminated paths (made before registration, never freed while registered), calls
+//! `unlink(2)` on each and `_exit(2)`. A path's string is leaked when its guard drops (a few
+//! bytes per temporary file), so a handler running on another thread at that moment never reads
+//! freed memory.
+//!
+//! [`TempFile::create_in`] creates the file with `O_CREAT|O_EXCL` (never someone else's file) with
+//! the signals blocked until the path is registered, so no signal falls between the two.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Once;
+
+/// How many temporary files can be registered at once.
+const SLOTS: usize = 32;
+
+/// The registered paths: null or a leaked `CString`.
+static PATHS: [AtomicPtr<libc::c_char>; SLOTS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS];
+
+/// The signals that remove the registered files and end the process.
+const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+static INSTALL: Once = Once::new();
+
+/// The `sigaction` handler: unlink every registered path, `_exit(128 + signo)`.
+extern "C" fn on_signal(signo: libc::c_int) {
+    for slot in &PATHS {
+        let p = slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: a registered pointer is a leaked, NUL-terminated CString, never freed.
+            unsafe {
+                libc::unlink(p);
+            }
+        }
+    }
+    // SAFETY: _exit is async-signal-safe and ends the process at once.
+    unsafe { libc::_exit(128 + signo) }
+}
+
+/// Installs the handler for [`SIGNALS`] once per process.
+fn install() {
+    INSTALL.call_once(|| {
+        for sig in SIGNALS {
+            // SAFETY: a zeroed sigaction with a plain handler and an empty mask is valid; the
+            // handler only calls async-signal-safe functions.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                libc::sigemptyset(&mut sa.sa_mask);
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
+    });
+}
+
+/// Blocks [`SIGNALS`] on this thread until dropped (a signal that arrives meanwhile is delivered
+/// when they are unblocked).
+struct Blocked(libc::sigset_t);
+
+impl Blocked {
+    fn new() -> Self {
+        // SAFETY: plain sigset manipulation on owned values.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in SIGNALS {
+                libc::sigaddset(&mut set, sig);
+            }
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            Blocked(old)
+        }
+    }
+}
+
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `new`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut());
+        }
+    }
+}
+
+/// A temporary file, removed when this guard drops or when the process gets `SIGINT`, `SIGTERM`
+/// or `SIGHUP` (see the module docs).
+#[derive(Debug)]
+pub struct TempFile {
+    path: PathBuf,
+    slot: usize,
+}
+
+impl TempFile {
+    /// Creates a new empty file `DIR/PREFIX-PID-N.img` (the first `N` free) with `O_EXCL` and
+    /// registers it for removal. Errors name the directory.
+    pub fn create_in(dir: &Path, prefix: &str) -> io::Result<TempFile> {
+        install();
+        let _blocked = Blocked::new();
+        let pid = std::process::id();
+        for n in 0..1000u32 {
+            let path = dir.join(format!("{prefix}-{pid}-{n}.img"));
+            match File::options().write(true).create_new(true).open(&path) {
+                Ok(_) => return Self::register(path),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot create a temporary file in {}: {e}", dir.display()),
+                    ))
+                }
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "no free temporary file name {prefix}-{pid}-N.img in {}",
+                dir.display()
+            ),
+        ))
+    }
+
+    /// Registers a file this process just created; on failure the file is removed.
+    fn register(path: PathBuf) -> io::Result<TempFile> {
+        let fail = |path: &Path, why: &str| {
+            let _ = std::fs::remove_file(path);
+            Err(io::Error::other(format!("{}: {why}", path.display())))
+        };
+        let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+            return fail(&path, "a temporary path with a NUL byte");
+        };
+        let raw = c.into_raw();
+        for (i, slot) in PATHS.iter().enumerate() {
+            if slot
+                .compare_exchange(
+                    std::ptr::null_mut(),
+                    raw,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                return Ok(TempFile { path, slot: i });
+            }
+        }
+        // SAFETY: `raw` came from into_raw above and was never published.
+        drop(unsafe { CString::from_raw(raw) });
+        fail(&path, "too many temporary files registered at once")
+    }
+
+    /// The path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _blocked = Blocked::new();
+        let _ = std::fs::remove_file(&self.path);
+        // The string is leaked on purpose (see the module docs).
+        PATHS[self.slot].store(std::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TempFile;
+
+    #[test]
+    fn a_temp_file_is_created_new_and_removed_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = TempFile::create_in(dir.path(), "t").unwrap();
+        let b = TempFile::create_in(dir.path(), "t").unwrap();
+        assert_ne!(a.path(), b.path(), "O_EXCL picks the next free name");
+        assert!(a.path().exists() && b.path().exists());
+        let pa = a.path().to_path_buf();
+        drop(a);
+        assert!(!pa.exists());
+        assert!(b.path().exists());
+        drop(b);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn an_unusable_directory_is_an_error_naming_it() {
+        let e = TempFile::create_in(std::path::Path::new("/nonexistent/dir"), "t").unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/dir"), "{e}");
+    }
+}

@@ -1,0 +1,219 @@
+//! `biosim run` with no FILE (the built-in default scenario, bio-sim/src/demo/mod.rs), through the
+//! real binary: it succeeds with a summary whose figures agree with each other, leaves nothing in
+//! its temporary directory (also when stopped by SIGTERM or SIGINT mid-run), and its verdict is
+//! not a constant (a knob that breaks the batcher makes it fail).
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `biosim ARGS` with `TMPDIR` set to `tmp`.
+fn biosim(tmp: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_biosim"))
+        .args(args)
+        .env("TMPDIR", tmp)
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(o: &Output) -> (i32, String, String) {
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The number before `word` on the summary line starting with `label` (the first such number
+/// after `label`).
+fn figure(out: &str, label: &str, word: &str) -> u64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(label) && l.contains(word))
+        .unwrap_or_else(|| panic!("no `{label}` line with `{word}` in:\n{out}"));
+    let before = &line[..line.find(word).unwrap()];
+    before
+        .split(|c: char| !c.is_ascii_digit())
+        .rfind(|w| !w.is_empty())
+        .unwrap_or_else(|| panic!("no number before `{word}` in {line:?}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_default_run_succeeds_with_figures_that_agree_and_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, out, err) = text(&biosim(tmp.path(), &["run"]));
+    assert_eq!(code, 0, "{out}\n{err}");
+    for section in [
+        "machine ",
+        "device ",
+        "bios ",
+        "per CPU ",
+        "hotplug ",
+        "latency ",
+        "data ",
+        "verdict ",
+        "trace ",
+        "your own ",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(section)),
+            "no {section:?} section:\n{out}"
+        );
+    }
+    let submitted = figure(&out, "bios ", " submitted");
+    let completed = figure(&out, "  ", " completed");
+    let deferred = figure(&out, "  ", " deferred to task context");
+    let writes = figure(&out, "bios ", " writes flagged");
+    assert_eq!(completed, submitted, "{out}");
+    assert!(deferred <= completed && deferred > 0, "{out}");
+    assert!(deferred <= writes, "only the flagged writes defer: {out}");
+    let ops = figure(&out, "hotplug ", " operations");
+    let rollbacks = figure(&out, "hotplug ", " rolled back");
+    assert!(ops >= 3 && rollbacks >= 1, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.ends_with("; rolled back")).count() as u64,
+        rollbacks,
+        "{out}"
+    );
+    // The per-CPU deferrals add up to the total.
+    let per_cpu: u64 = out
+        .lines()
+        .filter(|l| l.contains(" deferred, ") && l.contains(" batches"))
+        .map(|l| figure(l, l, " deferred,"))
+        .sum();
+    assert_eq!(per_cpu, deferred, "{out}");
+    assert!(
+        out.contains("verdict   clean: every invariant holds"),
+        "{out}"
+    );
+    assert!(out.contains("each holds what was written"), "{out}");
+    assert!(out.contains("docs/scenarios/README.md"), "{out}");
+    // The temporary file was in TMPDIR, and is gone.
+    assert!(
+        out.contains(&format!("{}/biosim-default-run-", tmp.path().display())),
+        "{out}"
+    );
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_knob_that_breaks_the_dead_callback_makes_the_default_run_fail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, out, err) = text(&biosim(tmp.path(), &["run", "--knob", "dead_drains=false"]));
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(out.contains("batcher v7 with dead_drains=false"), "{out}");
+    assert!(
+        out.contains("[nothing stranded at quiescence] while CPU1 was offline: bio#"),
+        "{out}"
+    );
+    assert!(!out.contains("verdict   clean"), "{out}");
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn quiet_trace_and_perfetto_of_the_default_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, out, _) = text(&biosim(tmp.path(), &["run", "--quiet"]));
+    assert_eq!(code, 0);
+    assert_eq!(out, "== default scenario: no invariant violated\n");
+    let (code, out, _) = text(&biosim(tmp.path(), &["run", "--trace"]));
+    assert_eq!(code, 0);
+    assert!(out.contains("hotplug/fail"), "{out}");
+    assert!(out.contains("injected=true"), "{out}");
+    assert!(out.contains("verdict   clean"), "{out}");
+    let json = tmp.path().join("default.json");
+    let (code, _, err) = text(&biosim(
+        tmp.path(),
+        &["run", "--quiet", "--perfetto", json.to_str().unwrap()],
+    ));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(v.is_object() || v.is_array());
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn bad_default_run_options_exit_2_and_leave_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, _, err) = text(&biosim(tmp.path(), &["run", "--knob", "nope=1"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--knob") && err.contains("nope"), "{err}");
+    let (code, _, err) = text(&biosim(tmp.path(), &["run", "--knob", "dead_drains=maybe"]));
+    assert_eq!(code, 2, "{err}");
+    // --knob and --trace are for the default scenario only.
+    let scn = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/scenarios/rollback-cpu1-v7.scn");
+    for flag in [&["--knob", "dead_drains=false"][..], &["--trace"][..]] {
+        let mut args = vec!["run", scn.to_str().unwrap()];
+        args.extend_from_slice(flag);
+        let (code, _, err) = text(&biosim(tmp.path(), &args));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("cannot be used with"), "{err}");
+    }
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
+    // A TMPDIR that cannot take the file is named.
+    let missing = tmp.path().join("missing");
+    let (code, _, err) = text(&biosim(&missing, &["run"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot create a temporary file in {}",
+            missing.display()
+        )),
+        "{err}"
+    );
+}
+
+/// Starts the default run paused once its temporary file exists, waits for the file, sends
+/// `signal`, and returns the exit status and what is left in the directory.
+fn interrupted(signal: libc::c_int) -> (Option<i32>, Vec<String>, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_biosim"))
+        .arg("run")
+        .env("TMPDIR", tmp.path())
+        .env("BIOSIM_DEFAULT_RUN_PAUSE_MS", "60000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Not a timing assertion: a bound so a broken binary fails the test instead of hanging it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let seen = loop {
+        let e = entries(tmp.path());
+        if !e.is_empty() || Instant::now() > deadline {
+            break e.join(" ");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    let status = child.wait().unwrap();
+    (status.code(), entries(tmp.path()), seen)
+}
+
+#[test]
+fn sigterm_mid_run_removes_the_temporary_file_and_exits_143() {
+    let (code, left, seen) = interrupted(libc::SIGTERM);
+    assert!(seen.starts_with("biosim-default-run-"), "{seen:?}");
+    assert_eq!(code, Some(143));
+    assert_eq!(left, Vec::<String>::new());
+}
+
+#[test]
+fn sigint_mid_run_removes_the_temporary_file_and_exits_130() {
+    let (code, left, seen) = interrupted(libc::SIGINT);
+    assert!(seen.starts_with("biosim-default-run-"), "{seen:?}");
+    assert_eq!(code, Some(130));
+    assert_eq!(left, Vec::<String>::new());
+}
