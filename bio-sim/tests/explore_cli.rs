@@ -300,3 +300,55 @@ fn bad_flags_exit_2_with_a_clear_message_and_leave_no_file() {
     assert!(err.contains("CONFIG_PREEMPT"), "{err}");
     assert_eq!(files(d), ["taken.scn"]);
 }
+
+/// docs/explore/finding-1-v6.scn is what the command docs/explore.md quotes writes today, byte for
+/// byte (its twin: any other case, e.g. another seed, writes another file).
+#[test]
+fn the_documented_counterexample_is_what_explore_writes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let want = std::fs::read_to_string(root.join("docs/explore/finding-1-v6.scn")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("docs/explore")).unwrap();
+    let out = "docs/explore/finding-1-v6.scn";
+    let (code, _, err) = biosim_in(
+        d,
+        &[
+            "explore",
+            "--variant",
+            "v6",
+            "--cases",
+            "1000",
+            "--out",
+            out,
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    let got = std::fs::read_to_string(d.join(out)).unwrap();
+    assert_eq!(
+        got, want,
+        "regenerate docs/explore/finding-1-v6.scn with the command in its first line"
+    );
+    let doc = std::fs::read_to_string(root.join("docs/explore.md")).unwrap();
+    assert!(
+        doc.contains(&format!("```text\n{want}```")),
+        "docs/explore.md quotes the file"
+    );
+    std::fs::remove_file(d.join(out)).unwrap();
+    let (code, _, _) = biosim_in(
+        d,
+        &[
+            "explore",
+            "--variant",
+            "v6",
+            "--cases",
+            "1000",
+            "--seed",
+            "2",
+            "--out",
+            out,
+        ],
+    );
+    assert_eq!(code, 1);
+    assert_ne!(std::fs::read_to_string(d.join(out)).unwrap(), want);
+}

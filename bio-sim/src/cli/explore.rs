@@ -155,11 +155,12 @@ pub fn explore(args: ExploreArgs) -> Result<(), Box<dyn std::error::Error>> {
     let bar = std::io::stderr()
         .is_terminal()
         .then(|| progress_bar(&campaign));
-    let outcome = campaign.run(&|n| {
+    let tick = |n| {
         if let Some(b) = &bar {
             b.set_position(n);
         }
-    })?;
+    };
+    let outcome = campaign.run(bar.is_some().then_some(&tick as &(dyn Fn(u64) + Sync)))?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }

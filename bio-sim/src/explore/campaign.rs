@@ -300,8 +300,9 @@ impl Campaign {
         }
     }
 
-    /// Runs the campaign; `progress` is called now and then with the cases done so far.
-    pub fn run(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<Outcome, SimError> {
+    /// Runs the campaign; `progress`, if any, is called every 100 ms with the cases done so far
+    /// (from a thread of its own).
+    pub fn run(&self, progress: Option<&(dyn Fn(u64) + Sync)>) -> Result<Outcome, SimError> {
         // Fail early on a machine that does not boot.
         Sim::new(self.config)?;
         let start = Instant::now();
@@ -371,11 +372,14 @@ impl Campaign {
                     })
                 })
                 .collect();
-            let ticker = scope.spawn(|| {
-                while !finished.load(Ordering::Relaxed) {
-                    progress(done.load(Ordering::Relaxed));
-                    std::thread::park_timeout(Duration::from_millis(100));
-                }
+            let (finished, done) = (&finished, &done);
+            let ticker = progress.map(|progress| {
+                scope.spawn(move || {
+                    while !finished.load(Ordering::Relaxed) {
+                        progress(done.load(Ordering::Relaxed));
+                        std::thread::park_timeout(Duration::from_millis(100));
+                    }
+                })
             });
             let recs = workers
                 .into_iter()
@@ -383,8 +387,10 @@ impl Campaign {
                 .collect();
             elapsed = start.elapsed();
             finished.store(true, Ordering::Relaxed);
-            ticker.thread().unpark();
-            let _ = ticker.join();
+            if let Some(t) = ticker {
+                t.thread().unpark();
+                let _ = t.join();
+            }
             recs
         });
         if let Some(e) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
@@ -399,7 +405,9 @@ impl Campaign {
                 fingerprint = fingerprint.wrapping_add(*h);
             }
         }
-        progress(cases);
+        if let Some(p) = progress {
+            p(cases);
+        }
         Ok(Outcome {
             cases,
             fingerprint,
@@ -454,15 +462,14 @@ mod tests {
     /// shard run twice (its twin: the other shard's cases replaced by this one's) does not.
     #[test]
     fn shards_add_up_to_the_whole_and_a_duplicate_shows() {
-        let none = |_: u64| {};
-        let whole = campaign(Variant::V7, 60, 2, Shard::ALL).run(&none).unwrap();
+        let whole = campaign(Variant::V7, 60, 2, Shard::ALL).run(None).unwrap();
         assert!(whole.found.is_none());
         assert_eq!(whole.cases, 60);
         let a = campaign(Variant::V7, 60, 1, Shard::parse("1/2").unwrap())
-            .run(&none)
+            .run(None)
             .unwrap();
         let b = campaign(Variant::V7, 60, 2, Shard::parse("2/2").unwrap())
-            .run(&none)
+            .run(None)
             .unwrap();
         assert_eq!((a.cases, b.cases), (30, 30));
         assert_eq!(a.fingerprint.wrapping_add(b.fingerprint), whole.fingerprint);
@@ -472,12 +479,11 @@ mod tests {
     /// The failing case reported is the lowest failing index, with one thread or two.
     #[test]
     fn the_lowest_failing_case_is_found_whatever_the_jobs() {
-        let none = |_: u64| {};
         let one = campaign(Variant::V6, 3000, 1, Shard::ALL)
-            .run(&none)
+            .run(None)
             .unwrap();
         let two = campaign(Variant::V6, 3000, 2, Shard::ALL)
-            .run(&none)
+            .run(None)
             .unwrap();
         let (f1, f2) = (one.found.unwrap(), two.found.unwrap());
         assert_eq!(f1.index, f2.index);

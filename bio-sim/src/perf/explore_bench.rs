@@ -46,6 +46,20 @@ pub fn campaign(variant: Variant, cases: u64, steps: usize, jobs: usize, seed: u
     }
 }
 
+/// CPU time (user + system) the process has used so far, from `getrusage(RUSAGE_SELF)`.
+fn cpu_seconds() -> f64 {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `u` is a valid, writable `rusage`; getrusage only writes into it.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
+    if r != 0 {
+        return 0.0;
+    }
+    // SAFETY: getrusage succeeded and filled the struct (it was zeroed before anyway).
+    let u = unsafe { u.assume_init() };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 fn spread(xs: &[f64], unit: &str, digits: usize) -> String {
     let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -59,16 +73,21 @@ fn spread(xs: &[f64], unit: &str, digits: usize) -> String {
 
 /// Runs the benchmark and renders its report.
 pub fn explore_bench(cfg: &ExploreBenchConfig) -> Result<String, Box<dyn std::error::Error>> {
-    let none = |_: u64| {};
     let mut out = String::new();
     let (mut one, mut two, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    // Cases per CPU-second: what each thread achieves, whatever else the machine runs.
+    let mut per_cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for r in 0..cfg.rounds {
         let mut cps = [0.0; 2];
         // Interleaved: the order of the pair alternates between rounds.
         let order: [usize; 2] = if r % 2 == 0 { [1, 2] } else { [2, 1] };
         for jobs in order {
-            let o =
-                campaign(Variant::V7, cfg.cases, cfg.steps, jobs, 1000 + r as u64).run(&none)?;
+            let cpu0 = cpu_seconds();
+            let o = campaign(Variant::V7, cfg.cases, cfg.steps, jobs, 1000 + r as u64).run(None)?;
+            let cpu = cpu_seconds() - cpu0;
+            if cpu > 0.0 {
+                per_cpu[jobs - 1].push(o.cases as f64 / cpu);
+            }
             if let Some(f) = o.found {
                 return Err(format!(
                     "v7 violated an invariant in case {}: {}",
@@ -90,13 +109,19 @@ pub fn explore_bench(cfg: &ExploreBenchConfig) -> Result<String, Box<dyn std::er
     let _ = writeln!(out, "  --jobs 1: {} cases/s", spread(&one, "", 0));
     let _ = writeln!(out, "  --jobs 2: {} cases/s", spread(&two, "", 0));
     let _ = writeln!(out, "  jobs 2 / jobs 1: {}", spread(&ratio, "x", 2));
+    let _ = writeln!(
+        out,
+        "  cases per CPU-second (getrusage): jobs 1 {}, jobs 2 {}",
+        spread(&per_cpu[0], "", 0),
+        spread(&per_cpu[1], "", 0)
+    );
 
     let (mut times, mut sizes, mut found_at) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..cfg.rounds {
         let seed = r as u64 + 1;
         let start = Instant::now();
         let c = campaign(Variant::V6, 1_000_000, cfg.steps, 1, seed);
-        let o = c.run(&none)?;
+        let o = c.run(None)?;
         let Some(f) = o.found else {
             let _ = writeln!(out, "  seed {seed}: finding 1 not found in 1,000,000 cases");
             continue;
@@ -124,7 +149,7 @@ pub fn explore_bench(cfg: &ExploreBenchConfig) -> Result<String, Box<dyn std::er
     );
     if cfg.long_cases > 0 {
         for v in [Variant::V7, Variant::V6_REVIEW] {
-            let o = campaign(v, cfg.long_cases, cfg.steps, 2, 1).run(&none)?;
+            let o = campaign(v, cfg.long_cases, cfg.steps, 2, 1).run(None)?;
             let _ = writeln!(
                 out,
                 "{} cases on {} (--jobs 2, seed 1): {}, {:.0} cases/s, {}",
