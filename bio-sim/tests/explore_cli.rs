@@ -153,6 +153,7 @@ fn explore_v7_finds_nothing_in_its_budget_and_its_twin_is_caught() {
         &["explore", "--variant", "v7", "--cases", "2000", "--json"],
     );
     assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(err, "", "no progress bar when stderr is not a terminal");
     let j = json(&out);
     assert_eq!(j["cases"], 2000, "{j}");
     assert_eq!(j["violations"], 0, "{j}");
@@ -351,4 +352,20 @@ fn the_documented_counterexample_is_what_explore_writes() {
     );
     assert_eq!(code, 1);
     assert_ne!(std::fs::read_to_string(d.join(out)).unwrap(), want);
+}
+
+/// `--time` runs until the time is up and says so; `biosim --help` lists `explore`.
+#[test]
+fn a_time_budget_runs_some_cases_and_help_lists_explore() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = biosim_in(dir.path(), &["explore", "--time", "300ms", "--json"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let j = json(&out);
+    assert_eq!(j["budget"]["seconds"], 0.3, "{j}");
+    assert!(j["cases"].as_u64().unwrap() > 0, "{j}");
+    let (code, _, _) = biosim_in(dir.path(), &["explore", "--time", "1s", "--cases", "5"]);
+    assert_eq!(code, 2, "--time and --cases conflict");
+    let (_, help, _) = biosim_in(dir.path(), &["--help"]);
+    assert!(help.contains("explore"), "{help}");
+    assert!(files(dir.path()).is_empty());
 }

@@ -243,6 +243,32 @@ pub fn case_hash(index: u64, ts: &[Transition]) -> u64 {
     SplitMix64::new(h.finish()).next_u64()
 }
 
+/// One thread's count and fingerprint of the cases it ran: folded totals of the chunks known to
+/// count, and the chunks not yet known to (a failure found later cuts them), with each case's
+/// index and hash. Memory stays bounded however long the campaign runs.
+#[derive(Debug, Default)]
+struct Tally {
+    count: u64,
+    sum: u64,
+    pending: std::collections::VecDeque<(u64, Vec<(u64, u64)>)>,
+}
+
+impl Tally {
+    /// Folds the pending chunks that end at or below `bound` into the totals.
+    fn fold_below(&mut self, bound: u64) {
+        while let Some((first, _)) = self.pending.front() {
+            if first.saturating_add(CHUNK) > bound {
+                break;
+            }
+            let (_, chunk) = self.pending.pop_front().unwrap_or_default();
+            for (_, h) in chunk {
+                self.count += 1;
+                self.sum = self.sum.wrapping_add(h);
+            }
+        }
+    }
+}
+
 /// A generator for one thread: the case strategy and a runner whose RNG is replaced per case.
 pub struct Drawer {
     strategy: BoxedStrategy<Vec<Transition>>,
@@ -322,25 +348,33 @@ impl Campaign {
         let error: Mutex<Option<SimError>> = Mutex::new(None);
         let space = self.space();
         let mut elapsed = Duration::ZERO;
-        let records: Vec<Vec<(u64, u64)>> = std::thread::scope(|scope| {
+        // Where each thread is: the first index of the chunk it runs (u64::MAX once it stopped).
+        let inflight: Vec<AtomicU64> = (0..self.jobs.max(1)).map(|_| AtomicU64::new(0)).collect();
+        let tallies: Vec<Tally> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..self.jobs.max(1))
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut drawer = Drawer::new(&space, self.steps);
-                        let mut rec = Vec::new();
-                        'claim: loop {
+                .map(|me| {
+                    let (inflight, next, limit, done) = (&inflight, &next, &limit, &done);
+                    let (found, error, space) = (&found, &error, &space);
+                    scope.spawn(move || {
+                        let mut drawer = Drawer::new(space, self.steps);
+                        let mut tally = Tally::default();
+                        loop {
                             if deadline.is_some_and(|d| Instant::now() >= d) {
                                 break;
                             }
-                            let first = next.fetch_add(CHUNK, Ordering::Relaxed);
+                            let first = next.fetch_add(CHUNK, Ordering::SeqCst);
+                            inflight[me].store(first, Ordering::SeqCst);
+                            let mut chunk = Vec::with_capacity(CHUNK as usize);
+                            let mut stop = false;
                             for j in first..first.saturating_add(CHUNK) {
-                                if j >= limit.load(Ordering::Relaxed) {
-                                    break 'claim;
+                                if j >= limit.load(Ordering::SeqCst) {
+                                    stop = true;
+                                    break;
                                 }
                                 let index = self.shard.global(j);
                                 let seed = case_seed(self.seed, index);
                                 let ts = drawer.tree(&seed).current();
-                                rec.push((j, case_hash(index, &ts)));
+                                chunk.push((j, case_hash(index, &ts)));
                                 match run_case(&self.machine(&seed), self.loop_dev, &ts) {
                                     Ok(Ok(())) => {}
                                     Ok(Err(failure)) => {
@@ -356,19 +390,35 @@ impl Campaign {
                                                 },
                                             ));
                                         }
-                                        limit.fetch_min(j, Ordering::Relaxed);
-                                        break 'claim;
+                                        limit.fetch_min(j, Ordering::SeqCst);
+                                        stop = true;
+                                        break;
                                     }
                                     Err(e) => {
                                         *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                                        limit.store(0, Ordering::Relaxed);
-                                        break 'claim;
+                                        limit.store(0, Ordering::SeqCst);
+                                        stop = true;
+                                        break;
                                     }
                                 }
                                 done.fetch_add(1, Ordering::Relaxed);
                             }
+                            tally.pending.push_back((first, chunk));
+                            if stop {
+                                break;
+                            }
+                            // Every chunk below the lowest one in flight is finished, and a
+                            // failure still to be found lies at or above it: the chunks below it
+                            // (and below the limit) count whatever happens next.
+                            let low = inflight
+                                .iter()
+                                .map(|a| a.load(Ordering::SeqCst))
+                                .min()
+                                .unwrap_or(0);
+                            tally.fold_below(low.min(limit.load(Ordering::SeqCst)));
                         }
-                        rec
+                        inflight[me].store(u64::MAX, Ordering::SeqCst);
+                        tally
                     })
                 })
                 .collect();
@@ -399,10 +449,14 @@ impl Campaign {
         let found = found.into_inner().unwrap_or_else(|p| p.into_inner());
         let upto = found.as_ref().map_or(u64::MAX, |(k, _)| *k);
         let (mut cases, mut fingerprint) = (0u64, 0u64);
-        for (j, h) in records.iter().flatten() {
-            if *j <= upto {
-                cases += 1;
-                fingerprint = fingerprint.wrapping_add(*h);
+        for t in &tallies {
+            cases += t.count;
+            fingerprint = fingerprint.wrapping_add(t.sum);
+            for (j, h) in t.pending.iter().flat_map(|(_, c)| c) {
+                if *j <= upto {
+                    cases += 1;
+                    fingerprint = fingerprint.wrapping_add(*h);
+                }
             }
         }
         if let Some(p) = progress {
@@ -479,16 +533,42 @@ mod tests {
     /// The failing case reported is the lowest failing index, with one thread or two.
     #[test]
     fn the_lowest_failing_case_is_found_whatever_the_jobs() {
-        let one = campaign(Variant::V6, 3000, 1, Shard::ALL)
-            .run(None)
-            .unwrap();
-        let two = campaign(Variant::V6, 3000, 2, Shard::ALL)
-            .run(None)
-            .unwrap();
-        let (f1, f2) = (one.found.unwrap(), two.found.unwrap());
-        assert_eq!(f1.index, f2.index);
-        assert_eq!(f1.case, f2.case);
-        assert_eq!((one.cases, one.fingerprint), (two.cases, two.fingerprint));
-        assert_eq!(one.cases, f1.index + 1);
+        for seed in [3, 4, 5] {
+            let run = |jobs| {
+                let mut c = campaign(Variant::V6, 3000, jobs, Shard::ALL);
+                c.seed = seed;
+                c.run(None).unwrap()
+            };
+            let one = run(1);
+            let f1 = one.found.clone().unwrap();
+            assert_eq!(
+                one.cases,
+                f1.index + 1,
+                "every case up to the failing one counts"
+            );
+            for jobs in [2, 3] {
+                let o = run(jobs);
+                let f = o.found.unwrap();
+                assert_eq!((f.index, &f.case), (f1.index, &f1.case), "seed {seed}");
+                assert_eq!((o.cases, o.fingerprint), (one.cases, one.fingerprint));
+            }
+        }
+    }
+
+    /// Chunks fold into the totals only when they end at or below the bound; the rest stay
+    /// pending with their cases.
+    #[test]
+    fn a_tally_folds_only_what_is_known_to_count() {
+        let mut t = Tally::default();
+        t.pending
+            .push_back((0, (0..CHUNK).map(|j| (j, 1)).collect()));
+        t.pending.push_back((CHUNK, vec![(CHUNK, 10)]));
+        t.fold_below(CHUNK + 1);
+        assert_eq!((t.count, t.sum, t.pending.len()), (CHUNK, CHUNK, 1));
+        t.fold_below(2 * CHUNK);
+        assert_eq!(
+            (t.count, t.sum, t.pending.len()),
+            (CHUNK + 1, CHUNK + 10, 0)
+        );
     }
 }

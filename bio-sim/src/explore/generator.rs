@@ -1,5 +1,6 @@
-//! The transition generator: the one proptest strategy over every [`Transition`] a scenario can
-//! take, used by `biosim explore` and by the proptest state machine of
+//! The transition generator for `block/bio.c`'s task-completion batcher under `kernel/cpu.c`'s
+//! hotplug (and `drivers/block/loop.c` when a loop device is attached): the one proptest strategy
+//! over every [`Transition`] a scenario can take, used by `biosim explore` and by the proptest state machine of
 //! `tests/tests/hotplug_rollback.rs` (whose `Reference::transitions` calls [`transition`]).
 //!
 //! What it draws, with the weights the state machine has always used: a completion on any CPU from
