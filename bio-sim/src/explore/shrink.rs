@@ -1,7 +1,8 @@
 //! Shrinking a failing case: proptest's own loop on the case's value tree (`simplify()` while the
 //! candidate still fails, `complicate()` when it stops failing), where "fails" means breaks the
 //! same invariant as the case found. The vec tree first removes transitions, then simplifies each
-//! (an earlier arm of the generator, a lower CPU, no `hotplug/fail`).
+//! (an earlier arm of the generator, a lower CPU, no `hotplug/fail`). Then single transitions are
+//! removed while the case still fails, past proptest's local minimum.
 
 use super::campaign::{run_case, Campaign, CaseFailure, Drawer, Found};
 use crate::machine::oracle::Invariant;
@@ -58,8 +59,25 @@ pub fn shrink(campaign: &Campaign, found: &Found) -> Result<Shrunk, SimError> {
             }
         }
     }
-    let (mut case, failure) = best;
+    let (mut case, mut failure) = best;
     case.truncate(failure.at_step.max(1));
+    // proptest's vec shrinking stops at a local minimum: removing one transition can change the
+    // seeded settle's interleaving, and the loop above never retries a removal it rejected once.
+    // Finish with removals of one transition at a time until none still fails.
+    let mut i = 0;
+    while i < case.len() && case.len() > 1 && iterations < MAX_SHRINK_ITERS {
+        iterations += 1;
+        let mut candidate = case.clone();
+        candidate.remove(i);
+        match fails(&candidate)? {
+            Some(f) => {
+                candidate.truncate(f.at_step.max(1));
+                (case, failure) = (candidate, f);
+                i = 0;
+            }
+            None => i += 1,
+        }
+    }
     Ok(Shrunk {
         case,
         failure,
