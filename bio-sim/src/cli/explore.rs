@@ -212,16 +212,21 @@ fn progress_bar(c: &Campaign) -> indicatif::ProgressBar {
     let (bar, style) = match c.budget {
         Budget::Cases(n) => (
             ProgressBar::new(c.shard.local_count(n)),
-            "{bar:30} {pos}/{len} cases, {per_sec}, {elapsed_precise}",
+            "{bar:30} {pos}/{len} cases, {cps} cases/s, {elapsed_precise}",
         ),
         Budget::Time(_) => (
             ProgressBar::new_spinner(),
-            "{spinner} {pos} cases, {per_sec}, {elapsed_precise}",
+            "{spinner} {pos} cases, {cps} cases/s, {elapsed_precise}",
         ),
     };
     bar.set_draw_target(ProgressDrawTarget::stderr());
     if let Ok(s) = ProgressStyle::with_template(style) {
-        bar.set_style(s);
+        bar.set_style(s.with_key(
+            "cps",
+            |st: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}", st.per_sec());
+            },
+        ));
     }
     bar
 }

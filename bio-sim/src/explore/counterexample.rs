@@ -249,7 +249,8 @@ pub fn write(
 
 /// Writes `text` to `path` unless it exists: to a temporary file in the same directory, then
 /// hard-linked to `path` (which fails if `path` exists) and the temporary removed, so an
-/// interrupted or refused write leaves neither.
+/// interrupted or refused write leaves neither. Where the filesystem has no hard links, `path` is
+/// created exclusively (`O_EXCL`) and written, and removed if the write fails.
 pub fn write_new(path: &Path, text: &str) -> Result<(), CounterexampleError> {
     let io = |source| CounterexampleError::Io {
         path: path.to_owned(),
@@ -266,7 +267,26 @@ pub fn write_new(path: &Path, text: &str) -> Result<(), CounterexampleError> {
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let r = std::fs::write(&tmp, text).and_then(|()| std::fs::hard_link(&tmp, path));
     let _ = std::fs::remove_file(&tmp);
-    r.map_err(io)
+    match r {
+        Err(e)
+            if e.kind() != std::io::ErrorKind::AlreadyExists
+                && path.symlink_metadata().is_err() =>
+        {
+            // A filesystem without hard links: create the file exclusively instead (removed again
+            // if the write fails).
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(io)?;
+            f.write_all(text.as_bytes()).map_err(|e| {
+                let _ = std::fs::remove_file(path);
+                io(e)
+            })
+        }
+        r => r.map_err(io),
+    }
 }
 
 #[cfg(test)]
