@@ -7,6 +7,8 @@
 //! - [`demo`]: the built-in default scenario of `biosim run` (no FILE) and its summary.
 //! - [`perf`]: measurements and benchmarks: deferral throughput, completion latency, the loop and
 //!   DONTCACHE benches over real files, and the statistics they share.
+//! - [`explore`]: `biosim explore`: the transition generator, campaigns over threads and shards,
+//!   shrinking, and the counterexample as a scenario file.
 //! - [`scenario`]: runnable scenario files (`*.scn`): their format, parser and runner.
 //! - [`checks`]: the finding gallery, the loop checks, the `bio_in_atomic()` truth table, and the
 //!   `Expect`/`Verdict` of a cell.
@@ -23,6 +25,7 @@ pub mod checks;
 pub mod cli;
 pub mod demo;
 pub mod dev;
+pub mod explore;
 pub mod machine;
 pub mod perf;
 pub mod report;

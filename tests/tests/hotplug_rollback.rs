@@ -1,5 +1,5 @@
 //! proptest hotplug-rollback scenarios: a state machine over the transitions a real machine can
-//! take — complete a bio on CPU n from hardirq, softirq, atomic or preemptible task context, with
+//! take, drawn by `biosim explore`'s generator (`bio_sim::explore::generator`) — complete a bio on CPU n from hardirq, softirq, atomic or preemptible task context, with
 //! or without `BIO_COMPLETE_IN_TASK` or calling `bio_complete_in_task()` from its `bi_end_io`; run
 //! CPU n's worker; advance a jiffy; start `cpu_down`/`cpu_up` with an optional `hotplug/fail`
 //! armed at any state; advance the hotplug operation one step (so completions land between
@@ -16,14 +16,12 @@
 use bio_core::block::complete_in_task::Variant;
 use bio_sim::checks::findings::expected;
 use bio_sim::checks::Expect;
+use bio_sim::explore::generator::{self, Space};
 use bio_sim::machine::oracle::Need;
 use bio_sim::machine::sim::{CompletionContext, Sim};
 use bio_sim::machine::transition::Transition;
 use biosim_tests::{assert_clean, MachineBuilder};
-use hotplug::{
-    CPUHP_AP_ONLINE_DYN, CPUHP_AP_WORKQUEUE_ONLINE, CPUHP_BP_PREPARE_DYN, CPUHP_BRINGUP_CPU,
-    CPUHP_ONLINE, CPUHP_TEARDOWN_CPU, CPUHP_TIMERS_PREPARE,
-};
+use hotplug::CPUHP_AP_WORKQUEUE_ONLINE;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestError, TestRunner};
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
@@ -32,51 +30,30 @@ use std::cell::Cell;
 const NR_CPUS: u32 = 3;
 
 /// The reference: transitions are possible in any state (the machine skips the ones that cannot
-/// happen now), so it only carries the machine's shape.
+/// happen now), so it only carries the machine's shape, the generator's [`Space`]. Its
+/// transitions are `biosim explore`'s generator, [`generator::transition`]: one generator.
 struct Reference;
 
 impl ReferenceStateMachine for Reference {
-    type State = u32;
+    type State = Space;
     type Transition = Transition;
 
-    fn init_state() -> BoxedStrategy<u32> {
-        Just(NR_CPUS).boxed()
-    }
-
-    fn transitions(&n: &u32) -> BoxedStrategy<Transition> {
-        let cpu = 0..n;
-        let ctx = prop_oneof![
-            Just(CompletionContext::Hardirq),
-            Just(CompletionContext::Softirq),
-            Just(CompletionContext::AtomicTask),
-            Just(CompletionContext::Task),
-        ];
-        let need =
-            prop_oneof![2 => Just(Need::Flag), 1 => Just(Need::Dynamic), 1 => Just(Need::Any)];
-        // The states where a failure changes what the batcher sees, and any state at all.
-        let fail_at = prop_oneof![
-            3 => Just(None),
-            1 => Just(Some(CPUHP_AP_ONLINE_DYN.0)),
-            2 => Just(Some(CPUHP_AP_WORKQUEUE_ONLINE.0)),
-            1 => Just(Some(CPUHP_TEARDOWN_CPU.0)),
-            1 => Just(Some(CPUHP_BRINGUP_CPU.0)),
-            1 => Just(Some(CPUHP_BP_PREPARE_DYN.0)),
-            1 => Just(Some(CPUHP_TIMERS_PREPARE.0)),
-            1 => (0..=CPUHP_ONLINE.0).prop_map(Some),
-        ];
-        prop_oneof![
-            6 => (cpu.clone(), ctx, need).prop_map(|(cpu, ctx, need)| Transition::Complete { cpu, ctx, need }),
-            3 => cpu.clone().prop_map(|cpu| Transition::RunWorker { cpu }),
-            2 => Just(Transition::Tick),
-            2 => (cpu.clone(), any::<bool>(), fail_at).prop_map(|(cpu, up, fail_at)| Transition::Hotplug { cpu, up, fail_at }),
-            6 => Just(Transition::HotplugStep),
-            1 => cpu.prop_map(|cpu| Transition::NeedResched { cpu }),
-        ]
+    fn init_state() -> BoxedStrategy<Space> {
+        Just(Space {
+            nr_cpus: NR_CPUS,
+            // v5 has no bio_complete_in_task(): the generator gives its dynamic users the flag.
+            dynamic_helper: VARIANT.get().dynamic_helper,
+            loop_blocks: None,
+        })
         .boxed()
     }
 
-    fn apply(n: u32, _t: &Transition) -> u32 {
-        n
+    fn transitions(space: &Space) -> BoxedStrategy<Transition> {
+        generator::transition(space)
+    }
+
+    fn apply(space: Space, _t: &Transition) -> Space {
+        space
     }
 }
 
@@ -100,33 +77,20 @@ impl StateMachineTest for Machine {
     type SystemUnderTest = Sim;
     type Reference = Reference;
 
-    fn init_test(_n: &u32) -> Sim {
+    fn init_test(_space: &Space) -> Sim {
         sim(VARIANT.get(), false)
     }
 
-    fn apply(s: Sim, _n: &u32, t: Transition) -> Sim {
-        // v5 has no bio_complete_in_task(): its dynamic users would set the flag instead.
-        let t = match t {
-            Transition::Complete {
-                cpu,
-                ctx,
-                need: Need::Dynamic,
-            } if !VARIANT.get().dynamic_helper => Transition::Complete {
-                cpu,
-                ctx,
-                need: Need::Flag,
-            },
-            t => t,
-        };
+    fn apply(s: Sim, _space: &Space, t: Transition) -> Sim {
         s.apply(&t);
         s
     }
 
-    fn check_invariants(s: &Sim, _n: &u32) {
+    fn check_invariants(s: &Sim, _space: &Space) {
         assert_clean("after the transition", &s.check());
     }
 
-    fn teardown(s: Sim, _n: u32) {
+    fn teardown(s: Sim, _space: Space) {
         assert_clean("after settling", &s.settle(20_000));
     }
 }

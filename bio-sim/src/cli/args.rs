@@ -92,6 +92,89 @@ pub enum Command {
     /// divergence, aligned on the scenario's transitions. Exit status 0 if the verdicts are the
     /// same, 1 if they differ, 2 for bad input.
     Diff(DiffArgs),
+    /// Search for a counterexample: cases of generated transitions (completions from every
+    /// context, worker runs, ticks, cpu_down/cpu_up with hotplug/fail armed at any state, hotplug
+    /// steps, need_resched) on fresh machines, the oracle checked after every step. A violation is
+    /// shrunk and written as a scenario file that `biosim run` reproduces. Exit status 0 if no
+    /// invariant was violated, 1 if one was (the file is written), 2 for bad input.
+    Explore(ExploreArgs),
+}
+
+/// `biosim explore --variant`'s help.
+fn explore_variant_help() -> String {
+    format!(
+        "The variant of the task-completion batcher ({})",
+        Variant::names_or(&[])
+    )
+}
+
+/// `biosim explore --knob`'s help.
+fn explore_knob_help() -> String {
+    format!(
+        "A knob set on the variant, NAME=VALUE, repeatable (NAME: {}; see `biosim variants`)",
+        Knob::names().collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// `biosim explore --loop`'s help.
+fn explore_loop_help() -> String {
+    format!(
+        "Give every machine a loop device (drivers/block/loop.c) of this version over a sparse in-memory file, and draw its I/O and worker runs too ({})",
+        LoopVariant::names().collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// `--knob` of `biosim explore`: checked by the one knob parser, kept as written (the
+/// counterexample's `knob` lines).
+fn parse_knob_text(s: &str) -> Result<String, String> {
+    Knob::parse_assignment(s).map(|_| s.to_owned())
+}
+
+/// `biosim explore`.
+#[derive(Debug, Args)]
+pub struct ExploreArgs {
+    /// The variant.
+    #[arg(long, default_value = "v7", value_parser = |s: &str| Variant::parse_name(s, &[]), help = explore_variant_help())]
+    pub variant: Variant,
+    /// A knob, NAME=VALUE (repeatable).
+    #[arg(long = "knob", value_name = "NAME=VALUE", value_parser = parse_knob_text, help = explore_knob_help())]
+    pub knobs: Vec<String>,
+    /// The kernel configuration.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Possible CPUs of each machine (all online at boot).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub cpus: u32,
+    /// Run the cases 0..N of the seed [default: 10000].
+    #[arg(long, value_name = "N", value_parser = super::explore::parse_cases, conflicts_with = "time")]
+    pub cases: Option<u64>,
+    /// Run for this long instead (e.g. 30s, 5m, 500ms); the cases run are then not a fixed set.
+    #[arg(long, value_name = "T", value_parser = super::explore::parse_duration)]
+    pub time: Option<std::time::Duration>,
+    /// The campaign's seed: case i is drawn from (seed, i) alone.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// At most this many transitions per case (each case draws 1..=K).
+    #[arg(long, value_name = "K", default_value_t = 40, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub steps: u64,
+    /// Threads.
+    #[arg(long, value_name = "J", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub jobs: u64,
+    /// Run only shard I of N (I counted from 1): the case indices i with i mod N = I-1. The N
+    /// shards together run exactly the cases of the unsharded campaign (their counts add up, and
+    /// so do their fingerprints, modulo 2^64).
+    #[arg(long, value_name = "I/N", default_value = "1/1", value_parser = crate::explore::Shard::parse)]
+    pub shard: crate::explore::Shard,
+    /// Where to write the counterexample (refused if it exists) [default:
+    /// explore-VARIANT-seedS-caseI.scn in the current directory].
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// Print one JSON object on stdout instead of the text report.
+    #[arg(long)]
+    pub json: bool,
+    /// A loop device on every machine.
+    #[arg(long = "loop", value_name = "VERSION", value_parser = |s: &str| LoopVariant::by_name(s).ok_or_else(|| format!("unknown loop version `{s}` (expected {})", LoopVariant::names_or(&[]))), help = explore_loop_help())]
+    pub loop_dev: Option<LoopVariant>,
 }
 
 /// `biosim diff`.
@@ -121,6 +204,26 @@ pub enum BenchCommand {
     Loop(BenchLoopArgs),
     /// Buffered writes with and without RWF_DONTCACHE: MB/s and pages left cached (cachestat).
     Dontcache(BenchDontcacheArgs),
+    /// `biosim explore`'s speed: cases/s on v7 with 1 and 2 jobs side by side, the time to find
+    /// and shrink finding 1 on v6, and the long clean campaigns on v7 and v6-review.
+    Explore(BenchExploreArgs),
+}
+
+/// `biosim bench explore`.
+#[derive(Debug, Args)]
+pub struct BenchExploreArgs {
+    /// Rounds (each runs jobs 1 and jobs 2 once, interleaved, and one find-and-shrink).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: u64,
+    /// Cases per throughput run.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub cases: u64,
+    /// Transitions per case at most.
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub steps: u64,
+    /// Cases of each long clean campaign (v7, v6-review; --jobs 2); 0 skips them.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub long_cases: u64,
 }
 
 /// `biosim bench loop`.

@@ -1,4 +1,4 @@
-//! `biosim bench`: the benchmarks on real files.
+//! `biosim bench`: the benchmarks on real files, and `biosim explore`'s speed.
 
 use super::args::BenchCommand;
 
@@ -27,6 +27,18 @@ pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
                 rounds: a.rounds as usize,
             };
             print!("{}", dontcache_bench(&cfg)?);
+        }
+        BenchCommand::Explore(a) => {
+            use crate::perf::explore_bench::{explore_bench, ExploreBenchConfig};
+            print!(
+                "{}",
+                explore_bench(&ExploreBenchConfig {
+                    rounds: a.rounds as usize,
+                    cases: a.cases,
+                    steps: a.steps as usize,
+                    long_cases: a.long_cases,
+                })?
+            );
         }
     }
     Ok(())

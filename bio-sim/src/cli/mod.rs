@@ -4,12 +4,13 @@
 pub mod args;
 pub mod bench;
 pub mod diff;
+pub mod explore;
 pub mod findings;
 pub mod loop_cmd;
 pub mod run;
 pub mod variants;
 
-use args::{Cli, Command};
+use args::{BenchCommand, Cli, Command};
 use bio_core::KernelConfig;
 use clap::Parser;
 use std::process::ExitCode;
@@ -21,7 +22,12 @@ pub fn main() -> ExitCode {
     // The gallery provokes kernel splats on purpose and reports them itself.
     let quiet = matches!(
         cli.command,
-        Command::Findings(_) | Command::Run(_) | Command::Loop(_) | Command::Diff(_)
+        Command::Findings(_)
+            | Command::Run(_)
+            | Command::Loop(_)
+            | Command::Diff(_)
+            | Command::Explore(_)
+            | Command::Bench(BenchCommand::Explore(_))
     );
     crate::trace::init(if quiet { "error" } else { "warn" });
     match run(cli) {
@@ -79,6 +85,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Loop(args) => return loop_cmd::loop_checks(args),
         Command::Bench(b) => return bench::bench(b),
         Command::Diff(args) => return diff::diff(args),
+        Command::Explore(args) => return explore::explore(args),
         Command::States(args) => {
             use bio_core::block::complete_in_task::{bio_complete_init, Variant};
             let kernel = bio_core::Kernel::new(KernelConfig::default(), args.cpus)?;

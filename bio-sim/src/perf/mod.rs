@@ -5,12 +5,15 @@
 //! - [`latency`]: completion latency and worker wake-ups per bio of one batcher variant.
 //! - [`loop_bench`]: `biosim bench loop`: the loop model over a real `O_DIRECT` file against raw I/O.
 //! - [`dontcache`]: `biosim bench dontcache`: buffered writes with and without `RWF_DONTCACHE`.
+//! - [`explore_bench`]: `biosim bench explore`: `biosim explore`'s cases per second on one and two
+//!   threads, time to find and shrink finding 1, the long clean campaigns.
 //! - [`bench_common`]: the real-file benches' error, size parsing and scratch-file cleanup.
 //! - [`stats`]: median, percentile, ratio and human-readable durations.
 
 pub mod bench_common;
 pub mod deferral;
 pub mod dontcache;
+pub mod explore_bench;
 pub mod latency;
 pub mod loop_bench;
 pub mod rig;

@@ -104,7 +104,8 @@ pub enum Outcome {
     Tick(u64),
     /// A hotplug step ran.
     Hotplug {
-        /// The invocation, as `CPU1 187 workqueue:online teardown [on target, cpuhp thread]`.
+        /// The invocation, as `CPU1 187 workqueue:online teardown [on target, cpuhp thread]`
+        /// (empty when the runtime records no steps, `DetConfig::record_steps` off).
         invocation: String,
         /// Its result (`-EAGAIN` for an injected failure).
         result: Result<(), Errno>,
@@ -618,7 +619,12 @@ impl Inner {
             .map_err(|source| StepError::Hotplug { cpu: c, source })?;
         let on = hstep.run_on();
         let _on = self.executing_on(Some(on));
-        let invocation = hstep.invocation().to_string();
+        // Formatted for the trace only: exploring runs keep none, and this is their hot path.
+        let invocation = if self.config.record_steps {
+            hstep.invocation().to_string()
+        } else {
+            String::new()
+        };
         let injected = hstep.injected_fail();
         let result = k.hotplug_run_step(&hstep, self.cx(event, on)?);
         let out = k
