@@ -8,7 +8,7 @@
 //! OS thread id or a thread-local.
 
 mod boot_states;
-pub use boot_states::EARLY_DYNAMIC_STATES;
+pub use boot_states::{EarlyState, EARLY_DYNAMIC_STATES};
 mod config;
 mod cpu;
 mod irqflags;

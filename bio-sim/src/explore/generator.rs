@@ -9,7 +9,8 @@
 //! `cpu_down`/`cpu_up` of any CPU with `hotplug/fail` armed at any state `0..=CPUHP_ONLINE` (weighted
 //! toward the states where a failure changes what the batcher sees), one step of the hotplug
 //! operation in progress (so completions and failures land mid-operation), `need_resched` on a CPU,
-//! and with a loop device (`drivers/block/loop.c`) its I/O and its worker.
+//! `hotplug/fail` written at any moment (mid-operation too; `-1` disarms), `hotplug/target` (a
+//! stepped partial `cpu_up`/`cpu_down` that stops at a state), and with a loop device (`drivers/block/loop.c`) its I/O and its worker.
 //!
 //! Each kind of transition is one arm of [`arms`] (a [`Kind`] and its weight) and one arm of
 //! [`build`]: adding a transition to the scenario language adds one arm to each.
@@ -56,6 +57,10 @@ pub enum Kind {
     HotplugStep,
     /// [`Transition::NeedResched`].
     NeedResched,
+    /// [`Transition::Fail`]: `hotplug/fail` written at any moment, mid-operation too.
+    Fail,
+    /// [`Transition::Target`]: `hotplug/target` written, a stepped partial `cpu_up`/`cpu_down`.
+    Target,
     /// [`Transition::LoopIo`].
     LoopIo,
     /// [`Transition::LoopWorker`].
@@ -72,6 +77,8 @@ pub fn arms(space: &Space) -> Vec<(u32, Kind)> {
         (2, Kind::Hotplug),
         (6, Kind::HotplugStep),
         (1, Kind::NeedResched),
+        (2, Kind::Fail),
+        (1, Kind::Target),
     ];
     if space.loop_blocks.is_some() {
         arms.push((3, Kind::LoopIo));
@@ -162,6 +169,21 @@ pub fn build(space: &Space, arms: &[(u32, Kind)], d: Draw) -> Transition {
         },
         Kind::HotplugStep => Transition::HotplugStep,
         Kind::NeedResched => Transition::NeedResched { cpu },
+        // A write of the fail table's state, or -1 (disarm) where the table says none.
+        Kind::Fail => Transition::Fail {
+            cpu,
+            state: weighted(&FAIL_AT, d.fail)
+                .map(|s| if s == ANY_STATE { d.state } else { s })
+                .unwrap_or(-1),
+        },
+        // A partial operation to the fail table's state (the states where stopping matters to the
+        // batcher), or all the way (0 or CPUHP_ONLINE) where it says none.
+        Kind::Target => Transition::Target {
+            cpu,
+            state: weighted(&FAIL_AT, d.fail)
+                .map(|s| if s == ANY_STATE { d.state } else { s })
+                .unwrap_or(if d.up { CPUHP_ONLINE.0 } else { 0 }),
+        },
         Kind::LoopIo => {
             let op = [LoopOp::Read, LoopOp::Write, LoopOp::Discard][d.op as usize % 3];
             Transition::LoopIo {
@@ -266,10 +288,12 @@ mod tests {
                 "cpu_up" => "cpu_up",
                 "step" => "step",
                 "need_resched" => "need_resched",
+                "fail" => "fail",
+                "target" => "target",
                 _ => "other",
             })
             .collect();
-        assert_eq!(kinds.len(), 7, "{kinds:?}");
+        assert_eq!(kinds.len(), 9, "{kinds:?}");
         assert!(!kinds.contains("other"), "{kinds:?}");
         let fails: std::collections::BTreeSet<i32> = ts
             .iter()
