@@ -82,16 +82,25 @@ impl StateMachineTest for Machine {
     }
 
     fn apply(s: Sim, _space: &Space, t: Transition) -> Sim {
-        s.apply(&t);
+        // Once kernel/cpu.c gave up on a CPU (an injected failure hit a rollback: "no way forward,
+        // no way back") the case is void, as `biosim explore` counts it: nothing more is applied.
+        if s.hotplug_gave_up().is_none() {
+            s.apply(&t);
+        }
         s
     }
 
     fn check_invariants(s: &Sim, _space: &Space) {
-        assert_clean("after the transition", &s.check());
+        if s.hotplug_gave_up().is_none() {
+            assert_clean("after the transition", &s.check());
+        }
     }
 
     fn teardown(s: Sim, _space: Space) {
-        assert_clean("after settling", &s.settle(20_000));
+        let v = s.settle(20_000);
+        if s.hotplug_gave_up().is_none() {
+            assert_clean("after settling", &v);
+        }
     }
 }
 

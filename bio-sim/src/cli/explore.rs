@@ -295,6 +295,13 @@ fn text(args: &ExploreArgs, c: &Campaign, o: &Outcome, f: Option<&Finding>) -> S
         o.elapsed.as_secs_f64(),
         o.fingerprint
     );
+    if o.voided > 0 {
+        let _ = writeln!(
+            out,
+            "voided: {} case(s) cut where kernel/cpu.c gave up on a CPU (a failure injected into a rollback or a DEAD callback: WARN, \"no way forward, no way back\"); not counted as violations",
+            o.voided
+        );
+    }
     match f {
         Some(f) => {
             let _ = writeln!(out, "reproduce: biosim run {}", f.written.path.display());
@@ -338,6 +345,7 @@ fn json(args: &ExploreArgs, c: &Campaign, o: &Outcome, f: Option<&Finding>) -> S
         },
         "cases": o.cases,
         "fingerprint": format!("{:016x}", o.fingerprint),
+        "voided": o.voided,
         "elapsed_s": o.elapsed.as_secs_f64(),
         "cases_per_s": per_sec(o),
         "violations": usize::from(f.is_some()),

@@ -155,20 +155,39 @@ impl CaseFailure {
     }
 }
 
+/// How a case that broke no invariant ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaseEnd {
+    /// Every transition ran, the machine settled, every invariant held.
+    Held,
+    /// The case was cut where `kernel/cpu.c` gave up on a CPU ([`Sim::hotplug_gave_up`]: an
+    /// injected failure hit a rollback or a DEAD callback, and the kernel WARNs "no way forward,
+    /// no way back"); what follows is outside the batcher's contract. Not a violation: counted
+    /// apart ([`Outcome::voided`]). The kernel's message.
+    Void(String),
+}
+
 /// Runs one case on a fresh machine: each transition applied leniently (`Sim::apply`: one that
 /// cannot happen now is skipped), the oracle checked after each, then the settle of
-/// [`SETTLE_STEPS`] with the quiescent check (and, with a loop device, the read-back).
+/// [`SETTLE_STEPS`] with the quiescent check (and, with a loop device, the read-back). A case in
+/// which the hotplug core gives up on a CPU ends there, [`CaseEnd::Void`], unless a violation was
+/// found before (in the settle: whatever it found, as the order of the settle's violations is not
+/// the order they happened in).
 pub fn run_case(
     config: &SimConfig,
     loop_dev: Option<LoopSetup>,
     ts: &[Transition],
-) -> Result<Result<(), CaseFailure>, SimError> {
+) -> Result<Result<CaseEnd, CaseFailure>, SimError> {
     let s = Sim::new(*config)?;
     if let Some(setup) = loop_dev {
         s.attach_loop(setup);
     }
     for (i, t) in ts.iter().enumerate() {
         s.apply(t);
+        // The gave-up WARN is itself a kernel report: the cut comes before it counts.
+        if let Some(why) = s.hotplug_gave_up() {
+            return Ok(Ok(CaseEnd::Void(why)));
+        }
         let v = s.check();
         if !v.is_empty() {
             return Ok(Err(CaseFailure {
@@ -178,11 +197,15 @@ pub fn run_case(
         }
     }
     let mut v = s.settle(SETTLE_STEPS);
+    if let Some(why) = s.hotplug_gave_up() {
+        // Given up during the settle: what the settle found after it is its consequence.
+        return Ok(Ok(CaseEnd::Void(why)));
+    }
     if v.is_empty() {
         v = s.verify_devices(SETTLE_STEPS);
     }
     Ok(if v.is_empty() {
-        Ok(())
+        Ok(CaseEnd::Held)
     } else {
         Err(CaseFailure {
             violations: v,
@@ -211,6 +234,9 @@ pub struct Outcome {
     pub cases: u64,
     /// The order-independent fingerprint of the cases counted in [`Outcome::cases`].
     pub fingerprint: u64,
+    /// Of [`Outcome::cases`], those cut where the hotplug core gave up on a CPU
+    /// ([`CaseEnd::Void`]): neither a violation nor a pass.
+    pub voided: u64,
     /// The lowest failing case, if any.
     pub found: Option<Found>,
     /// Wall-clock time.
@@ -250,7 +276,8 @@ pub fn case_hash(index: u64, ts: &[Transition]) -> u64 {
 struct Tally {
     count: u64,
     sum: u64,
-    pending: std::collections::VecDeque<(u64, Vec<(u64, u64)>)>,
+    voided: u64,
+    pending: std::collections::VecDeque<(u64, Vec<(u64, u64, bool)>)>,
 }
 
 impl Tally {
@@ -261,9 +288,10 @@ impl Tally {
                 break;
             }
             let (_, chunk) = self.pending.pop_front().unwrap_or_default();
-            for (_, h) in chunk {
+            for (_, h, void) in chunk {
                 self.count += 1;
                 self.sum = self.sum.wrapping_add(h);
+                self.voided += u64::from(void);
             }
         }
     }
@@ -374,10 +402,13 @@ impl Campaign {
                                 let index = self.shard.global(j);
                                 let seed = case_seed(self.seed, index);
                                 let ts = drawer.tree(&seed).current();
-                                chunk.push((j, case_hash(index, &ts)));
+                                let hash = case_hash(index, &ts);
                                 match run_case(&self.machine(&seed), self.loop_dev, &ts) {
-                                    Ok(Ok(())) => {}
+                                    Ok(Ok(end)) => {
+                                        chunk.push((j, hash, matches!(end, CaseEnd::Void(_))))
+                                    }
                                     Ok(Err(failure)) => {
+                                        chunk.push((j, hash, false));
                                         let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
                                         if f.as_ref().is_none_or(|(k, _)| j < *k) {
                                             *f = Some((
@@ -395,6 +426,7 @@ impl Campaign {
                                         break;
                                     }
                                     Err(e) => {
+                                        chunk.push((j, hash, false));
                                         *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                                         limit.store(0, Ordering::SeqCst);
                                         stop = true;
@@ -448,14 +480,16 @@ impl Campaign {
         }
         let found = found.into_inner().unwrap_or_else(|p| p.into_inner());
         let upto = found.as_ref().map_or(u64::MAX, |(k, _)| *k);
-        let (mut cases, mut fingerprint) = (0u64, 0u64);
+        let (mut cases, mut fingerprint, mut voided) = (0u64, 0u64, 0u64);
         for t in &tallies {
             cases += t.count;
             fingerprint = fingerprint.wrapping_add(t.sum);
-            for (j, h) in t.pending.iter().flat_map(|(_, c)| c) {
+            voided += t.voided;
+            for (j, h, void) in t.pending.iter().flat_map(|(_, c)| c) {
                 if *j <= upto {
                     cases += 1;
                     fingerprint = fingerprint.wrapping_add(*h);
+                    voided += u64::from(*void);
                 }
             }
         }
@@ -465,6 +499,7 @@ impl Campaign {
         Ok(Outcome {
             cases,
             fingerprint,
+            voided,
             found: found.map(|(_, f)| f),
             elapsed,
         })
@@ -492,6 +527,53 @@ mod tests {
             jobs,
             shard,
         }
+    }
+
+    /// A failure injected into a rollback (docs/scenarios/rollback-fails-warn-v7.scn): the case
+    /// is void, and without the cut (the twin: the same case with the WARN left to the oracle)
+    /// the oracle reports the kernel's WARN.
+    #[test]
+    fn a_failure_injected_into_a_rollback_voids_the_case() {
+        use crate::machine::oracle::Need;
+        use crate::machine::sim::CompletionContext;
+        let mut ts = vec![Transition::Hotplug {
+            cpu: 1,
+            up: false,
+            fail_at: Some(144),
+        }];
+        ts.extend([Transition::HotplugStep; 5]);
+        ts.push(Transition::Fail { cpu: 1, state: 187 });
+        ts.push(Transition::Complete {
+            cpu: 0,
+            ctx: CompletionContext::Hardirq,
+            need: Need::Flag,
+        });
+        let config = SimConfig {
+            nr_cpus: 2,
+            online: 2,
+            trace: false,
+            ..SimConfig::default()
+        };
+        match run_case(&config, None, &ts).unwrap() {
+            Ok(CaseEnd::Void(why)) => assert!(why.contains("rollback failed"), "{why}"),
+            other => panic!("not void: {other:?}"),
+        }
+        let s = Sim::new(config).unwrap();
+        for t in &ts {
+            s.apply(t);
+        }
+        let v = s.settle(SETTLE_STEPS);
+        assert!(
+            v.iter()
+                .any(|x| x.invariant == Invariant::KernelReport(bio_core::kernel::ReportKind::Warn)),
+            "{v:?}"
+        );
+        // Without the failure mid-rollback the same case holds.
+        ts.retain(|t| !matches!(t, Transition::Fail { .. }));
+        assert_eq!(
+            run_case(&config, None, &ts).unwrap().unwrap(),
+            CaseEnd::Held
+        );
     }
 
     #[test]
@@ -561,10 +643,13 @@ mod tests {
     fn a_tally_folds_only_what_is_known_to_count() {
         let mut t = Tally::default();
         t.pending
-            .push_back((0, (0..CHUNK).map(|j| (j, 1)).collect()));
-        t.pending.push_back((CHUNK, vec![(CHUNK, 10)]));
+            .push_back((0, (0..CHUNK).map(|j| (j, 1, j == 0)).collect()));
+        t.pending.push_back((CHUNK, vec![(CHUNK, 10, false)]));
         t.fold_below(CHUNK + 1);
-        assert_eq!((t.count, t.sum, t.pending.len()), (CHUNK, CHUNK, 1));
+        assert_eq!(
+            (t.count, t.sum, t.voided, t.pending.len()),
+            (CHUNK, CHUNK, 1, 1)
+        );
         t.fold_below(2 * CHUNK);
         assert_eq!(
             (t.count, t.sum, t.pending.len()),

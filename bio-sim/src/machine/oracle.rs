@@ -118,6 +118,9 @@ struct State {
     bios: BTreeMap<u64, BioRecord>,
     violations: Vec<Violation>,
     reports_seen: usize,
+    /// How many of the hotplug core's WARN/BUG records (`Cpuhp::warnings()`) were turned into
+    /// violations.
+    hotplug_warnings_seen: usize,
 }
 
 /// The oracle: tracks every bio it made, observes the batcher, and reads the kernel's log.
@@ -221,6 +224,23 @@ impl Oracle {
             });
         }
         st.reports_seen = reports.len();
+        // kernel/cpu.c's own WARN/BUG splats (a failed rollback, a DEAD callback error, a
+        // target_store mismatch, a teardown BUG_ON) are kernel reports like any other.
+        let hp = kernel.hotplug();
+        let warnings = hp.warnings();
+        for w in &warnings[st.hotplug_warnings_seen.min(warnings.len())..] {
+            let kind = match w {
+                hotplug::Warning::TeardownBug { .. } => ReportKind::Bug,
+                _ => ReportKind::Warn,
+            };
+            st.violations.push(Violation {
+                invariant: Invariant::KernelReport(kind),
+                message: w.to_string(),
+                trace: Vec::new(),
+            });
+        }
+        st.hotplug_warnings_seen = warnings.len();
+        drop(hp);
         st.violations.clone()
     }
 

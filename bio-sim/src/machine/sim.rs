@@ -385,18 +385,33 @@ impl Sim {
     ///
     /// A CPU that `hotplug/target` left parked between `CPUHP_OFFLINE` and `CPUHP_ONLINE` is not
     /// at rest: bios on its batch wait for the operator's next write, not forever. So once the
-    /// machine is quiescent, settle writes `CPUHP_ONLINE` to each parked CPU's `hotplug/target`
-    /// (in the trace, as an operator ending a hotplug test would) and runs again, and the stranded
+    /// machine is quiescent, settle writes -1 to each parked CPU's `hotplug/fail` (if armed) and
+    /// `CPUHP_ONLINE` to its `hotplug/target` (in the trace, as an operator ending a hotplug test
+    /// would) and runs again, once per CPU, and the stranded
     /// check sees every CPU fully up or fully down.
     pub fn settle(&self, max_steps: u64) -> Vec<Violation> {
         let mut summary = self.rt.run(max_steps);
         let mut left = max_steps.saturating_sub(summary.steps);
+        // Each CPU is ended at most once: one the kernel cannot move stays where it is.
+        let mut ended = Vec::new();
         while summary.quiescent && self.kernel.hotplug_ops_in_progress().is_empty() {
-            let Some(cpu) = self.parked_cpu() else { break };
+            let Some(cpu) = self.parked_cpu(&ended) else {
+                break;
+            };
+            ended.push(cpu);
             self.rt.note(format!(
                 "   (settle: {cpu} is parked at state {} by hotplug/target: ending it)",
                 self.kernel.hotplug().state(cpu).map_or(-1, |s| s.0)
             ));
+            // The harness's cleanup, not the case's: an armed failure is disarmed first.
+            if self.kernel.hotplug().fail(cpu).is_ok_and(|f| f != -1)
+                && self.kernel.hotplug().set_fail(cpu, -1).is_ok()
+            {
+                self.rt.note(format!(
+                    "       echo -1 > /sys/devices/system/cpu/cpu{}/hotplug/fail",
+                    cpu.0
+                ));
+            }
             if self.hotplug_target(cpu, CPUHP_ONLINE.0).is_err() {
                 break;
             }
@@ -416,13 +431,36 @@ impl Sim {
         self.with_trace(self.oracle.check_quiescent(&self.kernel))
     }
 
+    /// Whether `kernel/cpu.c` gave up on a CPU: a callback failed during a rollback
+    /// (`WARN_ON_ONCE(st->rollback)`: "no way forward, no way back. We loose, thanks for
+    /// playing") or a DEAD callback failed (`WARN(1, "DEAD callback error for CPU%d")`). Only an
+    /// injected failure gets there (every callback the model registers succeeds), and the kernel
+    /// itself declares the CPU broken: what the batcher does afterwards is not its contract.
+    /// Returns the kernel's message.
+    pub fn hotplug_gave_up(&self) -> Option<String> {
+        self.kernel
+            .hotplug()
+            .warnings()
+            .iter()
+            .find(|w| {
+                matches!(
+                    w,
+                    hotplug::Warning::RollbackFailed { .. }
+                        | hotplug::Warning::DeadCallbackError { .. }
+                )
+            })
+            .map(ToString::to_string)
+    }
+
     /// The first CPU whose hotplug state is neither `CPUHP_OFFLINE` nor `CPUHP_ONLINE` (parked by
-    /// `hotplug/target`).
-    fn parked_cpu(&self) -> Option<CpuId> {
+    /// `hotplug/target`), not in `except`.
+    fn parked_cpu(&self, except: &[CpuId]) -> Option<CpuId> {
         let hp = self.kernel.hotplug();
         (0..self.kernel.nr_cpus()).map(CpuId).find(|&c| {
-            hp.state(c)
-                .is_ok_and(|s| s != CPUHP_OFFLINE && s != CPUHP_ONLINE)
+            !except.contains(&c)
+                && hp
+                    .state(c)
+                    .is_ok_and(|s| s != CPUHP_OFFLINE && s != CPUHP_ONLINE)
         })
     }
 
