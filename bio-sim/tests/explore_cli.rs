@@ -86,7 +86,17 @@ fn explore_v6_writes_a_counterexample_that_run_reproduces_byte_for_byte() {
     let n = text
         .lines()
         .filter(|l| {
-            ["complete", "worker", "tick", "cpu_", "step", "need_resched"]
+            [
+                "complete",
+                "worker",
+                "tick",
+                "cpu_",
+                "step",
+                "need_resched",
+                "fail ",
+                "target ",
+                "try ",
+            ]
                 .iter()
                 .any(|w| l.starts_with(w))
         })
