@@ -1,10 +1,12 @@
 //! `biosim run` with no FILE (the built-in default scenario, bio-sim/src/demo/mod.rs), through the
 //! real binary: it succeeds with a summary whose figures agree with each other, leaves nothing in
-//! its temporary directory (also when stopped by SIGTERM or SIGINT mid-run), and its verdict is
+//! its temporary directory (also when stopped by SIGTERM or SIGINT mid-run, when it dies of
+//! that signal; an inherited ignored SIGHUP stays ignored), and its verdict is
 //! not a constant (a knob that breaks the batcher makes it fail).
 
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Runs `biosim ARGS` with `TMPDIR` set to `tmp`.
@@ -120,6 +122,34 @@ fn a_knob_that_breaks_the_dead_callback_makes_the_default_run_fail() {
 }
 
 #[test]
+fn a_knob_that_breaks_the_online_requeue_strands_the_bios_of_the_rolled_back_offline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, out, err) = text(&biosim(
+        tmp.path(),
+        &["run", "--knob", "requeue_on_online=false"],
+    ));
+    assert_eq!(code, 1, "{out}\n{err}");
+    // CPU2's offline fails below the batcher's state, after its down_prep disabled the work with
+    // bios on the batch: the rollback's startup re-enables the work without requeueing it.
+    assert!(
+        out.contains("failed at 194 mm/vmstat:online teardown -EAGAIN (injected by hotplug/fail); rolled back"),
+        "{out}"
+    );
+    let waiting = figure(&out, "  ", " on CPU2's at its failed offline");
+    assert!(waiting > 0, "{out}");
+    let stranded = out
+        .lines()
+        .filter(|l| {
+            l.contains("[nothing stranded at quiescence] after CPU2's rolled-back offline: bio#")
+                && l.contains("CPU2 batch")
+        })
+        .count() as u64;
+    assert_eq!(stranded, waiting, "{out}");
+    assert!(!out.contains("verdict   clean"), "{out}");
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
 fn quiet_trace_and_perfetto_of_the_default_run() {
     let tmp = tempfile::tempdir().unwrap();
     let (code, out, _) = text(&biosim(tmp.path(), &["run", "--quiet"]));
@@ -174,46 +204,95 @@ fn bad_default_run_options_exit_2_and_leave_nothing() {
     );
 }
 
-/// Starts the default run paused once its temporary file exists, waits for the file, sends
-/// `signal`, and returns the exit status and what is left in the directory.
-fn interrupted(signal: libc::c_int) -> (Option<i32>, Vec<String>, String) {
+/// The default run paused `pause_ms` once its temporary file exists, in a fresh `TMPDIR`, with
+/// `disposition` (`SIG_DFL` or `SIG_IGN`) set for `signal` before the exec (so a test does not
+/// depend on what the test harness inherited: a background job may start with `SIGINT` ignored).
+fn paused(
+    signal: libc::c_int,
+    disposition: libc::sighandler_t,
+    pause_ms: u64,
+) -> (tempfile::TempDir, std::process::Child) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_biosim"))
-        .arg("run")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_biosim"));
+    cmd.arg("run")
         .env("TMPDIR", tmp.path())
-        .env("BIOSIM_DEFAULT_RUN_PAUSE_MS", "60000")
+        .env("BIOSIM_DEFAULT_RUN_PAUSE_MS", pause_ms.to_string())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Not a timing assertion: a bound so a broken binary fails the test instead of hanging it.
+        .stderr(Stdio::null());
+    // SAFETY: between fork and exec the closure only calls signal(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::signal(signal, disposition) == libc::SIG_ERR {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    (tmp, child)
+}
+
+/// Waits (bounded, so a broken binary fails the test instead of hanging it; not a timing
+/// assertion) until `dir` holds a file, and returns its entries.
+fn wait_for_file(dir: &Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let seen = loop {
-        let e = entries(tmp.path());
+    loop {
+        let e = entries(dir);
         if !e.is_empty() || Instant::now() > deadline {
             break e.join(" ");
         }
         std::thread::sleep(Duration::from_millis(10));
-    };
+    }
+}
+
+/// Sends `signal` to `child`.
+fn kill(child: &std::process::Child, signal: libc::c_int) {
     let pid = libc::pid_t::try_from(child.id()).unwrap();
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+}
+
+/// Starts the default run paused once its temporary file exists, waits for the file, sends
+/// `signal`, and returns the exit status and what is left in the directory.
+fn interrupted(signal: libc::c_int) -> (ExitStatus, Vec<String>, String) {
+    let (tmp, mut child) = paused(signal, libc::SIG_DFL, 60_000);
+    let seen = wait_for_file(tmp.path());
+    kill(&child, signal);
     let status = child.wait().unwrap();
-    (status.code(), entries(tmp.path()), seen)
+    (status, entries(tmp.path()), seen)
 }
 
 #[test]
-fn sigterm_mid_run_removes_the_temporary_file_and_exits_143() {
-    let (code, left, seen) = interrupted(libc::SIGTERM);
+fn sigterm_mid_run_removes_the_temporary_file_and_dies_of_sigterm() {
+    let (status, left, seen) = interrupted(libc::SIGTERM);
     assert!(seen.starts_with("biosim-default-run-"), "{seen:?}");
-    assert_eq!(code, Some(143));
+    // Killed by the signal (WIFSIGNALED, a shell's 143), not an exit(143).
+    assert_eq!(
+        (status.signal(), status.code()),
+        (Some(libc::SIGTERM), None)
+    );
     assert_eq!(left, Vec::<String>::new());
 }
 
 #[test]
-fn sigint_mid_run_removes_the_temporary_file_and_exits_130() {
-    let (code, left, seen) = interrupted(libc::SIGINT);
+fn sigint_mid_run_removes_the_temporary_file_and_dies_of_sigint() {
+    let (status, left, seen) = interrupted(libc::SIGINT);
     assert!(seen.starts_with("biosim-default-run-"), "{seen:?}");
-    assert_eq!(code, Some(130));
+    // WIFSIGNALED with SIGINT: a bash loop running biosim stops on Ctrl-C.
+    assert_eq!((status.signal(), status.code()), (Some(libc::SIGINT), None));
     assert_eq!(left, Vec::<String>::new());
+}
+
+#[test]
+fn an_inherited_ignored_sighup_stays_ignored_as_under_nohup() {
+    let (tmp, mut child) = paused(libc::SIGHUP, libc::SIG_IGN, 3_000);
+    let seen = wait_for_file(tmp.path());
+    assert!(seen.starts_with("biosim-default-run-"), "{seen:?}");
+    kill(&child, libc::SIGHUP);
+    // The file is still there after the SIGHUP was sent: the run was in progress then (a
+    // handler would have removed it and killed the process).
+    assert_eq!(entries(tmp.path()).join(" "), seen);
+    let status = child.wait().unwrap();
+    assert_eq!((status.signal(), status.code()), (None, Some(0)));
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
 }

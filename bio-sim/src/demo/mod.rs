@@ -19,27 +19,38 @@
 //!    compared with what the block holds); the loop worker does the I/O on the real file and
 //!    ends each bio in `BLOCK_SOFTIRQ`, where `bio_endio()` defers the flagged writes to the
 //!    batch of that CPU;
-//! 4. ends flagged writes on CPU2 (its batch holds them, its work queued), then takes CPU2 down
-//!    with `hotplug/fail` set at the highest `CPUHP_AP_ONLINE_DYN` state that has callbacks,
-//!    found in the state table: the batcher's own `block/bio:complete:online` (197; the early
-//!    dynamic users of `bio-core/src/kernel/boot_states.rs` hold 192-196 without callbacks). The
-//!    injected `-EAGAIN` stands in for the batcher's down_prep, the first teardown of the
-//!    offline, and `cpuhp_down_callbacks()` rolls CPU2 back to online: the bios on its batch must
-//!    still complete, once;
-//! 5. more workload, a clean offline of CPU1 in the middle of it, with flagged writes ended on
-//!    CPU1 after the batcher's down_prep disabled its work (the `:dead` callback must drain them
-//!    to another CPU); then an online of CPU1 rolled back by the same `hotplug/fail`, with
+//! 4. ends flagged writes on CPU2 while it is fully online (its batch holds them, its work
+//!    queued), then takes CPU2 down with `hotplug/fail` set at the highest `CPUHP_AP_ONLINE_DYN`
+//!    state below the batcher's `block/bio:complete:online` (197) that has a teardown, found in
+//!    the state table at run time: `mm/vmstat:online` (194, `vmstat_cpu_down_prep()`; the early
+//!    dynamic users of `bio-core/src/kernel/boot_states.rs`). The batcher's down_prep runs first
+//!    and disables the work with the bios on the batch (on a real 6.18 kernel the first teardown
+//!    of an offline is `sched_cpu_deactivate()` at 235; the model's reduced table has nothing
+//!    between 236 and 197), then the injected `-EAGAIN` at 194 makes `cpuhp_kick_ap()` reset the
+//!    state and kick the AP again (its second `__cpuhp_kick_ap()`), and `cpuhp_thread_fun()` on
+//!    CPU2 runs the rollback's startups up to online: the batcher's 197 startup must re-enable
+//!    and requeue the work (`requeue_on_online`), and the bios on the batch must complete, once;
+//! 5. more workload, a clean offline of CPU1 in the middle of it, with flagged writes submitted
+//!    and started by the loop worker on CPU1 while it is fully online and their interrupts taken
+//!    on CPU1 after the batcher's down_prep disabled its work (the `:dead` callback must drain
+//!    them to another CPU); then an online of CPU1 rolled back by the same `hotplug/fail`, with
 //!    flagged writes ended on CPU1 just before the failing step, its work still disabled (the
 //!    rollback's teardown runs the `:dead` callback, which must drain them); the stranded check
 //!    at quiescence while CPU1 is offline; a clean online of CPU1, with flagged writes ended on
 //!    CPU1 just before the batcher's online callback, its work still disabled (the callback must
-//!    re-enable and requeue it: `requeue_on_online`); more workload;
+//!    re-enable and requeue it: `requeue_on_online`); more workload. Task-context I/O is only
+//!    ever submitted from a CPU that is fully online (`CPUHP_ONLINE`) at that moment: on a real
+//!    kernel a task that is not a kthread cannot run on a CPU that is not active, and a regular
+//!    kthread (the unbound loop worker) not on a dying one, so the loop worker runs on a CPU
+//!    being taken down only before the operation starts, and on a CPU coming up (allowed:
+//!    `is_cpu_allowed()`) with its I/O submitted from CPU0;
 //! 6. reads every written block back through `loop0` and compares it with what was written, and
 //!    checks every invariant of the [`Oracle`](crate::machine::oracle::Oracle) at quiescence.
 //!
 //! Every figure of the summary is counted during the run: bios from the oracle, deferrals, batch
 //! runs and wake-ups from a batcher observer, hotplug operations and rollbacks from the kernel's
-//! hotplug log (`cpuhp_enter`/`cpuhp_exit` records), latencies from each bio's submission to its
+//! hotplug log (`cpuhp_enter`/`cpuhp_exit` records; an operation counts as rolled back when a
+//! rollback invocation ran in it), latencies from each bio's submission to its
 //! `bi_end_io`, in scheduler steps (the deterministic runtime's unit of time) and in host time.
 //!
 //! `BIOSIM_DEFAULT_RUN_PAUSE_MS` (for the signal tests only) sleeps that long once the temporary
@@ -59,7 +70,7 @@ use bio_core::drivers::block::loop_drv::{
 use bio_core::kernel::CpuId;
 use bio_core::workqueue::PoolId;
 use bio_core::Cpu;
-use hotplug::{LogRecord, StateId, CPUHP_AP_ONLINE_DYN, CPUHP_AP_ONLINE_DYN_END};
+use hotplug::{LogRecord, StateId, CPUHP_AP_ONLINE_DYN, CPUHP_AP_ONLINE_DYN_END, CPUHP_ONLINE};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -305,8 +316,11 @@ fn run_with(knobs: &[String], tamper: Tamper) -> Result<Outcome, DefaultRunError
     d.workload(&[0, 1, 2, 3], 0..48, 1);
     d.run(BUDGET);
 
-    // 4. The offline of CPU2 rolled back by hotplug/fail at a CPUHP_AP_ONLINE_DYN state with
-    // callbacks, while flagged writes ended on CPU2 wait on its batch.
+    // 4. The offline of CPU2 rolled back by hotplug/fail at the highest CPUHP_AP_ONLINE_DYN state
+    // below the batcher's online state that has a teardown, while flagged writes ended on CPU2
+    // wait on its batch: the batcher's down_prep runs (and disables the work with them on the
+    // batch), the failure rolls back, and the rollback's startup of the batcher's state must
+    // re-enable and requeue the work.
     let (online_state, _) = sim
         .kernel
         .bio_complete()
@@ -314,28 +328,54 @@ fn run_with(knobs: &[String], tamper: Tamper) -> Result<Outcome, DefaultRunError
         .ok_or_else(|| DefaultRunError::Hotplug("the batcher is not initialised".into()))?;
     let fail_state = {
         let hp = sim.kernel.hotplug();
-        (CPUHP_AP_ONLINE_DYN.0..=CPUHP_AP_ONLINE_DYN_END.0)
+        let online_name = hp
+            .step_info(online_state)
+            .and_then(|i| i.name)
+            .map_or_else(|| "?".to_owned(), |n| n.to_string());
+        (CPUHP_AP_ONLINE_DYN.0..online_state.0.min(CPUHP_AP_ONLINE_DYN_END.0 + 1))
             .rev()
             .map(StateId)
             .find_map(|s| {
                 hp.step_info(s)
-                    .filter(|i| i.has_startup || i.has_teardown)
+                    .filter(|i| i.has_teardown)
                     .map(|i| (s, i.name.as_deref().unwrap_or("?").to_owned()))
             })
             .ok_or_else(|| {
-                DefaultRunError::Hotplug("no CPUHP_AP_ONLINE_DYN state has callbacks".into())
+                DefaultRunError::Hotplug(format!(
+                    "no CPUHP_AP_ONLINE_DYN state ({}..={}) below the batcher's {} {online_name} \
+                     has a teardown callback: nowhere to fail CPU{ROLLBACK_CPU}'s offline after \
+                     the batcher's down_prep",
+                    CPUHP_AP_ONLINE_DYN.0, CPUHP_AP_ONLINE_DYN_END.0, online_state.0
+                ))
             })?
     };
+    let next_is = |cpu: CpuId, state: StateId| {
+        sim.kernel
+            .hotplug()
+            .next_invocation(cpu)
+            .is_some_and(|i| i.state == state)
+    };
     let cpu2 = CpuId(ROLLBACK_CPU);
+    // CPU2 is fully online: the writes are submitted from it and the loop worker runs there.
     d.workload(&[ROLLBACK_CPU], 48..64, 0);
     if tamper != Tamper::NoDrainBeforeFail {
         d.drain_loop_on(cpu2);
     }
-    let on_batch_at_fail = d.pending(cpu2);
     sim.hotplug_start(cpu2, false, Some(fail_state.0))
         .map_err(|e| DefaultRunError::Hotplug(format!("cpu_down({cpu2}): {e}")))?;
+    // Up to the failing step: the batcher's down_prep has run and disabled the work.
+    while !next_is(cpu2, fail_state.0) && d.hotplug_step() {}
+    let on_batch_at_fail = d.pending(cpu2);
     while d.hotplug_step() {}
     d.run(BUDGET);
+    // Quiescent after the rollback: a bio still on CPU2's batch is stranded (the rollback's
+    // startup of the batcher's state did not requeue the work).
+    let mut reported = BTreeSet::new();
+    let mut violations = stranded(
+        &sim,
+        &format!("after {cpu2}'s rolled-back offline"),
+        &mut reported,
+    );
 
     // 5. More workload; a clean offline of CPU1 with flagged writes ended on CPU1 after the
     // batcher's down_prep disabled its work (the :dead callback must drain them); an online of
@@ -345,53 +385,44 @@ fn run_with(knobs: &[String], tamper: Tamper) -> Result<Outcome, DefaultRunError
     let cpu1 = CpuId(CLEAN_CPU);
     d.workload(&[0, 1, 2, 3], 0..40, 1);
     d.run(12);
+    // While CPU1 is fully online: the writes are submitted from it and the loop worker starts
+    // them there; their completions (the interrupt, BLOCK_SOFTIRQ) stay pending on CPU1. A CPU
+    // going down is dying: neither a task nor the unbound loop worker may run there.
+    d.workload(&[CLEAN_CPU], 40..56, 0);
+    d.start_loop_on(cpu1);
     sim.hotplug_start(cpu1, false, None)
         .map_err(|e| DefaultRunError::Hotplug(format!("cpu_down({cpu1}): {e}")))?;
     let below = |s: StateId| sim.kernel.hotplug().state(cpu1).is_ok_and(|st| st.0 < s.0);
     while !below(online_state) && d.hotplug_step() {}
-    d.workload(&[CLEAN_CPU], 40..56, 0);
-    d.drain_loop_on(cpu1);
+    // Interrupts still reach CPU1 until takedown_cpu() migrates them away.
+    d.interrupts_on(cpu1);
     let on_dead_batch = d.pending(cpu1);
     while d.hotplug_step() {}
     d.run(BUDGET);
 
     sim.hotplug_start(cpu1, true, Some(fail_state.0))
         .map_err(|e| DefaultRunError::Hotplug(format!("cpu_up({cpu1}): {e}")))?;
-    let failing_next = || {
-        sim.kernel
-            .hotplug()
-            .next_invocation(cpu1)
-            .is_some_and(|i| i.state == fail_state.0)
-    };
-    while !failing_next() && d.hotplug_step() {}
-    d.workload(&[CLEAN_CPU], 56..72, 0);
+    while !next_is(cpu1, fail_state.0) && d.hotplug_step() {}
+    // CPU1 is coming up, not fully online: the writes are submitted from CPU0; the unbound loop
+    // worker (a kthread, allowed on a CPU coming online) runs them on CPU1.
+    d.workload_from(0, &[CLEAN_CPU], 56..72);
     d.drain_loop_on(cpu1);
     let on_failed_online = d.pending(cpu1);
     while d.hotplug_step() {}
     d.run(BUDGET);
     // Quiescent with CPU1 offline: a bio not completed now is stranded (CPU1's return must not
     // be what completes it).
-    let stranded_offline: Vec<Violation> = sim
-        .settle(BUDGET)
-        .into_iter()
-        .filter(|v| v.invariant == Invariant::Stranded)
-        .map(|mut v| {
-            v.message = format!("while {cpu1} was offline: {}", v.message);
-            v
-        })
-        .collect();
+    violations.extend(stranded(
+        &sim,
+        &format!("while {cpu1} was offline"),
+        &mut reported,
+    ));
     // The clean online, with flagged writes ended on CPU1 just before the batcher's online
     // callback (its work still disabled): the callback must re-enable and requeue it.
     sim.hotplug_start(cpu1, true, None)
         .map_err(|e| DefaultRunError::Hotplug(format!("cpu_up({cpu1}): {e}")))?;
-    let online_next = || {
-        sim.kernel
-            .hotplug()
-            .next_invocation(cpu1)
-            .is_some_and(|i| i.state == online_state)
-    };
-    while !online_next() && d.hotplug_step() {}
-    d.workload(&[CLEAN_CPU], 72..88, 0);
+    while !next_is(cpu1, online_state) && d.hotplug_step() {}
+    d.workload_from(0, &[CLEAN_CPU], 72..88);
     d.drain_loop_on(cpu1);
     let on_online = d.pending(cpu1);
     while d.hotplug_step() {}
@@ -412,8 +443,9 @@ fn run_with(knobs: &[String], tamper: Tamper) -> Result<Outcome, DefaultRunError
     }
     let blocks_checked = d.read_back_all();
     d.run(BUDGET);
-    let mut violations = stranded_offline;
-    violations.extend(sim.settle(BUDGET));
+    violations.extend(sim.settle(BUDGET).into_iter().filter(|v| {
+        v.invariant != Invariant::Stranded || reported.insert(stranded_bio(&v.message))
+    }));
     violations.extend(d.violations.lock().drain(..));
     // A scenario that did not put bios where it means to test nothing there: say so, and fail.
     let uncovered: Vec<String> = [
@@ -504,37 +536,67 @@ fn run_with(knobs: &[String], tamper: Tamper) -> Result<Outcome, DefaultRunError
     })
 }
 
-/// One line per `cpu_up()`/`cpu_down()` of the hotplug log, and how many rolled back (failed
-/// and ended in the state they started from).
+/// The bios stranded at quiescence now (after [`Sim::settle`]), each prefixed with `when`; a bio
+/// already in `reported` is left out (it is reported once, at the first check that saw it).
+fn stranded(sim: &Sim, when: &str, reported: &mut BTreeSet<String>) -> Vec<Violation> {
+    sim.settle(BUDGET)
+        .into_iter()
+        .filter(|v| v.invariant == Invariant::Stranded && reported.insert(stranded_bio(&v.message)))
+        .map(|mut v| {
+            v.message = format!("{when}: {}", v.message);
+            v
+        })
+        .collect()
+}
+
+/// The bio a stranded-bio message names (`bio#12 never completed ...` → `bio#12`; the whole
+/// message if it names none).
+fn stranded_bio(message: &str) -> String {
+    message
+        .split_whitespace()
+        .find(|w| w.starts_with("bio#"))
+        .unwrap_or(message)
+        .to_owned()
+}
+
+/// One line per `cpu_up()`/`cpu_down()` of the hotplug log, and how many rolled back: an
+/// operation counts as rolled back only when a rollback invocation (`st->rollback` set by
+/// `cpuhp_reset_state()`) ran in it, not merely because it failed. `failed at` names the first
+/// failing call of the operation (the original cause), never a later rollback step that failed.
 fn hotplug_summary(log: &[LogRecord]) -> (Vec<String>, usize) {
     let mut lines = Vec::new();
     let mut rollbacks = 0;
     let mut from = StateId(-1);
     let mut failed_at: Option<String> = None;
+    let mut rolled_back = false;
     for r in log {
         match r {
             LogRecord::OpStart { from: f, .. } => {
                 from = *f;
                 failed_at = None;
+                rolled_back = false;
             }
             LogRecord::Call {
                 invocation,
-                result: Err(e),
+                result,
                 injected,
                 ..
             } => {
-                failed_at = Some(format!(
-                    "{} {} {} {}{}",
-                    invocation.state.0,
-                    invocation.name,
-                    invocation.direction(),
-                    e.neg_str(),
-                    if *injected {
-                        " (injected by hotplug/fail)"
-                    } else {
-                        ""
-                    }
-                ));
+                rolled_back |= invocation.rollback;
+                if let (Err(e), None) = (result, &failed_at) {
+                    failed_at = Some(format!(
+                        "{} {} {} {}{}",
+                        invocation.state.0,
+                        invocation.name,
+                        invocation.direction(),
+                        e.neg_str(),
+                        if *injected {
+                            " (injected by hotplug/fail)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
             }
             LogRecord::OpEnd {
                 cpu,
@@ -550,10 +612,11 @@ fn hotplug_summary(log: &[LogRecord]) -> (Vec<String>, usize) {
                 if let Some(f) = failed_at.take() {
                     let _ = write!(line, "; failed at {f}");
                 }
-                if result.is_err() && *state == from {
+                if rolled_back {
                     rollbacks += 1;
                     line.push_str("; rolled back");
                 }
+                rolled_back = false;
                 lines.push(line);
             }
             _ => {}
@@ -598,17 +661,35 @@ impl Driver<'_> {
 
     /// Runs the loop worker and the block softirq on `cpu` until neither has anything left.
     fn drain_loop_on(&self, cpu: CpuId) {
+        self.drain(&[
+            Event::Worker {
+                pool: PoolId::Unbound,
+                on: cpu,
+            },
+            Event::Softirq(cpu),
+            Event::Irq(cpu),
+        ]);
+    }
+
+    /// Runs the unbound loop worker on `cpu` until it has nothing left, leaving the completions
+    /// it raises (the interrupt of an asynchronous I/O, `BLOCK_SOFTIRQ`) pending on `cpu`.
+    fn start_loop_on(&self, cpu: CpuId) {
+        self.drain(&[Event::Worker {
+            pool: PoolId::Unbound,
+            on: cpu,
+        }]);
+    }
+
+    /// Takes the interrupts and softirqs pending on `cpu` until none is left.
+    fn interrupts_on(&self, cpu: CpuId) {
+        self.drain(&[Event::Softirq(cpu), Event::Irq(cpu)]);
+    }
+
+    /// Runs the first enabled event of `events` until none is.
+    fn drain(&self, events: &[Event]) {
         for _ in 0..BUDGET {
-            let events = [
-                Event::Worker {
-                    pool: PoolId::Unbound,
-                    on: cpu,
-                },
-                Event::Softirq(cpu),
-                Event::Irq(cpu),
-            ];
             let enabled = self.sim.rt.enabled();
-            let Some(e) = events.into_iter().find(|e| enabled.contains(e)) else {
+            let Some(&e) = events.iter().find(|e| enabled.contains(e)) else {
                 return;
             };
             let _ = self.sim.rt.step(e);
@@ -616,26 +697,54 @@ impl Driver<'_> {
         }
     }
 
-    /// From each online CPU of `cpus` in turn, for each block of `blocks` that CPU owns
+    /// Whether `cpu` is fully online at this moment: at `CPUHP_ONLINE` with no hotplug
+    /// operation in progress (a task that is not a kthread runs only on an active CPU).
+    fn fully_online(&self, cpu: CpuId) -> bool {
+        let hp = self.sim.kernel.hotplug();
+        hp.state(cpu).is_ok_and(|s| s == CPUHP_ONLINE) && !hp.in_progress(cpu)
+    }
+
+    /// From each fully online CPU of `cpus` in turn (task-context I/O only from a CPU at
+    /// `CPUHP_ONLINE`, see [`Driver::fully_online`]), for each block of `blocks` that CPU owns
     /// (block % 4 == CPU) and no write is in flight to: a read of every third block, a flagged
     /// write of the next generation of the others; `interleave` seeded steps after each.
     fn workload(&mut self, cpus: &[u32], blocks: std::ops::Range<u64>, interleave: u64) {
         self.gen = self.gen.wrapping_add(1);
         for &cpu in cpus {
-            if !self.sim.kernel.cpu_online(CpuId(cpu)) {
+            if self.fully_online(CpuId(cpu)) {
+                self.submit_blocks(cpu, cpu, blocks.clone(), interleave);
+            }
+        }
+    }
+
+    /// [`Driver::workload`] of the blocks `owners` own, all submitted from the fully online CPU
+    /// `from` (for a CPU that is not fully online itself), without interleaved steps.
+    fn workload_from(&mut self, from: u32, owners: &[u32], blocks: std::ops::Range<u64>) {
+        self.gen = self.gen.wrapping_add(1);
+        if !self.fully_online(CpuId(from)) {
+            return;
+        }
+        for &owner in owners {
+            self.submit_blocks(from, owner, blocks.clone(), 0);
+        }
+    }
+
+    /// Submits from `from` a read or a flagged write of each block of `blocks` that `owner`
+    /// owns and no write is in flight to.
+    fn submit_blocks(
+        &mut self,
+        from: u32,
+        owner: u32,
+        blocks: std::ops::Range<u64>,
+        interleave: u64,
+    ) {
+        for block in blocks.filter(|b| b % u64::from(NR_CPUS) == u64::from(owner)) {
+            if self.slots.lock().get(&block).is_some_and(|s| s.in_flight) {
                 continue;
             }
-            for block in blocks
-                .clone()
-                .filter(|b| b % u64::from(NR_CPUS) == u64::from(cpu))
-            {
-                if self.slots.lock().get(&block).is_some_and(|s| s.in_flight) {
-                    continue;
-                }
-                let data = (block % 3 != 0).then(|| pattern(block, self.gen));
-                self.submit(cpu, block, data, true);
-                self.run(interleave);
-            }
+            let data = (block % 3 != 0).then(|| pattern(block, self.gen));
+            self.submit(from, block, data, true);
+            self.run(interleave);
         }
     }
 
@@ -888,7 +997,7 @@ impl Outcome {
         .join(", ");
         let _ = writeln!(
             w,
-            "          checked with CPU{CLEAN_CPU} offline and at the end: {checked}, no kernel splat, data read back"
+            "          checked after CPU{ROLLBACK_CPU}'s rollback, with CPU{CLEAN_CPU} offline and at the end: {checked}, no kernel splat, data read back"
         );
         let _ = writeln!(
             w,
@@ -905,6 +1014,7 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hotplug::Errno;
 
     #[test]
     fn the_default_run_is_clean_and_its_figures_agree() {
@@ -972,22 +1082,122 @@ mod tests {
     }
 
     #[test]
-    fn the_online_requeue_twin_strands_the_bios_of_the_online() {
+    fn the_online_requeue_twin_strands_the_bios_of_both_rollback_and_online() {
         let out = run(&["requeue_on_online=false".to_owned()]).unwrap();
+        assert!(out.failed());
         let stranded: Vec<_> = out
             .violations
             .iter()
             .filter(|v| v.invariant == Invariant::Stranded)
             .collect();
-        // The bios of the online, and every later one deferred on CPU1 behind them (the work
-        // is enabled but never queued again).
-        assert!(stranded.len() >= out.on_online, "{}", out.summary());
-        assert!(
-            stranded
-                .iter()
-                .all(|v| !v.message.contains("offline") && v.message.contains("CPU1 batch")),
+        // CPU2's offline rolled back after the batcher's down_prep disabled its work: the
+        // rollback's startup re-enables it but does not requeue it, so every bio waiting on
+        // CPU2's batch then is stranded right after the rollback.
+        let after_rollback: Vec<_> = stranded
+            .iter()
+            .filter(|v| v.message.contains("after CPU2's rolled-back offline: "))
+            .collect();
+        assert_eq!(
+            after_rollback.len(),
+            out.on_batch_at_fail,
             "{}",
             out.summary()
+        );
+        assert!(
+            after_rollback
+                .iter()
+                .all(|v| v.message.contains("CPU2 batch")),
+            "{}",
+            out.summary()
+        );
+        // And the bios of CPU1's online, and every later one deferred on CPU1 behind them (the
+        // work is enabled but never queued again), at the end.
+        let at_end = stranded
+            .iter()
+            .filter(|v| !v.message.contains("offline") && v.message.contains("CPU1 batch"))
+            .count();
+        assert!(at_end >= out.on_online, "{}", out.summary());
+        // Each stranded bio is reported once.
+        let mut bios: Vec<_> = stranded.iter().map(|v| stranded_bio(&v.message)).collect();
+        let n = bios.len();
+        bios.sort();
+        bios.dedup();
+        assert_eq!(bios.len(), n, "{}", out.summary());
+    }
+
+    /// A `Call` record of `state` in `cpu_down(CPU1)`.
+    fn call(state: i32, bringup: bool, rollback: bool, result: Result<(), Errno>) -> LogRecord {
+        LogRecord::Call {
+            invocation: hotplug::Invocation {
+                cpu: CpuId(1),
+                state: StateId(state),
+                name: format!("test/{state}").into(),
+                bringup,
+                rollback,
+                runs_on: hotplug::RunsOn::Target { irqs_off: false },
+                target: StateId(0),
+                origin: hotplug::Origin::Hotplug,
+                core: false,
+            },
+            result,
+            injected: false,
+            state_after: StateId(state),
+        }
+    }
+
+    #[test]
+    fn the_hotplug_summary_counts_rollback_invocations_and_keeps_the_first_failure() {
+        let start = LogRecord::OpStart {
+            cpu: CpuId(1),
+            op: "cpu_down",
+            from: StateId(236),
+            target: StateId(0),
+        };
+        let end = |state| LogRecord::OpEnd {
+            cpu: CpuId(1),
+            op: "cpu_down",
+            result: Err(Errno::EAGAIN),
+            state: StateId(state),
+        };
+        // A failure whose rollback ran a startup, which failed too: rolled back, and the
+        // original cause is the one named.
+        let log = [
+            start.clone(),
+            call(197, false, false, Ok(())),
+            call(194, false, false, Err(Errno::EAGAIN)),
+            call(196, true, true, Err(Errno::EBUSY)),
+            end(196),
+        ];
+        let (lines, rollbacks) = hotplug_summary(&log);
+        assert_eq!(rollbacks, 1, "{lines:?}");
+        assert!(
+            lines[0].contains("failed at 194 test/194 teardown -EAGAIN;"),
+            "{lines:?}"
+        );
+        assert!(!lines[0].contains("EBUSY"), "{lines:?}");
+        // A failed operation in which no rollback invocation ran (nothing to undo above the
+        // failing state) is no rollback, though it ends where it started.
+        let log = [start, call(197, false, false, Err(Errno::EAGAIN)), end(236)];
+        let (lines, rollbacks) = hotplug_summary(&log);
+        assert_eq!(rollbacks, 0, "{lines:?}");
+        assert!(!lines[0].contains("rolled back"), "{lines:?}");
+    }
+
+    #[test]
+    fn the_rollback_failure_state_is_below_the_batcher_and_has_a_teardown() {
+        let out = run(&[]).unwrap();
+        let sim = Sim::new(SimConfig::default()).unwrap();
+        let (on, _) = sim.kernel.bio_complete().unwrap().hotplug_states();
+        let hp = sim.kernel.hotplug();
+        let (fail, _) = &out.fail_state;
+        assert!(
+            CPUHP_AP_ONLINE_DYN.0 <= fail.0 && fail.0 < on.0,
+            "{fail:?} {on:?}"
+        );
+        assert!(hp.step_info(*fail).unwrap().has_teardown);
+        // The highest such state: none between it and the batcher's has a teardown.
+        assert!(
+            (fail.0 + 1..on.0).all(|s| !hp.step_info(StateId(s)).is_some_and(|i| i.has_teardown))
         );
     }
 
@@ -995,16 +1205,34 @@ mod tests {
     fn the_hotplug_summary_reads_a_rollback_from_the_log() {
         let sim = Sim::new(SimConfig::default()).unwrap();
         let (on, _) = sim.kernel.bio_complete().unwrap().hotplug_states();
+        // Failing at the batcher's own state replaces its down_prep: nothing above it has a
+        // startup to run again, so no rollback invocation runs.
         sim.hotplug_start(CpuId(1), false, Some(on)).unwrap();
         while sim.hotplug_step() {}
         let (lines, rollbacks) = hotplug_summary(sim.kernel.hotplug().log());
-        assert_eq!(rollbacks, 1, "{lines:?}");
+        assert_eq!(rollbacks, 0, "{lines:?}");
         assert!(lines[0].contains("injected by hotplug/fail"), "{lines:?}");
+        // Failing below it: the rollback runs the batcher's startup.
+        let fail = (CPUHP_AP_ONLINE_DYN.0..on.0)
+            .rev()
+            .map(StateId)
+            .find(|&s| {
+                sim.kernel
+                    .hotplug()
+                    .step_info(s)
+                    .is_some_and(|i| i.has_teardown)
+            })
+            .unwrap();
+        sim.hotplug_start(CpuId(1), false, Some(fail)).unwrap();
+        while sim.hotplug_step() {}
+        let (lines, rollbacks) = hotplug_summary(sim.kernel.hotplug().log());
+        assert_eq!(rollbacks, 1, "{lines:?}");
+        assert!(lines[1].ends_with("; rolled back"), "{lines:?}");
         // A clean operation is no rollback.
         sim.hotplug_start(CpuId(1), false, None).unwrap();
         while sim.hotplug_step() {}
         let (lines, rollbacks) = hotplug_summary(sim.kernel.hotplug().log());
-        assert_eq!((lines.len(), rollbacks), (2, 1), "{lines:?}");
-        assert!(lines[1].ends_with("state 236 -> 0"), "{lines:?}");
+        assert_eq!((lines.len(), rollbacks), (3, 1), "{lines:?}");
+        assert!(lines[2].ends_with("state 236 -> 0"), "{lines:?}");
     }
 }

@@ -1,17 +1,24 @@
 //! Temporary files that are removed however the process ends: normally (the guard's `Drop`), on
 //! an error or a panic that unwinds (`Drop` again), and on `SIGINT` (Ctrl-C), `SIGTERM` or
-//! `SIGHUP`, where a signal handler installed with `sigaction(2)` unlinks every registered path
-//! and ends the process with `_exit(128 + signo)`, the status a shell reports for a command
-//! killed by that signal (130 for Ctrl-C, 143 for `kill`).
+//! `SIGHUP`, where a signal handler installed with `sigaction(2)` unlinks every registered path,
+//! resets the signal's disposition to `SIG_DFL` and re-raises it with `raise(3)`, so the process
+//! dies of that signal and its parent sees `WIFSIGNALED` (a shell reports 130 for Ctrl-C, 143
+//! for `kill`; a `while` loop in bash stops on Ctrl-C, which it would not for a plain
+//! `exit(130)`). A signal the process inherited as ignored (`SIG_IGN`, e.g. `SIGHUP` under
+//! `nohup`) is left ignored: the handler is installed only where the old action (read with
+//! `sigaction(sig, NULL, &old)`) is not `SIG_IGN`.
 //!
 //! The handler does only async-signal-safe things: it reads a fixed table of pointers to
 //! NUL-terminated paths (made before registration, never freed while registered), calls
-//! `unlink(2)` on each and `_exit(2)`. A path's string is leaked when its guard drops (a few
-//! bytes per temporary file), so a handler running on another thread at that moment never reads
-//! freed memory.
+//! `unlink(2)` on each, then `sigaction(2)` and `raise(3)`. A path's string is leaked when its
+//! guard drops (a few bytes per temporary file), so a handler running on another thread at that
+//! moment never reads freed memory.
 //!
 //! [`TempFile::create_in`] creates the file with `O_CREAT|O_EXCL` (never someone else's file) with
-//! the signals blocked until the path is registered, so no signal falls between the two.
+//! the signals blocked until the path is registered, so no signal falls between the two. The block
+//! is per thread (`pthread_sigmask(3)`), so it closes that window only because the process is
+//! single-threaded when it creates the file (the default run creates it before it starts any
+//! thread): a signal directed at the process is then delivered to this thread, once unblocked.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -33,7 +40,9 @@ const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 static INSTALL: Once = Once::new();
 
-/// The `sigaction` handler: unlink every registered path, `_exit(128 + signo)`.
+/// The `sigaction` handler: unlink every registered path, then reset `signo` to `SIG_DFL` and
+/// `raise()` it, so the process ends killed by it (it is delivered when the handler returns and
+/// the signal mask is restored).
 extern "C" fn on_signal(signo: libc::c_int) {
     for slot in &PATHS {
         let p = slot.load(Ordering::Acquire);
@@ -44,17 +53,32 @@ extern "C" fn on_signal(signo: libc::c_int) {
             }
         }
     }
-    // SAFETY: _exit is async-signal-safe and ends the process at once.
-    unsafe { libc::_exit(128 + signo) }
+    // SAFETY: sigaction and raise are async-signal-safe; a zeroed sigaction with SIG_DFL and an
+    // empty mask is valid.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(signo, &sa, std::ptr::null_mut());
+        libc::raise(signo);
+    }
 }
 
-/// Installs the handler for [`SIGNALS`] once per process.
+/// Installs the handler for [`SIGNALS`] once per process, except for a signal inherited as
+/// ignored (`SIG_IGN`), which stays ignored.
 fn install() {
     INSTALL.call_once(|| {
         for sig in SIGNALS {
-            // SAFETY: a zeroed sigaction with a plain handler and an empty mask is valid; the
-            // handler only calls async-signal-safe functions.
+            // SAFETY: sigaction with a null new action only reads the old one; a zeroed
+            // sigaction with a plain handler and an empty mask is valid; the handler only calls
+            // async-signal-safe functions.
             unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_IGN
+                {
+                    continue;
+                }
                 let mut sa: libc::sigaction = std::mem::zeroed();
                 sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
                 libc::sigemptyset(&mut sa.sa_mask);
