@@ -239,8 +239,9 @@ fn hotplug_steps_interleave_with_irqs_on_the_dying_cpu() {
     }
     assert!(!kernel.cpu_online(CpuId(1)));
     assert_eq!(
-        steps, 4,
-        "workqueue:online, cpu:teardown, cpu:bringup (takedown) and timers:prepare have callbacks"
+        steps, 7,
+        "mm/vmstat:online, x86/kvm:online, workqueue:online, cpu:teardown, cpu:bringup \
+         (takedown), fork:vm_stack_cache and timers:prepare have callbacks"
     );
     assert!(
         irqs_on_1 > 0,

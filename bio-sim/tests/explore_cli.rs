@@ -86,9 +86,18 @@ fn explore_v6_writes_a_counterexample_that_run_reproduces_byte_for_byte() {
     let n = text
         .lines()
         .filter(|l| {
-            ["complete", "worker", "tick", "cpu_", "step", "need_resched"]
-                .iter()
-                .any(|w| l.starts_with(w))
+            [
+                "complete",
+                "worker",
+                "tick",
+                "cpu_",
+                "step",
+                "need_resched",
+                "fail ",
+                "target ",
+            ]
+            .iter()
+            .any(|w| l.starts_with(w))
         })
         .count();
     assert!(
