@@ -64,14 +64,16 @@ pub(crate) struct CpuhpCpuState {
 /// `E` is the environment the runtime passes to callbacks; the crate never
 /// looks inside it. Hotplug operations are serialised as in the kernel
 /// (`cpu_hotplug_lock`): while one CPU's operation is in progress, other
-/// transitions and (de)registrations return [`HotplugError::Busy`].
+/// transitions and (de)registrations return [`HotplugError::Busy`], and a
+/// `hotplug/target` write [`HotplugError::RestartSyscall`] (`device_hotplug_lock`).
 pub struct Cpuhp<E> {
     pub(crate) steps: Vec<Step<E>>,
     pub(crate) cpus: Vec<CpuhpCpuState>,
     pub(crate) config: CpuhpConfig,
     /// `cpu_hotplug_disabled` depth.
     pub(crate) hotplug_disabled: u32,
-    /// The CPU whose operation holds `cpu_hotplug_lock`.
+    /// The CPU whose operation holds `cpu_hotplug_lock` (and, from sysfs or
+    /// `remove_cpu()`/`add_cpu()`, `device_hotplug_lock`).
     pub(crate) lock_holder: Option<CpuId>,
     pub(crate) log: Vec<LogRecord>,
     pub(crate) warnings: Vec<Warning>,

@@ -57,6 +57,10 @@ pub enum Errno {
     ETIMEDOUT,
     /// `EREMOTEIO` (121): remote I/O error (`BLK_STS_TARGET`).
     EREMOTEIO,
+    /// `ERESTARTNOINTR` (513, kernel-internal, `include/linux/errno.h`): what
+    /// `restart_syscall()` returns; the syscall is restarted, so user space never sees it
+    /// (`lock_device_hotplug_sysfs()` while `device_hotplug_lock` is held).
+    ERESTARTNOINTR,
     /// `EIOCBQUEUED` (529, kernel-internal, `include/linux/errno.h`): the I/O was queued and
     /// completes later through `ki_complete()`. Never seen by user space.
     EIOCBQUEUED,
@@ -88,6 +92,7 @@ impl Errno {
             Errno::ETOOMANYREFS => 109,
             Errno::ETIMEDOUT => 110,
             Errno::EREMOTEIO => 121,
+            Errno::ERESTARTNOINTR => 513,
             Errno::EIOCBQUEUED => 529,
             Errno::Other(n) => n as i32,
         }
@@ -133,6 +138,7 @@ impl Errno {
             109 => Errno::ETOOMANYREFS,
             110 => Errno::ETIMEDOUT,
             121 => Errno::EREMOTEIO,
+            513 => Errno::ERESTARTNOINTR,
             529 => Errno::EIOCBQUEUED,
             // MAX_ERRNO in include/linux/err.h.
             n if n <= 4095 => Errno::Other(n as u16),
@@ -163,6 +169,7 @@ impl Errno {
             Errno::ETOOMANYREFS => "ETOOMANYREFS",
             Errno::ETIMEDOUT => "ETIMEDOUT",
             Errno::EREMOTEIO => "EREMOTEIO",
+            Errno::ERESTARTNOINTR => "ERESTARTNOINTR",
             Errno::EIOCBQUEUED => "EIOCBQUEUED",
             Errno::Other(_) => "E?",
         }
@@ -205,6 +212,7 @@ mod tests {
             Errno::ETOOMANYREFS,
             Errno::ETIMEDOUT,
             Errno::EREMOTEIO,
+            Errno::ERESTARTNOINTR,
             Errno::EIOCBQUEUED,
             Errno::Other(111),
         ] {
@@ -217,6 +225,7 @@ mod tests {
         assert_eq!(Errno::from_i32(i32::MIN), None);
         assert_eq!(Errno::EINVAL.to_string(), "-EINVAL (-22)");
         assert_eq!(Errno::EIOCBQUEUED.neg_str(), "-EIOCBQUEUED");
+        assert_eq!(Errno::ERESTARTNOINTR.as_i32(), 513);
         assert_eq!(Errno::Other(111).neg_str(), "-111");
     }
 }

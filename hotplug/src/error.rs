@@ -89,6 +89,22 @@ pub enum HotplugError {
         /// Always `EBUSY`.
         errno: Errno,
     },
+    /// A `cpuN/hotplug/target` write found `device_hotplug_lock` held by another
+    /// hotplug operation. The kernel's `target_store()` takes it with
+    /// `lock_device_hotplug_sysfs()` (drivers/base/core.c): `mutex_trylock()`, else
+    /// `msleep(5)` and `return restart_syscall()` (`-ERESTARTNOINTR`), so the syscall is
+    /// restarted until the lock is free and then runs: the writer waits and never sees
+    /// an errno. The model cannot block the writer, so it reports the wait instead;
+    /// [`HotplugError::errno`] is the kernel-internal `ERESTARTNOINTR`.
+    #[error("{op}: the write would wait: device_hotplug_lock is held by the hotplug operation on {holder} (lock_device_hotplug_sysfs() restarts the syscall until it is free; no errno reaches the writer)")]
+    RestartSyscall {
+        /// The sysfs store method (`target_store`).
+        op: &'static str,
+        /// The CPU whose operation holds `device_hotplug_lock`.
+        holder: CpuId,
+        /// Always `ERESTARTNOINTR`.
+        errno: Errno,
+    },
     /// A dynamic range has no free slot (`cpuhp_reserve_state()`).
     #[error("{op}: no more dynamic states available in {range}: {errno}")]
     NoSpace {
@@ -121,6 +137,7 @@ impl HotplugError {
             | HotplugError::CallbackFailed { errno, .. }
             | HotplugError::Refused { errno, .. }
             | HotplugError::Busy { errno, .. }
+            | HotplugError::RestartSyscall { errno, .. }
             | HotplugError::NoSpace { errno, .. }
             | HotplugError::Invalid { errno, .. } => *errno,
         }

@@ -123,9 +123,22 @@ impl<E: 'static> Cpuhp<E> {
     ///
     /// `-ENODEV` for a CPU that does not exist. `-EINVAL` unless the value is 0
     /// or `CPUHP_ONLINE` (any value in `[0, CPUHP_ONLINE]` with
-    /// [`crate::CpuhpConfig::state_control`]); `-EBUSY` while an operation is in
-    /// progress (`lock_device_hotplug_sysfs()`); `-EINVAL` unless the target
-    /// step is named and not `cant_stop`.
+    /// [`crate::CpuhpConfig::state_control`], `CONFIG_CPU_HOTPLUG_STATE_CONTROL`).
+    /// While an operation is in progress, [`HotplugError::RestartSyscall`]: the
+    /// kernel's `lock_device_hotplug_sysfs()` restarts the syscall until
+    /// `device_hotplug_lock` is free, so the write would wait (no errno). Then
+    /// `-EINVAL` unless the target step is named and not `cant_stop`.
+    ///
+    /// A deliberate departure: a named target in `CPUHP_AP_IDLE_DEAD..=CPUHP_AP_ONLINE`
+    /// (the STARTING/DYING section; `CPUHP_AP_OFFLINE` is `cant_stop` anyway) is
+    /// `-EINVAL` here, though the kernel takes it. There the CPU does not stop at the
+    /// target: going up, `notify_cpu_starting()` runs the STARTING callbacks to
+    /// `min(target, CPUHP_AP_ONLINE)` and `cpuhp_online_idle()` then sets the state to
+    /// `CPUHP_AP_ONLINE_IDLE`, past the target, with the STARTING callbacks above the
+    /// target never run; going down, `take_cpu_down()` runs the DYING callbacks to
+    /// `max(target, CPUHP_AP_OFFLINE)` and the CPU reports `CPUHP_AP_IDLE_DEAD`, below
+    /// the target (but for `CPUHP_AP_IDLE_DEAD` itself), with the DYING callbacks
+    /// below the target never run.
     pub fn target_store_check(&self, cpu: CpuId, value: i32) -> Result<StateId, HotplugError> {
         let op = "target_store";
         self.check_cpu(op, cpu, Errno::ENODEV)?;
@@ -145,12 +158,13 @@ impl<E: 'static> Cpuhp<E> {
                 "only 0 and CPUHP_ONLINE are accepted without CONFIG_CPU_HOTPLUG_STATE_CONTROL",
             ));
         }
-        // lock_device_hotplug_sysfs(): the kernel restarts the syscall.
+        // lock_device_hotplug_sysfs(): mutex_trylock(&device_hotplug_lock), else
+        // restart_syscall(); the writer waits, it never sees an errno.
         if let Some(holder) = self.lock_holder {
-            return Err(HotplugError::Busy {
+            return Err(HotplugError::RestartSyscall {
                 op,
                 holder,
-                errno: Errno::EBUSY,
+                errno: Errno::ERESTARTNOINTR,
             });
         }
         let Some(step) = self.step_ref(target) else {
@@ -172,6 +186,19 @@ impl<E: 'static> Cpuhp<E> {
                 op,
                 value,
                 "the step is cant_stop",
+            ));
+        }
+        // A deliberate departure: target_store() checks only the name and cant_stop, so
+        // the kernel takes a named STARTING/DYING state (see the doc comment).
+        if CPUHP_AP_IDLE_DEAD <= target && target <= CPUHP_AP_ONLINE {
+            return Err(HotplugError::invalid_state(
+                op,
+                value,
+                "biosim does not stop a CPU inside the STARTING/DYING section \
+                 (the kernel accepts it: going up, notify_cpu_starting() runs to it and \
+                 cpuhp_online_idle() puts the CPU at CPUHP_AP_ONLINE_IDLE; going down, \
+                 take_cpu_down() runs to max(target, CPUHP_AP_OFFLINE) and the CPU \
+                 reports CPUHP_AP_IDLE_DEAD; the atomic callbacks in between are skipped)",
             ));
         }
         Ok(target)

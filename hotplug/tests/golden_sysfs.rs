@@ -215,8 +215,55 @@ fn target_with_state_control_needs_a_named_stoppable_step() {
     assert!(hp.cpu_online(CpuId(1)));
 }
 
+/// A deliberate departure: `target_store()` takes a named STARTING/DYING state (it checks only
+/// the name and `cant_stop`), but there the kernel's CPU does not stop at the target
+/// (`notify_cpu_starting()` / `cpuhp_online_idle()` going up, `take_cpu_down()` /
+/// `cpuhp_report_idle_dead()` going down). The model refuses it with `-EINVAL`, saying where the
+/// kernel's CPU would end, and changes nothing; `cant_stop` (`CPUHP_AP_OFFLINE`) is reported first.
+#[test]
+fn target_inside_the_starting_dying_section_is_refused_naming_the_kernel_effect() {
+    let mut hp: Cpuhp<Env> = Cpuhp::with_config(
+        2,
+        2,
+        CpuhpConfig {
+            state_control: true,
+            ..CpuhpConfig::default()
+        },
+    )
+    .unwrap();
+    // sched:starting may be a static name already; register it if it is not.
+    let _ = hp.cpuhp_setup_state_nocalls(SCHED, "sched:starting", rec(), rec());
+    let listing = hp.states_listing();
+    for name in ["idle:dead", "sched:starting", "ap:online"] {
+        assert!(listing.contains(name), "{name} is named:\n{listing}");
+    }
+    let env = Env::default();
+    for online in [true, false] {
+        for s in [CPUHP_AP_IDLE_DEAD, SCHED, CPUHP_AP_ONLINE] {
+            let e = hp.start_target(CpuId(1), s.0).unwrap_err();
+            assert_eq!(e.errno(), Errno::EINVAL, "{e}");
+            let m = e.to_string();
+            assert!(m.contains("STARTING/DYING"), "{m}");
+            assert!(
+                m.contains("CPUHP_AP_ONLINE_IDLE") && m.contains("CPUHP_AP_IDLE_DEAD"),
+                "{m}"
+            );
+            assert!(!hp.in_progress(CpuId(1)));
+        }
+        let e = hp.start_target(CpuId(1), CPUHP_AP_OFFLINE.0).unwrap_err();
+        assert!(e.to_string().contains("cant_stop"), "{e}");
+        if online {
+            assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_ONLINE);
+            hp.set_target(CpuId(1), 0, &env).unwrap();
+        } else {
+            assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_OFFLINE);
+        }
+    }
+}
+
 /// `start_target()` is `target_store()` with the operation only started: the same validation
-/// (`target_store_check()`), then steps; `-EBUSY` while any operation is in progress.
+/// (`target_store_check()`), then steps; while any operation is in progress the write would
+/// wait (`lock_device_hotplug_sysfs()` restarts the syscall).
 #[test]
 fn start_target_validates_like_set_target_and_leaves_the_operation_stepped() {
     let mut hp: Cpuhp<Env> = Cpuhp::with_config(
@@ -241,10 +288,26 @@ fn start_target_validates_like_set_target_and_leaves_the_operation_stepped() {
     );
     hp.start_target(CpuId(1), WQ_ONLINE.0).unwrap();
     assert!(hp.in_progress(CpuId(1)));
-    assert_eq!(
-        hp.start_target(CpuId(2), WQ_ONLINE.0).unwrap_err().errno(),
-        Errno::EBUSY
-    );
+    // lock_device_hotplug_sysfs() finds device_hotplug_lock held: the write would wait (the
+    // syscall restarts), on another CPU's knob as on this one's; no errno for the writer.
+    for cpu in [CpuId(2), CpuId(1)] {
+        let e = hp.start_target(cpu, WQ_ONLINE.0).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                HotplugError::RestartSyscall {
+                    holder: CpuId(1),
+                    errno: Errno::ERESTARTNOINTR,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("device_hotplug_lock"), "{e}");
+        assert!(!e.to_string().contains("EBUSY"), "{e}");
+    }
+    // The validation before the lock still comes first (kernel order).
+    einval(hp.start_target(CpuId(2), CPUHP_ONLINE.0 + 1));
     hp.run_to_completion(CpuId(1), &env).unwrap();
     assert_eq!(hp.state(CpuId(1)).unwrap(), WQ_ONLINE);
     // The current state: nothing starts.
@@ -281,4 +344,61 @@ fn states_listing_is_the_sysfs_format() {
     for line in fresh.states_listing().lines() {
         assert!(real.contains(&line), "{line:?} is not in the 6.18 listing");
     }
+}
+
+/// A `hotplug/fail` armed for a state the operation in progress has already passed does not
+/// fire on the way forward, but stays armed: when a lower callback fails and the operation rolls
+/// back through the armed state, it fires there, during the rollback. The kernel's
+/// `cpuhp_thread_fun()` then hits `WARN_ON_ONCE(st->rollback)` ("no way forward, no way back"):
+/// the rollback stops and the CPU is left in between, at the armed state.
+#[test]
+fn fail_armed_at_a_passed_state_fires_during_the_rollback_and_strands_the_cpu() {
+    let Std {
+        mut hp,
+        env,
+        d1,
+        d3,
+        ..
+    } = std_machine(2);
+    assert!(d1 < d3);
+    hp.start_cpu_down(CpuId(1), CPUHP_OFFLINE).unwrap();
+    // Tear down to below d3 (the highest dynamic state, the first teardown).
+    while hp.state(CpuId(1)).unwrap() >= d3 {
+        hp.step(CpuId(1), &env).unwrap();
+    }
+    // Fail a lower teardown: d1.
+    hp.set_fail(CpuId(1), d1.0).unwrap();
+    while hp.fail(CpuId(1)).unwrap() != -1 {
+        hp.step(CpuId(1), &env).unwrap();
+    }
+    assert!(hp.in_progress(CpuId(1)), "rolling back");
+    assert!(hp.warnings().is_empty());
+    // d3 was passed on the way down; the rollback's startups will invoke it.
+    hp.set_fail(CpuId(1), d3.0).unwrap();
+    let r = hp.run_to_completion(CpuId(1), &env);
+    let e = r.unwrap_err();
+    assert_eq!(e.errno(), Errno::EAGAIN, "{e}");
+    assert!(
+        e.to_string().contains(&format!("step {d1}")),
+        "the first failure: {e}"
+    );
+    assert_eq!(hp.fail(CpuId(1)).unwrap(), -1, "one-shot");
+    assert_eq!(
+        hp.state(CpuId(1)).unwrap(),
+        d3,
+        "left in between, not back at CPUHP_ONLINE"
+    );
+    assert!(
+        hp.warnings().iter().any(|w| matches!(
+            w,
+            Warning::RollbackFailed {
+                state,
+                bringup: true,
+                errno: Errno::EAGAIN,
+                ..
+            } if *state == d3
+        )),
+        "{:?}",
+        hp.warnings()
+    );
 }

@@ -2,7 +2,7 @@
 //! `kernel/rcu/Kconfig`, `kernel/Kconfig.hz` and `lib/Kconfig.debug`.
 //!
 //! Only the options that change the answers of `include/linux/preempt.h` and of `bio_in_atomic()`
-//! are modelled. [`KernelConfig::validate`] applies the Kconfig `select`/`depends on` rules, so an
+//! are modelled, plus `CONFIG_CPU_HOTPLUG_STATE_CONTROL` (what `cpuN/hotplug/target` accepts). [`KernelConfig::validate`] applies the Kconfig `select`/`depends on` rules, so an
 //! impossible combination (say `PREEMPT_RT` without `PREEMPT_COUNT`) is rejected with a message
 //! naming the rule instead of being simulated.
 
@@ -112,6 +112,13 @@ pub struct KernelConfig {
     pub prove_locking: bool,
     /// `CONFIG_HZ`: jiffies per second.
     pub hz: u32,
+    /// `CONFIG_CPU_HOTPLUG_STATE_CONTROL` (lib/Kconfig.debug, `depends on DEBUG_KERNEL`,
+    /// default n in the kernel): `cpuN/hotplug/target` (`target_store()`) takes any named,
+    /// stoppable state in `[0, CPUHP_ONLINE]`; without it only 0 and `CPUHP_ONLINE`.
+    /// On in biosim's configurations (a kernel built for hotplug testing), because a scenario's
+    /// `target CPU STATE` to a partial state needs it; a scenario turns it off with
+    /// `hotplug_state_control n`.
+    pub cpu_hotplug_state_control: bool,
 }
 
 impl Default for KernelConfig {
@@ -133,6 +140,7 @@ impl KernelConfig {
             debug_atomic_sleep: true,
             prove_locking: true,
             hz: 250,
+            cpu_hotplug_state_control: true,
         }
     }
 
@@ -213,16 +221,23 @@ impl KernelConfig {
     }
 
     /// A one-line description in Kconfig terms, e.g. `PREEMPT_NONE PREEMPT_COUNT=n HZ=250`.
+    /// `CPU_HOTPLUG_STATE_CONTROL=n` is appended only when that option is off: biosim's
+    /// configurations all have it on, and the line predates it.
     pub fn describe(&self) -> String {
         let yn = |b: bool| if b { 'y' } else { 'n' };
         format!(
-            "{} PREEMPT_COUNT={} PREEMPT_RCU={} DEBUG_ATOMIC_SLEEP={} PROVE_LOCKING={} HZ={}",
+            "{} PREEMPT_COUNT={} PREEMPT_RCU={} DEBUG_ATOMIC_SLEEP={} PROVE_LOCKING={} HZ={}{}",
             self.preempt.kconfig().trim_start_matches("CONFIG_"),
             yn(self.preempt_count),
             yn(self.preempt_rcu),
             yn(self.debug_atomic_sleep),
             yn(self.prove_locking),
-            self.hz
+            self.hz,
+            if self.cpu_hotplug_state_control {
+                ""
+            } else {
+                " CPU_HOTPLUG_STATE_CONTROL=n"
+            }
         )
     }
 }
@@ -280,6 +295,25 @@ mod tests {
         assert!(KernelConfig::without_preempt_count(PreemptModel::None)
             .validate()
             .is_ok());
+    }
+
+    /// `CONFIG_CPU_HOTPLUG_STATE_CONTROL` is on in every biosim configuration, and the config
+    /// line shows it only when it is off.
+    #[test]
+    fn hotplug_state_control_is_on_and_shown_only_when_off() {
+        for c in KernelConfig::matrix() {
+            assert!(c.cpu_hotplug_state_control, "{c}");
+            assert!(!c.describe().contains("CPU_HOTPLUG_STATE_CONTROL"), "{c}");
+        }
+        let off = KernelConfig {
+            cpu_hotplug_state_control: false,
+            ..KernelConfig::default()
+        };
+        assert!(off.validate().is_ok());
+        assert_eq!(
+            off.describe(),
+            "PREEMPT_VOLUNTARY PREEMPT_COUNT=y PREEMPT_RCU=n DEBUG_ATOMIC_SLEEP=y PROVE_LOCKING=y HZ=250 CPU_HOTPLUG_STATE_CONTROL=n"
+        );
     }
 
     #[test]

@@ -111,14 +111,14 @@ impl Kernel {
                 "the boot CPUs must be between 1 and nr_cpus (CPU0 always boots)",
             ));
         }
-        // Built with CONFIG_CPU_HOTPLUG_STATE_CONTROL=y, as a kernel for hotplug testing is:
-        // `cpuN/hotplug/target` then takes any named, stoppable state, not only 0 and
+        // CONFIG_CPU_HOTPLUG_STATE_CONTROL (KernelConfig::cpu_hotplug_state_control, on by
+        // default): `cpuN/hotplug/target` takes any named, stoppable state, not only 0 and
         // CPUHP_ONLINE (target_store()), so a scenario can park a CPU between two steps.
         let cpuhp = Cpuhp::with_config(
             nr_cpus,
             online,
             hotplug::CpuhpConfig {
-                state_control: true,
+                state_control: config.cpu_hotplug_state_control,
                 ..hotplug::CpuhpConfig::default()
             },
         )

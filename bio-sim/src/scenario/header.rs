@@ -1,6 +1,6 @@
 //! The header-line parser: the machine a scenario runs on (`variant`, `knob`, `cpus`, `online`,
-//! `preempt`, `preempt_count`, `preempt_rcu`, `hz`, `seed`, `rescuer`, `loop`, `loop_knob`), all
-//! before the first transition.
+//! `preempt`, `preempt_count`, `preempt_rcu`, `hz`, `hotplug_state_control`, `seed`, `rescuer`,
+//! `loop`, `loop_knob`), all before the first transition.
 
 use super::line::{error_at, yes_no, Line, ScenarioError};
 use crate::machine::loop_rig::{BackingKind, LoopSetup};
@@ -11,7 +11,7 @@ use bio_core::kernel::PreemptModel;
 use bio_core::workqueue::RescuerAffinity;
 
 /// The header keywords.
-const KEYWORDS: [&str; 12] = [
+const KEYWORDS: [&str; 13] = [
     "variant",
     "knob",
     "cpus",
@@ -20,6 +20,7 @@ const KEYWORDS: [&str; 12] = [
     "preempt_count",
     "preempt_rcu",
     "hz",
+    "hotplug_state_control",
     "seed",
     "rescuer",
     "loop",
@@ -37,6 +38,8 @@ pub(super) struct Header {
     preempt_count: Option<bool>,
     preempt_rcu: Option<bool>,
     hz: Option<u32>,
+    /// `hotplug_state_control y|n`: `CONFIG_CPU_HOTPLUG_STATE_CONTROL`.
+    hotplug_state_control: Option<bool>,
     online: Option<(u64, usize, usize)>,
     /// The line of the first `knob` line, if any: a `variant` after it would discard it.
     knob_line: Option<usize>,
@@ -47,7 +50,7 @@ pub(super) struct Header {
 }
 
 /// The header keywords a second line of would override the first.
-const ONCE: [&str; 10] = [
+const ONCE: [&str; 11] = [
     "variant",
     "cpus",
     "online",
@@ -55,6 +58,7 @@ const ONCE: [&str; 10] = [
     "preempt_count",
     "preempt_rcu",
     "hz",
+    "hotplug_state_control",
     "seed",
     "rescuer",
     "loop",
@@ -74,6 +78,7 @@ impl Header {
             preempt_count: None,
             preempt_rcu: None,
             hz: None,
+            hotplug_state_control: None,
             online: None,
             knob_line: None,
             kconfig_line: 0,
@@ -148,16 +153,16 @@ impl Header {
                 );
                 l.done(2, "one preemption model")?;
             }
-            "preempt_count" | "preempt_rcu" => {
+            "preempt_count" | "preempt_rcu" | "hotplug_state_control" => {
                 self.kconfig_line = l.number;
                 let v = l.arg(1, "y or n")?;
                 let b = yes_no(v)
                     .ok_or_else(|| l.err_at(1, format!("`{kw}`: expected y or n, got `{v}`")))?;
                 l.done(2, "y or n")?;
-                if kw == "preempt_count" {
-                    self.preempt_count = Some(b)
-                } else {
-                    self.preempt_rcu = Some(b)
+                match kw {
+                    "preempt_count" => self.preempt_count = Some(b),
+                    "preempt_rcu" => self.preempt_rcu = Some(b),
+                    _ => self.hotplug_state_control = Some(b),
                 }
             }
             "hz" => {
@@ -232,6 +237,9 @@ impl Header {
         if let Some(h) = self.hz {
             k.hz = h;
         }
+        if let Some(c) = self.hotplug_state_control {
+            k.cpu_hotplug_state_control = c;
+        }
         k.validate()
             .map_err(|e| error_at(file, self.kconfig_line, e.to_string()))?;
         config.kernel = k;
@@ -278,4 +286,90 @@ fn loop_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
     };
     crate::machine::loop_rig::validate(&setup).map_err(|e| l.err(e))?;
     Ok(setup)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::scenario::Scenario;
+
+    /// `hotplug_state_control n` builds a kernel without `CONFIG_CPU_HOTPLUG_STATE_CONTROL`: the
+    /// config line says so, `target` to a partial state is refused with `-EINVAL` naming the
+    /// option, and `target 1 0` (a full offline) still runs. Without the line (biosim's default,
+    /// `y`) the same partial target is taken.
+    #[test]
+    fn hotplug_state_control_n_leaves_target_only_0_and_online() {
+        let text = "cpus 2\nhotplug_state_control n\ntry target 1 186\ntarget 1 0\nstep\n";
+        let s = Scenario::parse(text, "t.scn").unwrap();
+        assert!(!s.config.kernel.cpu_hotplug_state_control);
+        let run = s.run().unwrap();
+        assert!(
+            run.trace
+                .lines()
+                .next()
+                .unwrap()
+                .ends_with(" CPU_HOTPLUG_STATE_CONTROL=n"),
+            "{}",
+            run.trace
+        );
+        assert_eq!(run.skipped.len(), 1, "{:?}", run.skipped);
+        let why = &run.skipped[0];
+        assert!(
+            why.starts_with("line 3: `try target 1 186` skipped:"),
+            "{why}"
+        );
+        assert!(why.contains("CONFIG_CPU_HOTPLUG_STATE_CONTROL"), "{why}");
+        assert!(why.contains("-EINVAL"), "{why}");
+        assert!(
+            run.trace
+                .contains("echo 0 > /sys/devices/system/cpu/cpu1/hotplug/target"),
+            "{}",
+            run.trace
+        );
+        // The default (and `hotplug_state_control y`) takes the partial target.
+        for header in ["cpus 2\n", "cpus 2\nhotplug_state_control y\n"] {
+            let s = Scenario::parse(&format!("{header}target 1 186\n"), "t.scn").unwrap();
+            assert!(s.config.kernel.cpu_hotplug_state_control);
+            let run = s.run().unwrap();
+            assert!(run.skipped.is_empty(), "{:?}", run.skipped);
+            assert!(
+                !run.trace.contains("CPU_HOTPLUG_STATE_CONTROL"),
+                "{}",
+                run.trace
+            );
+            assert!(
+                run.trace
+                    .contains("echo 186 > /sys/devices/system/cpu/cpu1/hotplug/target"),
+                "{}",
+                run.trace
+            );
+        }
+    }
+
+    /// The line goes through the one y/n parser and may be given once.
+    #[test]
+    fn hotplug_state_control_is_a_once_only_y_or_n_line() {
+        let e = Scenario::parse(
+            "hotplug_state_control n\nhotplug_state_control y\ntick\n",
+            "t.scn",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(
+            e.message
+                .contains("a second `hotplug_state_control` line (the first is line 1)"),
+            "{e}"
+        );
+        let e = Scenario::parse("hotplug_state_control maybe\ntick\n", "t.scn").unwrap_err();
+        assert_eq!((e.line, e.column), (1, 23), "{e}");
+        assert!(
+            e.message
+                .contains("`hotplug_state_control`: expected y or n, got `maybe`"),
+            "{e}"
+        );
+        let e = Scenario::parse("tick\nhotplug_state_control n\n", "t.scn").unwrap_err();
+        assert!(
+            e.message.contains("must come before the first transition"),
+            "{e}"
+        );
+    }
 }

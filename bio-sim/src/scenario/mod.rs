@@ -12,8 +12,8 @@
 //! ```
 //!
 //! Header lines (before the first transition): `variant NAME`, `knob NAME=VALUE`, `cpus N`,
-//! `online N`, `preempt MODEL`, `preempt_count y|n`, `preempt_rcu y|n`, `hz N`, `seed N`,
-//! `rescuer pool|unbound`. Transitions: `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic` (all three words required),
+//! `online N`, `preempt MODEL`, `preempt_count y|n`, `preempt_rcu y|n`, `hz N`,
+//! `hotplug_state_control y|n`, `seed N`, `rescuer pool|unbound`. Transitions: `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic` (all three words required),
 //! `worker CPU`, `tick`, `cpu_down CPU [fail=STATE]`, `cpu_up CPU [fail=STATE]`, `step`,
 //! `fail CPU STATE` (write `hotplug/fail` now, also mid-operation), `target CPU STATE` (start a
 //! stepped operation to that state, as writing `hotplug/target` does), `need_resched CPU`, each
@@ -170,7 +170,7 @@ impl Scenario {
                         transitions.push((l.number, t))
                     }
                     None => return Err(l.err(format!(
-                        "unknown line `{kw}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker; or settle / expect)"
+                        "unknown line `{kw}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, hotplug_state_control, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker; or settle / expect)"
                     ))),
                 },
             }
