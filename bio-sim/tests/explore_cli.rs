@@ -97,8 +97,8 @@ fn explore_v6_writes_a_counterexample_that_run_reproduces_byte_for_byte() {
                 "target ",
                 "try ",
             ]
-                .iter()
-                .any(|w| l.starts_with(w))
+            .iter()
+            .any(|w| l.starts_with(w))
         })
         .count();
     assert!(
