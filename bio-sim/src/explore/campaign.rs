@@ -269,6 +269,9 @@ pub fn case_hash(index: u64, ts: &[Transition]) -> u64 {
     SplitMix64::new(h.finish()).next_u64()
 }
 
+/// A case run: its local index, its hash, whether it was void.
+type Ran = (u64, u64, bool);
+
 /// One thread's count and fingerprint of the cases it ran: folded totals of the chunks known to
 /// count, and the chunks not yet known to (a failure found later cuts them), with each case's
 /// index and hash. Memory stays bounded however long the campaign runs.
@@ -277,7 +280,7 @@ struct Tally {
     count: u64,
     sum: u64,
     voided: u64,
-    pending: std::collections::VecDeque<(u64, Vec<(u64, u64, bool)>)>,
+    pending: std::collections::VecDeque<(u64, Vec<Ran>)>,
 }
 
 impl Tally {
