@@ -400,7 +400,7 @@ impl Sim {
             };
             ended.push(cpu);
             self.rt.note(format!(
-                "   (settle: {cpu} is parked at state {} by hotplug/target: ending it)",
+                "   (settle: {cpu} is left at state {}, neither offline nor online (a hotplug/target park or a failed rollback): ending it)",
                 self.kernel.hotplug().state(cpu).map_or(-1, |s| s.0)
             ));
             // The harness's cleanup, not the case's: an armed failure is disarmed first.
