@@ -516,19 +516,8 @@ mod tests {
 
     fn campaign(variant: Variant, cases: u64, jobs: usize, shard: Shard) -> Campaign {
         Campaign {
-            config: SimConfig {
-                nr_cpus: 3,
-                online: 3,
-                variant,
-                trace: false,
-                ..SimConfig::default()
-            },
-            loop_dev: None,
-            seed: 3,
-            steps: 40,
-            budget: Budget::Cases(cases),
-            jobs,
             shard,
+            ..crate::perf::explore_bench::campaign(variant, cases, 40, jobs, 3)
         }
     }
 

@@ -8,29 +8,10 @@ use crate::machine::oracle::Invariant;
 use crate::machine::sim::{Sim, SimConfig, SimError};
 use crate::machine::transition::Transition;
 use crate::scenario::{Expectation, Scenario, ScenarioRun};
-use bio_core::kernel::ReportKind;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The scenario language's name of an invariant (`expect NAME`; see `scenario/expect.rs`), if it
-/// has one.
-pub fn invariant_word(inv: Invariant) -> Option<&'static str> {
-    Some(match inv {
-        Invariant::EndIoOnce => "once",
-        Invariant::TaskContext => "task",
-        Invariant::Stranded => "stranded",
-        Invariant::WorkOffCpu => "off-cpu",
-        Invariant::HotplugContext => "hotplug-context",
-        Invariant::KernelReport(ReportKind::Bug) => "bug",
-        Invariant::KernelReport(ReportKind::Warn) => "warn",
-        Invariant::KernelReport(ReportKind::SleepInAtomic) => "sleep-in-atomic",
-        Invariant::KernelReport(ReportKind::InvalidWaitContext) => "invalid-wait-context",
-        Invariant::NoQuiescence => "no-quiescence",
-        Invariant::DropbehindCached => "dropbehind",
-        Invariant::DataMismatch => "data",
-        Invariant::WastedOrFailedAttempt => return None,
-    })
-}
+pub use crate::scenario::invariant_word;
 
 /// Why a counterexample could not be written or does not reproduce.
 #[derive(Debug, thiserror::Error)]

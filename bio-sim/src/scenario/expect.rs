@@ -23,22 +23,42 @@ impl fmt::Display for Expectation {
     }
 }
 
+/// The scenario language's name of every invariant an `expect` line can name, both ways: the
+/// parser reads it, a written counterexample (`biosim explore`) writes it.
+const INVARIANT_NAMES: [(&str, Invariant); 12] = [
+    ("once", Invariant::EndIoOnce),
+    ("task", Invariant::TaskContext),
+    ("stranded", Invariant::Stranded),
+    ("off-cpu", Invariant::WorkOffCpu),
+    ("hotplug-context", Invariant::HotplugContext),
+    ("bug", Invariant::KernelReport(ReportKind::Bug)),
+    ("warn", Invariant::KernelReport(ReportKind::Warn)),
+    (
+        "sleep-in-atomic",
+        Invariant::KernelReport(ReportKind::SleepInAtomic),
+    ),
+    (
+        "invalid-wait-context",
+        Invariant::KernelReport(ReportKind::InvalidWaitContext),
+    ),
+    ("no-quiescence", Invariant::NoQuiescence),
+    ("dropbehind", Invariant::DropbehindCached),
+    ("data", Invariant::DataMismatch),
+];
+
 fn invariant_name(s: &str) -> Option<Invariant> {
-    Some(match s {
-        "once" => Invariant::EndIoOnce,
-        "task" => Invariant::TaskContext,
-        "stranded" => Invariant::Stranded,
-        "off-cpu" => Invariant::WorkOffCpu,
-        "hotplug-context" => Invariant::HotplugContext,
-        "bug" => Invariant::KernelReport(ReportKind::Bug),
-        "warn" => Invariant::KernelReport(ReportKind::Warn),
-        "sleep-in-atomic" => Invariant::KernelReport(ReportKind::SleepInAtomic),
-        "invalid-wait-context" => Invariant::KernelReport(ReportKind::InvalidWaitContext),
-        "no-quiescence" => Invariant::NoQuiescence,
-        "dropbehind" => Invariant::DropbehindCached,
-        "data" => Invariant::DataMismatch,
-        _ => return None,
-    })
+    INVARIANT_NAMES
+        .iter()
+        .find(|(n, _)| *n == s)
+        .map(|(_, i)| *i)
+}
+
+/// The scenario language's name of an invariant (`expect NAME`), if an `expect` line can name it.
+pub fn invariant_word(inv: Invariant) -> Option<&'static str> {
+    INVARIANT_NAMES
+        .iter()
+        .find(|(_, i)| *i == inv)
+        .map(|(n, _)| *n)
 }
 
 /// Parses an `expect` line.

@@ -47,7 +47,7 @@ mod header;
 mod line;
 mod transition;
 
-pub use expect::Expectation;
+pub use expect::{invariant_word, Expectation};
 pub use line::{ScenarioError, QUOTE_MAX};
 
 use crate::machine::loop_rig::LoopSetup;
