@@ -14,6 +14,12 @@
 //! guard drops (a few bytes per temporary file), so a handler running on another thread at that
 //! moment never reads freed memory.
 //!
+//! The same handler first undoes what a live-kernel run changed ([`Restore`]): it writes a value to
+//! a sysfs/tracefs file (`1` to `cpuN/online`, `-1` to `cpuN/hotplug/fail`, `0` to `tracing_on`) or
+//! detaches a loop device (`ioctl(LOOP_CLR_FD)`), newest first, with `open(2)`, `write(2)`,
+//! `ioctl(2)` and `close(2)` only. A [`Restore`] also runs its action when it drops, so an error or
+//! an unwinding panic restores the machine too.
+//!
 //! [`TempFile::create_in`] creates the file with `O_CREAT|O_EXCL` (never someone else's file) with
 //! the signals blocked until the path is registered, so no signal falls between the two. The block
 //! is per thread (`pthread_sigmask(3)`), so it closes that window only because the process is
@@ -44,6 +50,7 @@ static INSTALL: Once = Once::new();
 /// `raise()` it, so the process ends killed by it (it is delivered when the handler returns and
 /// the signal mask is restored).
 extern "C" fn on_signal(signo: libc::c_int) {
+    run_restores();
     for slot in &PATHS {
         let p = slot.load(Ordering::Acquire);
         if !p.is_null() {
@@ -86,6 +93,173 @@ fn install() {
             }
         }
     });
+}
+
+/// What a [`Restore`] does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreAction {
+    /// Write `value` to the file `path` (opened `O_WRONLY`, no create, no truncate: a sysfs or
+    /// tracefs attribute).
+    Write {
+        /// The attribute.
+        path: PathBuf,
+        /// What to write (e.g. `"1"`, `"-1"`).
+        value: String,
+    },
+    /// `ioctl(LOOP_CLR_FD)` on the loop device `path` (drivers/block/loop.c `loop_clr_fd()`).
+    LoopClrFd {
+        /// `/dev/loopN`.
+        path: PathBuf,
+    },
+}
+
+/// `LOOP_CLR_FD` from include/uapi/linux/loop.h.
+const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
+
+/// A registered action as the handler reads it: NUL-terminated strings, never freed.
+struct RawRestore {
+    /// Registration order: the handler runs the newest first.
+    seq: u64,
+    path: *mut libc::c_char,
+    /// The bytes to write, or null for `LOOP_CLR_FD`.
+    value: *mut libc::c_char,
+}
+
+static RESTORES: [AtomicPtr<RawRestore>; SLOTS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS];
+static RESTORE_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Performs one raw action with async-signal-safe calls only; returns whether it succeeded.
+///
+/// # Safety
+/// `r` points to a live `RawRestore` whose strings are NUL-terminated.
+unsafe fn perform(r: *const RawRestore) -> bool {
+    // SAFETY: the caller's contract; open/ioctl/strlen/write/close are async-signal-safe.
+    unsafe {
+        let r = &*r;
+        let fd = libc::open(r.path, libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let ok = if r.value.is_null() {
+            libc::ioctl(fd, LOOP_CLR_FD as _, 0) == 0
+        } else {
+            let len = libc::strlen(r.value);
+            libc::write(fd, r.value.cast(), len) == len as isize
+        };
+        libc::close(fd);
+        ok
+    }
+}
+
+/// Runs every registered restore, newest first (from the signal handler).
+fn run_restores() {
+    let mut done = 0u64;
+    loop {
+        // The registered action with the highest sequence number not above the last one run.
+        let mut best: Option<&AtomicPtr<RawRestore>> = None;
+        let mut best_seq = 0;
+        for slot in &RESTORES {
+            let p = slot.load(Ordering::Acquire);
+            // SAFETY: a registered pointer is a leaked RawRestore, never freed.
+            let seq = if p.is_null() { 0 } else { unsafe { (*p).seq } };
+            if seq > best_seq && (done == 0 || seq < done) {
+                best_seq = seq;
+                best = Some(slot);
+            }
+        }
+        let Some(slot) = best else { return };
+        done = best_seq;
+        let p = slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: as above.
+            unsafe {
+                perform(p);
+            }
+        }
+    }
+}
+
+/// Something a live-kernel run must undo however the process ends: performed when the guard
+/// drops (normal end, error, unwinding panic) and by the `SIGINT`/`SIGTERM`/`SIGHUP` handler.
+#[derive(Debug)]
+pub struct Restore {
+    action: RestoreAction,
+    slot: usize,
+    raw: *mut RawRestore,
+}
+
+// SAFETY: `raw` is only read (by the handler and by `perform`), never mutated after registration.
+unsafe impl Send for Restore {}
+
+impl Restore {
+    /// Registers `action`. Errors if the path or value has a NUL byte or every slot is taken.
+    pub fn register(action: RestoreAction) -> io::Result<Restore> {
+        install();
+        let (path, value) = match &action {
+            RestoreAction::Write { path, value } => (path, Some(value.as_str())),
+            RestoreAction::LoopClrFd { path } => (path, None),
+        };
+        let nul = |what: &str| io::Error::other(format!("{what} with a NUL byte: {action:?}"));
+        let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| nul("a path"))?;
+        let c_value = match value {
+            Some(v) => CString::new(v).map_err(|_| nul("a value"))?.into_raw(),
+            None => std::ptr::null_mut(),
+        };
+        let raw = Box::into_raw(Box::new(RawRestore {
+            seq: RESTORE_SEQ.fetch_add(1, Ordering::Relaxed),
+            path: c_path.into_raw(),
+            value: c_value,
+        }));
+        for (i, slot) in RESTORES.iter().enumerate() {
+            if slot
+                .compare_exchange(
+                    std::ptr::null_mut(),
+                    raw,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                return Ok(Restore {
+                    action,
+                    slot: i,
+                    raw,
+                });
+            }
+        }
+        Err(io::Error::other(format!(
+            "too many restore actions registered at once: {action:?}"
+        )))
+    }
+
+    /// What it does.
+    pub fn action(&self) -> &RestoreAction {
+        &self.action
+    }
+
+    /// Performs the action now (it stays registered until the guard drops). Errors name it.
+    pub fn run(&self) -> io::Result<()> {
+        // SAFETY: `raw` is this guard's live, registered action.
+        if unsafe { perform(self.raw) } {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "could not restore {:?}: {}",
+                self.action,
+                io::Error::last_os_error()
+            )))
+        }
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let _blocked = Blocked::new();
+        let _ = self.run();
+        // Leaked on purpose, as the temp-file paths are (see the module docs).
+        RESTORES[self.slot].store(std::ptr::null_mut(), Ordering::Release);
+    }
 }
 
 /// Blocks [`SIGNALS`] on this thread until dropped (a signal that arrives meanwhile is delivered
@@ -199,7 +373,36 @@ impl Drop for TempFile {
 
 #[cfg(test)]
 mod tests {
-    use super::TempFile;
+    use super::{Restore, RestoreAction, TempFile};
+
+    #[test]
+    fn a_restore_writes_its_value_on_drop_and_on_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let attr = dir.path().join("online");
+        std::fs::write(&attr, "0").unwrap();
+        let r = Restore::register(RestoreAction::Write {
+            path: attr.clone(),
+            value: "1".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&attr).unwrap(),
+            "0",
+            "nothing before run/drop"
+        );
+        r.run().unwrap();
+        assert_eq!(std::fs::read_to_string(&attr).unwrap(), "1");
+        std::fs::write(&attr, "0").unwrap();
+        drop(r);
+        assert_eq!(std::fs::read_to_string(&attr).unwrap(), "1");
+        let gone = Restore::register(RestoreAction::Write {
+            path: dir.path().join("missing"),
+            value: "1".into(),
+        })
+        .unwrap();
+        let e = gone.run().unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
+    }
 
     #[test]
     fn a_temp_file_is_created_new_and_removed_on_drop() {

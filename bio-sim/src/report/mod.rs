@@ -3,11 +3,13 @@
 //!
 //! - [`capture`]: the process-wide capture layer that records the kernel-named trace events of one
 //!   run.
+//! - [`ftrace`]: the tracefs `trace` file format: its lines and the events' `format` files.
 //! - [`trace`]: the subscriber (`RUST_LOG`-style filtering) with the capture layer beside it.
 //! - [`perfetto`]: the kernel-style trace as a Chrome/Perfetto JSON timeline.
 //! - [`knob_line`]: a variant's knobs as one trace-header line.
 
 pub mod capture;
+pub mod ftrace;
 pub mod perfetto;
 pub mod trace;
 
