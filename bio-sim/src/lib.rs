@@ -9,6 +9,7 @@
 //!   DONTCACHE benches over real files, and the statistics they share.
 //! - [`explore`]: `biosim explore`: the transition generator, campaigns over threads and shards,
 //!   shrinking, and the counterexample as a scenario file.
+//! - [`calibrate`]: `biosim calibrate`: the model compared with the live kernel it runs on.
 //! - [`scenario`]: runnable scenario files (`*.scn`): their format, parser and runner.
 //! - [`checks`]: the finding gallery, the loop checks, the `bio_in_atomic()` truth table, and the
 //!   `Expect`/`Verdict` of a cell.
@@ -21,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod calibrate;
 pub mod checks;
 pub mod cli;
 pub mod demo;

@@ -1,0 +1,187 @@
+//! The kernel's tracefs (kernel/trace/trace.c, trace_events.c) as a live calibration uses it:
+//! find or mount it (`mount -t tracefs nodev /sys/kernel/tracing`), enable single events
+//! (`events/<system>/<event>/enable`), clear and read the `trace` buffer, `tracing_on`.
+//!
+//! A [`Tracefs`] session turns tracing on only through guards: dropping it (or a signal) writes
+//! `0` to `tracing_on` and to every `enable` it set, so the machine is left with tracing off.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::dev::cleanup::{Restore, RestoreAction};
+
+/// Where tracefs is mounted on a current kernel.
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// The lock file that serialises live sessions: tracefs has one ring buffer and CPU hotplug one
+/// machine, so two calibrations (or two tests) at once would read each other's events.
+pub const LIVE_LOCK: &str = "/run/biosim-live.lock";
+
+/// Takes the exclusive `flock(2)` on [`LIVE_LOCK`], waiting for another session to end.
+pub fn lock_live() -> io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LIVE_LOCK)
+        .map_err(|e| io::Error::new(e.kind(), format!("{LIVE_LOCK}: {e}")))?;
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(io::Error::other(format!(
+            "flock {LIVE_LOCK}: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    Ok(f)
+}
+
+/// A tracing session on the live kernel.
+#[derive(Debug)]
+pub struct Tracefs {
+    root: PathBuf,
+    /// The exclusive lock on [`LIVE_LOCK`], held while the session lives.
+    _lock: std::fs::File,
+    /// Undone newest first when dropped: each event's `enable`, then `tracing_on`.
+    restores: Vec<Restore>,
+}
+
+/// Why the live kernel cannot be used, in one line.
+pub fn why_not_live() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (tracefs and CPU hotplug are root-only)".into());
+    }
+    None
+}
+
+impl Tracefs {
+    /// Opens tracefs at [`TRACEFS`] (after taking [`LIVE_LOCK`]), mounting it if it is not mounted (as root). Tracing is
+    /// switched off and the buffer cleared, so the session starts empty.
+    pub fn open() -> io::Result<Tracefs> {
+        let lock = lock_live()?;
+        let root = PathBuf::from(TRACEFS);
+        if !root.join("trace").exists() {
+            let status = std::process::Command::new("mount")
+                .args(["-t", "tracefs", "nodev", TRACEFS])
+                .status()?;
+            if !status.success() || !root.join("trace").exists() {
+                return Err(io::Error::other(format!(
+                    "tracefs is not mounted at {TRACEFS} and `mount -t tracefs nodev {TRACEFS}` failed"
+                )));
+            }
+        }
+        let mut t = Tracefs {
+            root,
+            _lock: lock,
+            restores: Vec::new(),
+        };
+        t.restores.push(Restore::register(RestoreAction::Write {
+            path: t.root.join("tracing_on"),
+            value: "0".into(),
+        })?);
+        t.write("tracing_on", "0")?;
+        t.clear()?;
+        Ok(t)
+    }
+
+    /// The mount point.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn write(&self, rel: &str, value: &str) -> io::Result<()> {
+        let path = self.root.join(rel);
+        std::fs::write(&path, value).map_err(|e| {
+            io::Error::new(e.kind(), format!("echo {value} > {}: {e}", path.display()))
+        })
+    }
+
+    /// Enables `system/event` (e.g. `cpuhp/cpuhp_enter`, or `cpuhp` for the whole system); it is
+    /// disabled again when the session ends.
+    pub fn enable(&mut self, event: &str) -> io::Result<()> {
+        let rel = format!("events/{event}/enable");
+        if !self.root.join(&rel).exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "this kernel has no trace event {event} ({})",
+                    self.root.join(&rel).display()
+                ),
+            ));
+        }
+        self.restores.push(Restore::register(RestoreAction::Write {
+            path: self.root.join(&rel),
+            value: "0".into(),
+        })?);
+        self.write(&rel, "1")
+    }
+
+    /// Empties the ring buffer (`echo > trace`).
+    pub fn clear(&self) -> io::Result<()> {
+        self.write("trace", "")
+    }
+
+    /// `tracing_on`.
+    pub fn set_on(&self, on: bool) -> io::Result<()> {
+        self.write("tracing_on", if on { "1" } else { "0" })
+    }
+
+    /// The whole `trace` file (header and events).
+    pub fn read(&self) -> io::Result<String> {
+        std::fs::read_to_string(self.root.join("trace"))
+    }
+
+    /// The `format` file of `system/event`.
+    pub fn format(&self, event: &str) -> io::Result<String> {
+        std::fs::read_to_string(self.root.join(format!("events/{event}/format")))
+    }
+}
+
+impl Drop for Tracefs {
+    fn drop(&mut self) {
+        // Newest first: the events, then tracing_on.
+        while let Some(r) = self.restores.pop() {
+            drop(r);
+        }
+    }
+}
+
+/// The environment variable that opts a test run into touching the live kernel.
+pub const LIVE_ENV: &str = "BIOSIM_LIVE_KERNEL";
+
+/// `None` when live-kernel tests may run (`BIOSIM_LIVE_KERNEL=1`, root); else the one-line reason
+/// a test prints when it skips.
+pub fn live_test_skip_reason() -> Option<String> {
+    if std::env::var(LIVE_ENV).as_deref() != Ok("1") {
+        return Some(format!(
+            "skipped: set {LIVE_ENV}=1 to run against the live kernel"
+        ));
+    }
+    why_not_live().map(|why| format!("skipped: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_leaves_tracing_and_its_events_off() {
+        if let Some(why) = live_test_skip_reason() {
+            eprintln!("{why}");
+            return;
+        }
+        let enable = Path::new(TRACEFS).join("events/cpuhp/cpuhp_enter/enable");
+        {
+            let mut t = Tracefs::open().unwrap();
+            t.enable("cpuhp/cpuhp_enter").unwrap();
+            t.set_on(true).unwrap();
+            assert_eq!(std::fs::read_to_string(&enable).unwrap().trim(), "1");
+            assert!(t.read().unwrap().starts_with("# tracer: "));
+            assert!(t.enable("cpuhp/no_such_event").is_err());
+        }
+        assert_eq!(std::fs::read_to_string(&enable).unwrap().trim(), "0");
+        let on = std::fs::read_to_string(Path::new(TRACEFS).join("tracing_on")).unwrap();
+        assert_eq!(on.trim(), "0");
+    }
+}
