@@ -24,6 +24,9 @@ use crate::block::{
     bio_endio_status, errno_to_blk_status, BioVec, BlkOpf, BlockDriver, QueueLimits, ReqFlags,
     ReqOp, BLK_STS_IOERR, BLK_STS_OK, SECTOR_SHIFT,
 };
+use crate::drivers::block::blk_mq_trace::{
+    block_getrq, block_rq_complete, block_rq_insert, block_rq_issue, RqTrace,
+};
 use crate::errno::Errno;
 use crate::irq::SoftirqVec;
 use crate::kernel::{Cpu, LockClass, ReportKind};
@@ -78,6 +81,24 @@ pub trait LoopBacking: Send + Sync + fmt::Debug {
     /// `-EIOCBQUEUED`). An immediate failure hands the request back with an errno.
     fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, Errno)> {
         Err((req, Errno::EOPNOTSUPP))
+    }
+    /// The block device under the backing file (`file_inode()->i_sb->s_bdev`'s `disk_devt()`),
+    /// when its requests are modelled: each asynchronous read or write [`submit_aio`] starts is
+    /// then one request on it, traced as the kernel traces the backing file's direct I/O
+    /// (`block_bio_queue`, `block_getrq`, `block_rq_insert`, `block_rq_issue`, and
+    /// `block_rq_complete` before `ki_complete()`), at sector `pos >> 9` (the file mapped onto
+    /// the device from sector 0).
+    ///
+    /// [`submit_aio`]: LoopBacking::submit_aio
+    fn lower_device(&self) -> Option<(u32, u32)> {
+        None
+    }
+    /// Whether an asynchronous read or write of `len` bytes at `pos` completes inside
+    /// `->read_iter()`/`->write_iter()` without reaching the device: iomap's direct I/O reads a
+    /// hole by zero-filling the buffer (`iomap_dio_hole_iter()`) and returns the byte count, not
+    /// `-EIOCBQUEUED`, so `lo_rw_aio()` calls `lo_rw_aio_complete()` itself.
+    fn completes_inline(&self, _write: bool, _pos: u64, _len: usize) -> bool {
+        false
     }
 }
 
@@ -409,6 +430,16 @@ struct LoopCmd {
 }
 
 impl LoopCmd {
+    /// The request as blk-mq's tracepoints print it on `loop<number>`.
+    fn rq(&self, number: u32) -> RqTrace {
+        RqTrace {
+            dev: (LOOP_MAJOR, number),
+            rwbs: self.opf.rwbs(),
+            sector: self.sector,
+            nr_sector: self.sectors,
+        }
+    }
+
     fn new(bio: Box<Bio>, use_aio: bool) -> Self {
         let f = bio.bi_opf.flags;
         let (preflush, fua) = (
@@ -494,6 +525,10 @@ struct Counters {
     short_reads: AtomicUsize,
 }
 
+/// An asynchronous command in flight: the command, whether it is the NOWAIT attempt, and its
+/// request on the backing file's device.
+type InFlight = (LoopCmd, bool, Option<RqTrace>);
+
 /// `struct loop_device`.
 pub struct LoopDevice {
     number: u32,
@@ -510,8 +545,9 @@ pub struct LoopDevice {
     lo_work_lock: Mutex<LoopWork>,
     counters: Counters,
     /// Commands whose asynchronous I/O is in flight (the kiocbs `ki_complete()` will end), with
-    /// whether it was the NOWAIT attempt.
-    inflight: Mutex<std::collections::HashMap<u64, (LoopCmd, bool)>>,
+    /// whether it was the NOWAIT attempt, and its request on the backing's device
+    /// ([`LoopBacking::lower_device`]).
+    inflight: Mutex<std::collections::HashMap<u64, InFlight>>,
     /// Token generator, shared by the kernel's devices.
     tokens: UntrackedArc<AtomicUsize>,
 }
@@ -621,6 +657,8 @@ impl LoopDevice {
     /// `loop_queue_rq()`.
     fn loop_queue_rq(&self, bio: Box<Bio>, cx: &Cpu) {
         let mut cmd = LoopCmd::new(bio, false);
+        // blk_mq_start_request(rq), first thing loop_queue_rq() does.
+        block_rq_issue(&cmd.rq(self.number), cx);
         cmd.use_aio = match cmd.op {
             ReqOp::Flush | ReqOp::Discard | ReqOp::WriteZeroes => false,
             // A write in a flush sequence goes to the worker whole (see LoopCmd::preflush).
@@ -661,7 +699,7 @@ impl LoopDevice {
     fn lo_rw_aio_nowait(&self, cmd: &mut LoopCmd, cx: &Cpu) -> Result<usize, Errno> {
         if self.variant.hint && !self.lo_aio_try_nowait(cmd) {
             Self::bump(&self.counters.hint_skipped);
-            tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, self.nr_blocking_writes());
+            tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, self.nr_blocking_writes());
             return Err(Errno::EAGAIN);
         }
         Self::bump(&self.counters.nowait_tried);
@@ -671,7 +709,7 @@ impl LoopDevice {
             0
         };
         let r = self.lo_submit_rw(cmd, offset, true, cx);
-        tracing::trace!(target: "loop", tracepoint = "loop_nowait", "loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() });
+        tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() });
         match r {
             Err(Errno::EIOCBQUEUED) => {} // counted when it completes
             Err(Errno::EAGAIN) => Self::bump(&self.counters.nowait_eagain),
@@ -707,8 +745,11 @@ impl LoopDevice {
             return Err(Errno::EIO);
         };
         let mut pos = (bio.bi_iter.bi_sector << SECTOR_SHIFT) + offset;
-        if self.backing.is_async() && cmd.use_aio {
-            return self.lo_submit_aio(cmd, pos, nowait, cx.id());
+        if self.backing.is_async()
+            && cmd.use_aio
+            && !self.backing.completes_inline(write, pos, bio.data_len())
+        {
+            return self.lo_submit_aio(cmd, pos, nowait, cx);
         }
         let mut done = 0;
         for BioVec { data } in bio.bi_io_vec.iter_mut() {
@@ -733,9 +774,19 @@ impl LoopDevice {
         cmd: &mut LoopCmd,
         pos: u64,
         nowait: bool,
-        cpu: crate::kernel::CpuId,
+        cx: &Cpu,
     ) -> Result<usize, Errno> {
+        let cpu = cx.id();
         let bio = cmd.bio.take().expect("checked by the caller");
+        let lower = self.backing.lower_device().map(|dev| {
+            let mut b = cx
+                .kernel()
+                .bio_alloc(cmd.op, pos >> SECTOR_SHIFT)
+                .with_flags(ReqFlags::REQ_SYNC);
+            b.bi_bdev = Some(dev);
+            b.bi_iter.bi_size = bio.bi_iter.bi_size;
+            b
+        });
         let data = if cmd.op == ReqOp::Write {
             bio.data()
         } else {
@@ -756,12 +807,25 @@ impl LoopDevice {
             bio: Some(bio),
             ..cmd.shell()
         };
-        self.inflight.lock().insert(token, (parked, nowait));
+        let lower_rq = lower.as_ref().map(|b| RqTrace {
+            dev: b.bi_bdev.unwrap_or_default(),
+            rwbs: b.bi_opf.rwbs(),
+            sector: b.bi_iter.bi_sector,
+            nr_sector: b.sectors(),
+        });
+        self.inflight
+            .lock()
+            .insert(token, (parked, nowait, lower_rq.clone()));
         match self.backing.submit_aio(req) {
-            Ok(()) => Err(Errno::EIOCBQUEUED),
+            Ok(()) => {
+                if let (Some(b), Some(rq)) = (&lower, &lower_rq) {
+                    Self::lower_submit(b, rq, cx);
+                }
+                Err(Errno::EIOCBQUEUED)
+            }
             Err((_, e)) => {
                 // Not started: the command is the caller's again.
-                if let Some((back, _)) = self.inflight.lock().remove(&token) {
+                if let Some((back, _, _)) = self.inflight.lock().remove(&token) {
                     cmd.bio = back.bio;
                 }
                 Err(e)
@@ -781,7 +845,7 @@ impl LoopDevice {
         data: Vec<u8>,
         cx: &Cpu,
     ) {
-        let Some((mut cmd, nowait)) = self.inflight.lock().remove(&token) else {
+        let Some((mut cmd, nowait, lower)) = self.inflight.lock().remove(&token) else {
             cx.warn(&format!(
                 "drivers/block/loop.c: ki_complete() for unknown kiocb {token}"
             ));
@@ -797,6 +861,10 @@ impl LoopDevice {
                 at += v.data.len();
             }
         }
+        if let Some(rq) = &lower {
+            // The backing device's request ends before the file system calls ki_complete().
+            block_rq_complete(rq, res.map_or_else(|e| e.as_neg_i32(), |_| 0), cx);
+        }
         // A short NOWAIT transfer falls back like -EAGAIN, as on the synchronous path.
         let want = cmd.bio.as_ref().map_or(0, |b| b.data_len());
         let again = res == Err(Errno::EAGAIN) || (nowait && matches!(res, Ok(n) if n < want));
@@ -807,12 +875,23 @@ impl LoopDevice {
                 _ => Self::bump(&self.counters.nowait_done),
             }
         }
-        tracing::trace!(target: "loop", tracepoint = "loop_aio_complete", "loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() }, if nowait { " (NOWAIT)" } else { "" });
+        tracing::trace!(target: "loop", tracepoint = "biosim_loop_aio_complete", cpu = cx.id().0, "biosim_loop_aio_complete: loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() }, if nowait { " (NOWAIT)" } else { "" });
         if again {
             self.loop_queue_work(cmd, cx);
             return;
         }
         self.lo_rw_aio_complete(cmd, res, cx);
+    }
+
+    /// The backing file's direct I/O reaching its device (iomap's `submit_bio()` under the
+    /// worker's plug, flushed at once): the bio, its request, the plug flush's insert, the issue.
+    /// The bio carries `REQ_SYNC` for reads and writes, as this kernel's iomap bios print (`RS`,
+    /// `WS` in the live recording).
+    fn lower_submit(bio: &Bio, rq: &RqTrace, cx: &Cpu) {
+        crate::block::trace::block_bio_queue(bio, cx);
+        block_getrq(rq, cx);
+        block_rq_insert(rq, cx);
+        block_rq_issue(rq, cx);
     }
 
     fn kernel_token(&self) -> u64 {
@@ -854,7 +933,13 @@ impl LoopDevice {
                 BLK_STS_IOERR
             }
         };
-        let end = move |cx: &Cpu| bio_endio_status(bio, status, cx);
+        let rq = cmd.rq(self.number);
+        // lo_complete_rq() -> blk_mq_end_request() -> blk_update_request(): the request's
+        // tracepoint, then the bio's end.
+        let end = move |cx: &Cpu| {
+            block_rq_complete(&rq, crate::block::blk_status_to_errno(status), cx);
+            bio_endio_status(bio, status, cx)
+        };
         if cx.kernel().nr_cpus() > 1 {
             cx.kernel()
                 .raise_softirq(cx, SoftirqVec::Block, Box::new(end));
@@ -951,7 +1036,7 @@ impl LoopDevice {
             );
             return;
         }
-        tracing::trace!(target: "loop", tracepoint = "loop_handle_cmd", "loop{}: worker: {} {} + {} (blocking)", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors);
+        tracing::trace!(target: "loop", tracepoint = "biosim_loop_handle_cmd", cpu = cx.id().0, "biosim_loop_handle_cmd: loop{}: worker: {} {} + {} (blocking)", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors);
         let _ = cx.might_sleep_at("drivers/block/loop.c:loop_handle_cmd");
         // do_req_filebacked(): pos = (blk_rq_pos(rq) << 9) + lo->lo_offset.
         let pos = (cmd.sector << SECTOR_SHIFT) + self.lo_offset;
@@ -1013,7 +1098,19 @@ impl BlockDriver for LoopDevice {
         }
     }
 
+    /// `blk_mq_submit_bio()`: a request for the bio (`block_getrq`), issued directly (a loop
+    /// device has no I/O scheduler and the submitter no plug here: no `block_rq_insert`, as the
+    /// live kernel shows), so `->queue_rq()` runs in the submitter's context.
     fn submit_bio(&self, bio: Box<Bio>, cx: &Cpu) {
+        block_getrq(
+            &RqTrace {
+                dev: self.devt(),
+                rwbs: bio.bi_opf.rwbs(),
+                sector: bio.bi_iter.bi_sector,
+                nr_sector: bio.sectors(),
+            },
+            cx,
+        );
         self.loop_queue_rq(bio, cx);
     }
 }
@@ -1036,6 +1133,7 @@ pub struct MemBacking {
     refuse_nowait: bool,
     asynchronous: bool,
     full: bool,
+    lower: Option<(u32, u32)>,
 }
 
 #[derive(Debug, Default)]
@@ -1062,6 +1160,7 @@ impl MemBacking {
             refuse_nowait: false,
             asynchronous: false,
             full: false,
+            lower: None,
         }
     }
 
@@ -1116,6 +1215,15 @@ impl MemBacking {
     /// A full filesystem: a write that would allocate a block fails with `-ENOSPC`.
     pub fn full(mut self) -> Self {
         self.full = true;
+        self
+    }
+
+    /// Puts the file on a block device `dev` whose requests are traced
+    /// ([`LoopBacking::lower_device`]): a file on a disk file system, as the live calibration's
+    /// backing file is. Its reads of holes then complete inline without reaching the device
+    /// ([`LoopBacking::completes_inline`]).
+    pub fn with_lower_device(mut self, dev: (u32, u32)) -> Self {
+        self.lower = Some(dev);
         self
     }
 
@@ -1178,6 +1286,20 @@ impl LoopBacking for MemBacking {
 
     fn is_block_device(&self) -> bool {
         self.block_device
+    }
+
+    fn lower_device(&self) -> Option<(u32, u32)> {
+        self.lower
+    }
+
+    /// On a lower device, a read of nothing but holes: iomap zero-fills it without a bio.
+    fn completes_inline(&self, write: bool, pos: u64, len: usize) -> bool {
+        if self.lower.is_none() || write || len == 0 {
+            return false;
+        }
+        let end = (pos + len as u64).min(self.size);
+        let st = self.state.lock();
+        pos < end && (pos / MEM_BLOCK..=(end - 1) / MEM_BLOCK).all(|b| !st.data.contains_key(&b))
     }
 
     fn fmode_nowait(&self) -> bool {

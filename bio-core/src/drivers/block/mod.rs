@@ -1,3 +1,4 @@
 //! `drivers/block/`: block drivers.
 
+pub mod blk_mq_trace;
 pub mod loop_drv;

@@ -1,0 +1,213 @@
+use super::*;
+
+/// The live run (opt-in): records, compares, and leaves no device, file or tracing behind.
+/// `BIOSIM_LOOP_CAL_RECORD=DIR` keeps the recording in DIR (how tests/data/calibrate/loop-6.18/
+/// was made).
+#[test]
+fn live_kernel_loop_calibration() {
+    if let Some(why) = crate::calibrate::tracefs::live_test_skip_reason() {
+        eprintln!("{why}");
+        return;
+    }
+    let backing_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let rec_tmp = tempfile::tempdir().unwrap();
+    let rec_dir = std::env::var_os("BIOSIM_LOOP_CAL_RECORD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| rec_tmp.path().join("rec"));
+    let args = LoopCalibrateArgs {
+        record: Some(rec_dir.clone()),
+        replay: None,
+        dir: backing_dir.path().to_owned(),
+        show: true,
+    };
+    let mut out = Vec::new();
+    let r = run(&args, &mut out);
+    print!("{}", String::from_utf8_lossy(&out));
+    let agree = r.unwrap();
+    assert_eq!(
+        std::fs::read_dir(backing_dir.path()).unwrap().count(),
+        0,
+        "the backing file is removed"
+    );
+    let on = std::fs::read_to_string("/sys/kernel/tracing/tracing_on").unwrap();
+    assert_eq!(on.trim(), "0");
+    for ev in TRACED_EVENTS {
+        let e = std::fs::read_to_string(format!("/sys/kernel/tracing/events/{ev}/enable")).unwrap();
+        assert_eq!(e.trim(), "0", "{ev}");
+    }
+    let setup = recording::read(&rec_dir).unwrap().setup;
+    let backing = format!("/sys/block/loop{}/loop/backing_file", setup.loop_number);
+    assert!(
+        !std::path::Path::new(&backing).exists(),
+        "loop{} is detached",
+        setup.loop_number
+    );
+    assert!(agree, "the model's base differs from the live kernel");
+}
+
+/// The committed recording of this machine's kernel (tests/data/calibrate/loop-6.18/).
+fn committed_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/calibrate/loop-6.18")
+}
+
+fn committed() -> Recording {
+    recording::read(&committed_dir()).unwrap()
+}
+
+/// Only the tracepoint the model may not have yet (the workqueue helper's) may be left out.
+fn assert_only_activate_not_compared(c: &Comparison) {
+    for (name, _) in &c.not_compared {
+        assert_eq!(name, "workqueue_activate_work", "{:?}", c.not_compared);
+    }
+}
+
+#[test]
+fn the_recorded_kernel_behaves_like_base_and_only_base() {
+    let rec = committed();
+    assert!(!rec.setup.nr_blocking_writes);
+    let c = compare(&rec).unwrap();
+    assert_only_activate_not_compared(&c);
+    assert_eq!(c.agreeing(), vec!["base"]);
+    // Every case has the worker in it on the kernel.
+    for r in &c.rows {
+        assert!(
+            r.live
+                .iter()
+                .any(|e| e.to_string() == "workqueue_execute_start loop_rootcg_workfn"),
+            "{}",
+            r.case.name
+        );
+    }
+}
+
+/// The buggy twins: the NOWAIT versions do the overwrite and both reads in the submitter, without
+/// the worker, and must differ from the recording exactly there; a hole write goes to the worker
+/// on them too (NOWAIT is refused with -EAGAIN before any I/O), so they agree on it.
+#[test]
+fn the_nowait_versions_differ_from_the_recording_where_they_skip_the_worker() {
+    let c = compare(&committed()).unwrap();
+    for (i, v) in c.variants.iter().enumerate() {
+        let cells: Vec<bool> = c.rows.iter().map(|r| r.model[i].1.agrees()).collect();
+        let want = if v.nowait_first {
+            vec![true, false, false, false]
+        } else {
+            vec![true; 4]
+        };
+        assert_eq!(cells, want, "{}", v.name);
+    }
+    let overwrite = &c.rows[1];
+    let v5 = c.variants.iter().position(|v| v.name == "v5").unwrap();
+    assert_eq!(
+        overwrite.model[v5].1,
+        Cell::Differ(
+            3,
+            Some(Ev {
+                event: "workqueue_queue_work".into(),
+                what: "loop_rootcg_workfn loop req_cpu=256 cpu=-1".into()
+            }),
+            Some(Ev {
+                event: "block_bio_queue".into(),
+                what: "lower WS 64+8".into()
+            })
+        )
+    );
+}
+
+/// The comparison's own twin: a recording with the worker's start line taken out must not agree
+/// with base (the comparison sees a missing kernel event), and a twin of the model that skips
+/// the worker by trying NOWAIT first (`base` with `nowait_first=true`) must not agree either.
+#[test]
+fn a_doctored_recording_and_a_worker_skipping_base_are_caught() {
+    let mut rec = committed();
+    rec.cases[0].trace = rec.cases[0]
+        .trace
+        .lines()
+        .filter(|l| !l.contains("workqueue_execute_start: work struct") || l.contains("iomap"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let c = compare(&rec).unwrap();
+    assert!(!c.base_agrees());
+    assert!(!c.rows[0].model[0].1.agrees());
+    let twin = LoopVariant {
+        name: "twin",
+        ..LoopVariant::BASE.with(bio_core::drivers::block::loop_drv::LoopKnob::NowaitFirst(
+            true,
+        ))
+    };
+    let c = compare_with(&committed(), &[LoopVariant::BASE, twin]).unwrap();
+    assert_eq!(c.agreeing(), vec!["base"]);
+}
+
+#[test]
+fn replay_prints_a_row_per_case_and_the_verdict() {
+    let args = LoopCalibrateArgs {
+        replay: Some(committed_dir()),
+        ..LoopCalibrateArgs::default()
+    };
+    let mut out = Vec::new();
+    assert!(run(&args, &mut out).unwrap());
+    let text = String::from_utf8(out).unwrap();
+    for case in &CASES {
+        assert!(text.contains(case.name), "{text}");
+    }
+    assert!(
+        text.contains("the live kernel behaves like: base\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nr_blocking_writes absent (no NOWAIT series)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_bad_recording_is_an_error_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = committed();
+    recording::write(dir.path(), &rec).unwrap();
+    assert_eq!(
+        recording::read(dir.path()).unwrap(),
+        rec,
+        "write and read are inverses"
+    );
+    let setup = dir.path().join("setup.txt");
+    std::fs::write(
+        &setup,
+        "kernel x\nloop 0\nlower 254,0\nnr_blocking_writes maybe\n",
+    )
+    .unwrap();
+    let e = recording::read(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("setup.txt:4") && e.contains("expected present or absent"),
+        "{e}"
+    );
+    std::fs::write(&setup, "kernel x\nloop 0\nloop 1\n").unwrap();
+    let e = recording::read(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("setup.txt:3") && e.contains("given twice"),
+        "{e}"
+    );
+    std::fs::write(&setup, "kernel x\nbogus 1\n").unwrap();
+    let e = recording::read(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("unknown key `bogus`"), "{e}");
+    std::fs::write(&setup, "kernel x\nloop 0\nlower 254,0\n").unwrap();
+    let e = recording::read(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("no `nr_blocking_writes` line"), "{e}");
+    std::fs::write(&setup, recording::setup_text(&rec.setup)).unwrap();
+    std::fs::remove_file(dir.path().join(recording::case_file(&CASES[2]))).unwrap();
+    let e = recording::read(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("03-read-written.trace"), "{e}");
+}
+
+#[test]
+fn replay_and_record_do_not_go_together() {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: LoopCalibrateArgs,
+    }
+    assert!(Cli::try_parse_from(["x", "--replay", "a", "--record", "b"]).is_err());
+    let ok = Cli::try_parse_from(["x", "--replay", "a"]).unwrap();
+    assert_eq!(ok.a.dir, PathBuf::from("/var/tmp"));
+}
