@@ -883,8 +883,9 @@ impl LoopDevice {
         self.lo_rw_aio_complete(cmd, res, cx);
     }
 
-    /// The backing file's direct I/O reaching its device (iomap's `submit_bio()` under the
-    /// worker's plug, flushed at once): the bio, its request, the plug flush's insert, the issue.
+    /// The backing file's direct I/O reaching its device (iomap's `submit_bio()`): the bio, its
+    /// request, its insertion into the device's I/O scheduler (the live machine's disk runs
+    /// mq-deadline; the loop device runs none, so it has no insert), the issue.
     /// The bio carries `REQ_SYNC` for reads and writes, as this kernel's iomap bios print (`RS`,
     /// `WS` in the live recording).
     fn lower_submit(bio: &Bio, rq: &RqTrace, cx: &Cpu) {

@@ -106,15 +106,15 @@ fn dev_pair(dev: u64) -> (u32, u32) {
 
 /// An attached loop device: the `Restore` that detaches it (registered before anything else can
 /// fail) and the open device, dropped first so the restore's `LOOP_CLR_FD` is the last close.
-struct Attached {
-    dev: File,
-    number: u32,
+pub(crate) struct Attached {
+    pub(crate) dev: File,
+    pub(crate) number: u32,
     _detach: Restore,
 }
 
 /// Finds a free loop device and attaches `backing` to it, retrying on `EBUSY` (another process
 /// took the number between the two ioctls).
-fn attach(backing: &File) -> Result<Attached, CalibrateError> {
+pub(crate) fn attach(backing: &File) -> Result<Attached, CalibrateError> {
     let ctl = File::options()
         .read(true)
         .write(true)

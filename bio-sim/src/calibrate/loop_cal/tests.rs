@@ -147,6 +147,7 @@ fn replay_prints_a_row_per_case_and_the_verdict() {
     let mut out = Vec::new();
     assert!(run(&args, &mut out).unwrap());
     let text = String::from_utf8(out).unwrap();
+    print!("{text}");
     for case in &CASES {
         assert!(text.contains(case.name), "{text}");
     }
@@ -210,4 +211,94 @@ fn replay_and_record_do_not_go_together() {
     assert!(Cli::try_parse_from(["x", "--replay", "a", "--record", "b"]).is_err());
     let ok = Cli::try_parse_from(["x", "--replay", "a"]).unwrap();
     assert_eq!(ok.a.dir, PathBuf::from("/var/tmp"));
+}
+
+const SIGINT_TEST: &str = "calibrate::loop_cal::tests::live_ctrl_c_leaves_no_device_file_or_tracing";
+
+/// The child of [`live_ctrl_c_leaves_no_device_file_or_tracing`]: everything a live run sets up
+/// (tracing on, the backing file, the attached device), then it waits for its SIGINT.
+fn sigint_child(dir: &std::path::Path, ready: &std::path::Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tr = crate::calibrate::tracefs::Tracefs::open().unwrap();
+    for ev in TRACED_EVENTS {
+        tr.enable(ev).unwrap();
+    }
+    tr.set_on(true).unwrap();
+    let tmp = crate::dev::cleanup::TempFile::create_in(dir, "biosim-calibrate-loop").unwrap();
+    let backing = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(tmp.path())
+        .unwrap();
+    backing.set_len(live::BACKING_BYTES).unwrap();
+    let lo = live::attach(&backing).unwrap();
+    std::fs::write(ready, format!("loop{}", lo.number)).unwrap();
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// Ctrl-C in the middle of a live run (opt-in): a child process sets everything up and gets
+/// SIGINT; it dies of it, and its loop device is detached, its backing file removed, tracing and
+/// every event it enabled off.
+#[test]
+fn live_ctrl_c_leaves_no_device_file_or_tracing() {
+    if let (Some(dir), Some(ready)) = (
+        std::env::var_os("BIOSIM_LOOP_CAL_SIGINT_CHILD"),
+        std::env::var_os("BIOSIM_LOOP_CAL_SIGINT_READY"),
+    ) {
+        sigint_child(std::path::Path::new(&dir), std::path::Path::new(&ready));
+        return;
+    }
+    if let Some(why) = crate::calibrate::tracefs::live_test_skip_reason() {
+        eprintln!("{why}");
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ready_dir = tempfile::tempdir().unwrap();
+    let ready = ready_dir.path().join("ready");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", SIGINT_TEST, "--nocapture", "--test-threads=1"])
+        .env("BIOSIM_LOOP_CAL_SIGINT_CHILD", dir.path())
+        .env("BIOSIM_LOOP_CAL_SIGINT_READY", &ready)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The child may wait for the live lock (another calibration): up to a minute.
+    let dev = (0..600).find_map(|_| {
+        let d = std::fs::read_to_string(&ready).ok().filter(|d| !d.is_empty());
+        if d.is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        d
+    });
+    let Some(dev) = dev else {
+        let _ = child.kill();
+        panic!("the child never attached a loop device");
+    };
+    let sys = format!("/sys/block/{dev}/loop/backing_file");
+    assert!(std::path::Path::new(&sys).exists(), "{dev} is attached");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    // The detach happens at the device's last close, as the dying process's files close.
+    let detached = (0..50).any(|_| {
+        let gone = !std::path::Path::new(&sys).exists();
+        if !gone {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        gone
+    });
+    assert!(detached, "{dev} still attached after the child's SIGINT");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "backing file removed");
+    let on = std::fs::read_to_string("/sys/kernel/tracing/tracing_on").unwrap();
+    assert_eq!(on.trim(), "0");
+    for ev in TRACED_EVENTS {
+        let e = std::fs::read_to_string(format!("/sys/kernel/tracing/events/{ev}/enable")).unwrap();
+        assert_eq!(e.trim(), "0", "{ev}");
+    }
 }
