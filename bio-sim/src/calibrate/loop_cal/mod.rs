@@ -158,7 +158,7 @@ pub enum CalibrateError {
 }
 
 /// `biosim calibrate loop`'s options.
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct LoopCalibrateArgs {
     /// Also write what the live run saw to DIR (created if missing): setup.txt and one
     /// `NN-CASE.trace` per case.
@@ -175,9 +175,26 @@ pub struct LoopCalibrateArgs {
         conflicts_with = "replay"
     )]
     pub dir: PathBuf,
-    /// Print every case's normalized live and model sequences.
+    /// Also print every case's normalized live sequence, and each model sequence that differs.
     #[arg(long)]
     pub show: bool,
+}
+
+/// Where the backing file goes by default: `/var/tmp`, on the root file system's disk (`/tmp`
+/// may be a tmpfs, which has no device under it).
+pub const DEFAULT_DIR: &str = "/var/tmp";
+
+impl Default for LoopCalibrateArgs {
+    /// A live run without recording, the backing file in [`DEFAULT_DIR`] (what the command line
+    /// gives without options).
+    fn default() -> Self {
+        LoopCalibrateArgs {
+            record: None,
+            replay: None,
+            dir: PathBuf::from(DEFAULT_DIR),
+            show: false,
+        }
+    }
 }
 
 /// How one model version compares on one case.

@@ -213,7 +213,8 @@ fn replay_and_record_do_not_go_together() {
     assert_eq!(ok.a.dir, PathBuf::from("/var/tmp"));
 }
 
-const SIGINT_TEST: &str = "calibrate::loop_cal::tests::live_ctrl_c_leaves_no_device_file_or_tracing";
+const SIGINT_TEST: &str =
+    "calibrate::loop_cal::tests::live_ctrl_c_leaves_no_device_file_or_tracing";
 
 /// The child of [`live_ctrl_c_leaves_no_device_file_or_tracing`]: everything a live run sets up
 /// (tracing on, the backing file, the attached device), then it waits for its SIGINT.
@@ -268,7 +269,9 @@ fn live_ctrl_c_leaves_no_device_file_or_tracing() {
         .unwrap();
     // The child may wait for the live lock (another calibration): up to a minute.
     let dev = (0..600).find_map(|_| {
-        let d = std::fs::read_to_string(&ready).ok().filter(|d| !d.is_empty());
+        let d = std::fs::read_to_string(&ready)
+            .ok()
+            .filter(|d| !d.is_empty());
         if d.is_none() {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
@@ -294,11 +297,62 @@ fn live_ctrl_c_leaves_no_device_file_or_tracing() {
         gone
     });
     assert!(detached, "{dev} still attached after the child's SIGINT");
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "backing file removed");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "backing file removed"
+    );
     let on = std::fs::read_to_string("/sys/kernel/tracing/tracing_on").unwrap();
     assert_eq!(on.trim(), "0");
     for ev in TRACED_EVENTS {
         let e = std::fs::read_to_string(format!("/sys/kernel/tracing/events/{ev}/enable")).unwrap();
         assert_eq!(e.trim(), "0", "{ev}");
     }
+}
+
+/// Every event the model's loop path prints is either a kernel tracepoint whose fields its
+/// `print fmt` (tests/data/tracefs-6.18/formats/) reads back, or a `biosim_*` annotation; the
+/// twin (a request line without its byte count) is refused by the same check.
+#[test]
+fn the_models_loop_events_are_the_kernels_print_fmts_or_biosim_annotations() {
+    use crate::report::ftrace::EventFormat;
+    let formats =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tracefs-6.18/formats");
+    let fmt = |event: &str| EventFormat::read(&formats.join(format!("{event}.format"))).unwrap();
+    let mut checked = std::collections::BTreeSet::new();
+    for v in LoopVariant::ALL {
+        for text in model::capture_cases(v) {
+            for line in text.lines() {
+                // Kernel messages (v4's lockdep WARNING) are not trace events.
+                let Some((event, fields)) = normalize::split_event(line) else {
+                    assert!(line.contains("WARNING"), "{line}");
+                    continue;
+                };
+                if event.starts_with("biosim_") {
+                    assert!(fields.starts_with("loop0: "), "{line}");
+                    continue;
+                }
+                // The workqueue and softirq lines are the workqueue helper's to convert.
+                if !event.starts_with("block_") {
+                    continue;
+                }
+                assert!(fmt(&event).parse_fields(&fields).is_some(), "{line}");
+                checked.insert(event);
+            }
+        }
+    }
+    let want = [
+        "block_bio_queue",
+        "block_getrq",
+        "block_rq_complete",
+        "block_rq_insert",
+        "block_rq_issue",
+    ];
+    assert_eq!(checked.into_iter().collect::<Vec<_>>(), want);
+    assert!(fmt("block_rq_issue")
+        .parse_fields("7,0 WS () 64 + 8 be,0,4 [biosim/0]")
+        .is_none());
+    assert!(fmt("block_rq_issue")
+        .parse_fields("7,0 WS 4096 () 64 + 8 be,0,4 [biosim/0]")
+        .is_some());
 }

@@ -618,3 +618,38 @@ fn a_full_backing_file_maps_enospc_as_the_kernel_does_on_each_path() {
     r.run_worker();
     assert_eq!(r.statuses(), [BLK_STS_IOERR]);
 }
+
+/// On a lower device, a read of a hole completes inside the file system (iomap zero-fills it)
+/// and reaches no device; a read of a written block is one asynchronous device request. The twin:
+/// the same backing without a lower device sends the hole read to the device too.
+#[test]
+fn on_a_lower_device_a_hole_read_completes_inline_and_a_written_block_goes_to_the_device() {
+    let r = rig(
+        MemBacking::sparse(1 << 20)
+            .asynchronous()
+            .with_lower_device((254, 0)),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Read, 64, Some(block(0xee)));
+    assert_eq!(r.mem.pending(), 0, "no device request for a hole");
+    assert_eq!(r.statuses(), [BLK_STS_OK]);
+    assert_eq!(r.ended.lock()[0].2, vec![0; 4096], "zero-filled");
+    r.mem.rw(true, 8 << 9, &mut block(3), false).unwrap();
+    r.submit(ReqOp::Read, 8, Some(block(0xee)));
+    assert_eq!(
+        r.mem.pending(),
+        1,
+        "a written block is read from the device"
+    );
+    assert_eq!(complete_all(&r), 1);
+    assert_eq!(r.ended.lock()[1].2, block(3));
+
+    let twin = rig(
+        MemBacking::sparse(1 << 20).asynchronous(),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    twin.submit(ReqOp::Read, 64, Some(block(0xee)));
+    assert_eq!(twin.mem.pending(), 1);
+}
