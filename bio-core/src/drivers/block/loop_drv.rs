@@ -13,6 +13,13 @@
 //! with `RWF_NOWAIT`), tests and the deterministic runtime an in-memory one whose `-EAGAIN` rules
 //! are those of a filesystem's direct I/O (see [`MemBacking`]).
 //!
+//! Trace events: blk-mq's request tracepoints for the loop device's requests (`block_getrq`,
+//! `block_rq_issue`, `block_rq_complete`, see [`super::blk_mq_trace`]), the backing file's own
+//! requests on its device when the backing names one ([`LoopBacking::lower_device`]), and the
+//! driver's internal steps as `biosim_loop_*` annotations (the kernel has no tracepoint there):
+//! `biosim_loop_nowait`, `biosim_loop_handle_cmd`, `biosim_loop_aio_complete`. `biosim calibrate
+//! loop` compares the kernel events with the live kernel's (docs/live-kernel-loop.md).
+//!
 //! Simplifications, each documented where it matters (docs/loop.md): one bio is one request (no
 //! blk-mq merging); a synchronous backing completes inline where the I/O was issued, an
 //! asynchronous one (`-EIOCBQUEUED`) through `ki_complete()` in an interrupt on the submitting

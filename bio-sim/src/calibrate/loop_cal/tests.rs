@@ -356,3 +356,21 @@ fn the_models_loop_events_are_the_kernels_print_fmts_or_biosim_annotations() {
         .parse_fields("7,0 WS 4096 () 64 + 8 be,0,4 [biosim/0]")
         .is_some());
 }
+
+/// An error in the middle of a live run (opt-in): a backing directory on tmpfs has no device
+/// under it; the run fails naming it, after tracing was opened and the file created, and leaves
+/// neither behind.
+#[test]
+fn live_a_backing_dir_without_a_disk_is_an_error_that_cleans_up() {
+    if let Some(why) = crate::calibrate::tracefs::live_test_skip_reason() {
+        eprintln!("{why}");
+        return;
+    }
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let e = live::record(shm.path()).unwrap_err().to_string();
+    assert!(e.contains("without a block device"), "{e}");
+    assert!(e.contains(&shm.path().display().to_string()), "{e}");
+    assert_eq!(std::fs::read_dir(shm.path()).unwrap().count(), 0);
+    let on = std::fs::read_to_string("/sys/kernel/tracing/tracing_on").unwrap();
+    assert_eq!(on.trim(), "0");
+}
