@@ -1,22 +1,33 @@
-//! What the machine reports while it runs: the `cpuhp:cpuhp_enter` /
-//! `cpuhp:cpuhp_exit` tracepoints of `include/trace/events/cpuhp.h`, the
-//! kernel's WARN/BUG splats of kernel/cpu.c as values ([`Warning`]), and an
-//! in-memory log ([`LogRecord`]) that tests and docs read back.
+//! What the machine reports while it runs: the `cpuhp:cpuhp_enter` / `cpuhp:cpuhp_multi_enter` /
+//! `cpuhp:cpuhp_exit` tracepoints of `include/trace/events/cpuhp.h`, the kernel's WARN/BUG splats
+//! of kernel/cpu.c as values ([`Warning`]), and an in-memory log ([`LogRecord`]) that tests and
+//! docs read back.
 //!
-//! # `tracing` scheme
+//! # Tracepoints
 //!
-//! Every event uses the `tracing` target `"cpuhp"`; its message is the
-//! kernel's tracepoint name, or a `biosim_` name for what no kernel
-//! tracepoint reports:
+//! Each is a `tracing` event of target `"cpuhp"` with the field `tracepoint` (the kernel event
+//! name), the message exactly as tracefs prints the event after the timestamp
+//! ([`cpuhp_enter_text`], [`cpuhp_multi_enter_text`], [`cpuhp_exit_text`]), the field `cpu` (the
+//! hotplugged CPU) and the context fields `exec_cpu`, `comm`, `pid`, `flags` of the task the
+//! kernel fires it in ([`crate::task`]). They fire where kernel/cpu.c fires them:
 //!
-//! | message | level | fields |
-//! |---|---|---|
-//! | `cpuhp_enter` | TRACE | `cpu`, `target`, `step`, `callback` (name + direction), `rollback`, `runs_on` |
-//! | `cpuhp_exit` | TRACE | `cpu`, `state` (after the call), `step`, `ret` (0 or -errno), `injected` |
-//! | `biosim_cpuhp_op` | DEBUG | `cpu`, `op` (`cpu_up`/`cpu_down`), `from`/`target` or `ret` |
-//! | `biosim_cpuhp_warn` | WARN | `cpu`, the kernel's message |
+//! - `cpuhp_invoke_callback()`: `cpuhp_enter` / `cpuhp_exit` around a single-instance callback,
+//!   `cpuhp_multi_enter` / `cpuhp_exit` around each instance of a multi-instance one. `cpuhp_exit`
+//!   reports `st->state` after the call: the step itself on the way up, one below it on the way
+//!   down (`cpuhp_next_state()` moved it before the call).
+//! - An injected `hotplug/fail` returns `-EAGAIN` before `trace_cpuhp_enter()`: no cpuhp event;
+//!   biosim fires a `biosim_cpuhp_fail_injected` annotation instead.
+//! - The `CPUHP_BRINGUP_CPU` startup (`cpuhp_bringup_ap()`) and the `CPUHP_TEARDOWN_CPU`
+//!   teardown (`takedown_cpu()`) contain the AP's part of the operation: their `cpuhp_exit`
+//!   comes after it, with the state it left (`CPUHP_ONLINE` / `CPUHP_AP_IDLE_DEAD`).
+//! - `cpuhp_kick_ap_work()` (the AP part of `cpu_down()`): `cpuhp_enter ... step: 236
+//!   (cpuhp_kick_ap_work)` from the BP task before the AP thread runs, `cpuhp_exit` with the
+//!   state reached and the AP part's result after it. `cpu_up()`'s `cpuhp_kick_ap()` has none.
+//! - No tracepoint fires on a CPU outside `cpu_online_mask`, so STARTING/DYING callbacks never
+//!   show.
 //!
-//! so `RUST_LOG=cpuhp=trace` shows every callback in kernel order.
+//! Besides: `biosim_cpuhp_op` (DEBUG; `cpu`, `op`, `from`/`target` or `ret`) and
+//! `biosim_cpuhp_warn` (WARN) for what no kernel tracepoint reports.
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,6 +35,7 @@ use std::sync::Arc;
 use crate::errno::Errno;
 use crate::invoke::{Invocation, Origin, RunsOn};
 use crate::state::{CpuId, StateId};
+use crate::task::Task;
 
 /// A kernel WARN/BUG (or a `pr_warn`) that the model records instead of
 /// crashing. Read them with [`crate::Cpuhp::warnings`].
@@ -109,6 +121,27 @@ pub enum Warning {
     /// `WARN(--cpu_hotplug_disabled < 0, "Unbalanced cpu hotplug enable")` in
     /// `cpu_hotplug_enable()`.
     UnbalancedHotplugEnable,
+    /// `WARN_ON_ONCE(ret)` ("Rollback must not fail") in `cpuhp_invoke_callback()`: undoing the
+    /// instances already done after an instance of a multi-instance state failed, an opposite
+    /// callback failed too. The kernel carries on and returns the original error.
+    InstanceRollbackFailed {
+        /// The CPU.
+        cpu: CpuId,
+        /// The multi-instance step.
+        state: StateId,
+        /// Its name.
+        name: Arc<str>,
+        /// Direction of the failed undo callback.
+        bringup: bool,
+        /// What it returned.
+        errno: Errno,
+    },
+    /// `WARN(!hlist_empty(&sp->list), "Error: Removing state %d which has instances left.")` in
+    /// `__cpuhp_remove_state_cpuslocked()`; the state is removed anyway.
+    RemovingStateWithInstances {
+        /// The state.
+        state: StateId,
+    },
 }
 
 impl Warning {
@@ -119,8 +152,11 @@ impl Warning {
             | Warning::AtomicCallbackFailed { cpu, .. }
             | Warning::DeadCallbackError { cpu, .. }
             | Warning::TeardownBug { cpu, .. }
+            | Warning::InstanceRollbackFailed { cpu, .. }
             | Warning::TargetMismatch { cpu, .. } => Some(*cpu),
-            Warning::NoDynamicStates { .. } | Warning::UnbalancedHotplugEnable => None,
+            Warning::NoDynamicStates { .. }
+            | Warning::UnbalancedHotplugEnable
+            | Warning::RemovingStateWithInstances { .. } => None,
         }
     }
 }
@@ -201,6 +237,25 @@ impl fmt::Display for Warning {
             Warning::UnbalancedHotplugEnable => {
                 f.write_str("WARNING: Unbalanced cpu hotplug enable")
             }
+            Warning::InstanceRollbackFailed {
+                cpu,
+                state,
+                name,
+                bringup,
+                errno,
+            } => write!(
+                f,
+                "WARNING: cpuhp_invoke_callback: instance rollback failed: CPU {} {} state {} ({}) failed ({})",
+                cpu.0,
+                dir(*bringup),
+                name,
+                state,
+                errno.as_neg_i32()
+            ),
+            Warning::RemovingStateWithInstances { state } => write!(
+                f,
+                "WARNING: Error: Removing state {state} which has instances left."
+            ),
         }
     }
 }
@@ -220,7 +275,8 @@ pub enum LogRecord {
         /// The requested target.
         target: StateId,
     },
-    /// A callback ran (or an injected failure stood in for it).
+    /// A callback ran (or an injected failure stood in for it), once per instance for a
+    /// multi-instance state.
     Call {
         /// What ran.
         invocation: Invocation,
@@ -230,6 +286,32 @@ pub enum LogRecord {
         injected: bool,
         /// `st->state` once the result was applied (as `cpuhp_exit` reports).
         state_after: StateId,
+    },
+    /// `cpuhp_kick_ap_work()` began: the BP hands the AP part of a `cpu_down()` to the AP
+    /// thread (its `cpuhp_enter`, fired by the BP task on the control CPU).
+    KickApWork {
+        /// The CPU going down.
+        cpu: CpuId,
+        /// `st->target` of the AP part (`CPUHP_TEARDOWN_CPU` or above).
+        target: StateId,
+        /// `prev_state`, the state the AP part starts from.
+        step: StateId,
+        /// The control CPU.
+        control: CpuId,
+    },
+    /// A `cpuhp_exit` that closes a section containing other calls: `cpuhp_kick_ap_work()`, or a
+    /// core step whose callback contains the AP part (`cpuhp_bringup_ap()` at
+    /// `CPUHP_BRINGUP_CPU`, `takedown_cpu()` at `CPUHP_TEARDOWN_CPU`; their [`LogRecord::Call`]
+    /// shows the enter only).
+    Exit {
+        /// The CPU.
+        cpu: CpuId,
+        /// `st->state` when the section ended.
+        state: StateId,
+        /// The step (`prev_state` for `cpuhp_kick_ap_work()`).
+        step: StateId,
+        /// The section's result.
+        result: Result<(), Errno>,
     },
     /// The CPU joined or left `cpu_online_mask`.
     Online {
@@ -253,6 +335,21 @@ pub enum LogRecord {
     },
 }
 
+/// Whether a [`LogRecord::Call`]'s `cpuhp_exit` is a separate [`LogRecord::Exit`]: the core
+/// steps whose callback contains the AP part, during a hotplug operation.
+pub(crate) fn record_exit_is_deferred(
+    inv: &Invocation,
+    result: &Result<(), Errno>,
+    injected: bool,
+) -> bool {
+    inv.core
+        && inv.origin == Origin::Hotplug
+        && !injected
+        && result.is_ok()
+        && ((inv.bringup && inv.state == crate::state::CPUHP_BRINGUP_CPU)
+            || (!inv.bringup && inv.state == crate::state::CPUHP_TEARDOWN_CPU))
+}
+
 fn ret(result: &Result<(), Errno>) -> i32 {
     match result {
         Ok(()) => 0,
@@ -261,11 +358,9 @@ fn ret(result: &Result<(), Errno>) -> i32 {
 }
 
 impl fmt::Display for LogRecord {
-    /// ftrace-style text: the kernel's `cpuhp_enter`/`cpuhp_exit` formats
-    /// (`" cpu: %04u target: %3d step: %3d (%ps)"`,
-    /// `" cpu: %04u  state: %3d step: %3d ret: %d"`), with the callback shown as
-    /// the kernel function for core steps (`takedown_cpu`) and as
-    /// `name startup`/`name teardown` otherwise, followed by where it ran.
+    /// ftrace-style text: the kernel's `cpuhp_enter`/`cpuhp_multi_enter`/`cpuhp_exit` formats
+    /// with the callback's `%ps` name, followed by the instance, where it ran and whether it was
+    /// a rollback. Unlike the tracepoints the log keeps injected failures (marked so).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LogRecord::OpStart {
@@ -285,26 +380,25 @@ impl fmt::Display for LogRecord {
                     RunsOn::Target { irqs_off: false } => format!("on cpuhp/{}", inv.cpu.0),
                     RunsOn::Control { cpu } => format!("on CPU{} (control)", cpu.0),
                 };
-                // Core steps show the kernel function (`%ps`), others the
-                // step name and direction.
-                let core_fn = crate::table::CORE_STEPS
-                    .iter()
-                    .find(|c| c.state == inv.state)
-                    .and_then(|c| if inv.bringup { c.startup } else { c.teardown });
-                let callback = match core_fn {
-                    Some(func) if inv.core => func.to_string(),
-                    _ => format!("{} {}", inv.name, inv.direction()),
+                let event = if inv.instance.is_some() {
+                    "cpuhp_multi_enter:"
+                } else {
+                    "cpuhp_enter:"
                 };
+                let instance = inv.instance.map(|i| format!(" {i}")).unwrap_or_default();
                 write!(
                     f,
-                    "  cpuhp_enter: cpu: {:04} target: {:3} step: {:3} ({}) {}{}",
+                    "  {event} cpu: {:04} target: {:3} step: {:3} ({}){instance} {}{}",
                     inv.cpu.0,
                     inv.target.0,
                     inv.state.0,
-                    callback,
+                    inv.fun,
                     on,
                     if inv.rollback { " [rollback]" } else { "" }
                 )?;
+                if record_exit_is_deferred(inv, result, *injected) {
+                    return Ok(());
+                }
                 write!(
                     f,
                     "\n  cpuhp_exit:  cpu: {:04}  state: {:3} step: {:3} ret: {}{}",
@@ -313,12 +407,35 @@ impl fmt::Display for LogRecord {
                     inv.state.0,
                     ret(result),
                     if *injected {
-                        " (injected by hotplug/fail, callback not run)"
+                        " (injected by hotplug/fail: callback not run, no cpuhp event)"
                     } else {
                         ""
                     }
                 )
             }
+            LogRecord::KickApWork {
+                cpu,
+                target,
+                step,
+                control,
+            } => write!(
+                f,
+                "  cpuhp_enter: cpu: {:04} target: {:3} step: {:3} (cpuhp_kick_ap_work) on CPU{} (control)",
+                cpu.0, target.0, step.0, control.0
+            ),
+            LogRecord::Exit {
+                cpu,
+                state,
+                step,
+                result,
+            } => write!(
+                f,
+                "  cpuhp_exit:  cpu: {:04}  state: {:3} step: {:3} ret: {}",
+                cpu.0,
+                state.0,
+                step.0,
+                ret(result)
+            ),
             LogRecord::Online { cpu, online } => {
                 if *online {
                     write!(f, "  set_cpu_online({}, true)", cpu.0)
@@ -337,35 +454,149 @@ impl fmt::Display for LogRecord {
     }
 }
 
-pub(crate) fn trace_enter(inv: &Invocation) {
+/// The context columns of a tracepoint: the CPU it runs on, the task, the flags.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TpContext {
+    pub(crate) exec_cpu: CpuId,
+    pub(crate) task: Task,
+    pub(crate) flags: &'static str,
+}
+
+impl TpContext {
+    pub(crate) fn of(inv: &Invocation) -> Self {
+        TpContext {
+            exec_cpu: inv.exec_cpu(),
+            task: inv.task,
+            flags: inv.flags(),
+        }
+    }
+}
+
+/// `TRACE_EVENT(cpuhp_enter)`'s `TP_printk("cpu: %04u target: %3d step: %3d (%ps)")`.
+pub fn cpuhp_enter_text(cpu: CpuId, target: StateId, step: StateId, fun: &str) -> String {
+    format!(
+        "cpuhp_enter: cpu: {:04} target: {:3} step: {:3} ({fun})",
+        cpu.0, target.0, step.0
+    )
+}
+
+/// `TRACE_EVENT(cpuhp_multi_enter)`: the same print fmt as `cpuhp_enter`.
+pub fn cpuhp_multi_enter_text(cpu: CpuId, target: StateId, step: StateId, fun: &str) -> String {
+    format!(
+        "cpuhp_multi_enter: cpu: {:04} target: {:3} step: {:3} ({fun})",
+        cpu.0, target.0, step.0
+    )
+}
+
+/// `TRACE_EVENT(cpuhp_exit)`'s `TP_printk(" cpu: %04u  state: %3d step: %3d ret: %d")` (the
+/// leading space gives two after the colon).
+pub fn cpuhp_exit_text(cpu: CpuId, state: StateId, step: StateId, ret: i32) -> String {
+    format!(
+        "cpuhp_exit:  cpu: {:04}  state: {:3} step: {:3} ret: {ret}",
+        cpu.0, state.0, step.0
+    )
+}
+
+/// Fires `cpuhp_enter` (or `cpuhp_multi_enter` for one instance of a multi-instance state) as
+/// the `tracing` event of the ftrace interface. `online`: whether `ctx.exec_cpu` is in
+/// `cpu_online_mask`; a tracepoint does not fire on a CPU that is not (`DECLARE_TRACE()`'s
+/// `cpu_online(raw_smp_processor_id())` condition), which hides STARTING/DYING callbacks.
+pub(crate) fn tp_enter(
+    online: bool,
+    ctx: TpContext,
+    multi: bool,
+    cpu: CpuId,
+    target: StateId,
+    step: StateId,
+    fun: &str,
+) {
+    if !online {
+        return;
+    }
+    let (tp, text) = if multi {
+        (
+            "cpuhp_multi_enter",
+            cpuhp_multi_enter_text(cpu, target, step, fun),
+        )
+    } else {
+        ("cpuhp_enter", cpuhp_enter_text(cpu, target, step, fun))
+    };
     tracing::trace!(
         target: "cpuhp",
-        cpu = inv.cpu.0,
-        target = inv.target.0,
-        step = inv.state.0,
-        callback = %format_args!("{}:{}", inv.name, inv.direction()),
-        rollback = inv.rollback,
-        runs_on = ?inv.runs_on,
-        "cpuhp_enter"
+        tracepoint = tp,
+        cpu = cpu.0,
+        exec_cpu = u64::from(ctx.exec_cpu.0),
+        comm = %ctx.task.comm(),
+        pid = u64::from(ctx.task.pid()),
+        flags = ctx.flags,
+        "{text}"
     );
 }
 
-pub(crate) fn trace_exit(
+/// Fires `cpuhp_exit`; see [`tp_enter`] for `online`.
+pub(crate) fn tp_exit(
+    online: bool,
+    ctx: TpContext,
     cpu: CpuId,
     state: StateId,
     step: StateId,
     result: &Result<(), Errno>,
-    injected: bool,
 ) {
+    if !online {
+        return;
+    }
+    let text = cpuhp_exit_text(cpu, state, step, ret(result));
     tracing::trace!(
         target: "cpuhp",
+        tracepoint = "cpuhp_exit",
         cpu = cpu.0,
-        state = state.0,
-        step = step.0,
-        ret = ret(result),
-        injected,
-        "cpuhp_exit"
+        exec_cpu = u64::from(ctx.exec_cpu.0),
+        comm = %ctx.task.comm(),
+        pid = u64::from(ctx.task.pid()),
+        flags = ctx.flags,
+        "{text}"
     );
+}
+
+/// `hotplug/fail` fired: the kernel's `cpuhp_invoke_callback()` returns `-EAGAIN` before
+/// `trace_cpuhp_enter()`, so no cpuhp event exists for it. biosim notes it as a
+/// `biosim_cpuhp_fail_injected` annotation (a trace_marker line in the ftrace output).
+pub(crate) fn tp_fail_injected(online: bool, ctx: TpContext, inv: &Invocation) {
+    if cfg!(feature = "bug-trace-injected-fail") {
+        // Twin: the failed step shows as a cpuhp_enter/cpuhp_exit pair, as it never does on
+        // the live kernel; the live-trace comparisons must catch it.
+        tp_enter(online, ctx, false, inv.cpu, inv.target, inv.state, &inv.fun);
+        return;
+    }
+    if !online {
+        return;
+    }
+    tracing::trace!(
+        target: "cpuhp",
+        tracepoint = "biosim_cpuhp_fail_injected",
+        cpu = inv.cpu.0,
+        exec_cpu = u64::from(ctx.exec_cpu.0),
+        comm = %ctx.task.comm(),
+        pid = u64::from(ctx.task.pid()),
+        flags = ctx.flags,
+        "biosim_cpuhp_fail_injected: cpu: {:04} step: {:3} ({} {}): -EAGAIN before the callback, no cpuhp event",
+        inv.cpu.0,
+        inv.state.0,
+        inv.fun,
+        inv.direction()
+    );
+}
+
+/// The exit the twin's injected enter needs.
+pub(crate) fn tp_fail_injected_exit(
+    online: bool,
+    ctx: TpContext,
+    inv: &Invocation,
+    state: StateId,
+) {
+    if cfg!(feature = "bug-trace-injected-fail") {
+        tp_exit(online, ctx, inv.cpu, state, inv.state, &Err(Errno::EAGAIN));
+    }
 }
 
 pub(crate) fn trace_warning(w: &Warning) {
