@@ -233,3 +233,249 @@ impl<E: 'static> Cpuhp<E> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use crate::tracefs::record;
+    use crate::*;
+
+    /// (cpu, state, bringup, instance)
+    type Call = (u32, i32, bool, Option<u64>);
+
+    #[derive(Default)]
+    struct Env {
+        calls: Mutex<Vec<Call>>,
+        /// One-shot failures: (cpu, state, bringup, instance).
+        armed: Mutex<Vec<Call>>,
+    }
+
+    impl Env {
+        fn take(&self) -> Vec<Call> {
+            std::mem::take(&mut *self.calls.lock().unwrap())
+        }
+    }
+
+    fn cb() -> Option<Callback<Env>> {
+        Some(Arc::new(|e: &Env, inv: &Invocation| {
+            let call = (
+                inv.cpu.0,
+                inv.state.0,
+                inv.bringup,
+                inv.instance.map(|i| i.0),
+            );
+            e.calls.lock().unwrap().push(call);
+            let mut armed = e.armed.lock().unwrap();
+            if let Some(i) = armed.iter().position(|a| *a == call) {
+                armed.remove(i);
+                return Err(Errno::EIO);
+            }
+            Ok(())
+        }))
+    }
+
+    const M: StateId = CPUHP_AP_BLK_MQ_ONLINE;
+    const P: StateId = CPUHP_BIO_DEAD;
+
+    /// Two CPUs; `M` an ONLINE multi-instance state with instances 0, 1, 2 (visited 2, 1, 0),
+    /// `P` a PREPARE one likewise with instances 3, 4, 5 (visited 5, 4, 3), and a single state
+    /// above `M`.
+    fn machine() -> Cpuhp<Env> {
+        let mut hp: Cpuhp<Env> = Cpuhp::new(2, 2).unwrap();
+        hp.cpuhp_setup_state_multi(M, "block/mq:online", cb(), cb())
+            .unwrap();
+        hp.cpuhp_setup_state_multi(P, "block/bio:dead", cb(), cb())
+            .unwrap();
+        for s in [M, M, M, P, P, P] {
+            hp.cpuhp_state_add_instance_nocalls(s).unwrap();
+        }
+        hp.cpuhp_setup_state_nocalls(CPUHP_AP_WORKQUEUE_ONLINE, "workqueue:online", cb(), cb())
+            .unwrap();
+        hp
+    }
+
+    #[test]
+    fn each_instance_is_one_call_and_one_traced_pair_newest_first() {
+        let mut hp = machine();
+        assert_eq!(
+            hp.instances(M),
+            vec![InstanceId(2), InstanceId(1), InstanceId(0)]
+        );
+        let env = Env::default();
+        let ((), lines) = record(|| hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap());
+        assert_eq!(
+            env.take(),
+            vec![
+                (1, 187, false, None),
+                (1, 151, false, Some(2)),
+                (1, 151, false, Some(1)),
+                (1, 151, false, Some(0)),
+                (1, 21, false, Some(5)),
+                (1, 21, false, Some(4)),
+                (1, 21, false, Some(3)),
+            ]
+        );
+        let multi: Vec<String> = lines
+            .iter()
+            .filter(|l| l.event != "cpuhp_enter")
+            .map(|l| format!("{}: {}", l.event, l.fields))
+            .collect();
+        assert_eq!(
+            &multi[1..4],
+            [
+                "cpuhp_multi_enter: cpu: 0001 target: 144 step: 151 (blk_mq_hctx_notify_offline)",
+                "cpuhp_exit:  cpu: 0001  state: 150 step: 151 ret: 0",
+                "cpuhp_multi_enter: cpu: 0001 target: 144 step: 151 (blk_mq_hctx_notify_offline)",
+            ]
+        );
+    }
+
+    /// In the AP thread (`lastp`): instance 1 fails, `st->last` keeps it, and the rollback first
+    /// undoes instance 2 of the same state (the one done before), then the states above.
+    #[test]
+    fn an_ap_instance_failure_rolls_back_the_instances_done_then_the_states_above() {
+        let mut hp = machine();
+        let env = Env::default();
+        env.armed.lock().unwrap().push((1, 151, false, Some(1)));
+        let err = hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap_err();
+        assert_eq!(err.errno(), Errno::EIO);
+        assert_eq!(
+            env.take(),
+            vec![
+                (1, 187, false, None),
+                (1, 151, false, Some(2)),
+                (1, 151, false, Some(1)),
+                // cpuhp_reset_state() with st->last: the same state, up to the failed node.
+                (1, 151, true, Some(2)),
+                (1, 187, true, None),
+            ]
+        );
+        assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_ONLINE);
+        assert!(hp.warnings().is_empty());
+        // st->last was consumed: the next offline is a plain one.
+        hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap();
+        assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_OFFLINE);
+    }
+
+    /// On the BP (no `lastp`): instance 4's startup fails during cpu_up, the call undoes
+    /// instance 5 with the teardown, returns the error, and cpuhp_up_callbacks() rolls back
+    /// below (nothing else here).
+    #[test]
+    #[cfg_attr(
+        feature = "bug-rollback-calls-failed-state",
+        should_panic(expected = "assertion")
+    )]
+    fn a_bp_instance_failure_is_undone_inside_the_call() {
+        let mut hp = machine();
+        let env = Env::default();
+        hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap();
+        env.take();
+        env.armed.lock().unwrap().push((1, 21, true, Some(4)));
+        let (r, lines) = record(|| hp.cpu_up(CpuId(1), CPUHP_ONLINE, &env));
+        assert_eq!(r.unwrap_err().errno(), Errno::EIO);
+        assert_eq!(
+            env.take(),
+            vec![
+                (1, 21, true, Some(5)),
+                (1, 21, true, Some(4)),
+                (1, 21, false, Some(5))
+            ]
+        );
+        let t: Vec<String> = lines
+            .iter()
+            .map(|l| format!("{}: {}", l.event, l.fields))
+            .collect();
+        assert_eq!(
+            &t[2..],
+            [
+                "cpuhp_multi_enter: cpu: 0001 target: 236 step:  21 (block/bio:dead)",
+                "cpuhp_exit:  cpu: 0001  state:  21 step:  21 ret: 0",
+                "cpuhp_multi_enter: cpu: 0001 target: 236 step:  21 (block/bio:dead)",
+                "cpuhp_exit:  cpu: 0001  state:  21 step:  21 ret: -5",
+                // The undo of instance 5, the BP's teardown under the same step.
+                "cpuhp_multi_enter: cpu: 0001 target: 236 step:  21 (bio_cpu_dead)",
+                "cpuhp_exit:  cpu: 0001  state:  21 step:  21 ret: 0",
+            ]
+        );
+        assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_OFFLINE);
+    }
+
+    #[test]
+    fn adding_an_instance_calls_its_startup_and_rolls_back_on_failure() {
+        let mut hp = machine();
+        let env = Env::default();
+        let id = hp.cpuhp_state_add_instance(M, &env).unwrap();
+        assert_eq!(
+            env.take(),
+            vec![(0, 151, true, Some(id.0)), (1, 151, true, Some(id.0))]
+        );
+        assert_eq!(hp.instances(M)[0], id);
+        let next = InstanceId(id.0 + 1);
+        env.armed.lock().unwrap().push((1, 151, true, Some(next.0)));
+        let err = hp.cpuhp_state_add_instance(M, &env).unwrap_err();
+        assert_eq!(err.errno(), Errno::EIO);
+        assert_eq!(
+            env.take(),
+            vec![
+                (0, 151, true, Some(next.0)),
+                (1, 151, true, Some(next.0)),
+                (0, 151, false, Some(next.0)),
+            ]
+        );
+        assert!(!hp.instances(M).contains(&next));
+        hp.cpuhp_state_remove_instance(M, id, &env).unwrap();
+        assert_eq!(
+            env.take(),
+            vec![(0, 151, false, Some(id.0)), (1, 151, false, Some(id.0))]
+        );
+        assert_eq!(
+            hp.cpuhp_state_remove_instance(M, id, &env)
+                .unwrap_err()
+                .errno(),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            hp.cpuhp_state_add_instance_nocalls(CPUHP_AP_WORKQUEUE_ONLINE)
+                .unwrap_err()
+                .errno(),
+            Errno::EINVAL
+        );
+        hp.cpuhp_remove_multi_state(M).unwrap();
+        assert_eq!(
+            hp.warnings(),
+            &[Warning::RemovingStateWithInstances { state: M }]
+        );
+        assert!(hp.instances(M).is_empty());
+    }
+
+    /// A multi-instance state without instances calls nothing and costs no step, but
+    /// `hotplug/fail` accepts it and fires there, as on the live kernel (padata:online).
+    #[test]
+    fn an_empty_multi_state_is_passed_over_unless_the_fail_is_armed_there() {
+        let mut hp: Cpuhp<Env> = Cpuhp::new(2, 2).unwrap();
+        let padata = hp
+            .cpuhp_setup_state_multi(CPUHP_AP_ONLINE_DYN, "padata:online", cb(), None)
+            .unwrap();
+        let env = Env::default();
+        hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap();
+        hp.start_cpu_up(CpuId(1), CPUHP_ONLINE).unwrap();
+        let mut steps = Vec::new();
+        while let StepOutcome::Ran { executed, .. } = hp.step(CpuId(1), &env).unwrap() {
+            steps.push(executed.invocation.state.0);
+        }
+        assert!(!steps.contains(&padata.0), "{steps:?}");
+        hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &env).unwrap();
+        hp.set_fail(CpuId(1), padata.0).unwrap();
+        let (r, lines) = record(|| hp.cpu_up(CpuId(1), CPUHP_ONLINE, &env));
+        let err = r.unwrap_err();
+        assert!(
+            matches!(err, HotplugError::CallbackFailed { state, injected: true, .. } if state == padata)
+        );
+        assert!(lines
+            .iter()
+            .all(|l| !l.fields.contains("padata") || l.event == "tracing_mark_write"));
+        assert_eq!(hp.state(CpuId(1)).unwrap(), CPUHP_OFFLINE);
+        assert!(env.take().is_empty());
+    }
+}

@@ -602,3 +602,189 @@ pub(crate) fn tp_fail_injected_exit(
 pub(crate) fn trace_warning(w: &Warning) {
     tracing::warn!(target: "cpuhp", cpu = ?w.cpu(), "biosim_cpuhp_warn: {w}");
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{cpuhp_enter_text, cpuhp_exit_text, cpuhp_multi_enter_text};
+    use crate::tracefs::{record, TraceLine};
+    use crate::*;
+
+    fn noop() -> Option<Callback<()>> {
+        Some(Arc::new(|_: &(), _: &Invocation| Ok(())))
+    }
+
+    /// `TASK-PID [CPU] FLAGS: EVENT: FIELDS` of the recorded lines (timestamps dropped).
+    fn text(lines: &[TraceLine]) -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| {
+                format!(
+                    "{}-{} [{:03}] {}: {}: {}",
+                    l.comm, l.pid, l.cpu, l.flags, l.event, l.fields
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_print_fmts_pad_as_the_kernels() {
+        assert_eq!(
+            cpuhp_enter_text(
+                CpuId(1),
+                StateId(144),
+                StateId(187),
+                "workqueue_offline_cpu"
+            ),
+            "cpuhp_enter: cpu: 0001 target: 144 step: 187 (workqueue_offline_cpu)"
+        );
+        assert_eq!(
+            cpuhp_enter_text(CpuId(1), StateId(236), StateId(1), "smpboot_create_threads"),
+            "cpuhp_enter: cpu: 0001 target: 236 step:   1 (smpboot_create_threads)"
+        );
+        assert_eq!(
+            cpuhp_multi_enter_text(CpuId(1), StateId(0), StateId(24), "blk_mq_hctx_notify_dead"),
+            "cpuhp_multi_enter: cpu: 0001 target:   0 step:  24 (blk_mq_hctx_notify_dead)"
+        );
+        assert_eq!(
+            cpuhp_exit_text(CpuId(1), StateId(186), StateId(187), 0),
+            "cpuhp_exit:  cpu: 0001  state: 186 step: 187 ret: 0"
+        );
+        assert_eq!(
+            cpuhp_exit_text(CpuId(1), StateId(236), StateId(236), -11),
+            "cpuhp_exit:  cpu: 0001  state: 236 step: 236 ret: -11"
+        );
+    }
+
+    /// A machine with an ONLINE state (AP, cpuhp/1), a PREPARE state (BP), a STARTING state and
+    /// a multi-instance ONLINE state with two instances.
+    fn machine() -> (Cpuhp<()>, StateId, StateId) {
+        let mut hp: Cpuhp<()> = Cpuhp::new(2, 2).unwrap();
+        hp.cpuhp_setup_state_nocalls(
+            CPUHP_AP_WORKQUEUE_ONLINE,
+            "workqueue:online",
+            noop(),
+            noop(),
+        )
+        .unwrap();
+        hp.cpuhp_setup_state_nocalls(CPUHP_TIMERS_PREPARE, "timers:prepare", noop(), noop())
+            .unwrap();
+        hp.cpuhp_setup_state_nocalls(CPUHP_AP_SCHED_STARTING, "sched:starting", noop(), noop())
+            .unwrap();
+        let dynamic = hp
+            .cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "demo:online", noop(), None)
+            .unwrap();
+        let multi = hp
+            .cpuhp_setup_state_multi(CPUHP_AP_BLK_MQ_ONLINE, "block/mq:online", noop(), noop())
+            .unwrap();
+        hp.cpuhp_state_add_instance_nocalls(multi).unwrap();
+        hp.cpuhp_state_add_instance_nocalls(multi).unwrap();
+        (hp, dynamic, multi)
+    }
+
+    #[test]
+    fn an_offline_and_an_online_print_the_kernels_events_in_the_kernels_tasks() {
+        let (mut hp, _, _) = machine();
+        let ((), down) = record(|| hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &()).unwrap());
+        assert_eq!(
+            text(&down),
+            [
+                // cpuhp_kick_ap_work() in the work_on_cpu() kworker of the control CPU.
+                "kworker/0:0-200 [000] .....: cpuhp_enter: cpu: 0001 target: 144 step: 236 (cpuhp_kick_ap_work)",
+                "cpuhp/1-101 [001] .....: cpuhp_enter: cpu: 0001 target: 144 step: 187 (workqueue_offline_cpu)",
+                "cpuhp/1-101 [001] .....: cpuhp_exit:  cpu: 0001  state: 186 step: 187 ret: 0",
+                "cpuhp/1-101 [001] .....: cpuhp_multi_enter: cpu: 0001 target: 144 step: 151 (blk_mq_hctx_notify_offline)",
+                "cpuhp/1-101 [001] .....: cpuhp_exit:  cpu: 0001  state: 150 step: 151 ret: 0",
+                "cpuhp/1-101 [001] .....: cpuhp_multi_enter: cpu: 0001 target: 144 step: 151 (blk_mq_hctx_notify_offline)",
+                "cpuhp/1-101 [001] .....: cpuhp_exit:  cpu: 0001  state: 150 step: 151 ret: 0",
+                "kworker/0:0-200 [000] .....: cpuhp_exit:  cpu: 0001  state: 144 step: 236 ret: 0",
+                // takedown_cpu()'s exit after the DYING callbacks (sched_cpu_dying, not traced:
+                // CPU1 is out of cpu_online_mask) with the state they left.
+                "kworker/0:0-200 [000] .....: cpuhp_enter: cpu: 0001 target:   0 step: 144 (takedown_cpu)",
+                "kworker/0:0-200 [000] .....: cpuhp_exit:  cpu: 0001  state:  84 step: 144 ret: 0",
+                "kworker/0:0-200 [000] .....: cpuhp_enter: cpu: 0001 target:   0 step:  83 (finish_cpu)",
+                "kworker/0:0-200 [000] .....: cpuhp_exit:  cpu: 0001  state:  82 step:  83 ret: 0",
+                "kworker/0:0-200 [000] .....: cpuhp_enter: cpu: 0001 target:   0 step:  58 (timers_dead_cpu)",
+                "kworker/0:0-200 [000] .....: cpuhp_exit:  cpu: 0001  state:  57 step:  58 ret: 0",
+            ]
+        );
+        let ((), up) = record(|| hp.cpu_up(CpuId(1), CPUHP_ONLINE, &()).unwrap());
+        assert_eq!(
+            text(&up),
+            [
+                "biosim-999 [000] .....: cpuhp_enter: cpu: 0001 target: 236 step:   1 (smpboot_create_threads)",
+                "biosim-999 [000] .....: cpuhp_exit:  cpu: 0001  state:   1 step:   1 ret: 0",
+                "biosim-999 [000] .....: cpuhp_enter: cpu: 0001 target: 236 step:  58 (timers_prepare_cpu)",
+                "biosim-999 [000] .....: cpuhp_exit:  cpu: 0001  state:  58 step:  58 ret: 0",
+                "biosim-999 [000] .....: cpuhp_enter: cpu: 0001 target: 236 step:  82 (cpuhp_kick_ap_alive)",
+                "biosim-999 [000] .....: cpuhp_exit:  cpu: 0001  state:  82 step:  82 ret: 0",
+                // cpuhp_bringup_ap(): STARTING untraced, the ONLINE section in cpuhp/1, its exit
+                // at the end with CPUHP_ONLINE.
+                "biosim-999 [000] .....: cpuhp_enter: cpu: 0001 target: 236 step:  83 (cpuhp_bringup_ap)",
+                "cpuhp/1-101 [001] .....: cpuhp_multi_enter: cpu: 0001 target: 236 step: 151 (blk_mq_hctx_notify_online)",
+                "cpuhp/1-101 [001] .....: cpuhp_exit:  cpu: 0001  state: 151 step: 151 ret: 0",
+                "cpuhp/1-101 [001] .....: cpuhp_multi_enter: cpu: 0001 target: 236 step: 151 (blk_mq_hctx_notify_online)",
+                "cpuhp/1-101 [001] .....: cpuhp_exit:  cpu: 0001  state: 151 step: 151 ret: 0",
+                "cpuhp/1-101 [001] .....: cpuhp_enter: cpu: 0001 target: 236 step: 187 (workqueue_online_cpu)",
+                "cpuhp/1-101 [001] .....: cpuhp_exit:  cpu: 0001  state: 187 step: 187 ret: 0",
+                // A callback registered without a function name prints its state's name.
+                "cpuhp/1-101 [001] .....: cpuhp_enter: cpu: 0001 target: 236 step: 192 (demo:online)",
+                "cpuhp/1-101 [001] .....: cpuhp_exit:  cpu: 0001  state: 192 step: 192 ret: 0",
+                "biosim-999 [000] .....: cpuhp_exit:  cpu: 0001  state: 236 step:  83 ret: 0",
+            ]
+        );
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-rollback-calls-failed-state",
+        should_panic(expected = "assertion")
+    )]
+    fn an_injected_failure_fires_no_cpuhp_event_only_an_annotation() {
+        let (mut hp, dynamic, _) = machine();
+        hp.set_fail(CpuId(1), CPUHP_AP_WORKQUEUE_ONLINE.0).unwrap();
+        let (r, down) = record(|| hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &()));
+        assert_eq!(r.unwrap_err().errno(), Errno::EAGAIN);
+        let t = text(&down);
+        assert_eq!(
+            t,
+            [
+                "kworker/0:0-200 [000] .....: cpuhp_enter: cpu: 0001 target: 144 step: 236 (cpuhp_kick_ap_work)",
+                "cpuhp/1-101 [001] .....: tracing_mark_write: biosim_cpuhp_fail_injected: cpu: 0001 step: 187 (workqueue_offline_cpu teardown): -EAGAIN before the callback, no cpuhp event",
+                // The rollback: the startups above 187 (the failed step's own is not called).
+                "cpuhp/1-101 [001] .....: cpuhp_enter: cpu: 0001 target: 236 step: 192 (demo:online)",
+                "cpuhp/1-101 [001] .....: cpuhp_exit:  cpu: 0001  state: 192 step: 192 ret: 0",
+                "kworker/0:0-200 [000] .....: cpuhp_exit:  cpu: 0001  state: 236 step: 236 ret: -11",
+            ]
+        );
+        // The log keeps the injected call (tests and docs read it).
+        assert!(hp.log().iter().any(|r| matches!(r,
+            LogRecord::Call { injected: true, invocation, .. } if invocation.state == CPUHP_AP_WORKQUEUE_ONLINE)));
+        let _ = dynamic;
+    }
+
+    #[test]
+    fn single_invocations_run_in_cpuhp_thread_or_the_writer() {
+        let mut hp: Cpuhp<()> = Cpuhp::new(2, 2).unwrap();
+        let (_, lines) = record(|| {
+            hp.cpuhp_setup_state(CPUHP_AP_ONLINE_DYN, "demo:online", noop(), None, &())
+                .unwrap();
+            hp.cpuhp_setup_state(CPUHP_TIMERS_PREPARE, "timers:prepare", noop(), None, &())
+                .unwrap();
+        });
+        assert_eq!(
+            text(&lines),
+            [
+                "cpuhp/0-100 [000] .....: cpuhp_enter: cpu: 0000 target: 236 step: 192 (demo:online)",
+                "cpuhp/0-100 [000] .....: cpuhp_exit:  cpu: 0000  state: 236 step: 192 ret: 0",
+                "cpuhp/1-101 [001] .....: cpuhp_enter: cpu: 0001 target: 236 step: 192 (demo:online)",
+                "cpuhp/1-101 [001] .....: cpuhp_exit:  cpu: 0001  state: 236 step: 192 ret: 0",
+                "biosim-999 [001] .....: cpuhp_enter: cpu: 0000 target: 236 step:  58 (timers_prepare_cpu)",
+                "biosim-999 [001] .....: cpuhp_exit:  cpu: 0000  state: 236 step:  58 ret: 0",
+                "biosim-999 [000] .....: cpuhp_enter: cpu: 0001 target: 236 step:  58 (timers_prepare_cpu)",
+                "biosim-999 [000] .....: cpuhp_exit:  cpu: 0001  state: 236 step:  58 ret: 0",
+            ]
+        );
+    }
+}

@@ -582,7 +582,10 @@ fn a_clean_offline_and_online_trace_as_on_the_live_kernel() {
 
 #[test]
 #[cfg_attr(
-    feature = "bug-trace-injected-fail",
+    any(
+        feature = "bug-trace-injected-fail",
+        feature = "bug-rollback-calls-failed-state"
+    ),
     should_panic(expected = "assertion")
 )]
 fn an_offline_failed_at_187_traces_as_on_the_live_kernel() {

@@ -195,4 +195,146 @@ mod tests {
             Some("vmstat_cpu_down_prep")
         );
     }
+
+    /// The live 6.18 recordings, copied into the hotplug crate's test data.
+    fn live_lines(name: &str) -> Vec<hotplug::tracefs::TraceLine> {
+        let path = format!(
+            "{}/../hotplug/tests/data/tracefs-6.18/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .lines()
+            .map(|l| hotplug::tracefs::TraceLine::parse(l).unwrap_or_else(|e| panic!("{e}")))
+            .collect()
+    }
+
+    /// `(task kind, event)`: `'A'` for `cpuhp/N`, `'K'` for the `cpu_down()` kworker, `'W'` for
+    /// the writer (`sh` live, `biosim` here).
+    type Seq = Vec<(char, hotplug::tracefs::CpuhpEvent)>;
+
+    /// The cpuhp events of `lines` at the states in `keep`.
+    fn restricted(lines: &[hotplug::tracefs::TraceLine], keep: &[i32]) -> Seq {
+        lines
+            .iter()
+            .filter_map(|l| {
+                let e = l.cpuhp()?.unwrap();
+                let who = match l.comm.as_str() {
+                    c if c.starts_with("cpuhp/") => 'A',
+                    c if c.starts_with("kworker/") => 'K',
+                    _ => 'W',
+                };
+                keep.contains(&e.step()).then_some((who, e))
+            })
+            .collect()
+    }
+
+    /// The states this kernel's table shares with the live kernel's: a callback here, and the
+    /// same name at the same number in the live `states.txt`; plus 236 for `cpuhp_kick_ap_work`.
+    fn shared_states(k: &Kernel) -> Vec<i32> {
+        let path = format!(
+            "{}/../hotplug/tests/data/tracefs-6.18/states.txt",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let live = std::fs::read_to_string(path).unwrap();
+        let hp = k.hotplug();
+        let mut keep: Vec<i32> = (1..236)
+            .filter(|&s| {
+                let Some(info) = hp.step_info(hotplug::StateId(s)) else {
+                    return false;
+                };
+                let line = format!("{s:3}: {}", info.name.as_deref().unwrap_or("-"));
+                (info.has_startup || info.has_teardown) && live.lines().any(|l| l == line)
+            })
+            .collect();
+        keep.push(236);
+        keep
+    }
+
+    fn compare(what: &str, model: &Seq, live: &Seq) {
+        let n = model.iter().zip(live).take_while(|(a, b)| a == b).count();
+        assert!(
+            model == live,
+            "{what}: the model's cpuhp events differ from the live kernel's at event {n} of the \
+             restricted sequence:\n  model: {:?}\n  live:  {:?}",
+            model.get(n),
+            live.get(n)
+        );
+    }
+
+    /// This kernel's boot table against the live kernel: on the states they share, a clean
+    /// offline/online of CPU1, an offline failed at 187 and an online failed at 61 print the live
+    /// traces' cpuhp events (kind, step, target, function name, `state:`, `ret:`, kind of task).
+    #[test]
+    fn the_boot_table_traces_as_the_live_kernel_on_the_states_it_shares() {
+        let cpu1 = crate::CpuId(1);
+        let run = |fail: Option<i32>, down_first: bool, up: bool| {
+            let k = Kernel::new(KernelConfig::default(), 2).unwrap();
+            if down_first {
+                k.cpu_hotplug_to(cpu1, hotplug::CPUHP_OFFLINE, false)
+                    .unwrap();
+            }
+            if let Some(f) = fail {
+                k.hotplug().set_fail(cpu1, f).unwrap();
+            }
+            let (r, lines) = hotplug::tracefs::record(|| {
+                if up {
+                    k.cpu_hotplug_to(cpu1, hotplug::CPUHP_ONLINE, true)
+                } else {
+                    let r = k.cpu_hotplug_to(cpu1, hotplug::CPUHP_OFFLINE, false);
+                    if fail.is_none() {
+                        r.unwrap();
+                        return k.cpu_hotplug_to(cpu1, hotplug::CPUHP_ONLINE, true);
+                    }
+                    r
+                }
+            });
+            let keep = shared_states(&k);
+            (r, restricted(&lines, &keep), keep)
+        };
+        let (r, model, keep) = run(None, false, false);
+        r.unwrap();
+        // The shared states: kernel/cpu.c's own, the fixed ones the model's subsystems register
+        // (workqueue, timers) and the early dynamic ones.
+        assert_eq!(
+            keep,
+            vec![1, 36, 58, 61, 62, 82, 83, 144, 187, 192, 193, 194, 195, 196, 236]
+        );
+        let clean = restricted(&live_lines("down-up-clean.trace"), &keep);
+        compare("down-up-clean", &model, &clean);
+
+        let (r, model, keep) = run(Some(187), false, false);
+        assert_eq!(r.unwrap_err().errno(), hotplug::Errno::EAGAIN);
+        let f187 = restricted(&live_lines("down-fail-187.trace"), &keep);
+        compare("down-fail-187", &model, &f187);
+
+        let (r, model, keep) = run(Some(61), true, true);
+        assert_eq!(r.unwrap_err().errno(), hotplug::Errno::EAGAIN);
+        let f61 = restricted(&live_lines("up-fail-61.trace"), &keep);
+        compare("up-fail-61", &model, &f61);
+
+        // The comparison's twins: a function name off, and the injected failure traced.
+        let mut wrong_name = clean.clone();
+        if let Some((_, hotplug::tracefs::CpuhpEvent::Enter { fun, .. })) =
+            wrong_name.iter_mut().find(|(_, e)| e.step() == 187)
+        {
+            *fun = "workqueue:online".into();
+        }
+        assert!(wrong_name != clean, "a wrong %ps name must differ");
+        let mut traced_fail = f187.clone();
+        traced_fail.insert(
+            2,
+            (
+                'A',
+                hotplug::tracefs::CpuhpEvent::Enter {
+                    multi: false,
+                    cpu: 1,
+                    target: 144,
+                    step: 187,
+                    fun: "workqueue_offline_cpu".into(),
+                },
+            ),
+        );
+        assert!(traced_fail != f187, "a traced injected failure must differ");
+    }
 }
