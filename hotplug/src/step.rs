@@ -179,6 +179,10 @@ pub(crate) struct Operation {
     /// A core step whose callback contains the AP part (`CPUHP_BRINGUP_CPU` up,
     /// `CPUHP_TEARDOWN_CPU` down): its `cpuhp_exit` waits until that part ends.
     section: Option<StateId>,
+    /// `cpuhp_kick_ap_work()`'s `cpuhp_enter` (target, prev_state), not fired yet: it fires with
+    /// the first step of the AP part (nothing happens in between), so a runtime that records the
+    /// steps' events records it too.
+    kick_enter: Option<(StateId, StateId)>,
 }
 
 impl Operation {
@@ -489,6 +493,10 @@ impl<E: 'static> Cpuhp<E> {
         };
         self.step_seq += 1;
         let seq = self.step_seq;
+        if let Some(mut op) = self.cpus[i].op.take() {
+            self.kick_ap_work_enter(cpu, &mut op);
+            self.cpus[i].op = Some(op);
+        }
         let op = self.cpus[i].op.as_ref().expect("checked above");
         if let Some(mc) = op.multi.as_ref() {
             // The next instance of the multi-instance call in progress.
@@ -848,25 +856,10 @@ impl<E: 'static> Cpuhp<E> {
             done: None,
             multi: None,
             section: None,
+            kick_enter: None,
         };
         if let Role::DownApKick { prev } = frame.role {
-            // cpuhp_kick_ap_work(): trace_cpuhp_enter(cpu, st->target, prev_state, ...).
-            let ctx = op.bp_context();
-            trace::tp_enter(
-                self.cpu_online(ctx.exec_cpu),
-                ctx,
-                false,
-                cpu,
-                frame.target,
-                prev,
-                "cpuhp_kick_ap_work",
-            );
-            self.log.push(LogRecord::KickApWork {
-                cpu,
-                target: frame.target,
-                step: prev,
-                control,
-            });
+            op.kick_enter = Some((frame.target, prev));
         }
         self.settle(cpu, &mut op);
         let _ = self.end_if_done(cpu, op);
@@ -1098,14 +1091,40 @@ impl<E: 'static> Cpuhp<E> {
         });
     }
 
+    /// `cpuhp_kick_ap_work()`'s `trace_cpuhp_enter(cpu, st->target, prev_state, ...)`, if not
+    /// fired yet.
+    fn kick_ap_work_enter(&mut self, cpu: CpuId, op: &mut Operation) {
+        let Some((target, prev)) = op.kick_enter.take() else {
+            return;
+        };
+        let ctx = op.bp_context();
+        trace::tp_enter(
+            self.cpu_online(ctx.exec_cpu),
+            ctx,
+            false,
+            cpu,
+            target,
+            prev,
+            "cpuhp_kick_ap_work",
+        );
+        self.log.push(LogRecord::KickApWork {
+            cpu,
+            target,
+            step: prev,
+            control: op.control,
+        });
+    }
+
     /// The `cpuhp_exit` of `cpuhp_kick_ap_work()`: the AP part of a `cpu_down()` ended.
     fn kick_ap_work_exit(
         &mut self,
         cpu: CpuId,
-        op: &Operation,
+        op: &mut Operation,
         prev: StateId,
         result: Result<(), Errno>,
     ) {
+        // An AP part without a callback: the enter has not fired.
+        self.kick_ap_work_enter(cpu, op);
         let state = self.cpus[cpu.index()].state;
         let ctx = op.bp_context();
         trace::tp_exit(
