@@ -526,7 +526,7 @@ pub(crate) fn tp_enter(
         tracepoint = tp,
         cpu = cpu.0,
         exec_cpu = u64::from(ctx.exec_cpu.0),
-        comm = %ctx.task.comm(),
+        comm = ctx.task.comm().as_str(),
         pid = u64::from(ctx.task.pid()),
         flags = ctx.flags,
         "{text}"
@@ -551,7 +551,7 @@ pub(crate) fn tp_exit(
         tracepoint = "cpuhp_exit",
         cpu = cpu.0,
         exec_cpu = u64::from(ctx.exec_cpu.0),
-        comm = %ctx.task.comm(),
+        comm = ctx.task.comm().as_str(),
         pid = u64::from(ctx.task.pid()),
         flags = ctx.flags,
         "{text}"
@@ -576,7 +576,7 @@ pub(crate) fn tp_fail_injected(online: bool, ctx: TpContext, inv: &Invocation) {
         tracepoint = "biosim_cpuhp_fail_injected",
         cpu = inv.cpu.0,
         exec_cpu = u64::from(ctx.exec_cpu.0),
-        comm = %ctx.task.comm(),
+        comm = ctx.task.comm().as_str(),
         pid = u64::from(ctx.task.pid()),
         flags = ctx.flags,
         "biosim_cpuhp_fail_injected: cpu: {:04} step: {:3} ({} {}): -EAGAIN before the callback, no cpuhp event",
