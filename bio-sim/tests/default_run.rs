@@ -158,7 +158,7 @@ fn quiet_trace_and_perfetto_of_the_default_run() {
     let (code, out, _) = text(&biosim(tmp.path(), &["run", "--trace"]));
     assert_eq!(code, 0);
     assert!(out.contains("hotplug/fail"), "{out}");
-    assert!(out.contains("injected=true"), "{out}");
+    assert!(out.contains("biosim_cpuhp_fail_injected"), "{out}");
     assert!(out.contains("verdict   clean"), "{out}");
     let json = tmp.path().join("default.json");
     let (code, _, err) = text(&biosim(

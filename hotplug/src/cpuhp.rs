@@ -12,11 +12,12 @@ use std::sync::Arc;
 
 use crate::errno::Errno;
 use crate::error::HotplugError;
-use crate::invoke::{Callback, Invocation, InvokeFn, Origin, RunsOn};
+use crate::invoke::{Callback, InstanceId, Invocation, InvokeFn, Origin, RunsOn};
 use crate::state::*;
 use crate::step::Operation;
 use crate::table::{default_steps, Step, StepInfo, StepKind};
-use crate::trace::{self, LogRecord, Warning};
+use crate::task::Task;
+use crate::trace::{self, LogRecord, TpContext, Warning};
 
 /// Kernel configuration knobs that change the hotplug core's behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,6 +54,9 @@ pub(crate) struct CpuhpCpuState {
     pub(crate) online: bool,
     /// `cpu_dying(cpu)`.
     pub(crate) dying: bool,
+    /// `st->last`: the instance of a multi-instance state whose callback failed in the AP
+    /// thread; the rollback undoes the instances before it first.
+    pub(crate) last: Option<InstanceId>,
     /// The `cpu_up()`/`cpu_down()` in progress, if any.
     pub(crate) op: Option<Operation>,
     /// The result of the last finished operation.
@@ -78,6 +82,8 @@ pub struct Cpuhp<E> {
     pub(crate) log: Vec<LogRecord>,
     pub(crate) warnings: Vec<Warning>,
     pub(crate) step_seq: u64,
+    /// The next [`InstanceId`] `cpuhp_state_add_instance*()` hands out.
+    pub(crate) next_instance: u64,
 }
 
 impl<E> fmt::Debug for Cpuhp<E> {
@@ -133,6 +139,7 @@ impl<E: 'static> Cpuhp<E> {
                     rollback: false,
                     online: up,
                     dying: false,
+                    last: None,
                     op: None,
                     last_result: None,
                 }
@@ -147,6 +154,7 @@ impl<E: 'static> Cpuhp<E> {
             log: Vec::new(),
             warnings: Vec::new(),
             step_seq: 0,
+            next_instance: 0,
         })
     }
 
@@ -240,7 +248,57 @@ impl<E: 'static> Cpuhp<E> {
             cant_stop: step.cant_stop,
             kind: step.kind,
             registered: step.registered,
+            startup_fn: step.startup.as_ref().map(|_| step.fun(true, state)),
+            teardown_fn: step.teardown.as_ref().map(|_| step.fun(false, state)),
+            multi_instance: step.multi_instance,
+            instances: step.instances.clone(),
         })
+    }
+
+    /// Names the kernel functions of a registered state's callbacks, as `%ps` prints them in
+    /// `cpuhp_enter` (`bio_complete_batch_cpu_online`). `None` keeps a direction's current name:
+    /// the default table's for a fixed state ([`crate::table::BUILTIN_FNS`]), else none, and a
+    /// callback without a function name prints the state's name.
+    ///
+    /// `-EINVAL` for a state outside the table, one no `cpuhp_setup_state*()` owns, or a name
+    /// for a direction without a callback.
+    pub fn set_callback_fns(
+        &mut self,
+        state: StateId,
+        startup: Option<&str>,
+        teardown: Option<&str>,
+    ) -> Result<(), HotplugError> {
+        let op = "set_callback_fns";
+        let Some(step) = (if state.in_table() {
+            self.steps.get_mut(state.0 as usize)
+        } else {
+            None
+        }) else {
+            return Err(HotplugError::invalid_state(op, state.0, "out of range"));
+        };
+        if !step.registered {
+            return Err(HotplugError::invalid_state(
+                op,
+                state.0,
+                "no cpuhp_setup_state*() registration to name",
+            ));
+        }
+        if (startup.is_some() && step.startup.is_none())
+            || (teardown.is_some() && step.teardown.is_none())
+        {
+            return Err(HotplugError::invalid_state(
+                op,
+                state.0,
+                "a function name for a direction without a callback",
+            ));
+        }
+        if let Some(f) = startup {
+            step.startup_fn = Some(Arc::from(f));
+        }
+        if let Some(f) = teardown {
+            step.teardown_fn = Some(Arc::from(f));
+        }
+        Ok(())
     }
 
     /// `cpu_hotplug_disable()`: further `cpu_up()`/`cpu_down()` return `-EBUSY`
@@ -304,6 +362,7 @@ impl<E: 'static> Cpuhp<E> {
             state,
             name,
             true,
+            false,
             startup,
             teardown,
             run,
@@ -324,6 +383,7 @@ impl<E: 'static> Cpuhp<E> {
             "cpuhp_setup_state_nocalls",
             state,
             name,
+            false,
             false,
             startup,
             teardown,
@@ -377,12 +437,13 @@ impl<E: 'static> Cpuhp<E> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn setup_state(
+    pub(crate) fn setup_state(
         &mut self,
         op: &'static str,
         state: StateId,
         name: &str,
         invoke: bool,
+        multi: bool,
         startup: Option<Callback<E>>,
         teardown: Option<Callback<E>>,
         run: &mut InvokeFn<'_, E>,
@@ -398,6 +459,7 @@ impl<E: 'static> Cpuhp<E> {
         let has_teardown = teardown.is_some();
         let has_startup = startup.is_some();
         let slot = self.cpuhp_store_callbacks(op, state, name, startup, teardown)?;
+        self.steps[slot.0 as usize].multi_instance = multi;
 
         // Pre-6.10 kernels only treated CPUHP_AP_ONLINE_DYN as dynamic here, so
         // a positive slot from CPUHP_BP_PREPARE_DYN looked like an error code
@@ -414,10 +476,10 @@ impl<E: 'static> Cpuhp<E> {
                 continue;
             }
             if let Err((errno, injected)) =
-                self.cpuhp_issue_call(cpu, slot, true, Origin::Setup, run)
+                self.cpuhp_issue_call(cpu, slot, true, None, Origin::Setup, run)
             {
                 if has_teardown {
-                    self.cpuhp_rollback_install(cpu, slot, run);
+                    self.cpuhp_rollback_install(cpu, slot, None, run);
                 }
                 let name = self.step_name(slot);
                 self.steps[slot.0 as usize].uninstall();
@@ -450,12 +512,23 @@ impl<E: 'static> Cpuhp<E> {
                 "no cpuhp_setup_state*() registration to remove",
             ));
         }
-        if invoke && self.steps[state.0 as usize].teardown.is_some() {
+        if self.steps[state.0 as usize].multi_instance {
+            // A multi-instance state invokes nothing on removal; its instances should be gone.
+            if !self.steps[state.0 as usize].instances.is_empty() {
+                self.warn(Warning::RemovingStateWithInstances { state });
+            }
+        } else if invoke && self.steps[state.0 as usize].teardown.is_some() {
             for i in 0..self.cpus.len() {
                 if self.cpus[i].state >= state {
                     // Teardown failures are recorded as TeardownBug inside.
-                    let _ =
-                        self.cpuhp_issue_call(CpuId(i as u32), state, false, Origin::Remove, run);
+                    let _ = self.cpuhp_issue_call(
+                        CpuId(i as u32),
+                        state,
+                        false,
+                        None,
+                        Origin::Remove,
+                        run,
+                    );
                 }
             }
         }
@@ -500,6 +573,8 @@ impl<E: 'static> Cpuhp<E> {
         };
         let step = &mut self.steps[slot.0 as usize];
         step.name = Some(Arc::from(name));
+        step.startup_fn = startup.as_ref().and(step.default_fns.0).map(Arc::from);
+        step.teardown_fn = teardown.as_ref().and(step.default_fns.1).map(Arc::from);
         step.startup = startup;
         step.teardown = teardown;
         step.registered = true;
@@ -532,11 +607,12 @@ impl<E: 'static> Cpuhp<E> {
     }
 
     /// Models `cpuhp_rollback_install()`: teardown on the CPUs below
-    /// `failed_cpu` that had the startup invoked.
-    fn cpuhp_rollback_install(
+    /// `failed_cpu` that had the startup invoked (for one instance of a multi-instance state).
+    pub(crate) fn cpuhp_rollback_install(
         &mut self,
         failed_cpu: CpuId,
         state: StateId,
+        instance: Option<InstanceId>,
         run: &mut InvokeFn<'_, E>,
     ) {
         for i in 0..failed_cpu.index() {
@@ -545,6 +621,7 @@ impl<E: 'static> Cpuhp<E> {
                     CpuId(i as u32),
                     state,
                     false,
+                    instance,
                     Origin::SetupRollback,
                     run,
                 );
@@ -554,31 +631,37 @@ impl<E: 'static> Cpuhp<E> {
 
     /// Models `cpuhp_issue_call()` (with `cpuhp_invoke_ap_callback()` and the
     /// fail check of `cpuhp_invoke_callback()`): one single invocation for
-    /// setup/remove. Returns the error and whether it was injected.
-    fn cpuhp_issue_call(
+    /// setup/remove (for `instance` of a multi-instance state: the "single invocation for
+    /// instance add/remove" branch, traced as `cpuhp_multi_enter`). Returns the error and
+    /// whether it was injected.
+    pub(crate) fn cpuhp_issue_call(
         &mut self,
         cpu: CpuId,
         state: StateId,
         bringup: bool,
+        instance: Option<InstanceId>,
         origin: Origin,
         run: &mut InvokeFn<'_, E>,
     ) -> Result<(), (Errno, bool)> {
         let Some(cb) = self.steps[state.0 as usize].callback(bringup).cloned() else {
             return Ok(());
         };
-        let runs_on = if state.cpuhp_is_ap_state() {
+        let (runs_on, task) = if state.cpuhp_is_ap_state() {
             // cpuhp_invoke_ap_callback() returns 0 for an offline CPU.
             if !self.cpu_online(cpu) {
                 return Ok(());
             }
-            RunsOn::Target {
+            // ... and otherwise has the CPU's hotplug thread run it (cpuhp_thread_fun()).
+            let runs_on = RunsOn::Target {
                 irqs_off: state.cpuhp_is_atomic_state(),
-            }
+            };
+            (runs_on, Task::CpuhpThread(cpu))
         } else {
             // PREPARE callbacks run directly in the caller's context.
-            RunsOn::Control {
+            let runs_on = RunsOn::Control {
                 cpu: self.cpumask_any_but_online(cpu).unwrap_or(cpu),
-            }
+            };
+            (runs_on, Task::Writer)
         };
         let inv = Invocation {
             cpu,
@@ -590,14 +673,28 @@ impl<E: 'static> Cpuhp<E> {
             target: self.cpus[cpu.index()].target,
             origin,
             core: false,
+            fun: self.steps[state.0 as usize].fun(bringup, state),
+            instance,
+            task,
         };
-        trace::trace_enter(&inv);
+        let ctx = TpContext::of(&inv);
+        let online = self.cpu_online(ctx.exec_cpu);
         let st = &mut self.cpus[cpu.index()];
         let injected = st.fail == state;
         let result = if injected {
             st.fail = CPUHP_INVALID;
+            trace::tp_fail_injected(online, ctx, &inv);
             Err(Errno::EAGAIN)
         } else {
+            trace::tp_enter(
+                online,
+                ctx,
+                instance.is_some(),
+                cpu,
+                inv.target,
+                state,
+                &inv.fun,
+            );
             run(&inv, &cb)
         };
         self.cpuhp_invoke_callback_exit(cpu, &inv, result, injected);
@@ -633,6 +730,13 @@ impl<E: 'static> Cpuhp<E> {
             self.steps.get(state.0 as usize)
         } else {
             None
+        }
+    }
+
+    pub(crate) fn step_fun(&self, state: StateId, bringup: bool) -> Arc<str> {
+        match self.step_ref(state) {
+            Some(s) => s.fun(bringup, state),
+            None => Arc::from(format!("state{}", state.0)),
         }
     }
 

@@ -12,9 +12,23 @@ use std::sync::Arc;
 
 use crate::errno::Errno;
 use crate::state::{CpuId, StateId};
+use crate::task::{Task, FLAGS_ATOMIC, FLAGS_IRQS_OFF, FLAGS_TASK};
+
+/// One instance of a multi-instance state: the `struct hlist_node` a driver passes to
+/// `cpuhp_state_add_instance()` (one per device, queue, ...). Numbered by the machine in the
+/// order instances are added; the callback receives it in [`Invocation::instance`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct InstanceId(pub u64);
+
+impl fmt::Display for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "instance{}", self.0)
+    }
+}
 
 /// A hotplug startup or teardown callback: `int (*)(unsigned int cpu)` in the
-/// kernel. It receives the runtime's environment `E` and the [`Invocation`]
+/// kernel (`int (*)(unsigned int cpu, struct hlist_node *node)` for a multi-instance state, the
+/// node being [`Invocation::instance`]). It receives the runtime's environment `E` and the [`Invocation`]
 /// (whose `cpu` is the CPU being plugged, as the kernel's `cpu` argument) and
 /// returns `Ok(())` or the errno the kernel callback would return.
 pub type Callback<E> = Arc<dyn Fn(&E, &Invocation) -> Result<(), Errno> + Send + Sync>;
@@ -77,9 +91,36 @@ pub struct Invocation {
     /// Whether this is one of kernel/cpu.c's own steps (`bringup_cpu()`,
     /// `takedown_cpu()`, ...), whose callback in the model does nothing.
     pub core: bool,
+    /// The kernel function the callback is, as `%ps` prints it in `cpuhp_enter`
+    /// (`workqueue_offline_cpu`); the state's name when it was registered without one
+    /// ([`crate::Cpuhp::set_callback_fns`]).
+    pub fun: Arc<str>,
+    /// For a multi-instance state, the instance this call is for (one call per instance, each
+    /// traced as `cpuhp_multi_enter`); `None` for a single-instance state.
+    pub instance: Option<InstanceId>,
+    /// The task the kernel runs the callback in ([`crate::task`]).
+    pub task: Task,
 }
 
 impl Invocation {
+    /// The CPU the callback executes on: the hotplugged CPU for AP states, the control CPU for
+    /// BP states (the ftrace CPU column).
+    pub fn exec_cpu(&self) -> CpuId {
+        match self.runs_on {
+            RunsOn::Target { .. } => self.cpu,
+            RunsOn::Control { cpu } => cpu,
+        }
+    }
+
+    /// The ftrace `flags` column of the context the callback runs in.
+    pub fn flags(&self) -> &'static str {
+        match (self.runs_on, self.task) {
+            (RunsOn::Target { irqs_off: true }, Task::CpuhpThread(_)) => FLAGS_IRQS_OFF,
+            (RunsOn::Target { irqs_off: true }, _) => FLAGS_ATOMIC,
+            _ => FLAGS_TASK,
+        }
+    }
+
     /// `"startup"` or `"teardown"`.
     pub fn direction(&self) -> &'static str {
         if self.bringup {
@@ -100,6 +141,9 @@ impl fmt::Display for Invocation {
             self.name,
             self.direction()
         )?;
+        if let Some(i) = self.instance {
+            write!(f, " {i}")?;
+        }
         if self.rollback {
             f.write_str(" (rollback)")?;
         }

@@ -9,7 +9,11 @@
 //! - [`step`]: `cpu_up()` / `cpu_down()`, the stepping API and rollback.
 //! - [`sysfs`]: the `state`/`target`/`fail` knobs and the `states` listing.
 //! - [`invoke`]: what one callback invocation is and where it runs.
-//! - [`trace`]: `cpuhp_enter`/`cpuhp_exit` events, the in-memory log, WARN/BUG values.
+//! - [`multi`]: multi-instance states (`cpuhp_setup_state_multi()`, instances).
+//! - [`task`]: the tasks callbacks run in (`cpuhp/N`, the BP's `kworker/C:0` or writer, ...).
+//! - [`trace`]: `cpuhp_enter`/`cpuhp_multi_enter`/`cpuhp_exit` tracepoints, the in-memory log,
+//!   WARN/BUG values.
+//! - [`tracefs`]: parsing tracefs `trace` lines, recording the model's tracepoints as such lines.
 //! - [`errno`], [`error`]: typed kernel errors.
 //!
 //! The crate knows nothing about bios: callbacks are [`Callback<E>`] closures
@@ -41,17 +45,21 @@ pub mod cpuhp;
 pub mod errno;
 pub mod error;
 pub mod invoke;
+pub mod multi;
 pub mod state;
 pub mod step;
 pub mod sysfs;
 pub mod table;
+pub mod task;
 pub mod trace;
+pub mod tracefs;
 
 pub use cpuhp::{Cpuhp, CpuhpConfig};
 pub use errno::Errno;
 pub use error::HotplugError;
-pub use invoke::{Callback, Invocation, InvokeFn, Origin, RunsOn};
+pub use invoke::{Callback, InstanceId, Invocation, InvokeFn, Origin, RunsOn};
 pub use state::*;
 pub use step::{Executed, StepCall, StepOutcome};
-pub use table::{CoreStep, StepInfo, StepKind, BUILTIN_STEPS, CORE_STEPS};
+pub use table::{BuiltinFns, CoreStep, StepInfo, StepKind, BUILTIN_FNS, BUILTIN_STEPS, CORE_STEPS};
+pub use task::Task;
 pub use trace::{LogRecord, Warning};

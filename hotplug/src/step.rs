@@ -17,9 +17,10 @@
 
 use crate::errno::Errno;
 use crate::error::HotplugError;
-use crate::invoke::{Callback, Invocation, Origin, RunsOn};
+use crate::invoke::{Callback, InstanceId, Invocation, Origin, RunsOn};
 use crate::state::*;
-use crate::trace::{self, LogRecord, Warning};
+use crate::task::{Task, FLAGS_TASK};
+use crate::trace::{self, LogRecord, TpContext, Warning};
 use crate::Cpuhp;
 
 /// Which transition an operation is.
@@ -52,8 +53,11 @@ pub(crate) enum Runner {
 /// What to do when a rollback on the AP finishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AfterApRollback {
-    /// `cpuhp_kick_ap()` returns the error to `_cpu_up()`/`_cpu_down()`.
+    /// `cpuhp_kick_ap()` returns the error to `_cpu_up()`.
     Finish,
+    /// `cpuhp_kick_ap()` returns the error to `cpuhp_kick_ap_work()` (which traces its exit),
+    /// then to `_cpu_down()`.
+    FinishKickApWork { prev: StateId },
     /// `cpuhp_kick_ap()` returns it to `bringup_cpu()`, whose BP range fails.
     BringupFailed,
 }
@@ -116,6 +120,45 @@ struct Pending {
     injected: bool,
 }
 
+/// The instance loop of `cpuhp_invoke_callback()` for a multi-instance state in progress: one
+/// step per instance.
+#[derive(Debug)]
+struct MultiCall {
+    state: StateId,
+    bringup: bool,
+    /// `step->list` when the call began (head first).
+    list: Vec<InstanceId>,
+    /// The next node of `list`.
+    pos: usize,
+    /// Called with `lastp` (`&st->last`, the AP thread): a failure stops here and leaves the
+    /// failed node in `st->last`; without it (the BP, STARTING/DYING) the call undoes the
+    /// instances done itself.
+    lastp: bool,
+    /// `*lastp` when the call began: the loop stops at that node (a rollback undoing a partial
+    /// call).
+    stop: Option<InstanceId>,
+    /// `cnt`: instances done.
+    done: usize,
+    /// The `err:` path: undoing `remaining` instances with the opposite callback.
+    undo: Option<MultiUndo>,
+}
+
+#[derive(Debug)]
+struct MultiUndo {
+    remaining: usize,
+    errno: Errno,
+    /// The call that failed (what the operation's error names).
+    failed: Invocation,
+}
+
+/// What one instance call of a [`MultiCall`] leaves.
+enum MultiNext {
+    /// More instances to call: the step is not over.
+    Continue,
+    /// `cpuhp_invoke_callback()` returns this (for the call `Invocation`).
+    Done(Result<(), Errno>, Option<Invocation>),
+}
+
 /// A `cpu_up()`/`cpu_down()` in progress.
 #[derive(Debug)]
 pub(crate) struct Operation {
@@ -131,6 +174,34 @@ pub(crate) struct Operation {
     error: Option<HotplugError>,
     pending: Option<Pending>,
     done: Option<Result<(), HotplugError>>,
+    /// The instance loop in progress, if the current step is a multi-instance one.
+    multi: Option<MultiCall>,
+    /// A core step whose callback contains the AP part (`CPUHP_BRINGUP_CPU` up,
+    /// `CPUHP_TEARDOWN_CPU` down): its `cpuhp_exit` waits until that part ends.
+    section: Option<StateId>,
+    /// `cpuhp_kick_ap_work()`'s `cpuhp_enter` (target, prev_state), not fired yet: it fires with
+    /// the first step of the AP part (nothing happens in between), so a runtime that records the
+    /// steps' events records it too.
+    kick_enter: Option<(StateId, StateId)>,
+}
+
+impl Operation {
+    /// The task of the BP side: `_cpu_down()` in the control CPU's `work_on_cpu()` worker,
+    /// `_cpu_up()` in the writer's task.
+    fn bp_task(&self) -> Task {
+        match self.kind {
+            OpKind::Down => Task::CpuDownWorker(self.control),
+            OpKind::Up => Task::Writer,
+        }
+    }
+
+    fn bp_context(&self) -> TpContext {
+        TpContext {
+            exec_cpu: self.control,
+            task: self.bp_task(),
+            flags: FLAGS_TASK,
+        }
+    }
 }
 
 /// A callback that has been begun with [`Cpuhp::begin_step`] and must be
@@ -357,7 +428,7 @@ impl<E: 'static> Cpuhp<E> {
             return Some(p.invocation.clone());
         }
         let frame = op.stack.last()?;
-        let s = self.cpuhp_next_state(st.state, frame)?;
+        let s = self.cpuhp_next_state(cpu, st.state, frame)?;
         Some(self.invocation_for(cpu, op, frame, s, st.rollback, st.target))
     }
 
@@ -382,9 +453,12 @@ impl<E: 'static> Cpuhp<E> {
     /// `hotplug/fail` fired ([`Cpuhp::begin_step`] did the fail check and
     /// `trace_cpuhp_enter()`, [`Cpuhp::finish_step`] does `trace_cpuhp_exit()`).
     fn cpuhp_invoke_callback(&self, call: &StepCall, env: &E) -> Result<(), Errno> {
+        if call.injected_fail {
+            return Err(Errno::EAGAIN);
+        }
         match self.callback_for(call) {
             Some(cb) => cb(env, &call.invocation),
-            None => Err(Errno::EAGAIN),
+            None => Ok(()),
         }
     }
 
@@ -417,38 +491,130 @@ impl<E: 'static> Cpuhp<E> {
                 format!("{cpu}: operation has nothing left to run"),
             ));
         };
-        let Some(s) = self.cpuhp_next_state(self.cpus[i].state, &frame) else {
+        self.step_seq += 1;
+        let seq = self.step_seq;
+        if let Some(mut op) = self.cpus[i].op.take() {
+            self.kick_ap_work_enter(cpu, &mut op);
+            self.cpus[i].op = Some(op);
+        }
+        let op = self.cpus[i].op.as_ref().expect("checked above");
+        if let Some(mc) = op.multi.as_ref() {
+            // The next instance of the multi-instance call in progress.
+            let inv = self.multi_invocation(cpu, op, &frame, mc);
+            let ctx = TpContext::of(&inv);
+            let online = self.cpu_online(ctx.exec_cpu);
+            trace::tp_enter(online, ctx, true, cpu, inv.target, inv.state, &inv.fun);
+            return Ok(self.begun(cpu, seq, inv, false));
+        }
+        let Some(s) = self.cpuhp_next_state(cpu, self.cpus[i].state, &frame) else {
             return Err(HotplugError::invalid(
                 op_name,
                 format!("{cpu}: operation has nothing left to run"),
             ));
         };
-        let inv = {
+        let mut inv = {
             let st = &self.cpus[i];
             self.invocation_for(cpu, op, &frame, s, st.rollback, st.target)
         };
-        self.step_seq += 1;
-        let seq = self.step_seq;
+        let multi = self.step_ref(s).is_some_and(|st| st.multi_instance);
+        let list = if multi {
+            self.step_ref(s)
+                .map(|st| st.instances.clone())
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let ctx = TpContext::of(&inv);
+        let online = self.cpu_online(ctx.exec_cpu);
+        // cpuhp_next_state(): the state moves over the empty steps, and to the step (up) or one
+        // below it (down) before the callback runs.
+        self.walk(
+            cpu,
+            if frame.bringup { StateId(s.0 - 1) } else { s },
+            &frame,
+        );
         let st = &mut self.cpus[i];
-        // cpuhp_next_state(): the state moves before the callback runs.
         st.state = if frame.bringup { s } else { StateId(s.0 - 1) };
+        // cpuhp_invoke_callback(): the fail check comes first, before any tracepoint.
         let injected = st.fail == s;
         if injected {
             st.fail = CPUHP_INVALID;
+            trace::tp_fail_injected(online, ctx, &inv);
+            return Ok(self.begun(cpu, seq, inv, true));
         }
-        trace::trace_enter(&inv);
+        if !multi {
+            trace::tp_enter(online, ctx, false, cpu, inv.target, s, &inv.fun);
+            return Ok(self.begun(cpu, seq, inv, false));
+        }
+        let lastp = frame.runner == Runner::Ap;
+        let stop = if lastp { st.last } else { None };
+        // cpuhp_next_state() only stops here with something to call (or with the fail armed,
+        // handled above).
+        let Some(&first) = list.first() else {
+            return Err(HotplugError::invalid(
+                op_name,
+                format!("{cpu}: multi-instance state {s} has no instance"),
+            ));
+        };
+        inv.instance = Some(first);
+        trace::tp_enter(online, ctx, true, cpu, inv.target, s, &inv.fun);
         if let Some(op) = st.op.as_mut() {
+            op.multi = Some(MultiCall {
+                state: s,
+                bringup: frame.bringup,
+                list,
+                pos: 0,
+                lastp,
+                stop,
+                done: 0,
+                undo: None,
+            });
+        }
+        Ok(self.begun(cpu, seq, inv, false))
+    }
+
+    /// Records a begun step as pending and returns its token.
+    fn begun(&mut self, cpu: CpuId, seq: u64, inv: Invocation, injected: bool) -> StepCall {
+        if let Some(op) = self.cpus[cpu.index()].op.as_mut() {
             op.pending = Some(Pending {
                 seq,
                 invocation: inv.clone(),
                 injected,
             });
         }
-        Ok(StepCall {
+        StepCall {
             invocation: inv,
             injected_fail: injected,
             seq,
-        })
+        }
+    }
+
+    /// The invocation of the next node of a multi-instance call in progress: forward, or the
+    /// opposite callback while undoing.
+    fn multi_invocation(
+        &self,
+        cpu: CpuId,
+        op: &Operation,
+        frame: &Frame,
+        mc: &MultiCall,
+    ) -> Invocation {
+        let st = &self.cpus[cpu.index()];
+        let mut f = *frame;
+        f.bringup = if mc.undo.is_some() {
+            !mc.bringup
+        } else {
+            mc.bringup
+        };
+        let mut inv = self.invocation_for(
+            cpu,
+            op,
+            &f,
+            mc.state,
+            st.rollback || mc.undo.is_some(),
+            st.target,
+        );
+        inv.instance = mc.list.get(mc.pos).copied();
+        inv
     }
 
     /// The callback to run for a begun step, or `None` when `hotplug/fail`
@@ -483,7 +649,27 @@ impl<E: 'static> Cpuhp<E> {
             result
         };
         self.cpuhp_invoke_callback_exit(cpu, &inv, result, pending.injected);
-        match (result, op.stack.last().copied()) {
+        // The result of cpuhp_invoke_callback() as a whole, once a multi-instance loop is over.
+        let (call_result, failed_inv) = if inv.instance.is_some() && op.multi.is_some() {
+            match self.multi_advance(cpu, &mut op, &inv, result) {
+                MultiNext::Continue => {
+                    let executed = Executed {
+                        invocation: inv,
+                        result,
+                        injected_fail: false,
+                    };
+                    self.cpus[cpu.index()].op = Some(op);
+                    return Ok(StepOutcome::Ran {
+                        executed,
+                        finished: None,
+                    });
+                }
+                MultiNext::Done(r, failed) => (r, failed),
+            }
+        } else {
+            (result, None)
+        };
+        match (call_result, op.stack.last().copied()) {
             (_, None) => {}
             (Ok(()), Some(_)) => self.after_success(cpu, &mut op, &inv),
             (Err(errno), Some(frame)) => {
@@ -491,7 +677,7 @@ impl<E: 'static> Cpuhp<E> {
                     cpu,
                     &mut op,
                     frame,
-                    &inv,
+                    failed_inv.as_ref().unwrap_or(&inv),
                     errno,
                     pending.injected,
                 );
@@ -542,7 +728,15 @@ impl<E: 'static> Cpuhp<E> {
         injected: bool,
     ) {
         let state_after = self.cpus[cpu.index()].state;
-        trace::trace_exit(cpu, state_after, inv.state, &result, injected);
+        let ctx = TpContext::of(inv);
+        let online = self.cpu_online(ctx.exec_cpu);
+        if injected {
+            trace::tp_fail_injected_exit(online, ctx, inv, state_after);
+        } else if !trace::record_exit_is_deferred(inv, &result, injected)
+            || cfg!(feature = "bug-trace-exit-before-ap-part")
+        {
+            trace::tp_exit(online, ctx, cpu, state_after, inv.state, &result);
+        }
         self.log.push(LogRecord::Call {
             invocation: inv.clone(),
             result,
@@ -660,7 +854,13 @@ impl<E: 'static> Cpuhp<E> {
             error: None,
             pending: None,
             done: None,
+            multi: None,
+            section: None,
+            kick_enter: None,
         };
+        if let Role::DownApKick { prev } = frame.role {
+            op.kick_enter = Some((frame.target, prev));
+        }
         self.settle(cpu, &mut op);
         let _ = self.end_if_done(cpu, op);
     }
@@ -688,17 +888,64 @@ impl<E: 'static> Cpuhp<E> {
     /// Models `cpuhp_next_state()` without its side effect: the next step of
     /// `frame` from `state` with a callback for its direction, if the range
     /// has one before its target ([`Cpuhp::begin_step`] then moves `st->state`).
-    fn cpuhp_next_state(&self, state: StateId, frame: &Frame) -> Option<StateId> {
+    ///
+    /// A multi-instance state with nothing to call (no instance, or, in the AP thread, its first
+    /// instance is `st->last`) is passed over like an empty step unless `hotplug/fail` is armed
+    /// at it: the kernel's call would invoke and trace nothing, so the model saves the step.
+    /// [`Self::walk`] clears `st->last` where that call would have.
+    fn cpuhp_next_state(&self, cpu: CpuId, state: StateId, frame: &Frame) -> Option<StateId> {
+        let st = &self.cpus[cpu.index()];
+        let runs = |s: StateId| {
+            self.has_cb(s, frame.bringup) && (st.fail == s || !self.nothing_to_call(cpu, s, frame))
+        };
         if frame.bringup {
             ((state.0 + 1)..=frame.target.0)
                 .map(StateId)
-                .find(|&s| self.has_cb(s, true))
+                .find(|&s| runs(s))
         } else {
             ((frame.target.0 + 1)..=state.0)
                 .rev()
                 .map(StateId)
-                .find(|&s| self.has_cb(s, false))
+                .find(|&s| runs(s))
         }
+    }
+
+    /// Whether `s` is a multi-instance state whose instance loop would call nothing.
+    fn nothing_to_call(&self, cpu: CpuId, s: StateId, frame: &Frame) -> bool {
+        let Some(step) = self.step_ref(s) else {
+            return false;
+        };
+        if !step.multi_instance {
+            return false;
+        }
+        match step.instances.first() {
+            None => true,
+            Some(&first) => {
+                frame.runner == Runner::Ap && self.cpus[cpu.index()].last == Some(first)
+            }
+        }
+    }
+
+    /// Moves `st->state` to `to` over states the model passes over. A multi-instance state
+    /// among them that has a callback for the direction was a call in the kernel, which ends
+    /// with `if (lastp) *lastp = NULL` in the AP thread.
+    fn walk(&mut self, cpu: CpuId, to: StateId, frame: &Frame) {
+        let i = cpu.index();
+        let from = self.cpus[i].state;
+        let range = if frame.bringup {
+            (from.0 + 1)..=to.0
+        } else {
+            (to.0 + 1)..=from.0
+        };
+        if frame.runner == Runner::Ap
+            && range.into_iter().map(StateId).any(|s| {
+                self.has_cb(s, frame.bringup)
+                    && self.step_ref(s).is_some_and(|st| st.multi_instance)
+            })
+        {
+            self.cpus[i].last = None;
+        }
+        self.cpus[i].state = to;
     }
 
     fn invocation_for(
@@ -710,12 +957,17 @@ impl<E: 'static> Cpuhp<E> {
         rollback: bool,
         target: StateId,
     ) -> Invocation {
-        let runs_on = match frame.runner {
-            Runner::Ap => RunsOn::Target {
-                irqs_off: s.cpuhp_is_atomic_state(),
-            },
-            Runner::Atomic => RunsOn::Target { irqs_off: true },
-            Runner::Bp => RunsOn::Control { cpu: op.control },
+        let (runs_on, task) = match frame.runner {
+            Runner::Ap => (
+                RunsOn::Target {
+                    irqs_off: s.cpuhp_is_atomic_state(),
+                },
+                Task::CpuhpThread(cpu),
+            ),
+            // notify_cpu_starting() in the AP's idle task, take_cpu_down() in its stopper.
+            Runner::Atomic if frame.bringup => (RunsOn::Target { irqs_off: true }, Task::Idle(cpu)),
+            Runner::Atomic => (RunsOn::Target { irqs_off: true }, Task::Stopper(cpu)),
+            Runner::Bp => (RunsOn::Control { cpu: op.control }, op.bp_task()),
         };
         Invocation {
             cpu,
@@ -729,7 +981,166 @@ impl<E: 'static> Cpuhp<E> {
             core: self
                 .step_ref(s)
                 .is_some_and(|st| st.kind == crate::table::StepKind::Core),
+            fun: self.step_fun(s, frame.bringup),
+            instance: None,
+            task,
         }
+    }
+
+    /// One instance call of a [`MultiCall`] returned `result`: the instance loop of
+    /// `cpuhp_invoke_callback()` carries on, stops (leaving the failed node in `st->last` when
+    /// called with `lastp`), or undoes the instances done (`err:`, without `lastp`).
+    fn multi_advance(
+        &mut self,
+        cpu: CpuId,
+        op: &mut Operation,
+        inv: &Invocation,
+        result: Result<(), Errno>,
+    ) -> MultiNext {
+        let i = cpu.index();
+        let Some(mc) = op.multi.as_mut() else {
+            return MultiNext::Done(result, None);
+        };
+        if let Some(undo) = mc.undo.as_mut() {
+            if let Err(errno) = result {
+                // "Rollback must not fail": WARN_ON_ONCE, and the loop carries on.
+                let w = Warning::InstanceRollbackFailed {
+                    cpu,
+                    state: inv.state,
+                    name: inv.name.clone(),
+                    bringup: inv.bringup,
+                    errno,
+                };
+                undo.remaining -= 1;
+                mc.pos += 1;
+                let over = undo.remaining == 0;
+                self.warn(w);
+                if !over {
+                    return MultiNext::Continue;
+                }
+            } else {
+                undo.remaining -= 1;
+                mc.pos += 1;
+                if undo.remaining > 0 {
+                    return MultiNext::Continue;
+                }
+            }
+            let undo = op.multi.take().and_then(|mc| mc.undo).expect("undoing");
+            // The original error is returned (the rollback's own result is only warned).
+            return MultiNext::Done(Err(undo.errno), Some(undo.failed));
+        }
+        match result {
+            Ok(()) => {
+                mc.done += 1;
+                mc.pos += 1;
+                if let Some(&next) = mc.list.get(mc.pos) {
+                    if !(mc.lastp && Some(next) == mc.stop) {
+                        return MultiNext::Continue;
+                    }
+                }
+                if mc.lastp {
+                    self.cpus[i].last = None;
+                }
+                op.multi = None;
+                MultiNext::Done(Ok(()), None)
+            }
+            Err(errno) => {
+                if mc.lastp {
+                    self.cpus[i].last = mc.list.get(mc.pos).copied();
+                    op.multi = None;
+                    return MultiNext::Done(Err(errno), None);
+                }
+                if mc.done == 0 || !self.has_cb(mc.state, !mc.bringup) {
+                    op.multi = None;
+                    return MultiNext::Done(Err(errno), None);
+                }
+                mc.undo = Some(MultiUndo {
+                    remaining: mc.done,
+                    errno,
+                    failed: inv.clone(),
+                });
+                mc.pos = 0;
+                MultiNext::Continue
+            }
+        }
+    }
+
+    /// The `cpuhp_exit` of a core step whose callback contained the AP part, now that the part
+    /// ended with `result`: `st->state` is where it left the CPU.
+    fn close_section(&mut self, cpu: CpuId, op: &mut Operation, result: Result<(), Errno>) {
+        let Some(step) = op.section.take() else {
+            return;
+        };
+        let state = self.cpus[cpu.index()].state;
+        if !cfg!(feature = "bug-trace-exit-before-ap-part") {
+            let ctx = op.bp_context();
+            trace::tp_exit(
+                self.cpu_online(ctx.exec_cpu),
+                ctx,
+                cpu,
+                state,
+                step,
+                &result,
+            );
+        }
+        self.log.push(LogRecord::Exit {
+            cpu,
+            state,
+            step,
+            result,
+        });
+    }
+
+    /// `cpuhp_kick_ap_work()`'s `trace_cpuhp_enter(cpu, st->target, prev_state, ...)`, if not
+    /// fired yet.
+    fn kick_ap_work_enter(&mut self, cpu: CpuId, op: &mut Operation) {
+        let Some((target, prev)) = op.kick_enter.take() else {
+            return;
+        };
+        let ctx = op.bp_context();
+        trace::tp_enter(
+            self.cpu_online(ctx.exec_cpu),
+            ctx,
+            false,
+            cpu,
+            target,
+            prev,
+            "cpuhp_kick_ap_work",
+        );
+        self.log.push(LogRecord::KickApWork {
+            cpu,
+            target,
+            step: prev,
+            control: op.control,
+        });
+    }
+
+    /// The `cpuhp_exit` of `cpuhp_kick_ap_work()`: the AP part of a `cpu_down()` ended.
+    fn kick_ap_work_exit(
+        &mut self,
+        cpu: CpuId,
+        op: &mut Operation,
+        prev: StateId,
+        result: Result<(), Errno>,
+    ) {
+        // An AP part without a callback: the enter has not fired.
+        self.kick_ap_work_enter(cpu, op);
+        let state = self.cpus[cpu.index()].state;
+        let ctx = op.bp_context();
+        trace::tp_exit(
+            self.cpu_online(ctx.exec_cpu),
+            ctx,
+            cpu,
+            state,
+            prev,
+            &result,
+        );
+        self.log.push(LogRecord::Exit {
+            cpu,
+            state,
+            step: prev,
+            result,
+        });
     }
 
     /// Ends ranges that have nothing left and performs what their callers do
@@ -742,15 +1153,18 @@ impl<E: 'static> Cpuhp<E> {
                 op.done = Some(op.error.clone().map_or(Ok(()), Err));
                 return;
             };
-            if self.cpuhp_next_state(self.cpus[i].state, &frame).is_some() {
+            if self
+                .cpuhp_next_state(cpu, self.cpus[i].state, &frame)
+                .is_some()
+            {
                 return;
             }
             // cpuhp_next_state() walks the remaining empty steps to the target.
-            let st = &mut self.cpus[i];
+            let st = &self.cpus[i];
             if (frame.bringup && st.state < frame.target)
                 || (!frame.bringup && st.state > frame.target)
             {
-                st.state = frame.target;
+                self.walk(cpu, frame.target, &frame);
             }
             op.stack.pop();
             self.returned(cpu, op, frame.role, Ok(()));
@@ -761,8 +1175,10 @@ impl<E: 'static> Cpuhp<E> {
     /// [`Self::takedown_cpu`].
     fn after_success(&mut self, cpu: CpuId, op: &mut Operation, inv: &Invocation) {
         if inv.state == CPUHP_BRINGUP_CPU && inv.bringup {
+            op.section = Some(CPUHP_BRINGUP_CPU);
             self.bringup_cpu(cpu, op);
         } else if inv.state == CPUHP_TEARDOWN_CPU && !inv.bringup {
+            op.section = Some(CPUHP_TEARDOWN_CPU);
             self.takedown_cpu(cpu, op);
         }
     }
@@ -809,13 +1225,17 @@ impl<E: 'static> Cpuhp<E> {
                 }
             }
             Role::DownApKick { prev } => {
-                if self.cpuhp_kick_ap(cpu, op, prev, result, AfterApRollback::Finish) {
+                let then = AfterApRollback::FinishKickApWork { prev };
+                if self.cpuhp_kick_ap(cpu, op, prev, result, then) {
+                    self.kick_ap_work_exit(cpu, op, prev, Ok(()));
                     self.cpu_down_after_ap(cpu, op);
                 }
             }
             Role::BringupKick { prev } => {
-                // On success bringup_cpu() returns 0 and the BP range carries on.
-                self.cpuhp_kick_ap(cpu, op, prev, result, AfterApRollback::BringupFailed);
+                // On success cpuhp_bringup_ap() returns 0 and the BP range carries on.
+                if self.cpuhp_kick_ap(cpu, op, prev, result, AfterApRollback::BringupFailed) {
+                    self.close_section(cpu, op, Ok(()));
+                }
             }
             Role::ApRollback { then } => self.cpuhp_kick_ap_rolled_back(cpu, op, then),
             Role::UpCallbacks { prev } => self.cpuhp_up_callbacks(cpu, op, prev, result),
@@ -823,7 +1243,10 @@ impl<E: 'static> Cpuhp<E> {
             Role::UpCallbacksRollback | Role::ReUp => self.finish(op),
             Role::DownCallbacksRollback => self.after_down_callbacks_failed(cpu, op),
             Role::Starting => self.cpuhp_bringup_ap(cpu, op),
-            Role::Dying => self.cpuhp_report_idle_dead(cpu),
+            Role::Dying => {
+                self.cpuhp_report_idle_dead(cpu);
+                self.close_section(cpu, op, Ok(()));
+            }
         }
     }
 
@@ -858,9 +1281,18 @@ impl<E: 'static> Cpuhp<E> {
     /// `_cpu_up()`/`_cpu_down()`, or to `bringup_cpu()`, whose BP range then
     /// fails at `CPUHP_BRINGUP_CPU`.
     fn cpuhp_kick_ap_rolled_back(&mut self, cpu: CpuId, op: &mut Operation, then: AfterApRollback) {
-        if then == AfterApRollback::Finish {
-            self.finish(op);
-            return;
+        let errno = op.error.as_ref().map_or(Errno::EIO, HotplugError::errno);
+        match then {
+            AfterApRollback::Finish => {
+                self.finish(op);
+                return;
+            }
+            AfterApRollback::FinishKickApWork { prev } => {
+                self.kick_ap_work_exit(cpu, op, prev, Err(errno));
+                self.finish(op);
+                return;
+            }
+            AfterApRollback::BringupFailed => self.close_section(cpu, op, Err(errno)),
         }
         let Some(parent) = op.stack.pop() else {
             self.finish(op);
@@ -968,6 +1400,8 @@ impl<E: 'static> Cpuhp<E> {
                 target,
                 nofail: false,
             });
+        } else {
+            self.close_section(cpu, op, Ok(()));
         }
     }
 
@@ -1043,7 +1477,9 @@ impl<E: 'static> Cpuhp<E> {
             return;
         }
         st.rollback = true;
-        if !cfg!(feature = "bug-rollback-calls-failed-state") {
+        // "If we have st->last we need to undo partial multi_instance of this state first.
+        // Otherwise start undo at the previous state."
+        if !cfg!(feature = "bug-rollback-calls-failed-state") && st.last.is_none() {
             if st.bringup {
                 st.state = StateId(st.state.0 - 1);
             } else {

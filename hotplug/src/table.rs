@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use crate::invoke::Callback;
+use crate::invoke::{Callback, InstanceId};
 use crate::state::*;
 
 /// What kind of step a table entry is; see the module documentation.
@@ -47,6 +47,15 @@ pub struct StepInfo {
     pub kind: StepKind,
     /// Whether a `cpuhp_setup_state*()` call currently owns the step.
     pub registered: bool,
+    /// The kernel function of the startup callback (`%ps` in `cpuhp_enter`), if known.
+    pub startup_fn: Option<Arc<str>>,
+    /// The kernel function of the teardown callback, if known.
+    pub teardown_fn: Option<Arc<str>>,
+    /// `sp->multi_instance`: registered with `cpuhp_setup_state_multi()`.
+    pub multi_instance: bool,
+    /// The instances of a multi-instance state, in the order its callbacks visit them (`sp->list`,
+    /// newest first: `cpuhp_state_add_instance()` does `hlist_add_head()`).
+    pub instances: Vec<InstanceId>,
 }
 
 /// One step of the table: models `struct cpuhp_step` in kernel/cpu.c.
@@ -58,6 +67,14 @@ pub(crate) struct Step<E> {
     pub(crate) cant_stop: bool,
     pub(crate) kind: StepKind,
     pub(crate) registered: bool,
+    /// `%ps` of the callbacks: given at registration or the default table's.
+    pub(crate) startup_fn: Option<Arc<str>>,
+    pub(crate) teardown_fn: Option<Arc<str>>,
+    /// The default table's function names ([`BUILTIN_FNS`], [`CORE_STEPS`]).
+    pub(crate) default_fns: (Option<&'static str>, Option<&'static str>),
+    /// `sp->multi_instance` and `sp->list` (head first).
+    pub(crate) multi_instance: bool,
+    pub(crate) instances: Vec<InstanceId>,
 }
 
 impl<E> Step<E> {
@@ -70,7 +87,25 @@ impl<E> Step<E> {
             cant_stop: false,
             kind: StepKind::Free,
             registered: false,
+            startup_fn: None,
+            teardown_fn: None,
+            default_fns: (None, None),
+            multi_instance: false,
+            instances: Vec::new(),
         }
+    }
+
+    /// The `%ps` name of the callback of a direction: its kernel function, or the state's name
+    /// when registered without one.
+    pub(crate) fn fun(&self, bringup: bool, state: StateId) -> Arc<str> {
+        let f = if bringup {
+            &self.startup_fn
+        } else {
+            &self.teardown_fn
+        };
+        f.clone()
+            .or_else(|| self.name.clone())
+            .unwrap_or_else(|| Arc::from(format!("state{}", state.0)))
     }
 
     /// `!cpuhp_step_empty(bringup, step)`.
@@ -97,6 +132,137 @@ impl<E> Step<E> {
         self.startup = None;
         self.teardown = None;
         self.registered = false;
+        self.startup_fn = None;
+        self.teardown_fn = None;
+        self.multi_instance = false;
+        self.instances.clear();
+    }
+}
+
+/// The kernel functions behind the named fixed states of [`BUILTIN_STEPS`], as the live 6.18
+/// kernel's `cpuhp_enter` events print them (`shared/reference/tracefs-6.18/down-up-clean.trace`;
+/// the STARTING/DYING ones, which never show in a trace, from kernel/cpu.c's `cpuhp_hp_states[]`
+/// and their subsystems). A subsystem that registers one of these states gets these names for
+/// its callbacks unless it names its own ([`crate::Cpuhp::set_callback_fns`]); a name is only
+/// used for a direction that has a callback.
+pub const BUILTIN_FNS: &[BuiltinFns] = &[
+    BuiltinFns::new(3, None, Some("amd_uncore_cpu_dead")),
+    BuiltinFns::new(8, None, Some("virtnet_cpu_dead")),
+    BuiltinFns::new(10, None, Some("slub_cpu_dead")),
+    // The live kernel's mm/writeback:dead teardown is page_writeback_cpu_online().
+    BuiltinFns::new(12, None, Some("page_writeback_cpu_online")),
+    BuiltinFns::new(13, None, Some("vmstat_cpu_dead")),
+    BuiltinFns::new(14, None, Some("takeover_tasklets")),
+    BuiltinFns::new(19, None, Some("irq_poll_cpu_dead")),
+    BuiltinFns::new(20, None, Some("blk_softirq_cpu_dead")),
+    BuiltinFns::new(21, None, Some("bio_cpu_dead")),
+    BuiltinFns::new(22, None, Some("acpi_soft_cpu_dead")),
+    BuiltinFns::new(24, None, Some("blk_mq_hctx_notify_dead")),
+    BuiltinFns::new(25, None, Some("buffer_exit_cpu_dead")),
+    BuiltinFns::new(26, None, Some("console_cpu_notify")),
+    BuiltinFns::new(27, None, Some("memcg_hotplug_cpu_dead")),
+    BuiltinFns::new(28, None, Some("percpu_counter_cpu_dead")),
+    BuiltinFns::new(29, None, Some("radix_tree_cpu_dead")),
+    BuiltinFns::new(
+        30,
+        Some("page_alloc_cpu_online"),
+        Some("page_alloc_cpu_dead"),
+    ),
+    BuiltinFns::new(31, None, Some("dev_cpu_dead")),
+    BuiltinFns::new(32, None, Some("iova_cpuhp_dead")),
+    BuiltinFns::new(35, Some("random_prepare_cpu"), None),
+    BuiltinFns::new(36, Some("workqueue_prepare_cpu"), None),
+    BuiltinFns::new(38, Some("hrtimers_prepare_cpu"), None),
+    BuiltinFns::new(40, Some("smpcfd_prepare_cpu"), Some("smpcfd_dead_cpu")),
+    BuiltinFns::new(41, Some("relay_prepare_cpu"), None),
+    BuiltinFns::new(43, Some("rcutree_prepare_cpu"), Some("rcutree_dead_cpu")),
+    BuiltinFns::new(51, Some("topology_add_dev"), Some("topology_remove_dev")),
+    BuiltinFns::new(54, Some("trace_rb_cpu_prepare"), None),
+    BuiltinFns::new(57, Some("zcomp_cpu_up_prepare"), Some("zcomp_cpu_dead")),
+    BuiltinFns::new(58, Some("timers_prepare_cpu"), Some("timers_dead_cpu")),
+    BuiltinFns::new(59, Some("tmigr_cpu_prepare"), None),
+    BuiltinFns::new(86, Some("cache_ap_online"), Some("cache_ap_offline")),
+    BuiltinFns::new(87, Some("sched_cpu_starting"), Some("sched_cpu_dying")),
+    BuiltinFns::new(88, None, Some("rcutree_dying_cpu")),
+    BuiltinFns::new(
+        103,
+        Some("amd_uncore_cpu_starting"),
+        Some("amd_uncore_cpu_dying"),
+    ),
+    BuiltinFns::new(138, None, Some("smpcfd_dying_cpu")),
+    BuiltinFns::new(139, None, Some("hrtimers_cpu_dying")),
+    BuiltinFns::new(140, None, Some("tick_cpu_dying")),
+    BuiltinFns::new(147, Some("kvm_online_cpu"), Some("kvm_offline_cpu")),
+    BuiltinFns::new(148, None, Some("sched_cpu_wait_empty")),
+    BuiltinFns::new(
+        149,
+        Some("smpboot_unpark_threads"),
+        Some("smpboot_park_threads"),
+    ),
+    BuiltinFns::new(150, Some("irq_affinity_online_cpu"), None),
+    BuiltinFns::new(
+        151,
+        Some("blk_mq_hctx_notify_online"),
+        Some("blk_mq_hctx_notify_offline"),
+    ),
+    BuiltinFns::new(
+        154,
+        Some("perf_event_init_cpu"),
+        Some("perf_event_exit_cpu"),
+    ),
+    BuiltinFns::new(
+        157,
+        Some("amd_uncore_cpu_online"),
+        Some("amd_uncore_cpu_down_prepare"),
+    ),
+    BuiltinFns::new(185, Some("tmigr_cpu_online"), Some("tmigr_cpu_offline")),
+    BuiltinFns::new(
+        186,
+        Some("lockup_detector_online_cpu"),
+        Some("lockup_detector_offline_cpu"),
+    ),
+    BuiltinFns::new(
+        187,
+        Some("workqueue_online_cpu"),
+        Some("workqueue_offline_cpu"),
+    ),
+    BuiltinFns::new(188, Some("random_online_cpu"), None),
+    BuiltinFns::new(189, Some("rcutree_online_cpu"), Some("rcutree_offline_cpu")),
+    BuiltinFns::new(190, Some("kthreads_online_cpu"), None),
+    BuiltinFns::new(
+        191,
+        Some("cacheinfo_cpu_online"),
+        Some("cacheinfo_cpu_pre_down"),
+    ),
+    BuiltinFns::new(
+        235,
+        Some("sched_cpu_activate"),
+        Some("sched_cpu_deactivate"),
+    ),
+];
+
+/// The kernel function names of one fixed state's callbacks ([`BUILTIN_FNS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuiltinFns {
+    /// The state.
+    pub state: StateId,
+    /// Its startup function, if the kernel's state has one.
+    pub startup: Option<&'static str>,
+    /// Its teardown function, if the kernel's state has one.
+    pub teardown: Option<&'static str>,
+}
+
+impl BuiltinFns {
+    const fn new(
+        state: i32,
+        startup: Option<&'static str>,
+        teardown: Option<&'static str>,
+    ) -> Self {
+        Self {
+            state: StateId(state),
+            startup,
+            teardown,
+        }
     }
 }
 
@@ -159,7 +325,7 @@ pub const BUILTIN_STEPS: &[(StateId, &str)] = &[
 ];
 
 /// One of kernel/cpu.c's own steps in `cpuhp_hp_states[]`. The function
-/// names are the kernel's and only documentary: the model's callbacks for
+/// names are the kernel's, printed by `cpuhp_enter`; the model's callbacks for
 /// them do nothing, the machine applies their effects itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CoreStep {
@@ -202,7 +368,9 @@ pub const CORE_STEPS: &[CoreStep] = &[
     CoreStep {
         state: CPUHP_BRINGUP_CPU,
         name: Some("cpu:bringup"),
-        startup: Some("bringup_cpu"),
+        // CONFIG_HOTPLUG_SPLIT_STARTUP (x86_64): cpuhp_bringup_ap(), as the live trace shows;
+        // bringup_cpu() on other configurations.
+        startup: Some("cpuhp_bringup_ap"),
         teardown: Some("finish_cpu"),
         cant_stop: true,
     },
@@ -261,12 +429,18 @@ pub(crate) fn default_steps<E: 'static>() -> Vec<Step<E>> {
         step.name = Some(Arc::from(name));
         step.kind = StepKind::Builtin;
     }
+    for f in BUILTIN_FNS {
+        steps[f.state.0 as usize].default_fns = (f.startup, f.teardown);
+    }
     for core in CORE_STEPS {
         let step = &mut steps[core.state.0 as usize];
         step.default_name = core.name;
         step.name = core.name.map(Arc::from);
         step.kind = StepKind::Core;
         step.cant_stop = core.cant_stop;
+        step.default_fns = (core.startup, core.teardown);
+        step.startup_fn = core.startup.map(Arc::from);
+        step.teardown_fn = core.teardown.map(Arc::from);
         // The kernel functions behind core steps have no simulated effect of
         // their own; the machine applies their side effects (online mask,
         // nested STARTING/DYING ranges) when they succeed.
@@ -319,5 +493,18 @@ mod tests {
         assert!(!steps[CPUHP_TEARDOWN_CPU.0 as usize].has(true));
         assert!(steps[CPUHP_TEARDOWN_CPU.0 as usize].has(false));
         assert!(!steps[CPUHP_BIO_DEAD.0 as usize].has(false));
+        assert!(BUILTIN_FNS.windows(2).all(|w| w[0].state < w[1].state));
+        for f in BUILTIN_FNS {
+            assert_eq!(steps[f.state.0 as usize].kind, StepKind::Builtin, "{:?}", f);
+        }
+        assert_eq!(
+            &*steps[CPUHP_BRINGUP_CPU.0 as usize].fun(true, CPUHP_BRINGUP_CPU),
+            "cpuhp_bringup_ap"
+        );
+        assert_eq!(
+            &*steps[CPUHP_BIO_DEAD.0 as usize].fun(false, CPUHP_BIO_DEAD),
+            "block/bio:dead",
+            "a state without a function name prints its name"
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! The kernel side of CPU hotplug (`kernel/cpu.c`): the `cpu_online_mask` the rest of the kernel
 //! reads, and the glue that runs each step of the [`hotplug`] machine in the simulated context its
 //! side names: AP steps on the target CPU (the `cpuhp/N` thread in task context, or with IRQs off
-//! for STARTING/DYING), BP steps on the control CPU (a kworker from `work_on_cpu()`).
+//! for STARTING/DYING in the AP's idle task or stopper), BP steps on the control CPU (the
+//! `work_on_cpu()` kworker of `cpu_down()`, the writer task of `cpu_up()`); the task each runs as
+//! comes from [`hotplug::task`].
 //!
 //! A runtime drives an operation with [`Kernel::hotplug_begin_step`], executes the step on the CPU
 //! it names with [`Kernel::hotplug_run_step`], and applies the result with
@@ -145,8 +147,10 @@ impl Kernel {
     }
 
     /// Executes a begun step in `cx`, which must be a context of [`HotplugStep::run_on`] in plain
-    /// task context: the AP thread `cpuhp/N`, with IRQs off for STARTING/DYING, or the control
-    /// CPU's `work_on_cpu()` kworker. An injected failure returns `-EAGAIN` without running.
+    /// task context, as the task the invocation names ([`hotplug::Invocation::task`]): the AP
+    /// thread `cpuhp/N`, with IRQs off for STARTING/DYING, or the control CPU's
+    /// `work_on_cpu()` kworker / the writer. An injected failure returns `-EAGAIN` without
+    /// running.
     pub fn hotplug_run_step(&self, step: &HotplugStep, cx: &Cpu) -> Result<(), Errno> {
         if step.call.injected_fail {
             return Err(Errno::EAGAIN);
@@ -155,14 +159,12 @@ impl Kernel {
             return Ok(());
         };
         let inv = &step.call.invocation;
-        let comm = match inv.runs_on {
-            RunsOn::Target { .. } => format!("cpuhp/{}", inv.cpu.0),
-            RunsOn::Control { cpu } => format!("kworker/{}:0", cpu.0),
-        };
+        // The task kernel/cpu.c runs it in (hotplug::task): cpuhp/N, the idle task or the
+        // stopper of the AP, or the BP's work_on_cpu() kworker / the writer.
         let saved = cx.current();
         cx.set_current(Task {
-            pid: 100 + cx.id().0,
-            comm,
+            pid: inv.task.pid(),
+            comm: inv.task.comm(),
         });
         let r = match inv.runs_on {
             RunsOn::Target { irqs_off: true } => cx.with_irqs_disabled(|cx| cb(cx, inv)),

@@ -129,5 +129,17 @@ pub(super) fn register(kernel: &Kernel) -> Result<(StateId, StateId), InitError>
             state: "block/bio:complete:dead",
             error,
         })?;
+    // The seed patches' function names, which `cpuhp_enter` prints (%ps); the same in every
+    // variant.
+    hp.set_callback_fns(
+        a,
+        Some("bio_complete_batch_cpu_online"),
+        Some("bio_complete_batch_cpu_down_prep"),
+    )
+    .and_then(|()| hp.set_callback_fns(b, None, Some("bio_complete_batch_cpu_dead")))
+    .map_err(|error| InitError::Hotplug {
+        state: "block/bio:complete:online",
+        error,
+    })?;
     Ok((a, b))
 }
