@@ -1,4 +1,4 @@
-//! The model's cpuhp tracepoints against the live 6.18 kernel's (`tests/data/tracefs-6.18/`):
+//! The model's cpuhp tracepoints against the live 6.18 kernel's (the repository's `tests/data/tracefs-6.18/`):
 //! a machine whose table is the live kernel's (every state with a callback in the recordings,
 //! with its function names, single or multi-instance and its instance count, plus the
 //! STARTING/DYING states the kernel has, which never show) must print the same cpuhp event
@@ -53,7 +53,7 @@ fn seq(lines: &[TraceLine]) -> Seq {
 
 fn live(name: &str) -> Seq {
     let path = format!(
-        "{}/tests/data/tracefs-6.18/{name}",
+        "{}/../tests/data/tracefs-6.18/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -560,7 +560,7 @@ fn model_fail_61() -> Seq {
 fn the_live_table_lists_as_the_live_kernel() {
     let hp = live_machine();
     let path = format!(
-        "{}/tests/data/tracefs-6.18/states.txt",
+        "{}/../tests/data/tracefs-6.18/states.txt",
         env!("CARGO_MANIFEST_DIR")
     );
     let want = std::fs::read_to_string(path).unwrap();

@@ -199,7 +199,7 @@ mod tests {
     /// The live 6.18 recordings, copied into the hotplug crate's test data.
     fn live_lines(name: &str) -> Vec<hotplug::tracefs::TraceLine> {
         let path = format!(
-            "{}/../hotplug/tests/data/tracefs-6.18/{name}",
+            "{}/../tests/data/tracefs-6.18/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read_to_string(&path)
@@ -233,7 +233,7 @@ mod tests {
     /// same name at the same number in the live `states.txt`; plus 236 for `cpuhp_kick_ap_work`.
     fn shared_states(k: &Kernel) -> Vec<i32> {
         let path = format!(
-            "{}/../hotplug/tests/data/tracefs-6.18/states.txt",
+            "{}/../tests/data/tracefs-6.18/states.txt",
             env!("CARGO_MANIFEST_DIR")
         );
         let live = std::fs::read_to_string(path).unwrap();
