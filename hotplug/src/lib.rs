@@ -9,6 +9,7 @@
 //! - [`step`]: `cpu_up()` / `cpu_down()`, the stepping API and rollback.
 //! - [`sysfs`]: the `state`/`target`/`fail` knobs and the `states` listing.
 //! - [`invoke`]: what one callback invocation is and where it runs.
+//! - [`listing`]: a table read from a live kernel (its `states` listing and a callback map).
 //! - [`trace`]: `cpuhp_enter`/`cpuhp_exit` events, the in-memory log, WARN/BUG values.
 //! - [`errno`], [`error`]: typed kernel errors.
 //!
@@ -41,6 +42,7 @@ pub mod cpuhp;
 pub mod errno;
 pub mod error;
 pub mod invoke;
+pub mod listing;
 pub mod state;
 pub mod step;
 pub mod sysfs;
@@ -51,6 +53,7 @@ pub use cpuhp::{Cpuhp, CpuhpConfig};
 pub use errno::Errno;
 pub use error::HotplugError;
 pub use invoke::{Callback, Invocation, InvokeFn, Origin, RunsOn};
+pub use listing::{CallbackInfo, CallbackMap, ListingError, StatesListing, StepCallbacks};
 pub use state::*;
 pub use step::{Executed, StepCall, StepOutcome};
 pub use table::{CoreStep, StepInfo, StepKind, BUILTIN_STEPS, CORE_STEPS};
