@@ -10,7 +10,8 @@ use bio_sim::calibrate::hotplug::compare::{compare, CaseResult, Report};
 use bio_sim::calibrate::hotplug::model::Twin;
 use bio_sim::calibrate::hotplug::recording::Recording;
 use bio_sim::calibrate::hotplug::{live, Op};
-use bio_sim::calibrate::tracefs::live_test_skip_reason;
+use bio_sim::calibrate::tracefs::{live_test_skip_reason, Tracefs};
+use bio_sim::dev::cleanup::{Restore, RestoreAction};
 
 fn recorded() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/calibrate/hotplug-6.18")
@@ -20,7 +21,7 @@ fn recorded() -> PathBuf {
 /// `cpuhp/N` thread, states above `CPUHP_TEARDOWN_CPU`), the kernel's `cpuhp_bringup_ap()` returns
 /// the AP's error (its `cpuhp_exit` says `ret: -11`); the model logs the `CPUHP_BRINGUP_CPU`
 /// startup as returning 0. Everything else of such a case agrees.
-const D1: &str = "callback errors: live [(83, -11)], model []";
+const D1: &str = "callback errors: live step 83 returned -11, model none";
 
 fn is_d1_case(c: &CaseResult) -> bool {
     c.case.op == Op::Up && c.case.fail > 144 && c.live.observed.fail == -1
@@ -212,6 +213,31 @@ fn live_calibration_of_cpu1_agrees_but_for_the_documented_departure() {
         eprintln!("{why}");
         return;
     }
+    // A CPU with a failure already armed is refused before anything changes. (One test, so the
+    // calibration below never runs while this one holds the live session.)
+    {
+        let _session = Tracefs::open().unwrap();
+        let fail = "/sys/devices/system/cpu/cpu1/hotplug/fail";
+        let _online = Restore::register(RestoreAction::Write {
+            path: "/sys/devices/system/cpu/cpu1/online".into(),
+            value: "1".into(),
+        })
+        .unwrap();
+        let _fail = Restore::register(RestoreAction::Write {
+            path: fail.into(),
+            value: "-1".into(),
+        })
+        .unwrap();
+        std::fs::write(fail, "187").unwrap();
+        match live::record(1) {
+            Err(live::LiveError::Refused(why)) => {
+                assert!(why.contains("hotplug/fail is 187"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(read(fail), "187", "the refusal changed nothing");
+    }
+    assert_eq!(read("/sys/devices/system/cpu/cpu1/hotplug/fail"), "-1");
     let (rec, _took) = live::record(1).unwrap();
     assert_eq!(read("/sys/devices/system/cpu/cpu1/online"), "1");
     assert_eq!(read("/sys/devices/system/cpu/cpu1/hotplug/state"), "236");

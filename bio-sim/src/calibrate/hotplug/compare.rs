@@ -78,14 +78,13 @@ impl Report {
             self.cases.len()
         );
         for s in &self.sweeps {
-            let accepts: Vec<String> = s.live_accepts.iter().map(i32::to_string).collect();
             let _ = writeln!(
                 out,
                 "fail writes, CPU {:<7}  live accepts {} of {}: {}  model: {}",
                 if s.online { "online" } else { "offline" },
                 s.live_accepts.len(),
                 s.values,
-                accepts.join(" "),
+                ranges(&s.live_accepts),
                 if s.diffs.is_empty() {
                     "same  agree".to_owned()
                 } else {
@@ -101,7 +100,7 @@ impl Report {
             let model = summary(&c.model);
             let _ = writeln!(
                 out,
-                "{:<14} {:<26} live: {:<58} model: {}",
+                "{:<14} {:<27} live: {:<66} model: {}",
                 c.case.to_string(),
                 c.step_name,
                 live,
@@ -130,7 +129,26 @@ impl Report {
     }
 }
 
-/// `-EAGAIN, back at 236, online, fail consumed, 24 callbacks (10 rollback)`.
+/// Ascending numbers as runs: `144 147-151 154`.
+pub fn ranges(v: &[i32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(" ")
+}
+
+/// `-EAGAIN, at 236, online, fail consumed, 24 callbacks (10 rollback)`.
 pub fn summary(o: &Outcome) -> String {
     let ob = &o.observed;
     let mut s = String::new();
@@ -215,10 +233,19 @@ pub fn diff(live: &Outcome, model: &Outcome) -> Vec<String> {
         l.in_mask.to_string(),
         m.in_mask.to_string(),
     );
+    let errors = |f: &[(i32, i32)]| {
+        if f.is_empty() {
+            return "none".to_owned();
+        }
+        f.iter()
+            .map(|(step, ret)| format!("step {step} returned {ret}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     field(
         "callback errors",
-        format!("{:?}", live.failed),
-        format!("{:?}", model.failed),
+        errors(&live.failed),
+        errors(&model.failed),
     );
     let (a, b) = (&live.callbacks, &model.callbacks);
     if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| !same_ran(x, y)) {
@@ -321,4 +348,16 @@ fn sweeps(live: &[FailWrite], model: &[FailWrite]) -> Result<Vec<SweepResult>, S
             }
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ranges;
+
+    #[test]
+    fn accepted_values_print_as_runs() {
+        assert_eq!(ranges(&[144, 147, 148, 149, 154]), "144 147-149 154");
+        assert_eq!(ranges(&[1]), "1");
+        assert_eq!(ranges(&[]), "");
+    }
 }

@@ -276,11 +276,10 @@ fn check_cpu(cpu: u32) -> Result<CpuFiles, LiveError> {
     Ok(files)
 }
 
-/// Records a calibration of CPU `cpu` on the live kernel; returns it and how long it took.
-pub fn record(cpu: u32) -> Result<(Recording, Duration), LiveError> {
-    let files = check_cpu(cpu)?;
-    let started = Instant::now();
-    let mut t = Tracefs::open().map_err(|e| LiveError::Refused(format!("no tracefs: {e}")))?;
+/// The CPU must be online at `CPUHP_ONLINE` with `fail` at -1: the run starts from there and
+/// leaves it there.
+fn check_start(files: &CpuFiles) -> Result<(), LiveError> {
+    let cpu = files.cpu;
     let start = files.observe(Ok(()), Ok(()))?;
     if start.state != CPUHP_ONLINE.0 || !start.online || !start.in_mask {
         return Err(LiveError::Refused(format!(
@@ -294,6 +293,17 @@ pub fn record(cpu: u32) -> Result<(Recording, Duration), LiveError> {
             start.fail
         )));
     }
+    Ok(())
+}
+
+/// Records a calibration of CPU `cpu` on the live kernel; returns it and how long it took.
+pub fn record(cpu: u32) -> Result<(Recording, Duration), LiveError> {
+    let files = check_cpu(cpu)?;
+    let started = Instant::now();
+    // Checked before the session (which clears the trace buffer) and again under its lock.
+    check_start(&files)?;
+    let mut t = Tracefs::open().map_err(|e| LiveError::Refused(format!("no tracefs: {e}")))?;
+    check_start(&files)?;
     // Restores before any change; newest first means `fail` is cleared before `online` is written.
     let restores = vec![
         Restore::register(RestoreAction::Write {
