@@ -207,9 +207,11 @@ impl Session {
         Ok(out)
     }
 
-    /// Runs `write` with tracing on and returns its result and the cpuhp event lines.
+    /// Runs `write` with tracing on and returns its result and the cpuhp event lines; without
+    /// `ok_exits`, the `cpuhp_exit` lines with `ret: 0` are left out (see [`is_ok_exit`]).
     fn traced<T>(
         &self,
+        ok_exits: bool,
         write: impl FnOnce() -> Result<T, LiveError>,
     ) -> Result<(T, String), LiveError> {
         self.t.clear().map_err(failed)?;
@@ -221,6 +223,7 @@ impl Session {
         let events: String = text
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter(|l| ok_exits || !is_ok_exit(l))
             .map(|l| format!("{l}\n"))
             .collect();
         // Refuse what the parser would (a `LOST EVENTS` line, another CPU's events) now.
@@ -235,7 +238,7 @@ impl Session {
             Op::Up => self.ensure_offline()?,
         }
         let c = &self.cpu;
-        let ((fail_write, ret), trace) = self.traced(|| {
+        let ((fail_write, ret), trace) = self.traced(false, || {
             let fw = write_attr(&c.fail, &case.fail.to_string())?;
             let ret = write_attr(&c.online, if case.op == Op::Up { "1" } else { "0" })?;
             Ok((fw, ret))
@@ -248,6 +251,13 @@ impl Session {
             trace,
         })
     }
+}
+
+/// A `cpuhp_exit` of a callback that returned 0. The cases' traces leave these out, which halves a
+/// recording: the comparison reads the enters (which callbacks ran) and the exits that carry an
+/// error, and an exit with `ret: 0` only repeats its enter. The clean traces keep every line.
+pub fn is_ok_exit(line: &str) -> bool {
+    line.contains(": cpuhp_exit: ") && line.ends_with(" ret: 0")
 }
 
 fn read_text(p: &Path) -> Result<String, LiveError> {
@@ -345,10 +355,10 @@ fn run(s: &Session) -> Result<Recording, LiveError> {
         .ok_or_else(|| failed(format!("{SYS_CPU}/possible: not a CPU list: {possible:?}")))?;
 
     let online_sweep = s.sweep()?;
-    let ((), clean_down) = s.traced(|| must_write(&s.cpu.online, "0"))?;
+    let ((), clean_down) = s.traced(true, || must_write(&s.cpu.online, "0"))?;
     s.ensure_offline()?;
     let offline_sweep = s.sweep()?;
-    let ((), clean_up) = s.traced(|| must_write(&s.cpu.online, "1"))?;
+    let ((), clean_up) = s.traced(true, || must_write(&s.cpu.online, "1"))?;
     s.ensure_online()?;
 
     // Clean runs that are not clean (a rollback, a failing callback) stop the run here.
@@ -401,6 +411,15 @@ mod tests {
         assert_eq!(parse_cpu_list(""), Some(vec![]));
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("a"), None);
+    }
+
+    #[test]
+    fn only_exits_returning_0_are_left_out_of_case_traces() {
+        let ok = "         cpuhp/1-20      [001] .....  1086.778704: cpuhp_exit:  cpu: 0001  state: 234 step: 235 ret: 0";
+        assert!(is_ok_exit(ok));
+        assert!(!is_ok_exit(&ok.replace("ret: 0", "ret: -11")));
+        assert!(!is_ok_exit(&ok.replace("ret: 0", "ret: 0 x")));
+        assert!(!is_ok_exit("     kworker/0:2-15074   [000] .....  1044.334650: cpuhp_enter: cpu: 0001 target: 144 step: 236 (cpuhp_kick_ap_work)"));
     }
 
     #[test]
