@@ -10,13 +10,16 @@ use crate::calibrate::hotplug::{compare, live, model::Twin, recording::Recording
 /// `biosim calibrate`'s subcommands.
 #[derive(Debug, Subcommand)]
 pub enum CalibrateCommand {
-    /// Compare the hotplug model (kernel/cpu.c) with this machine's CPU hotplug: learn the step
-    /// table from the `states` listing and a traced clean offline/online, then inject every
-    /// `hotplug/fail` the kernel accepts, with the CPU online (offline fails) and offline (online
-    /// fails), live and in the model, and compare the callbacks run, the errno, the state, `online`
-    /// and whether `fail` was consumed; and every `fail` write from -2 to CPUHP_ONLINE. Live runs
-    /// need root and tracefs, never touch CPU0, and leave the CPU online, `fail` at -1 and tracing
-    /// off. Exit status 0 if everything agrees, 1 if a row differs, 2 for a refusal or bad input.
+    /// Compare the hotplug model (kernel/cpu.c) with this machine's CPU hotplug, or with a
+    /// recording of it (docs/live-kernel.md).
+    ///
+    /// Learns the step table from the `states` listing and a traced clean offline/online, then
+    /// injects every `hotplug/fail` the kernel accepts, with the CPU online (offline fails) and
+    /// offline (online fails), live and in the model, and compares the callbacks run, the errno,
+    /// the state, `online` and whether `fail` was consumed; and every `fail` write from -2 to
+    /// CPUHP_ONLINE. Live runs need root and tracefs, never touch CPU0, and leave the CPU online,
+    /// `fail` at -1 and tracing off. Exit status 0 if everything agrees, 1 if a row differs, 2 for
+    /// a refusal or bad input.
     Hotplug(HotplugArgs),
 }
 

@@ -71,9 +71,9 @@ fn num<T: std::str::FromStr>(s: &str) -> Option<T> {
 }
 
 impl Event {
-    /// The event of a trace line, `Ok(None)` for another event system, an error naming the line
-    /// for a cpuhp event whose fields do not read as its print fmt.
-    pub fn from_line(l: &TraceLine) -> Result<Option<Event>, String> {
+    /// The event of a trace line; an error for a cpuhp event whose fields do not read as its
+    /// print fmt and for any other event (a calibration enables the cpuhp events only).
+    pub fn from_line(l: &TraceLine) -> Result<Event, String> {
         let bad = || format!("cpuhp event fields not as its print fmt: {l}");
         match l.event.as_str() {
             "cpuhp_enter" | "cpuhp_multi_enter" => {
@@ -85,28 +85,30 @@ impl Event {
                     .strip_prefix('(')
                     .and_then(|f| f.strip_suffix(')'))
                     .ok_or_else(bad)?;
-                Ok(Some(Event::Enter {
+                Ok(Event::Enter {
                     multi: l.event == "cpuhp_multi_enter",
                     cpu: num(cpu).ok_or_else(bad)?,
                     target: num(target).ok_or_else(bad)?,
                     step: num(step).ok_or_else(bad)?,
                     function: function.to_owned(),
-                }))
+                })
             }
             "cpuhp_exit" => {
                 let f = fields(&l.fields, &["cpu:", "state:", "step:", "ret:"]).ok_or_else(bad)?;
                 let [cpu, state, step, ret] = f[..] else {
                     return Err(bad());
                 };
-                Ok(Some(Event::Exit {
+                Ok(Event::Exit {
                     cpu: num(cpu).ok_or_else(bad)?,
                     state: num(state).ok_or_else(bad)?,
                     step: num(step).ok_or_else(bad)?,
                     ret: num(ret).ok_or_else(bad)?,
-                }))
+                })
             }
             e if e.starts_with("cpuhp_") => Err(format!("unknown cpuhp event `{e}`: {l}")),
-            _ => Ok(None),
+            e => Err(format!(
+                "a `{e}` event: a calibration trace holds the cpuhp events only: {l}"
+            )),
         }
     }
 }
@@ -121,9 +123,7 @@ pub fn events(text: &str, cpu: u32) -> Result<Vec<Event>, String> {
         }
         let at = |e: String| format!("line {}: {e}", i + 1);
         let l = TraceLine::parse(line).map_err(|e| at(e.to_string()))?;
-        let Some(ev) = Event::from_line(&l).map_err(at)? else {
-            continue;
-        };
+        let ev = Event::from_line(&l).map_err(at)?;
         let c = match &ev {
             Event::Enter { cpu, .. } | Event::Exit { cpu, .. } => *cpu,
         };

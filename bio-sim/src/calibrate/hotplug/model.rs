@@ -25,7 +25,8 @@ pub enum Twin {
     None,
     /// The table without one callback: `(step, startup?)`.
     DropCallback(i32, bool),
-    /// A `fail` that stays armed after it fired (`fail_store()`'s one-shot forgotten).
+    /// A `fail` that stays armed after it fired (the one-shot `st->fail = CPUHP_INVALID` of
+    /// `cpuhp_invoke_callback()` forgotten).
     FailNotConsumed,
 }
 
