@@ -9,6 +9,7 @@
 //! - [`step`]: `cpu_up()` / `cpu_down()`, the stepping API and rollback.
 //! - [`sysfs`]: the `state`/`target`/`fail` knobs and the `states` listing.
 //! - [`invoke`]: what one callback invocation is and where it runs.
+//! - [`listing`]: a table read from a live kernel (its `states` listing and a callback map).
 //! - [`multi`]: multi-instance states (`cpuhp_setup_state_multi()`, instances).
 //! - [`task`]: the tasks callbacks run in (`cpuhp/N`, the BP's `kworker/C:0` or writer, ...).
 //! - [`trace`]: `cpuhp_enter`/`cpuhp_multi_enter`/`cpuhp_exit` tracepoints, the in-memory log,
@@ -45,6 +46,7 @@ pub mod cpuhp;
 pub mod errno;
 pub mod error;
 pub mod invoke;
+pub mod listing;
 pub mod multi;
 pub mod state;
 pub mod step;
@@ -58,6 +60,7 @@ pub use cpuhp::{Cpuhp, CpuhpConfig};
 pub use errno::Errno;
 pub use error::HotplugError;
 pub use invoke::{Callback, InstanceId, Invocation, InvokeFn, Origin, RunsOn};
+pub use listing::{CallbackInfo, CallbackMap, ListingError, StatesListing, StepCallbacks};
 pub use state::*;
 pub use step::{Executed, StepCall, StepOutcome};
 pub use table::{BuiltinFns, CoreStep, StepInfo, StepKind, BUILTIN_FNS, BUILTIN_STEPS, CORE_STEPS};

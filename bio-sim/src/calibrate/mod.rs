@@ -7,5 +7,6 @@
 //! is registered as a [`crate::dev::cleanup::Restore`] before it is made, so it is undone on a
 //! normal end, an error, a panic that unwinds, and on `SIGINT`/`SIGTERM`/`SIGHUP`.
 
+pub mod hotplug;
 pub mod loop_cal;
 pub mod tracefs;

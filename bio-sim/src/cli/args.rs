@@ -98,6 +98,9 @@ pub enum Command {
     /// shrunk and written as a scenario file that `biosim run` reproduces. Exit status 0 if no
     /// invariant was violated, 1 if one was (the file is written), 2 for bad input.
     Explore(ExploreArgs),
+    /// Compare the model with the live kernel this runs on (root), or with a recording of one.
+    #[command(subcommand)]
+    Calibrate(super::calibrate::CalibrateCommand),
 }
 
 /// `biosim explore --variant`'s help.

@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod calibrate;
 pub mod diff;
 pub mod explore;
 pub mod findings;
@@ -27,6 +28,7 @@ pub fn main() -> ExitCode {
             | Command::Loop(_)
             | Command::Diff(_)
             | Command::Explore(_)
+            | Command::Calibrate(_)
             | Command::Bench(BenchCommand::Explore(_))
     );
     crate::trace::init(if quiet { "error" } else { "warn" });
@@ -86,6 +88,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Bench(b) => return bench::bench(b),
         Command::Diff(args) => return diff::diff(args),
         Command::Explore(args) => return explore::explore(args),
+        Command::Calibrate(c) => return calibrate::calibrate(c),
         Command::States(args) => {
             use bio_core::block::complete_in_task::{bio_complete_init, Variant};
             let kernel = bio_core::Kernel::new(KernelConfig::default(), args.cpus)?;
