@@ -1,6 +1,7 @@
-//! The block tracepoints of `include/trace/events/block.h` that exist so far, as `tracing` events
-//! with target `block` and the tracepoint's name as the event name, printed in ftrace's format:
-//! `block_bio_queue: 8,0 WS 2048 + 8 [comm]`, `block_bio_complete: 8,0 W 2048 + 8 [0]`.
+//! The block tracepoints of `include/trace/events/block.h` that exist so far, fired with
+//! [`ktrace!`](crate::ktrace) on target `block` in ftrace's format (tracefs-6.18/formats):
+//! `block_bio_queue: 8,0 WS 2048 + 8 [comm]` (`current->comm`, the real one: `swapper/0` for the
+//! idle task), `block_bio_complete: 8,0 W 2048 + 8 [0]`.
 
 use super::blk_status::blk_status_to_errno;
 use super::blk_types::Bio;
@@ -9,13 +10,12 @@ use crate::kernel::Cpu;
 /// `trace_block_bio_queue()`: a bio is queued (`submit_bio_noacct()`).
 pub fn block_bio_queue(bio: &Bio, cpu: &Cpu) {
     let (major, minor) = bio.bi_bdev.unwrap_or((0, 0));
-    tracing::event!(
+    crate::ktrace!(
+        cpu,
         target: "block",
-        tracing::Level::TRACE,
-        tracepoint = "block_bio_queue",
-        cpu = cpu.id().0,
-        bio = bio.id(),
-        "block_bio_queue: {},{} {} {} + {} [{}]",
+        "block_bio_queue",
+        fields(bio = bio.id()),
+        "{},{} {} {} + {} [{}]",
         major,
         minor,
         bio.bi_opf.rwbs(),
@@ -29,13 +29,12 @@ pub fn block_bio_queue(bio: &Bio, cpu: &Cpu) {
 /// `blk_status_to_errno(bi_status)`, as the kernel's event does.
 pub fn block_bio_complete(bio: &Bio, cpu: &Cpu) {
     let (major, minor) = bio.bi_bdev.unwrap_or((0, 0));
-    tracing::event!(
+    crate::ktrace!(
+        cpu,
         target: "block",
-        tracing::Level::TRACE,
-        tracepoint = "block_bio_complete",
-        cpu = cpu.id().0,
-        bio = bio.id(),
-        "block_bio_complete: {},{} {} {} + {} [{}]",
+        "block_bio_complete",
+        fields(bio = bio.id()),
+        "{},{} {} {} + {} [{}]",
         major,
         minor,
         bio.bi_opf.rwbs(),

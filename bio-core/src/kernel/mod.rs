@@ -29,6 +29,7 @@ pub use preempt::{
     PREEMPT_OFFSET, SOFTIRQ_DISABLE_OFFSET, SOFTIRQ_MASK, SOFTIRQ_OFFSET,
 };
 pub use report::{Report, ReportKind, ReportLog};
+pub use sched::PrevState;
 pub use task::{Task, DEFAULT_PRIO, HIGHPRI_PRIO};
 pub use trace::{hashed_ptr, timer_ptr, work_ptr, PtrKind, TraceFlags};
 

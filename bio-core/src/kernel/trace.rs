@@ -185,24 +185,32 @@ pub fn timer_ptr(id: usize) -> String {
     hashed_ptr(PtrKind::Timer, id as u64)
 }
 
-/// Fires tracepoint `$event` (a string literal) from context `$cx` (a `&Cpu`): a `tracing` TRACE
-/// event on `target: $target` with `tracepoint = $event`, the context fields `exec_cpu`, `comm`,
-/// `pid` and `flags` ([`Cpu::trace_flags`], or `flags: EXPR` to pass a [`TraceFlags`]), any extra
-/// `key = value` fields after `;`, and the message `"$event: <format>"`. The format must render
-/// the event's `print fmt`. Nothing is computed unless the event is enabled.
+/// Fires tracepoint `$event` (a `&'static str`, usually a literal) from context `$cx` (a
+/// `&Cpu`): a `tracing` TRACE event on `target: $target` with `tracepoint = $event`, the context
+/// fields `exec_cpu` (and `cpu`, the same, for readers of the older convention), `comm`, `pid` and
+/// `flags` ([`Cpu::trace_flags`], or `flags: EXPR` to pass a [`TraceFlags`]), extra fields with
+/// `fields(key = value, ...)`, and the message
+/// `"$event: <format>"`. The format must render the event's `print fmt`. Nothing is computed
+/// unless the event is enabled.
 ///
 /// ```ignore
 /// ktrace!(cx, target: "irq", "softirq_raise", "vec={} [action={}]", vec.nr(), vec.name());
 /// ```
 #[macro_export]
 macro_rules! ktrace {
-    ($cx:expr, target: $target:literal, $event:literal, flags: $flags:expr, $($fmt:tt)+) => {
-        $crate::ktrace!(@emit $cx, $target, $event, $flags, ; $($fmt)+)
+    ($cx:expr, target: $target:literal, $event:expr, flags: $flags:expr, fields($($k:ident = $v:expr),* $(,)?), $($fmt:tt)+) => {
+        $crate::ktrace!(@emit $cx, $target, $event, $flags, ($($k = $v),*); $($fmt)+)
     };
-    ($cx:expr, target: $target:literal, $event:literal, $($fmt:tt)+) => {
-        $crate::ktrace!(@emit $cx, $target, $event, ($cx).trace_flags(), ; $($fmt)+)
+    ($cx:expr, target: $target:literal, $event:expr, fields($($k:ident = $v:expr),* $(,)?), $($fmt:tt)+) => {
+        $crate::ktrace!(@emit $cx, $target, $event, ($cx).trace_flags(), ($($k = $v),*); $($fmt)+)
     };
-    (@emit $cx:expr, $target:literal, $event:literal, $flags:expr, ; $fmt:literal $(, $arg:expr)* $(,)?) => {
+    ($cx:expr, target: $target:literal, $event:expr, flags: $flags:expr, $($fmt:tt)+) => {
+        $crate::ktrace!(@emit $cx, $target, $event, $flags, (); $($fmt)+)
+    };
+    ($cx:expr, target: $target:literal, $event:expr, $($fmt:tt)+) => {
+        $crate::ktrace!(@emit $cx, $target, $event, ($cx).trace_flags(), (); $($fmt)+)
+    };
+    (@emit $cx:expr, $target:literal, $event:expr, $flags:expr, ($($k:ident = $v:expr),*); $fmt:literal $(, $arg:expr)* $(,)?) => {
         if ::tracing::enabled!(target: $target, ::tracing::Level::TRACE) {
             let cx: &$crate::kernel::Cpu = $cx;
             let flags: $crate::kernel::TraceFlags = $flags;
@@ -215,6 +223,7 @@ macro_rules! ktrace {
                 comm = task.trace_comm(),
                 pid = u64::from(task.pid),
                 flags = flags.as_str(),
+                $($k = $v,)*
                 "{}: {}",
                 $event,
                 format_args!($fmt $(, $arg)*)

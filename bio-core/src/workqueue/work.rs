@@ -212,21 +212,55 @@ impl Kernel {
                 pool = r.pool;
             }
         }
+        // kick_pool() wakes an idle worker only when this is the first work it has to do: a busy
+        // worker picks the work up itself, and a worker already woken is not woken again
+        // (try_to_wake_up() on a running task traces nothing).
+        let wakes_worker = !st.pools[pool].busy && st.pools[pool].worklist.is_empty();
         st.pools[pool].worklist.push_back(Queued { work, wq });
         let e = &mut st.works[work.0];
         e.queued = Some(pool);
-        tracing::trace!(
+        let name = e.name;
+        // __queue_work(): IRQs are off (queue_work_on()'s local_irq_save()) and pool->lock is
+        // held at both tracepoints; rcu_read_lock() counts too on a non-preemptible RCU.
+        let flags = cx.trace_flags_under(true, self.pool_lock_depth(cx));
+        crate::ktrace!(
+            cx,
             target: "workqueue",
-            tracepoint = "workqueue_queue_work",
-            cpu = cx.id().0,
-            "workqueue_queue_work: work={} function={} workqueue={} req_cpu={} cpu={}",
-            work.0,
-            e.name,
+            "workqueue_queue_work",
+            flags: flags,
+            "work struct={} function={} workqueue={} req_cpu={} cpu={}",
+            crate::kernel::work_ptr(work.0),
+            name,
             info.name,
             req_cpu.map_or(WORK_CPU_UNBOUND_NR, |c| c.0),
-            st.pools[pool].cpu.map_or(-1, |c| c.0 as i64)
+            st.pools[pool].cpu.map_or(-1, |c| i64::from(c.0))
         );
+        // No max_active limit is modelled: every queued work is activated at once.
+        crate::ktrace!(
+            cx,
+            target: "workqueue",
+            "workqueue_activate_work",
+            flags: flags,
+            "work struct {} function={} ",
+            crate::kernel::work_ptr(work.0),
+            name
+        );
+        if wakes_worker {
+            let worker = self.pool_worker_task(pool, &info, false);
+            let target = st.pools[pool]
+                .cpu
+                .filter(|_| !st.pools[pool].disassociated)
+                .unwrap_or(cx.id());
+            cx.trace_sched_wakeup(&worker, target, self.pool_lock_depth(cx));
+        }
         pool
+    }
+
+    /// What `__queue_work()` holds at its tracepoints beyond the caller's count: `pool->lock`,
+    /// and `rcu_read_lock()` when it is `preempt_disable()` (no `CONFIG_PREEMPT_RCU`).
+    pub(crate) fn pool_lock_depth(&self, cx: &Cpu) -> u32 {
+        let c = cx.config();
+        1 + u32::from(!c.preempt_rcu && c.preempt_count)
     }
 
     /// `queue_delayed_work_on()`: like `queue_work_on()` but the work is queued `delay` jiffies
@@ -265,7 +299,9 @@ impl Kernel {
     ) -> bool {
         let (ret, wake) = {
             let mut st = self.workqueues.state.lock();
-            let ret = self.grab_pending(&mut st, dwork.work.id);
+            let ret = self
+                .grab_pending(&mut st, dwork.work.id, Some(cx))
+                .was_pending();
             let e = &mut st.works[dwork.work.id.0];
             if e.disable > 0 {
                 // clear_pending_if_disabled()
@@ -310,8 +346,22 @@ impl Kernel {
         }
         let base = cpu.unwrap_or(cx.id());
         let expires = self.jiffies() + delay;
-        self.timers.arm(dwork.timer, base, expires);
-        tracing::trace!(target: "workqueue", tracepoint = "biosim_queue_delayed_work", cpu = cx.id().0, "biosim_queue_delayed_work: work={} function={} delay={delay} timer_cpu={}", dwork.work.id.0, e.name, base.0);
+        let name = e.name;
+        // add_timer_on() for a CPU (TIMER_PINNED), add_timer_global() for WORK_CPU_UNBOUND.
+        self.timers
+            .arm(dwork.timer, base, expires, Some(cpu.is_some()));
+        self.trace_timer_start(cx, dwork.timer);
+        // The kernel has no tracepoint naming the work a delayed-work timer is for.
+        crate::ktrace!(
+            cx,
+            target: "workqueue",
+            "biosim_queue_delayed_work",
+            flags: cx.trace_flags_under(true, 0),
+            "work struct {} function={name} delay={delay} timer={} timer_cpu={}",
+            crate::kernel::work_ptr(dwork.work.id.0),
+            crate::kernel::timer_ptr(dwork.timer.id),
+            base.0
+        );
         Target::Cpu(base)
     }
 
@@ -328,13 +378,14 @@ impl Kernel {
         Some(self.queue_work_locked(st, d.cpu, wq, work, cx))
     }
 
-    /// `try_to_grab_pending()`: takes ownership of PENDING. `true` if the work was pending (its
-    /// timer or worklist entry is removed), `false` if it was idle (PENDING is now set by us).
-    fn grab_pending(&self, st: &mut WqState, work: WorkId) -> bool {
+    /// `try_to_grab_pending()`: takes ownership of PENDING and says where the work was: on its
+    /// timer (deleted with `timer_delete()`, which traces `timer_cancel`), on a worklist, or
+    /// idle (PENDING is now set by us).
+    fn grab_pending(&self, st: &mut WqState, work: WorkId, cx: Option<&Cpu>) -> Grabbed {
         let e = &st.works[work.0];
         if let Some(d) = e.delayed {
-            if self.timers.disarm(d.timer) {
-                return true;
+            if self.timer_delete_from(cx, d.timer) {
+                return Grabbed::Timer;
             }
         }
         if let Some(pool) = e.queued {
@@ -343,18 +394,63 @@ impl Kernel {
                 list.remove(pos);
             }
             st.works[work.0].queued = None;
-            return true;
+            return Grabbed::Worklist;
         }
         let e = &mut st.works[work.0];
         let was = e.pending;
         e.pending = true;
-        was
+        if was {
+            Grabbed::Pending
+        } else {
+            Grabbed::Idle
+        }
+    }
+
+    /// The annotation of a cancel, disable or enable (`site`, e.g. `disable_delayed_work_sync`):
+    /// the kernel traces only the timer it deletes (`timer_cancel`), not which work was
+    /// cancelled, whether it was pending, nor the disable count that now rejects every queue
+    /// attempt; finding 1's causal step is one of these.
+    fn trace_cancel(
+        &self,
+        cx: Option<&Cpu>,
+        site: &str,
+        work: WorkId,
+        grabbed: Grabbed,
+        disable: u32,
+    ) {
+        let event = if site.starts_with("disable") {
+            "biosim_disable_work"
+        } else if site.starts_with("enable") {
+            "biosim_enable_work"
+        } else {
+            "biosim_cancel_work"
+        };
+        if !tracing::enabled!(target: "workqueue", tracing::Level::TRACE) {
+            return;
+        }
+        let name = self.workqueues.state.lock().works[work.0].name;
+        let ptr = crate::kernel::work_ptr(work.0);
+        let what = grabbed.describe();
+        match cx {
+            Some(cx) => crate::ktrace!(
+                cx,
+                target: "workqueue",
+                event,
+                "{site}: work struct {ptr} function={name} {what}, disable count {disable}"
+            ),
+            None => tracing::trace!(
+                target: "workqueue",
+                tracepoint = event,
+                "{event}: {site}: work struct {ptr} function={name} {what}, disable count {disable}"
+            ),
+        }
     }
 
     /// `__cancel_work()`: grabs PENDING, optionally bumps the disable count, clears PENDING.
-    fn cancel_work_flags(&self, work: WorkId, flags: u32, cx: Option<&Cpu>) -> bool {
+    /// Returns where the work was and the disable count after.
+    fn cancel_work_flags(&self, work: WorkId, flags: u32, cx: Option<&Cpu>) -> (Grabbed, u32) {
         let mut st = self.workqueues.state.lock();
-        let ret = self.grab_pending(&mut st, work);
+        let ret = self.grab_pending(&mut st, work, cx);
         let e = &mut st.works[work.0];
         let mut overflowed = false;
         if flags & CANCEL_DISABLE != 0 {
@@ -366,6 +462,7 @@ impl Kernel {
         }
         // set_work_pool_and_clear_pending(), overflow or not.
         e.pending = false;
+        let disable = e.disable;
         drop(st);
         if let (true, Some(cx)) = (overflowed, cx) {
             self.warn_once(
@@ -374,19 +471,28 @@ impl Kernel {
                 "kernel/workqueue.c: workqueue: work disable count overflowed",
             );
         }
-        ret
+        (ret, disable)
+    }
+
+    /// A non-waiting cancel or disable, annotated.
+    fn cancel_work_traced(&self, work: WorkId, flags: u32, cx: Option<&Cpu>, site: &str) -> bool {
+        let (grabbed, disable) = self.cancel_work_flags(work, flags, cx);
+        self.trace_cancel(cx, site, work, grabbed, disable);
+        grabbed.was_pending()
     }
 
     /// `__cancel_work_sync()`: cancels with the work disabled meanwhile, then waits for a running
     /// instance; re-enables unless asked to keep it disabled.
     fn cancel_work_sync_flags(&self, work: WorkId, flags: u32, cx: &Cpu, site: &str) -> bool {
         let _ = cx.might_sleep_at(format!("kernel/workqueue.c: {site}"));
-        let ret = self.cancel_work_flags(work, flags | CANCEL_DISABLE, Some(cx));
+        let (grabbed, mut disable) = self.cancel_work_flags(work, flags | CANCEL_DISABLE, Some(cx));
         self.wait_not_running(work, cx, site);
         if flags & CANCEL_DISABLE == 0 {
-            self.enable_work(WorkStruct { id: work }, cx);
+            self.enable_work_inner(WorkStruct { id: work }, cx);
+            disable = self.workqueues.state.lock().works[work.0].disable;
         }
-        ret
+        self.trace_cancel(Some(cx), site, work, grabbed, disable);
+        grabbed.was_pending()
     }
 
     fn wait_not_running(&self, work: WorkId, cx: &Cpu, site: &str) {
@@ -415,7 +521,7 @@ impl Kernel {
 
     /// `cancel_work()`: cancels a pending work; returns whether it was pending.
     pub fn cancel_work(&self, work: WorkStruct) -> bool {
-        self.cancel_work_flags(work.id, 0, None)
+        self.cancel_work_traced(work.id, 0, None, "cancel_work")
     }
 
     /// `cancel_work_sync()`: cancels and waits for a running instance; returns whether it was
@@ -426,7 +532,7 @@ impl Kernel {
 
     /// `cancel_delayed_work()`: also stops the timer.
     pub fn cancel_delayed_work(&self, dwork: DelayedWork) -> bool {
-        self.cancel_work_flags(dwork.work.id, 0, None)
+        self.cancel_work_traced(dwork.work.id, 0, None, "cancel_delayed_work")
     }
 
     /// `cancel_delayed_work_sync()`.
@@ -437,7 +543,7 @@ impl Kernel {
     /// `disable_work()`: cancels and increments the disable count; returns whether it was
     /// pending. Until a matching enable, every queue attempt fails.
     pub fn disable_work(&self, work: WorkStruct, cx: &Cpu) -> bool {
-        self.cancel_work_flags(work.id, CANCEL_DISABLE, Some(cx))
+        self.cancel_work_traced(work.id, CANCEL_DISABLE, Some(cx), "disable_work")
     }
 
     /// `disable_work_sync()`: [`Kernel::disable_work`] and waits for a running instance.
@@ -447,7 +553,12 @@ impl Kernel {
 
     /// `disable_delayed_work()`.
     pub fn disable_delayed_work(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
-        self.cancel_work_flags(dwork.work.id, CANCEL_DISABLE, Some(cx))
+        self.cancel_work_traced(
+            dwork.work.id,
+            CANCEL_DISABLE,
+            Some(cx),
+            "disable_delayed_work",
+        )
     }
 
     /// `disable_delayed_work_sync()`.
@@ -465,9 +576,22 @@ impl Kernel {
     /// clears it, so an unbalanced enable of a pending work cancels it; enabling a work that is not
     /// disabled warns "work disable count underflowed".
     pub fn enable_work(&self, work: WorkStruct, cx: &Cpu) -> bool {
+        self.enable_work_site(work, cx, "enable_work")
+    }
+
+    /// [`Kernel::enable_work`] annotated as `site`.
+    fn enable_work_site(&self, work: WorkStruct, cx: &Cpu, site: &str) -> bool {
+        let (grabbed, enabled) = self.enable_work_inner(work, cx);
+        let disable = self.workqueues.state.lock().works[work.id.0].disable;
+        self.trace_cancel(Some(cx), site, work.id, grabbed, disable);
+        enabled
+    }
+
+    /// `enable_work()` without the annotation (the re-enable inside `cancel_*_sync()`).
+    fn enable_work_inner(&self, work: WorkStruct, cx: &Cpu) -> (Grabbed, bool) {
         let mut st = self.workqueues.state.lock();
         // work_grab_pending(): an unbalanced enable of a pending work steals it, as the kernel's does.
-        self.grab_pending(&mut st, work.id);
+        let grabbed = self.grab_pending(&mut st, work.id, Some(cx));
         let e = &mut st.works[work.id.0];
         let underflow = e.disable == 0;
         if !underflow {
@@ -483,12 +607,12 @@ impl Kernel {
                 "kernel/workqueue.c: workqueue: work disable count underflowed",
             );
         }
-        enabled
+        (grabbed, enabled)
     }
 
     /// `enable_delayed_work()`: `enable_work(&dwork->work)`.
     pub fn enable_delayed_work(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
-        self.enable_work(dwork.work, cx)
+        self.enable_work_site(dwork.work, cx, "enable_delayed_work")
     }
 
     /// `enable_and_queue_work()`: enables, and queues only if the count reached 0. Returns whether
@@ -539,8 +663,9 @@ impl Kernel {
     pub fn flush_delayed_work(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
         let wake = {
             let mut st = self.workqueues.state.lock();
-            // If the timer was armed, run what it would have: delayed_work_timer_fn().
-            if self.timers.disarm(dwork.timer) {
+            // If the timer was armed, run what it would have: delayed_work_timer_fn()
+            // (`timer_delete()` first, which traces `timer_cancel`).
+            if self.timer_delete_from(Some(cx), dwork.timer) {
                 self.delayed_work_timer_fn_locked(&mut st, dwork.work.id, cx)
             } else {
                 None
@@ -588,6 +713,35 @@ impl Kernel {
         match t {
             Target::Pool(p) => self.wake_pool(p),
             Target::Cpu(c) => self.wake(c),
+        }
+    }
+}
+
+/// Where `try_to_grab_pending()` found a work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grabbed {
+    /// Its delayed-work timer was pending and is deleted.
+    Timer,
+    /// It was on a pool's worklist and is taken off.
+    Worklist,
+    /// PENDING was set with the work on neither (between a timer firing and queueing).
+    Pending,
+    /// It was not pending.
+    Idle,
+}
+
+impl Grabbed {
+    /// `try_to_grab_pending()`'s return value: 1 if the work was pending.
+    pub(crate) fn was_pending(self) -> bool {
+        self != Self::Idle
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Timer => "was pending on its timer (timer deleted)",
+            Self::Worklist => "was pending on a worklist (taken off)",
+            Self::Pending => "was pending",
+            Self::Idle => "was not pending",
         }
     }
 }
