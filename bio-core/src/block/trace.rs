@@ -43,3 +43,38 @@ pub fn block_bio_complete(bio: &Bio, cpu: &Cpu) {
         blk_status_to_errno(bio.status())
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{block_bio_complete, block_bio_queue};
+    use crate::block::{ReqOp, BLK_STS_MEDIUM};
+    use crate::kernel::trace::tests::{capture, check_formats};
+    use crate::kernel::{Kernel, KernelConfig, PreemptModel, Task};
+    use crate::CpuId;
+
+    #[test]
+    fn bio_events_print_their_fmt_with_current_comm_and_errno() {
+        let k = Kernel::new(KernelConfig::for_model(PreemptModel::Full), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let mut bio = k.bio_alloc(ReqOp::Write, 64).with_data(vec![0; 4096]);
+        bio.bi_bdev = Some((7, 0));
+        let ev = capture(|| {
+            block_bio_queue(&bio, &cx);
+            bio.set_status(BLK_STS_MEDIUM);
+            cx.set_current(Task::idle(CpuId(0)));
+            cx.with_softirq(|cx| {
+                block_bio_complete(&bio, cx);
+                block_bio_queue(&bio, cx);
+            });
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        assert_eq!(ev[0].message, "block_bio_queue: 7,0 W 64 + 8 [biosim/0]");
+        assert_eq!(ev[1].message, "block_bio_complete: 7,0 W 64 + 8 [-61]");
+        assert_eq!(
+            (ev[1].comm.as_deref(), ev[1].flags.as_deref()),
+            (Some("<idle>"), Some("..s1."))
+        );
+        // The event's comm field is current->comm, the real one; only the TASK column says <idle>.
+        assert_eq!(ev[2].message, "block_bio_queue: 7,0 W 64 + 8 [swapper/0]");
+    }
+}

@@ -364,3 +364,65 @@ pub(crate) fn trace_softirq_entry(cx: &Cpu, vec: SoftirqVec) {
 pub(crate) fn trace_softirq_exit(cx: &Cpu, vec: SoftirqVec) {
     crate::ktrace!(cx, target: "irq", "softirq_exit", "vec={} [action={}]", vec.nr(), vec.name());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SoftirqVec;
+    use crate::kernel::trace::tests::{capture, check_formats};
+    use crate::kernel::{Kernel, KernelConfig, PreemptModel, Task};
+    use crate::CpuId;
+
+    #[test]
+    fn interrupts_trace_numbered_irqs_vectors_and_the_ipi() {
+        let k = Kernel::new(KernelConfig::for_model(PreemptModel::Full), 2).unwrap();
+        let c0 = k.cpu(CpuId(0)).unwrap();
+        let c1 = k.cpu(CpuId(1)).unwrap();
+        // CPU1 idles: the live trace's `<idle>-0 ... d.h1.` lines.
+        c1.set_current(Task::idle(CpuId(1)));
+        let ev = capture(|| {
+            let kk = k.clone();
+            k.raise_irq(
+                CpuId(1),
+                "virtio1-req.0",
+                Box::new(move |cx| kk.raise_softirq(cx, SoftirqVec::Block, Box::new(|_| {}))),
+            )
+            .unwrap();
+            k.raise_irq(CpuId(1), "nvme0q1", Box::new(|_| {})).unwrap();
+            k.raise_irq(CpuId(1), "virtio1-req.0", Box::new(|_| {}))
+                .unwrap();
+            while k.deliver_irq(&c1) {}
+            k.send_ipi(&c0, CpuId(1), Box::new(|_| {})).unwrap();
+            assert!(k.deliver_irq(&c1));
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        let lines: Vec<String> = ev
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}-{} {}",
+                    e.flags.as_deref().unwrap(),
+                    e.comm.as_deref().unwrap(),
+                    e.pid.unwrap(),
+                    e.message
+                )
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "d.h1. <idle>-0 irq_handler_entry: irq=24 name=virtio1-req.0",
+                "d.h1. <idle>-0 softirq_raise: vec=4 [action=BLOCK]",
+                "d.h1. <idle>-0 irq_handler_exit: irq=24 ret=handled",
+                "..s1. <idle>-0 softirq_entry: vec=4 [action=BLOCK]",
+                "..s1. <idle>-0 softirq_exit: vec=4 [action=BLOCK]",
+                "d.h1. <idle>-0 irq_handler_entry: irq=25 name=nvme0q1",
+                "d.h1. <idle>-0 irq_handler_exit: irq=25 ret=handled",
+                "d.h1. <idle>-0 irq_handler_entry: irq=24 name=virtio1-req.0",
+                "d.h1. <idle>-0 irq_handler_exit: irq=24 ret=handled",
+                "...1. biosim/0-1000 ipi_send_cpu: cpu=1 callsite=generic_exec_single+0x0/0x0 callback=generic_smp_call_function_single_interrupt+0x0/0x0",
+                "d.h1. <idle>-0 call_function_single_entry: vector=251",
+                "d.h1. <idle>-0 call_function_single_exit: vector=251",
+            ]
+        );
+    }
+}

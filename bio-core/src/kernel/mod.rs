@@ -18,7 +18,7 @@ mod rcupdate;
 mod report;
 mod sched;
 mod task;
-mod trace;
+pub(crate) mod trace;
 
 pub use config::{ConfigError, KernelConfig, PreemptModel};
 pub use cpu::{HotplugGuard, HotplugStep};

@@ -237,11 +237,173 @@ pub(crate) mod tests {
     use super::*;
     use crate::kernel::{Kernel, KernelConfig, PreemptModel, Task};
     use crate::CpuId;
+    use std::sync::{Arc, Mutex};
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+    use tracing_subscriber::Layer;
+
+    /// One tracepoint event as a test sees it.
+    #[derive(Debug, Clone, Default)]
+    pub(crate) struct Captured {
+        pub(crate) tracepoint: String,
+        pub(crate) message: String,
+        pub(crate) flags: Option<String>,
+        pub(crate) comm: Option<String>,
+        pub(crate) pid: Option<u64>,
+        pub(crate) exec_cpu: Option<u64>,
+    }
+
+    impl Visit for Captured {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.message = format!("{value:?}");
+            }
+        }
+
+        fn record_str(&mut self, field: &Field, value: &str) {
+            match field.name() {
+                "tracepoint" => self.tracepoint = value.to_owned(),
+                "flags" => self.flags = Some(value.to_owned()),
+                "comm" => self.comm = Some(value.to_owned()),
+                "message" => self.message = value.to_owned(),
+                _ => {}
+            }
+        }
+
+        fn record_u64(&mut self, field: &Field, value: u64) {
+            match field.name() {
+                "pid" => self.pid = Some(value),
+                "exec_cpu" => self.exec_cpu = Some(value),
+                _ => {}
+            }
+        }
+    }
+
+    struct CaptureLayer(Arc<Mutex<Vec<Captured>>>);
+
+    impl<S: tracing::Subscriber> Layer<S> for CaptureLayer {
+        fn on_event(&self, event: &tracing::Event<'_>, _cx: Context<'_, S>) {
+            let mut c = Captured::default();
+            event.record(&mut c);
+            if !c.tracepoint.is_empty() {
+                self.0.lock().unwrap().push(c);
+            }
+        }
+    }
+
+    /// The tracepoint events `f` fires on this thread.
+    pub(crate) fn capture(f: impl FnOnce()) -> Vec<Captured> {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let subscriber = tracing_subscriber::registry().with(CaptureLayer(Arc::clone(&events)));
+        tracing::subscriber::with_default(subscriber, f);
+        let v = events.lock().unwrap().clone();
+        v
+    }
+
+    /// The `print fmt` of every kernel tracepoint bio-core fires, from
+    /// tracefs-6.18/formats/*.format with the C arguments dropped. `sched_switch`'s
+    /// `prev_state=%s%s` (the state letter, then `+` if preempted) is read as one `%s`.
+    pub(crate) const PRINT_FMTS: &[(&str, &str)] = &[
+        ("workqueue_queue_work", "work struct=%p function=%ps workqueue=%s req_cpu=%d cpu=%d"),
+        ("workqueue_activate_work", "work struct %p function=%ps "),
+        ("workqueue_execute_start", "work struct %p: function %ps"),
+        ("workqueue_execute_end", "work struct %p: function %ps"),
+        ("irq_handler_entry", "irq=%d name=%s"),
+        ("irq_handler_exit", "irq=%d ret=%s"),
+        ("softirq_raise", "vec=%u [action=%s]"),
+        ("softirq_entry", "vec=%u [action=%s]"),
+        ("softirq_exit", "vec=%u [action=%s]"),
+        ("timer_start", "timer=%p function=%ps expires=%lu [timeout=%ld] bucket_expiry=%lu cpu=%u idx=%u flags=%s"),
+        ("timer_cancel", "timer=%p"),
+        ("timer_expire_entry", "timer=%p function=%ps now=%lu baseclk=%lu"),
+        ("timer_expire_exit", "timer=%p"),
+        ("block_bio_queue", "%d,%d %s %llu + %u [%s]"),
+        ("block_bio_complete", "%d,%d %s %llu + %u [%d]"),
+        ("sched_switch", "prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s ==> next_comm=%s next_pid=%d next_prio=%d"),
+        ("sched_wakeup", "comm=%s pid=%d prio=%d target_cpu=%03d"),
+        ("ipi_send_cpu", "cpu=%u callsite=%s callback=%s"),
+        ("call_function_single_entry", "vector=%d"),
+        ("call_function_single_exit", "vector=%d"),
+    ];
+
+    /// Checks every captured event: a kernel tracepoint's message is `"<event>: "` and its print
+    /// fmt, with all four context fields; a biosim annotation is `"biosim_<name>: <text>"`.
+    /// Returns the problems found.
+    pub(crate) fn check_formats(events: &[Captured]) -> Vec<String> {
+        let mut bad = Vec::new();
+        for e in events {
+            let Some(body) = e.message.strip_prefix(&format!("{}: ", e.tracepoint)) else {
+                bad.push(format!(
+                    "{}: message does not start with its name: {}",
+                    e.tracepoint, e.message
+                ));
+                continue;
+            };
+            if e.tracepoint.starts_with("biosim_") {
+                if body.is_empty() {
+                    bad.push(format!("{}: empty annotation", e.tracepoint));
+                }
+                continue;
+            }
+            match PRINT_FMTS.iter().find(|(n, _)| *n == e.tracepoint) {
+                None => bad.push(format!(
+                    "{}: not a kernel tracepoint biosim knows",
+                    e.tracepoint
+                )),
+                Some((_, fmt)) if !renders(fmt, body) => bad.push(format!(
+                    "{}: `{body}` does not render `{fmt}`",
+                    e.tracepoint
+                )),
+                Some(_) => {}
+            }
+            if e.flags.as_ref().is_none_or(|f| f.len() != 5)
+                || e.comm.is_none()
+                || e.pid.is_none()
+                || e.exec_cpu.is_none()
+            {
+                bad.push(format!("{}: context fields missing: {e:?}", e.tracepoint));
+            }
+        }
+        bad
+    }
+
+    #[test]
+    fn the_format_check_catches_a_message_in_the_old_format() {
+        let ok = Captured {
+            tracepoint: "workqueue_execute_end".into(),
+            message: format!(
+                "workqueue_execute_end: work struct {}: function f",
+                work_ptr(1)
+            ),
+            flags: Some(".....".into()),
+            comm: Some("kworker/0:1".into()),
+            pid: Some(300),
+            exec_cpu: Some(0),
+        };
+        assert!(check_formats(std::slice::from_ref(&ok)).is_empty());
+        // The buggy twins: biosim's pre-issue-10 message, an invented event, missing context.
+        let old = Captured {
+            message: "workqueue_execute_end: work=1 function=f".into(),
+            ..ok.clone()
+        };
+        let invented = Captured {
+            tracepoint: "workqueue_cancel_work".into(),
+            message: "workqueue_cancel_work: work=1".into(),
+            ..ok.clone()
+        };
+        let bare = Captured {
+            flags: None,
+            ..ok.clone()
+        };
+        for e in [old, invented, bare] {
+            assert_eq!(check_formats(&[e]).len(), 1);
+        }
+    }
 
     /// A test-only reading of a `print fmt`: does `line` render `fmt` (the C conversions
-    /// `%d %u %ld %lu %llu %x %s %p %ps %03d %04u %3d` and literal text)? Each conversion matches
-    /// what the kernel prints for it (digits with an optional sign, a non-empty word, 16 hex
-    /// digits for `%p`, a symbol name for `%ps`).
+    /// `%d %u %ld %lu %llu %s %p %ps %03d %04u %3d` and literal text)? Each conversion matches
+    /// what the kernel prints for it (digits with an optional sign, 16 hex digits for `%p`, and
+    /// for `%s`/`%ps` a non-empty text up to the fmt's next literal).
     pub(crate) fn renders(fmt: &str, line: &str) -> bool {
         fn digits(s: &str, signed: bool) -> usize {
             let b = s.as_bytes();
@@ -282,7 +444,14 @@ pub(crate) mod tests {
                     "p" => (l.len() >= 16 && l[..16].bytes().all(|c| c.is_ascii_hexdigit()))
                         .then_some(16),
                     "ps" | "s" => {
-                        let n = l.find([' ', ']', ',', ':']).unwrap_or(l.len());
+                        // Non-greedy: up to the literal text that follows in the fmt (a comm
+                        // such as `kworker/0:1` holds `:`), the rest of the line at the end.
+                        let next = &after[..after.find('%').unwrap_or(after.len())];
+                        let n = if next.is_empty() {
+                            l.len()
+                        } else {
+                            l.find(next).unwrap_or(0)
+                        };
                         (n > 0).then_some(n)
                     }
                     _ => None,

@@ -555,3 +555,68 @@ pub(crate) fn register_hotplug_states(kernel: &Kernel) {
         )
         .expect("the default state table has CPUHP_TIMERS_PREPARE");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::calc_wheel_index;
+    use crate::kernel::trace::tests::{capture, check_formats};
+    use crate::kernel::{timer_ptr, Kernel, KernelConfig, PreemptModel};
+    use crate::CpuId;
+
+    #[test]
+    fn the_wheel_index_follows_calc_wheel_index() {
+        // Level 0 (delta < 63): granularity 1, rounded up one jiffy.
+        assert_eq!(calc_wheel_index(1, 0, 250), (2, 2));
+        assert_eq!(calc_wheel_index(100, 90, 250), (37, 101), "101 & 63");
+        // Level 1 (63 <= delta < 504): granularity 8, offset 64: (100 >> 3) + 1 = 13.
+        assert_eq!(calc_wheel_index(100, 0, 250), (64 + 13, 13 << 3));
+        // Level 2 (504 <= delta < 4032): granularity 64, offset 128: (1000 >> 6) + 1 = 16.
+        assert_eq!(calc_wheel_index(1000, 0, 250), (128 + 16, 16 << 6));
+        // Already expired: the current bucket.
+        assert_eq!(calc_wheel_index(5, 9, 250), (9, 9));
+        // Beyond the wheel's capacity (LVL_DEPTH 9 above HZ=100; 8 at HZ=100): the last level,
+        // capped at WHEEL_TIMEOUT_MAX.
+        let (idx, _) = calc_wheel_index(u64::MAX / 4, 0, 250);
+        assert!((8 * 64..9 * 64).contains(&idx), "{idx}");
+        let (idx, _) = calc_wheel_index(u64::MAX / 4, 0, 100);
+        assert!((7 * 64..8 * 64).contains(&idx), "{idx}");
+    }
+
+    #[test]
+    fn timers_trace_start_cancel_and_expiry_in_their_formats() {
+        let k = Kernel::new(KernelConfig::for_model(PreemptModel::Full), 2).unwrap();
+        let cx = k.cpu(CpuId(1)).unwrap();
+        let t = k.timer_setup("my_timer_fn", |_| {});
+        let ev = capture(|| {
+            k.add_timer_on(&cx, t, 3, CpuId(1));
+            // mod_timer() of a pending timer: detached, then enqueued again.
+            k.mod_timer(&cx, t, 5);
+            k.advance_jiffies(5);
+            assert_eq!(k.run_timers(&cx), 1);
+            k.mod_timer(&cx, t, 9);
+            assert!(k.timer_delete_sync(&cx, t));
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        let p = timer_ptr(t.id);
+        let msgs: Vec<&str> = ev.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            msgs,
+            [
+                format!("timer_start: timer={p} function=my_timer_fn expires=3 [timeout=3] bucket_expiry=4 cpu=1 idx=4 flags=P"),
+                format!("timer_cancel: timer={p}"),
+                format!("timer_start: timer={p} function=my_timer_fn expires=5 [timeout=5] bucket_expiry=6 cpu=1 idx=6 flags=P"),
+                "softirq_entry: vec=1 [action=TIMER]".to_owned(),
+                format!("timer_expire_entry: timer={p} function=my_timer_fn now=5 baseclk=5"),
+                format!("timer_expire_exit: timer={p}"),
+                "softirq_exit: vec=1 [action=TIMER]".to_owned(),
+                format!("timer_start: timer={p} function=my_timer_fn expires=9 [timeout=4] bucket_expiry=10 cpu=1 idx=10 flags=P"),
+                format!("timer_cancel: timer={p}"),
+            ]
+        );
+        let flags: Vec<&str> = ev.iter().map(|e| e.flags.as_deref().unwrap()).collect();
+        assert_eq!(
+            flags,
+            ["d..1.", "d..1.", "d..1.", "..s..", "..s..", "..s..", "..s..", "d..1.", "d..1."]
+        );
+    }
+}

@@ -751,3 +751,216 @@ pub(crate) enum Target {
     Pool(usize),
     Cpu(CpuId),
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::kernel::trace::tests::{capture, check_formats, Captured};
+    use crate::kernel::{work_ptr, Kernel, KernelConfig, PreemptModel, Task};
+    use crate::workqueue::{PoolId, WQ_HIGHPRI, WQ_PERCPU, WQ_UNBOUND};
+    use crate::CpuId;
+
+    fn full() -> crate::sync::UntrackedArc<Kernel> {
+        Kernel::new(KernelConfig::for_model(PreemptModel::Full), 2).unwrap()
+    }
+
+    fn names(ev: &[Captured]) -> Vec<&str> {
+        ev.iter().map(|e| e.tracepoint.as_str()).collect()
+    }
+
+    #[test]
+    fn queueing_and_running_work_trace_the_kernel_events_in_their_formats() {
+        let k = full();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let wq = k.alloc_workqueue("test_wq", WQ_PERCPU, 0).unwrap();
+        let work = k.init_work("test_fn", |_, _| {});
+        let ev = capture(|| {
+            assert!(k.queue_work_on(Some(CpuId(0)), &wq, work, &cx));
+            assert!(k.run_worker(PoolId::Cpu(CpuId(0)), &cx).is_some());
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        assert_eq!(
+            names(&ev),
+            [
+                "workqueue_queue_work",
+                "workqueue_activate_work",
+                "sched_wakeup",
+                "sched_switch",
+                "workqueue_execute_start",
+                "workqueue_execute_end",
+                "sched_switch"
+            ]
+        );
+        let p = work_ptr(work.id.0);
+        assert_eq!(
+            ev[0].message,
+            format!("workqueue_queue_work: work struct={p} function=test_fn workqueue=test_wq req_cpu=0 cpu=0")
+        );
+        // __queue_work(): IRQs off, pool->lock held (PREEMPT_RCU: rcu_read_lock() counts nothing).
+        assert_eq!(ev[0].flags.as_deref(), Some("d..1."));
+        assert_eq!(
+            ev[1].message,
+            format!("workqueue_activate_work: work struct {p} function=test_fn ")
+        );
+        assert_eq!(
+            ev[2].message,
+            "sched_wakeup: comm=kworker/0:1 pid=300 prio=120 target_cpu=000"
+        );
+        assert_eq!(
+            ev[2].flags.as_deref(),
+            Some("d..3."),
+            "pool->lock, pi_lock, rq lock"
+        );
+        assert_eq!(
+            ev[3].message,
+            "sched_switch: prev_comm=biosim/0 prev_pid=1000 prev_prio=120 prev_state=R+ ==> next_comm=kworker/0:1 next_pid=300 next_prio=120"
+        );
+        assert_eq!(
+            (ev[3].comm.as_deref(), ev[3].pid),
+            (Some("biosim/0"), Some(1000))
+        );
+        assert_eq!(ev[3].flags.as_deref(), Some("d..2."));
+        assert_eq!(
+            ev[4].message,
+            format!("workqueue_execute_start: work struct {p}: function test_fn")
+        );
+        assert_eq!(
+            (ev[4].comm.as_deref(), ev[4].pid, ev[4].flags.as_deref()),
+            (Some("kworker/0:1"), Some(300), Some("....."))
+        );
+        assert_eq!(
+            ev[6].message,
+            "sched_switch: prev_comm=kworker/0:1 prev_pid=300 prev_prio=120 prev_state=I ==> next_comm=biosim/0 next_pid=1000 next_prio=120"
+        );
+        assert_eq!(
+            cx.current(),
+            Task::submitter(CpuId(0)),
+            "the previous task is back"
+        );
+    }
+
+    #[test]
+    fn unbound_and_highpri_workers_have_their_kernel_names() {
+        let k = full();
+        let cx = k.cpu(CpuId(1)).unwrap();
+        let uwq = k.alloc_workqueue("loop0", WQ_UNBOUND, 0).unwrap();
+        let hwq = k
+            .alloc_workqueue("kblockd", WQ_PERCPU | WQ_HIGHPRI, 0)
+            .unwrap();
+        let w1 = k.init_work("loop_rootcg_workfn", |_, _| {});
+        let w2 = k.init_work("blk_mq_run_work_fn", |_, _| {});
+        let ev = capture(|| {
+            k.queue_work(&uwq, w1, &cx);
+            k.run_worker(PoolId::Unbound, &cx);
+            k.queue_work_on(Some(CpuId(1)), &hwq, w2, &cx);
+            k.run_worker(PoolId::Cpu(CpuId(1)), &cx);
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        let msgs: Vec<&str> = ev.iter().map(|e| e.message.as_str()).collect();
+        // req_cpu=256: WORK_CPU_UNBOUND is NR_CPUS, as on the live kernel.
+        assert!(
+            msgs[0].ends_with("workqueue=loop0 req_cpu=256 cpu=-1"),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.contains(&"sched_wakeup: comm=kworker/u4:1 pid=501 prio=120 target_cpu=001"),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.contains(&"sched_wakeup: comm=kworker/1:1H pid=401 prio=100 target_cpu=001"),
+            "{msgs:?}"
+        );
+    }
+
+    #[test]
+    fn disable_delayed_work_sync_shows_the_cancelled_timer_and_the_disable() {
+        let k = full();
+        let cx = k.cpu(CpuId(1)).unwrap();
+        let wq = k.alloc_workqueue("bio_complete", WQ_PERCPU, 0).unwrap();
+        let dw = k.init_delayed_work("bio_complete_work_fn", |_, _| {});
+        let ev = capture(|| {
+            assert!(k.queue_delayed_work_on(Some(CpuId(1)), &wq, dw, 1, &cx));
+            assert!(k.disable_delayed_work_sync(dw, &cx), "it was pending");
+            assert!(
+                !k.queue_delayed_work_on(Some(CpuId(1)), &wq, dw, 1, &cx),
+                "disabled"
+            );
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        assert_eq!(
+            names(&ev),
+            [
+                "timer_start",
+                "biosim_queue_delayed_work",
+                "timer_cancel",
+                "biosim_disable_work"
+            ]
+        );
+        let t = crate::kernel::timer_ptr(dw.timer.id);
+        assert_eq!(
+            ev[0].message,
+            format!("timer_start: timer={t} function=delayed_work_timer_fn expires=1 [timeout=1] bucket_expiry=2 cpu=1 idx=2 flags=P|I")
+        );
+        assert_eq!(ev[2].message, format!("timer_cancel: timer={t}"));
+        assert_eq!(
+            ev[2].flags.as_deref(),
+            Some("d..1."),
+            "lock_timer_base() with IRQs off"
+        );
+        assert_eq!(
+            ev[3].message,
+            format!(
+                "biosim_disable_work: disable_delayed_work_sync: work struct {} function=bio_complete_work_fn was pending on its timer (timer deleted), disable count 1",
+                work_ptr(dw.work.id.0)
+            )
+        );
+    }
+
+    #[test]
+    fn every_cancel_and_enable_is_annotated_with_what_it_found() {
+        let k = full();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let wq = k.alloc_workqueue("test_wq", WQ_PERCPU, 0).unwrap();
+        let w = k.init_work("test_fn", |_, _| {});
+        let dw = k.init_delayed_work("dw_fn", |_, _| {});
+        let ev = capture(|| {
+            k.queue_work_on(Some(CpuId(0)), &wq, w, &cx);
+            k.cancel_work_sync(w, &cx);
+            k.disable_work(w, &cx);
+            k.enable_work(w, &cx);
+            k.queue_delayed_work_on(Some(CpuId(0)), &wq, dw, 5, &cx);
+            // mod_delayed_work_on() steals the pending timer: timer_cancel, then timer_start.
+            k.mod_delayed_work_on(Some(CpuId(0)), &wq, dw, 7, &cx);
+            k.cancel_delayed_work(dw);
+        });
+        // cancel_delayed_work() has no context: its two events leave the columns to the capture.
+        let (with_cx, without): (Vec<Captured>, Vec<Captured>) =
+            ev.iter().cloned().partition(|e| e.flags.is_some());
+        assert_eq!(names(&without), ["timer_cancel", "biosim_cancel_work"]);
+        assert_eq!(check_formats(&with_cx), Vec::<String>::new());
+        let notes: Vec<&str> = ev
+            .iter()
+            .filter(|e| e.tracepoint.starts_with("biosim_") && !e.tracepoint.contains("queue"))
+            .map(|e| e.message.as_str())
+            .collect();
+        let p = work_ptr(w.id.0);
+        let d = work_ptr(dw.work.id.0);
+        assert_eq!(
+            notes,
+            [
+                format!("biosim_cancel_work: cancel_work_sync: work struct {p} function=test_fn was pending on a worklist (taken off), disable count 0"),
+                format!("biosim_disable_work: disable_work: work struct {p} function=test_fn was not pending, disable count 1"),
+                format!("biosim_enable_work: enable_work: work struct {p} function=test_fn was not pending, disable count 0"),
+                format!("biosim_cancel_work: cancel_delayed_work: work struct {d} function=dw_fn was pending on its timer (timer deleted), disable count 0"),
+            ]
+        );
+        let timers: Vec<&str> = ev
+            .iter()
+            .filter(|e| e.tracepoint.starts_with("timer_"))
+            .map(|e| e.tracepoint.as_str())
+            .collect();
+        assert_eq!(
+            timers,
+            ["timer_start", "timer_cancel", "timer_start", "timer_cancel"]
+        );
+    }
+}
