@@ -261,8 +261,8 @@ impl Kernel {
     /// (`timer_start`); re-arming a pending timer at the same expiry changes nothing and traces
     /// nothing (the `timer_pending() && timer->expires == expires` shortcut).
     pub fn mod_timer(&self, cx: &Cpu, timer: TimerList, expires: u64) -> bool {
-        let base = self.timers.base_of(timer);
-        if base.is_some() && self.timers.start_info(timer).1 == expires {
+        let (_, old_expires, base, _, _) = self.timers.start_info(timer);
+        if base.is_some() && old_expires == expires {
             return true;
         }
         if base.is_some() {

@@ -193,31 +193,24 @@ impl Kernel {
     /// of `pool_id` may run, runs its function on `cx` as the worker's task, and marks it done.
     fn process_one_work(&self, pool_id: PoolId, cx: &Cpu, rescuer: bool) -> Option<WorkExecution> {
         let p = self.pool_index(pool_id)?;
-        let (exec, func) = self.assign_work(p, pool_id, cx, rescuer)?;
+        let (exec, func, worker) = self.assign_work(p, pool_id, cx, rescuer)?;
         self.check_worker_context(&exec, cx);
         let saved = cx.current();
-        let worker = {
-            let st = self.workqueues.state.lock();
-            let wq = st.works[exec.work.id.0]
-                .running
-                .map(|r| UntrackedArc::clone(&st.wqs[r.wq]));
-            drop(st);
-            match wq {
-                Some(info) => self.pool_worker_task(p, &info, rescuer),
-                None => Task::kworker(cx.id()),
-            }
-        };
         // The worker is switched in: whatever ran on this CPU was preempted by it (the idle task
-        // just yields, runnable).
-        cx.trace_sched_switch(
-            &worker,
-            if saved.is_idle() {
-                PrevState::Running
-            } else {
-                PrevState::Preempted
-            },
-        );
-        cx.set_current(worker.clone());
+        // just yields, runnable). A runtime that already made the worker `current` switched it
+        // in itself.
+        let switches = saved != worker;
+        if switches {
+            cx.trace_sched_switch(
+                &worker,
+                if saved.is_idle() {
+                    PrevState::Running
+                } else {
+                    PrevState::Preempted
+                },
+            );
+            cx.set_current(worker.clone());
+        }
         crate::ktrace!(
             cx,
             target: "workqueue",
@@ -248,15 +241,17 @@ impl Kernel {
         };
         // biosim runs one item per call and gives the CPU back: with more work queued the worker
         // is still runnable (preempted), else it sleeps in worker_thread() (TASK_IDLE).
-        cx.trace_sched_switch(
-            &saved,
-            if more {
-                PrevState::Preempted
-            } else {
-                PrevState::Idle
-            },
-        );
-        cx.set_current(saved);
+        if switches {
+            cx.trace_sched_switch(
+                &saved,
+                if more {
+                    PrevState::Preempted
+                } else {
+                    PrevState::Idle
+                },
+            );
+            cx.set_current(saved);
+        }
         if more {
             self.wake_pool(p);
         }
@@ -273,7 +268,7 @@ impl Kernel {
         pool_id: PoolId,
         cx: &Cpu,
         rescuer: bool,
-    ) -> Option<(WorkExecution, UntrackedArc<super::WorkFn>)> {
+    ) -> Option<(WorkExecution, UntrackedArc<super::WorkFn>, Task)> {
         let mut guard = self.workqueues.state.lock();
         let st = &mut *guard;
         let pool = &st.pools[p];
@@ -314,7 +309,9 @@ impl Kernel {
             disassociated,
             rescuer,
         };
-        Some((exec, UntrackedArc::clone(&e.func)))
+        let func = UntrackedArc::clone(&e.func);
+        let worker = self.pool_worker_task_locked(st, p, q.wq, rescuer);
+        Some((exec, func, worker))
     }
 
     /// `process_one_work()`'s `WARN_ON_ONCE()` for an associated pool's work on another CPU, and
@@ -345,21 +342,26 @@ impl Kernel {
     /// highpri pool: biosim keeps one pool per CPU and names the worker after the pool the kernel
     /// would use), `kworker/uM:1` of the unbound one, or the workqueue's rescuer, named after it
     /// (`rescuer->task` is `kthread_create(..., "%s", wq->name)`), pid 600 + the workqueue's index.
-    pub(crate) fn pool_worker_task(&self, p: usize, wq: &super::WqInfo, rescuer: bool) -> Task {
+    pub(crate) fn pool_worker_task_locked(
+        &self,
+        st: &super::WqState,
+        p: usize,
+        wq: usize,
+        rescuer: bool,
+    ) -> Task {
+        let info = &st.wqs[wq];
         if rescuer {
-            let index = self
-                .workqueues
-                .state
-                .lock()
-                .wqs
-                .iter()
-                .position(|w| **w == *wq)
-                .unwrap_or(0);
             return Task {
-                pid: 600 + index as u32,
-                comm: wq.name.clone(),
+                pid: 600 + wq as u32,
+                comm: info.name.clone(),
             };
         }
+        self.pool_worker_task(p, info)
+    }
+
+    /// The normal worker of pool `p` for work of workqueue `wq` (see
+    /// [`Kernel::pool_worker_task_locked`]).
+    pub(crate) fn pool_worker_task(&self, p: usize, wq: &super::WqInfo) -> Task {
         match self.pool_id(p) {
             PoolId::Cpu(c) if wq.flags.contains(super::WQ_HIGHPRI) => Task::kworker_highpri(c),
             PoolId::Cpu(c) => Task::kworker(c),

@@ -246,7 +246,7 @@ impl Kernel {
             name
         );
         if wakes_worker {
-            let worker = self.pool_worker_task(pool, &info, false);
+            let worker = self.pool_worker_task(pool, &info);
             let target = st.pools[pool]
                 .cpu
                 .filter(|_| !st.pools[pool].disassociated)
@@ -488,8 +488,7 @@ impl Kernel {
         let (grabbed, mut disable) = self.cancel_work_flags(work, flags | CANCEL_DISABLE, Some(cx));
         self.wait_not_running(work, cx, site);
         if flags & CANCEL_DISABLE == 0 {
-            self.enable_work_inner(WorkStruct { id: work }, cx);
-            disable = self.workqueues.state.lock().works[work.0].disable;
+            disable = self.enable_work_inner(WorkStruct { id: work }, cx).1;
         }
         self.trace_cancel(Some(cx), site, work, grabbed, disable);
         grabbed.was_pending()
@@ -581,14 +580,14 @@ impl Kernel {
 
     /// [`Kernel::enable_work`] annotated as `site`.
     fn enable_work_site(&self, work: WorkStruct, cx: &Cpu, site: &str) -> bool {
-        let (grabbed, enabled) = self.enable_work_inner(work, cx);
-        let disable = self.workqueues.state.lock().works[work.id.0].disable;
+        let (grabbed, disable) = self.enable_work_inner(work, cx);
         self.trace_cancel(Some(cx), site, work.id, grabbed, disable);
-        enabled
+        disable == 0
     }
 
-    /// `enable_work()` without the annotation (the re-enable inside `cancel_*_sync()`).
-    fn enable_work_inner(&self, work: WorkStruct, cx: &Cpu) -> (Grabbed, bool) {
+    /// `enable_work()` without the annotation (the re-enable inside `cancel_*_sync()`): where
+    /// the work was and the disable count after.
+    fn enable_work_inner(&self, work: WorkStruct, cx: &Cpu) -> (Grabbed, u32) {
         let mut st = self.workqueues.state.lock();
         // work_grab_pending(): an unbalanced enable of a pending work steals it, as the kernel's does.
         let grabbed = self.grab_pending(&mut st, work.id, Some(cx));
@@ -598,7 +597,7 @@ impl Kernel {
             e.disable -= 1;
         }
         e.pending = false;
-        let enabled = e.disable == 0;
+        let disable = e.disable;
         drop(st);
         if underflow {
             self.warn_once(
@@ -607,7 +606,7 @@ impl Kernel {
                 "kernel/workqueue.c: workqueue: work disable count underflowed",
             );
         }
-        (grabbed, enabled)
+        (grabbed, disable)
     }
 
     /// `enable_delayed_work()`: `enable_work(&dwork->work)`.
@@ -836,6 +835,24 @@ mod tests {
             Task::submitter(CpuId(0)),
             "the previous task is back"
         );
+    }
+
+    #[test]
+    fn a_worker_the_runtime_already_switched_in_is_not_switched_again() {
+        let k = full();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let wq = k.alloc_workqueue("test_wq", WQ_PERCPU, 0).unwrap();
+        let work = k.init_work("test_fn", |_, _| {});
+        k.queue_work_on(Some(CpuId(0)), &wq, work, &cx);
+        cx.set_current(Task::kworker(CpuId(0)));
+        let ev = capture(|| {
+            k.run_worker(PoolId::Cpu(CpuId(0)), &cx);
+        });
+        assert_eq!(
+            names(&ev),
+            ["workqueue_execute_start", "workqueue_execute_end"]
+        );
+        assert_eq!(cx.current(), Task::kworker(CpuId(0)));
     }
 
     #[test]
