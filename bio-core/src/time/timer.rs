@@ -218,14 +218,17 @@ impl Timers {
     }
 
     /// `timers_dead_cpu()`: moves every timer of `dead`'s base to `to`'s base.
-    fn migrate(&self, dead: CpuId, to: CpuId) -> usize {
+    /// Returns the timers moved.
+    fn migrate(&self, dead: CpuId, to: CpuId) -> Vec<TimerList> {
         let mut st = self.state.lock();
-        let mut n = 0;
-        for t in st.timers.iter_mut().filter(|t| t.base == Some(dead)) {
-            t.base = Some(to);
-            n += 1;
+        let mut moved = Vec::new();
+        for (id, t) in st.timers.iter_mut().enumerate() {
+            if t.base == Some(dead) {
+                t.base = Some(to);
+                moved.push(TimerList { id });
+            }
         }
-        n
+        moved
     }
 }
 
@@ -300,6 +303,11 @@ impl Kernel {
     /// flags=%s`, with the wheel bucket `calc_wheel_index()` picks. biosim's base clock is
     /// jiffies (the kernel's `base->clk` trails it only while a CPU idles with its tick stopped).
     pub(crate) fn trace_timer_start(&self, cx: &Cpu, timer: TimerList) {
+        self.trace_timer_start_locked(cx, timer, 1);
+    }
+
+    /// `trace_timer_start()` with `locks` base locks held (two in `migrate_timer_list()`).
+    fn trace_timer_start_locked(&self, cx: &Cpu, timer: TimerList, locks: u32) {
         if !tracing::enabled!(target: "timer", tracing::Level::TRACE) {
             return;
         }
@@ -316,7 +324,7 @@ impl Kernel {
             cx,
             target: "timer",
             "timer_start",
-            flags: cx.trace_flags_under(true, 1),
+            flags: cx.trace_flags_under(true, locks),
             "timer={} function={} expires={} [timeout={}] bucket_expiry={} cpu={} idx={} flags={}",
             crate::kernel::timer_ptr(timer.id),
             function,
@@ -536,8 +544,23 @@ pub(crate) fn register_hotplug_states(kernel: &Kernel) {
     let startup: hotplug::Callback<Cpu> = UntrackedArc::new(|_cx: &Cpu, _inv: &Invocation| Ok(()));
     let teardown: hotplug::Callback<Cpu> = UntrackedArc::new(
         |cx: &Cpu, inv: &Invocation| -> Result<(), Errno> {
-            // timers_dead_cpu() runs on the control CPU and pulls the dead CPU's timers to it.
-            let n = cx.kernel().timers.migrate(inv.cpu, cx.id());
+            // timers_dead_cpu() runs on the control CPU and pulls the dead CPU's timers to it:
+            // migrate_timer_list() detaches each (`timer_cancel`) and enqueues it on the new
+            // base (`timer_start`), with both bases locked and IRQs off.
+            let k = cx.kernel();
+            let moved = k.timers.migrate(inv.cpu, cx.id());
+            for &t in &moved {
+                crate::ktrace!(
+                    cx,
+                    target: "timer",
+                    "timer_cancel",
+                    flags: cx.trace_flags_under(true, 2),
+                    "timer={}",
+                    crate::kernel::timer_ptr(t.id)
+                );
+                k.trace_timer_start_locked(cx, t, 2);
+            }
+            let n = moved.len();
             tracing::debug!(target: "timer", cpu = cx.id().0, "biosim_timers_dead_cpu: migrated {n} timers from CPU{}", inv.cpu.0);
             if n > 0 {
                 cx.kernel().wake(cx.id());
