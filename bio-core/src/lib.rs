@@ -10,7 +10,9 @@
 //! - [`fs`]: where filesystems set `BIO_COMPLETE_IN_TASK` (`fs/buffer.c`, `fs/iomap/ioend.c`).
 //! - [`mm`]: the page cache's dropbehind folios (`mm/filemap.c`), the `RWF_DONTCACHE` path.
 //! - [`kernel`]: the kernel config, per-CPU execution contexts (`include/linux/preempt.h`,
-//!   `irqflags.h`, `rcupdate.h`), `might_sleep()` and lockdep's wait-context check.
+//!   `irqflags.h`, `rcupdate.h`), `might_sleep()` and lockdep's wait-context check, the simulated
+//!   tasks (`kernel::Task`), and what `kernel/trace/` records with each tracepoint (the ftrace
+//!   flags column, hashed `%p`, the [`ktrace!`] macro every tracepoint goes through).
 //! - [`workqueue`]: `kernel/workqueue.c`: workqueues, work and delayed work, worker pools, the
 //!   rescuer, disassociation on CPU offline.
 //! - [`time`]: jiffies and per-CPU timers (`kernel/time/timer.c`).

@@ -1,6 +1,7 @@
-//! The block tracepoints of `include/trace/events/block.h` that exist so far, as `tracing` events
-//! with target `block` and the tracepoint's name as the event name, printed in ftrace's format:
-//! `block_bio_queue: 8,0 WS 2048 + 8 [comm]`, `block_bio_complete: 8,0 W 2048 + 8 [0]`.
+//! The block tracepoints of `include/trace/events/block.h` that exist so far, fired with
+//! [`ktrace!`](crate::ktrace) on target `block` in ftrace's format (tracefs-6.18/formats):
+//! `block_bio_queue: 8,0 WS 2048 + 8 [comm]` (`current->comm`, the real one: `swapper/0` for the
+//! idle task), `block_bio_complete: 8,0 W 2048 + 8 [0]`.
 
 use super::blk_status::blk_status_to_errno;
 use super::blk_types::Bio;
@@ -9,13 +10,12 @@ use crate::kernel::Cpu;
 /// `trace_block_bio_queue()`: a bio is queued (`submit_bio_noacct()`).
 pub fn block_bio_queue(bio: &Bio, cpu: &Cpu) {
     let (major, minor) = bio.bi_bdev.unwrap_or((0, 0));
-    tracing::event!(
+    crate::ktrace!(
+        cpu,
         target: "block",
-        tracing::Level::TRACE,
-        tracepoint = "block_bio_queue",
-        cpu = cpu.id().0,
-        bio = bio.id(),
-        "block_bio_queue: {},{} {} {} + {} [{}]",
+        "block_bio_queue",
+        fields(bio = bio.id()),
+        "{},{} {} {} + {} [{}]",
         major,
         minor,
         bio.bi_opf.rwbs(),
@@ -29,13 +29,12 @@ pub fn block_bio_queue(bio: &Bio, cpu: &Cpu) {
 /// `blk_status_to_errno(bi_status)`, as the kernel's event does.
 pub fn block_bio_complete(bio: &Bio, cpu: &Cpu) {
     let (major, minor) = bio.bi_bdev.unwrap_or((0, 0));
-    tracing::event!(
+    crate::ktrace!(
+        cpu,
         target: "block",
-        tracing::Level::TRACE,
-        tracepoint = "block_bio_complete",
-        cpu = cpu.id().0,
-        bio = bio.id(),
-        "block_bio_complete: {},{} {} {} + {} [{}]",
+        "block_bio_complete",
+        fields(bio = bio.id()),
+        "{},{} {} {} + {} [{}]",
         major,
         minor,
         bio.bi_opf.rwbs(),
@@ -43,4 +42,39 @@ pub fn block_bio_complete(bio: &Bio, cpu: &Cpu) {
         bio.sectors(),
         blk_status_to_errno(bio.status())
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{block_bio_complete, block_bio_queue};
+    use crate::block::{ReqOp, BLK_STS_MEDIUM};
+    use crate::kernel::trace::tests::{capture, check_formats};
+    use crate::kernel::{Kernel, KernelConfig, PreemptModel, Task};
+    use crate::CpuId;
+
+    #[test]
+    fn bio_events_print_their_fmt_with_current_comm_and_errno() {
+        let k = Kernel::new(KernelConfig::for_model(PreemptModel::Full), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let mut bio = k.bio_alloc(ReqOp::Write, 64).with_data(vec![0; 4096]);
+        bio.bi_bdev = Some((7, 0));
+        let ev = capture(|| {
+            block_bio_queue(&bio, &cx);
+            bio.set_status(BLK_STS_MEDIUM);
+            cx.set_current(Task::idle(CpuId(0)));
+            cx.with_softirq(|cx| {
+                block_bio_complete(&bio, cx);
+                block_bio_queue(&bio, cx);
+            });
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        assert_eq!(ev[0].message, "block_bio_queue: 7,0 W 64 + 8 [biosim/0]");
+        assert_eq!(ev[1].message, "block_bio_complete: 7,0 W 64 + 8 [-61]");
+        assert_eq!(
+            (ev[1].comm.as_deref(), ev[1].flags.as_deref()),
+            (Some("<idle>"), Some("..s1."))
+        );
+        // The event's comm field is current->comm, the real one; only the TASK column says <idle>.
+        assert_eq!(ev[2].message, "block_bio_queue: 7,0 W 64 + 8 [swapper/0]");
+    }
 }

@@ -31,13 +31,40 @@ pub enum SoftirqVec {
 }
 
 impl SoftirqVec {
-    /// The kernel name printed by the softirq tracepoints.
+    /// The kernel name printed by the softirq tracepoints (`softirq_to_name[]`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Timer => "TIMER",
             Self::Block => "BLOCK",
         }
     }
+
+    /// The vector number (`TIMER_SOFTIRQ` = 1, `BLOCK_SOFTIRQ` = 4 in
+    /// `include/linux/interrupt.h`), the `vec=%u` of the softirq tracepoints.
+    pub fn nr(self) -> u32 {
+        match self {
+            Self::Timer => 1,
+            Self::Block => 4,
+        }
+    }
+}
+
+/// `CALL_FUNCTION_SINGLE_VECTOR` (arch/x86/include/asm/irq_vectors.h): the x86 system vector of
+/// `smp_call_function_single_async()`'s IPI, printed by `call_function_single_entry/exit`.
+pub const CALL_FUNCTION_SINGLE_VECTOR: u32 = 0xfb;
+
+/// The Linux IRQ number the first named interrupt source gets: device IRQs (MSIs) are allocated
+/// above the IO-APIC's 24 GSIs, as on the reference machine (`irq=36 name=virtio1-req.0`).
+pub const FIRST_DEVICE_IRQ: u32 = 24;
+
+/// How an interrupt enters the kernel, which decides its tracepoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IrqEntry {
+    /// A device IRQ through `handle_irq_event()`: `irq_handler_entry`/`exit` with its number.
+    Device(u32),
+    /// The call-function-single IPI, an x86 system vector (`sysvec_call_function_single()`):
+    /// `call_function_single_entry`/`exit`, no `irq_handler_*`.
+    CallFunctionSingle,
 }
 
 /// An interrupt that could not be raised, with its handler handed back so nothing is lost.
@@ -69,6 +96,7 @@ impl std::error::Error for IrqError {}
 
 struct PendingIrq {
     name: &'static str,
+    entry: IrqEntry,
     handler: IrqHandler,
 }
 
@@ -81,6 +109,9 @@ struct CpuIrqs {
 /// The per-CPU interrupt queues of one kernel.
 pub(crate) struct Irqs {
     per_cpu: Vec<Mutex<CpuIrqs>>,
+    /// The interrupt sources by name, in the order they first raised an IRQ: source `i` is
+    /// IRQ `FIRST_DEVICE_IRQ + i` (`request_irq()` order), the same in every run.
+    numbers: crate::sync::untracked::Mutex<Vec<&'static str>>,
 }
 
 impl fmt::Debug for Irqs {
@@ -95,7 +126,18 @@ impl Irqs {
             per_cpu: (0..nr_cpus)
                 .map(|_| Mutex::new(CpuIrqs::default()))
                 .collect(),
+            numbers: crate::sync::untracked::Mutex::new(Vec::new()),
         }
+    }
+
+    /// The IRQ number of source `name`, allocating the next one for a new source.
+    fn irq_number(&self, name: &'static str) -> u32 {
+        let mut n = self.numbers.lock().unwrap_or_else(|e| e.into_inner());
+        let i = n.iter().position(|x| *x == name).unwrap_or_else(|| {
+            n.push(name);
+            n.len() - 1
+        });
+        FIRST_DEVICE_IRQ + i as u32
     }
 }
 
@@ -108,6 +150,17 @@ impl Kernel {
         &self,
         cpu: CpuId,
         name: &'static str,
+        handler: IrqHandler,
+    ) -> Result<CpuId, IrqError> {
+        let entry = IrqEntry::Device(self.irqs.irq_number(name));
+        self.raise(cpu, name, entry, handler)
+    }
+
+    fn raise(
+        &self,
+        cpu: CpuId,
+        name: &'static str,
+        entry: IrqEntry,
         handler: IrqHandler,
     ) -> Result<CpuId, IrqError> {
         if cpu.index() >= self.irqs.per_cpu.len() {
@@ -135,7 +188,11 @@ impl Kernel {
             if !self.cpu_online(target) {
                 continue;
             }
-            q.hardirqs.push_back(PendingIrq { name, handler });
+            q.hardirqs.push_back(PendingIrq {
+                name,
+                entry,
+                handler,
+            });
             drop(q);
             self.wake(target);
             return Ok(target);
@@ -163,18 +220,40 @@ impl Kernel {
 
     /// `smp_call_function_single_async()`: runs `f` on `cpu` from its IPI handler (hardirq
     /// context), the remote-completion path of blk-mq.
+    ///
+    /// Traces `ipi_send_cpu: cpu=%u callsite=%pS callback=%pS` as `send_call_function_single_ipi()`
+    /// does, inside `smp_call_function_single_async()`'s `preempt_disable()`. biosim has no code
+    /// addresses: `%pS` prints the symbol at offset 0 (`+0x0/0x0`, size unknown). The callsite is
+    /// `generic_exec_single()` (the `_RET_IP_` of the inlined queueing), the callback the IPI's
+    /// handler `generic_smp_call_function_single_interrupt()`, as on the live kernel.
     pub fn send_ipi(&self, from: &Cpu, cpu: CpuId, f: IrqHandler) -> Result<CpuId, IrqError> {
-        tracing::trace!(target: "ipi", tracepoint = "ipi_send_cpu", cpu = from.id().0, "ipi_send_cpu: cpu={} callsite=smp_call_function_single_async", cpu.0);
-        self.raise_irq(cpu, "IPI:CSD", f)
+        crate::ktrace!(
+            from,
+            target: "ipi",
+            "ipi_send_cpu",
+            flags: from.trace_flags_under(from.irqs_disabled(), 1),
+            "cpu={} callsite=generic_exec_single+0x0/0x0 callback=generic_smp_call_function_single_interrupt+0x0/0x0",
+            cpu.0
+        );
+        self.raise(cpu, "IPI:CSD", IrqEntry::CallFunctionSingle, f)
     }
 
-    /// `raise_softirq()` from `cx`: queues `work` for `vec` on `cx`'s CPU.
+    /// `raise_softirq()` from `cx`: queues `work` for `vec` on `cx`'s CPU. `softirq_raise` is
+    /// traced inside its `local_irq_save()`.
     pub fn raise_softirq(&self, cx: &Cpu, vec: SoftirqVec, work: SoftirqWork) {
         self.irqs.per_cpu[cx.id().index()]
             .lock()
             .softirqs
             .push_back((vec, work));
-        tracing::trace!(target: "irq", tracepoint = "softirq_raise", cpu = cx.id().0, "softirq_raise: vec={}", vec.name());
+        crate::ktrace!(
+            cx,
+            target: "irq",
+            "softirq_raise",
+            flags: cx.trace_flags_under(true, 0),
+            "vec={} [action={}]",
+            vec.nr(),
+            vec.name()
+        );
         self.wake(cx.id());
     }
 
@@ -217,9 +296,30 @@ impl Kernel {
             return false;
         };
         cx.hardirq_enter();
-        tracing::trace!(target: "irq", tracepoint = "irq_handler_entry", cpu = cx.id().0, "irq_handler_entry: name={}", irq.name);
-        (irq.handler)(cx);
-        tracing::trace!(target: "irq", tracepoint = "irq_handler_exit", cpu = cx.id().0, "irq_handler_exit: name={} ret=handled", irq.name);
+        match irq.entry {
+            IrqEntry::Device(nr) => {
+                crate::ktrace!(cx, target: "irq", "irq_handler_entry", "irq={} name={}", nr, irq.name);
+                (irq.handler)(cx);
+                crate::ktrace!(cx, target: "irq", "irq_handler_exit", "irq={} ret=handled", nr);
+            }
+            IrqEntry::CallFunctionSingle => {
+                crate::ktrace!(
+                    cx,
+                    target: "irq_vectors",
+                    "call_function_single_entry",
+                    "vector={}",
+                    CALL_FUNCTION_SINGLE_VECTOR
+                );
+                (irq.handler)(cx);
+                crate::ktrace!(
+                    cx,
+                    target: "irq_vectors",
+                    "call_function_single_exit",
+                    "vector={}",
+                    CALL_FUNCTION_SINGLE_VECTOR
+                );
+            }
+        }
         cx.hardirq_exit();
         // irq_exit() -> invoke_softirq(): only if not interrupting an interrupt or a BH-off section.
         if cx.preempt_count()
@@ -245,12 +345,84 @@ impl Kernel {
                 break;
             };
             cx.with_softirq(|cx| {
-                tracing::trace!(target: "irq", tracepoint = "softirq_entry", cpu = cx.id().0, "softirq_entry: vec={}", vec.name());
+                trace_softirq_entry(cx, vec);
                 work(cx);
-                tracing::trace!(target: "irq", tracepoint = "softirq_exit", cpu = cx.id().0, "softirq_exit: vec={}", vec.name());
+                trace_softirq_exit(cx, vec);
             });
             n += 1;
         }
         n
+    }
+}
+
+/// `trace_softirq_entry()` in `handle_softirqs()`: `vec=%u [action=%s]`.
+pub(crate) fn trace_softirq_entry(cx: &Cpu, vec: SoftirqVec) {
+    crate::ktrace!(cx, target: "irq", "softirq_entry", "vec={} [action={}]", vec.nr(), vec.name());
+}
+
+/// `trace_softirq_exit()`: `vec=%u [action=%s]`.
+pub(crate) fn trace_softirq_exit(cx: &Cpu, vec: SoftirqVec) {
+    crate::ktrace!(cx, target: "irq", "softirq_exit", "vec={} [action={}]", vec.nr(), vec.name());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SoftirqVec;
+    use crate::kernel::trace::tests::{capture, check_formats};
+    use crate::kernel::{Kernel, KernelConfig, PreemptModel, Task};
+    use crate::CpuId;
+
+    #[test]
+    fn interrupts_trace_numbered_irqs_vectors_and_the_ipi() {
+        let k = Kernel::new(KernelConfig::for_model(PreemptModel::Full), 2).unwrap();
+        let c0 = k.cpu(CpuId(0)).unwrap();
+        let c1 = k.cpu(CpuId(1)).unwrap();
+        // CPU1 idles: the live trace's `<idle>-0 ... d.h1.` lines.
+        c1.set_current(Task::idle(CpuId(1)));
+        let ev = capture(|| {
+            let kk = k.clone();
+            k.raise_irq(
+                CpuId(1),
+                "virtio1-req.0",
+                Box::new(move |cx| kk.raise_softirq(cx, SoftirqVec::Block, Box::new(|_| {}))),
+            )
+            .unwrap();
+            k.raise_irq(CpuId(1), "nvme0q1", Box::new(|_| {})).unwrap();
+            k.raise_irq(CpuId(1), "virtio1-req.0", Box::new(|_| {}))
+                .unwrap();
+            while k.deliver_irq(&c1) {}
+            k.send_ipi(&c0, CpuId(1), Box::new(|_| {})).unwrap();
+            assert!(k.deliver_irq(&c1));
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        let lines: Vec<String> = ev
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}-{} {}",
+                    e.flags.as_deref().unwrap(),
+                    e.comm.as_deref().unwrap(),
+                    e.pid.unwrap(),
+                    e.message
+                )
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "d.h1. <idle>-0 irq_handler_entry: irq=24 name=virtio1-req.0",
+                "d.h1. <idle>-0 softirq_raise: vec=4 [action=BLOCK]",
+                "d.h1. <idle>-0 irq_handler_exit: irq=24 ret=handled",
+                "..s1. <idle>-0 softirq_entry: vec=4 [action=BLOCK]",
+                "..s1. <idle>-0 softirq_exit: vec=4 [action=BLOCK]",
+                "d.h1. <idle>-0 irq_handler_entry: irq=25 name=nvme0q1",
+                "d.h1. <idle>-0 irq_handler_exit: irq=25 ret=handled",
+                "d.h1. <idle>-0 irq_handler_entry: irq=24 name=virtio1-req.0",
+                "d.h1. <idle>-0 irq_handler_exit: irq=24 ret=handled",
+                "...1. biosim/0-1000 ipi_send_cpu: cpu=1 callsite=generic_exec_single+0x0/0x0 callback=generic_smp_call_function_single_interrupt+0x0/0x0",
+                "d.h1. <idle>-0 call_function_single_entry: vector=251",
+                "d.h1. <idle>-0 call_function_single_exit: vector=251",
+            ]
+        );
     }
 }

@@ -17,6 +17,8 @@ mod preempt;
 mod rcupdate;
 mod report;
 mod sched;
+mod task;
+pub(crate) mod trace;
 
 pub use config::{ConfigError, KernelConfig, PreemptModel};
 pub use cpu::{HotplugGuard, HotplugStep};
@@ -27,6 +29,9 @@ pub use preempt::{
     PREEMPT_OFFSET, SOFTIRQ_DISABLE_OFFSET, SOFTIRQ_MASK, SOFTIRQ_OFFSET,
 };
 pub use report::{Report, ReportKind, ReportLog};
+pub use sched::PrevState;
+pub use task::{Task, DEFAULT_PRIO, HIGHPRI_PRIO};
+pub use trace::{hashed_ptr, timer_ptr, work_ptr, PtrKind, TraceFlags};
 
 pub use hotplug::CpuId;
 
@@ -266,15 +271,6 @@ pub trait Runtime {
     fn wait_until(&self, cpu: &Cpu, what: &str, cond: &dyn Fn() -> bool) -> bool;
 }
 
-/// The task a CPU is running: `current`'s pid and comm, as a BUG report prints them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Task {
-    /// `current->pid`.
-    pub pid: u32,
-    /// `current->comm`, e.g. `kworker/0:1H` or `irq/54-ufshcd`.
-    pub comm: String,
-}
-
 /// The code currently running on one simulated CPU: `smp_processor_id()`, `current` and the
 /// per-CPU `preempt_count`, IRQ flag and RCU nesting of `include/linux/preempt.h`,
 /// `include/linux/irqflags.h` and `include/linux/rcupdate.h`.
@@ -307,7 +303,7 @@ pub struct Cpu {
     pub(crate) need_resched: Cell<bool>,
     /// The IRQ flag of each context an NMI interrupted.
     pub(crate) nmi_saved_irqs: RefCell<Vec<bool>>,
-    current: RefCell<Task>,
+    pub(crate) current: RefCell<Task>,
 }
 
 impl fmt::Debug for Cpu {
@@ -340,10 +336,7 @@ impl Cpu {
             held_locks: RefCell::new(Vec::new()),
             need_resched: Cell::new(false),
             nmi_saved_irqs: RefCell::new(Vec::new()),
-            current: RefCell::new(Task {
-                pid: 1000 + id.0,
-                comm: format!("biosim/{}", id.0),
-            }),
+            current: RefCell::new(Task::submitter(id)),
         }
     }
 

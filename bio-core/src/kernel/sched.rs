@@ -1,5 +1,6 @@
 //! `kernel/sched/core.c`: `might_sleep()` (`__might_sleep()` → `__might_resched()`), the check
-//! that a function which may sleep is not called from atomic context.
+//! that a function which may sleep is not called from atomic context; and the scheduler's
+//! tracepoints `sched_switch` (`__schedule()`) and `sched_wakeup` (`try_to_wake_up()`).
 
 use super::{Cpu, Report, ReportKind};
 use std::fmt;
@@ -58,5 +59,90 @@ impl Cpu {
             rcu_expected
         );
         Err(self.report(ReportKind::SleepInAtomic, message))
+    }
+}
+
+/// The state `sched_switch` prints for the task leaving the CPU (`prev_state`: the
+/// `TASK_REPORT` letter of `__trace_sched_switch_state()`, `+` when it was preempted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PrevState {
+    /// `TASK_RUNNING`, switched out voluntarily while runnable (the idle task): `R`.
+    Running,
+    /// Preempted while running: `R+` (`TASK_REPORT_MAX`).
+    Preempted,
+    /// `TASK_INTERRUPTIBLE`: `S`.
+    Sleeping,
+    /// `TASK_UNINTERRUPTIBLE`: `D`.
+    DiskSleep,
+    /// `TASK_IDLE` (`TASK_UNINTERRUPTIBLE | TASK_NOLOAD`, reported as `TASK_REPORT_IDLE`): `I`, a
+    /// kworker waiting for work in `worker_thread()`.
+    Idle,
+}
+
+impl PrevState {
+    /// The letters `sched_switch`'s `%s%s` prints.
+    pub fn letters(self) -> &'static str {
+        match self {
+            Self::Running => "R",
+            Self::Preempted => "R+",
+            Self::Sleeping => "S",
+            Self::DiskSleep => "D",
+            Self::Idle => "I",
+        }
+    }
+}
+
+impl Cpu {
+    /// `trace_sched_switch()` in `__schedule()`: `current` leaves the CPU in `prev_state` and
+    /// `next` runs; the caller switches `current` afterwards. The line is traced by the task
+    /// leaving, with IRQs off and the runqueue lock held inside `schedule()`'s
+    /// `preempt_disable()` (`d..2.` from a task; the idle task enters through
+    /// `schedule_idle()`, whose only extra count is the lock), and with `TIF_NEED_RESCHED`
+    /// already cleared.
+    pub fn trace_sched_switch(&self, next: &super::Task, prev_state: PrevState) {
+        if !tracing::enabled!(target: "sched", tracing::Level::TRACE) {
+            return;
+        }
+        let prev = self.current();
+        let resched = self.need_resched();
+        self.need_resched.set(false);
+        let flags = self.trace_flags_under(true, if prev.is_idle() { 1 } else { 2 });
+        self.need_resched.set(resched);
+        crate::ktrace!(
+            self,
+            target: "sched",
+            "sched_switch",
+            flags: flags,
+            "prev_comm={} prev_pid={} prev_prio={} prev_state={} ==> next_comm={} next_pid={} next_prio={}",
+            prev.comm,
+            prev.pid,
+            prev.prio(),
+            prev_state.letters(),
+            next.comm,
+            next.pid,
+            next.prio()
+        );
+    }
+
+    /// `trace_sched_wakeup()` in `ttwu_do_activate()`: `task` becomes runnable on `target_cpu`,
+    /// traced by the waker with IRQs off, `p->pi_lock` and the runqueue lock held on top of the
+    /// `extra_depth` locks the waker's own path holds (e.g. `pool->lock` in `kick_pool()`).
+    pub fn trace_sched_wakeup(
+        &self,
+        task: &super::Task,
+        target_cpu: super::CpuId,
+        extra_depth: u32,
+    ) {
+        crate::ktrace!(
+            self,
+            target: "sched",
+            "sched_wakeup",
+            flags: self.trace_flags_under(true, extra_depth + 2),
+            "comm={} pid={} prio={} target_cpu={:03}",
+            task.comm,
+            task.pid,
+            task.prio(),
+            target_cpu.0
+        );
     }
 }

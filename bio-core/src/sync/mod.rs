@@ -32,6 +32,8 @@ pub use std::sync::OnceLock as UntrackedOnceLock;
 /// loom should explore (the livelock detector's counters).
 pub mod untracked {
     pub use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    /// For metadata no model checks (trace numbering), never for kernel state.
+    pub use std::sync::Mutex;
 }
 
 /// Which thread holds a lock, so that taking it again on the same thread (a self-deadlock that

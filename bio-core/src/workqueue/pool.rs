@@ -9,7 +9,7 @@
 
 use super::work::{Running, WorkStruct};
 use super::WQ_MEM_RECLAIM;
-use crate::kernel::{Cpu, CpuId, Kernel, ReportKind, Task};
+use crate::kernel::{Cpu, CpuId, Kernel, PrevState, ReportKind, Task};
 use crate::sync::UntrackedArc;
 use hotplug::{Callback, Errno, Invocation, CPUHP_AP_WORKQUEUE_ONLINE, CPUHP_WORKQUEUE_PREP};
 
@@ -193,27 +193,44 @@ impl Kernel {
     /// of `pool_id` may run, runs its function on `cx` as the worker's task, and marks it done.
     fn process_one_work(&self, pool_id: PoolId, cx: &Cpu, rescuer: bool) -> Option<WorkExecution> {
         let p = self.pool_index(pool_id)?;
-        let (exec, func) = self.assign_work(p, pool_id, cx, rescuer)?;
+        let (exec, func, worker) = self.assign_work(p, pool_id, cx, rescuer)?;
         self.check_worker_context(&exec, cx);
         let saved = cx.current();
-        cx.set_current(self.worker_task(p, pool_id, &exec));
-        tracing::trace!(
+        // The worker is switched in: whatever ran on this CPU was preempted by it (the idle task
+        // just yields, runnable). A runtime that already made the worker `current` switched it
+        // in itself.
+        let switches = saved != worker;
+        if switches {
+            cx.trace_sched_switch(
+                &worker,
+                if saved.is_idle() {
+                    PrevState::Running
+                } else {
+                    PrevState::Preempted
+                },
+            );
+            cx.set_current(worker.clone());
+        }
+        crate::ktrace!(
+            cx,
             target: "workqueue",
-            tracepoint = "workqueue_execute_start",
-            cpu = cx.id().0,
-            "workqueue_execute_start: work={} function={} pool={:?}{}{}",
-            exec.work.id.0,
-            exec.function,
-            pool_id,
-            if exec.disassociated { " (disassociated)" } else { "" },
-            if rescuer { " (rescuer)" } else { "" }
+            "workqueue_execute_start",
+            "work struct {}: function {}",
+            crate::kernel::work_ptr(exec.work.id.0),
+            exec.function
         );
         func(cx, &exec.work);
+        crate::ktrace!(
+            cx,
+            target: "workqueue",
+            "workqueue_execute_end",
+            "work struct {}: function {}",
+            crate::kernel::work_ptr(exec.work.id.0),
+            exec.function
+        );
         // The worker returns to worker_thread(), which schedules if asked to: TIF_NEED_RESCHED is
         // consumed here.
         cx.set_need_resched(false);
-        tracing::trace!(target: "workqueue", tracepoint = "workqueue_execute_end", cpu = cx.id().0, "workqueue_execute_end: work={} function={}", exec.work.id.0, exec.function);
-        cx.set_current(saved);
         let more = {
             let mut st = self.workqueues.state.lock();
             st.pools[p].busy = false;
@@ -222,6 +239,19 @@ impl Kernel {
             e.completed += 1;
             !st.pools[p].worklist.is_empty()
         };
+        // biosim runs one item per call and gives the CPU back: with more work queued the worker
+        // is still runnable (preempted), else it sleeps in worker_thread() (TASK_IDLE).
+        if switches {
+            cx.trace_sched_switch(
+                &saved,
+                if more {
+                    PrevState::Preempted
+                } else {
+                    PrevState::Idle
+                },
+            );
+            cx.set_current(saved);
+        }
         if more {
             self.wake_pool(p);
         }
@@ -238,7 +268,7 @@ impl Kernel {
         pool_id: PoolId,
         cx: &Cpu,
         rescuer: bool,
-    ) -> Option<(WorkExecution, UntrackedArc<super::WorkFn>)> {
+    ) -> Option<(WorkExecution, UntrackedArc<super::WorkFn>, Task)> {
         let mut guard = self.workqueues.state.lock();
         let st = &mut *guard;
         let pool = &st.pools[p];
@@ -279,7 +309,9 @@ impl Kernel {
             disassociated,
             rescuer,
         };
-        Some((exec, UntrackedArc::clone(&e.func)))
+        let func = UntrackedArc::clone(&e.func);
+        let worker = self.pool_worker_task_locked(st, p, q.wq, rescuer);
+        Some((exec, func, worker))
     }
 
     /// `process_one_work()`'s `WARN_ON_ONCE()` for an associated pool's work on another CPU, and
@@ -305,17 +337,35 @@ impl Kernel {
         }
     }
 
-    /// The worker's `current`: `kworker/N:1` of a per-CPU pool, `kworker/uN:1` of the unbound
-    /// one, or the rescuer named after its workqueue.
-    fn worker_task(&self, p: usize, pool_id: PoolId, exec: &WorkExecution) -> Task {
-        let comm = match (exec.rescuer, pool_id) {
-            (true, _) => exec.workqueue.clone(),
-            (false, PoolId::Cpu(c)) => format!("kworker/{}:1", c.0),
-            (false, PoolId::Unbound) => format!("kworker/u{}:1", self.nr_cpus()),
-        };
-        Task {
-            pid: 2000 + p as u32 * 2 + u32::from(exec.rescuer),
-            comm,
+    /// The task that runs pool `p`'s work of workqueue `wq`: `kworker/N:1` of a per-CPU pool
+    /// (`kworker/N:1H` for a `WQ_HIGHPRI` workqueue, whose work the kernel runs on the CPU's
+    /// highpri pool: biosim keeps one pool per CPU and names the worker after the pool the kernel
+    /// would use), `kworker/uM:1` of the unbound one, or the workqueue's rescuer, named after it
+    /// (`rescuer->task` is `kthread_create(..., "%s", wq->name)`), pid 600 + the workqueue's index.
+    pub(crate) fn pool_worker_task_locked(
+        &self,
+        st: &super::WqState,
+        p: usize,
+        wq: usize,
+        rescuer: bool,
+    ) -> Task {
+        let info = &st.wqs[wq];
+        if rescuer {
+            return Task {
+                pid: 600 + wq as u32,
+                comm: info.name.clone(),
+            };
+        }
+        self.pool_worker_task(p, info)
+    }
+
+    /// The normal worker of pool `p` for work of workqueue `wq` (see
+    /// [`Kernel::pool_worker_task_locked`]).
+    pub(crate) fn pool_worker_task(&self, p: usize, wq: &super::WqInfo) -> Task {
+        match self.pool_id(p) {
+            PoolId::Cpu(c) if wq.flags.contains(super::WQ_HIGHPRI) => Task::kworker_highpri(c),
+            PoolId::Cpu(c) => Task::kworker(c),
+            PoolId::Unbound => Task::kworker_unbound(self.nr_cpus(), 1),
         }
     }
 

@@ -212,21 +212,55 @@ impl Kernel {
                 pool = r.pool;
             }
         }
+        // kick_pool() wakes an idle worker only when this is the first work it has to do: a busy
+        // worker picks the work up itself, and a worker already woken is not woken again
+        // (try_to_wake_up() on a running task traces nothing).
+        let wakes_worker = !st.pools[pool].busy && st.pools[pool].worklist.is_empty();
         st.pools[pool].worklist.push_back(Queued { work, wq });
         let e = &mut st.works[work.0];
         e.queued = Some(pool);
-        tracing::trace!(
+        let name = e.name;
+        // __queue_work(): IRQs are off (queue_work_on()'s local_irq_save()) and pool->lock is
+        // held at both tracepoints; rcu_read_lock() counts too on a non-preemptible RCU.
+        let flags = cx.trace_flags_under(true, self.pool_lock_depth(cx));
+        crate::ktrace!(
+            cx,
             target: "workqueue",
-            tracepoint = "workqueue_queue_work",
-            cpu = cx.id().0,
-            "workqueue_queue_work: work={} function={} workqueue={} req_cpu={} cpu={}",
-            work.0,
-            e.name,
+            "workqueue_queue_work",
+            flags: flags,
+            "work struct={} function={} workqueue={} req_cpu={} cpu={}",
+            crate::kernel::work_ptr(work.0),
+            name,
             info.name,
             req_cpu.map_or(WORK_CPU_UNBOUND_NR, |c| c.0),
-            st.pools[pool].cpu.map_or(-1, |c| c.0 as i64)
+            st.pools[pool].cpu.map_or(-1, |c| i64::from(c.0))
         );
+        // No max_active limit is modelled: every queued work is activated at once.
+        crate::ktrace!(
+            cx,
+            target: "workqueue",
+            "workqueue_activate_work",
+            flags: flags,
+            "work struct {} function={} ",
+            crate::kernel::work_ptr(work.0),
+            name
+        );
+        if wakes_worker {
+            let worker = self.pool_worker_task(pool, &info);
+            let target = st.pools[pool]
+                .cpu
+                .filter(|_| !st.pools[pool].disassociated)
+                .unwrap_or(cx.id());
+            cx.trace_sched_wakeup(&worker, target, self.pool_lock_depth(cx));
+        }
         pool
+    }
+
+    /// What `__queue_work()` holds at its tracepoints beyond the caller's count: `pool->lock`,
+    /// and `rcu_read_lock()` when it is `preempt_disable()` (no `CONFIG_PREEMPT_RCU`).
+    pub(crate) fn pool_lock_depth(&self, cx: &Cpu) -> u32 {
+        let c = cx.config();
+        1 + u32::from(!c.preempt_rcu && c.preempt_count)
     }
 
     /// `queue_delayed_work_on()`: like `queue_work_on()` but the work is queued `delay` jiffies
@@ -265,7 +299,9 @@ impl Kernel {
     ) -> bool {
         let (ret, wake) = {
             let mut st = self.workqueues.state.lock();
-            let ret = self.grab_pending(&mut st, dwork.work.id);
+            let ret = self
+                .grab_pending(&mut st, dwork.work.id, Some(cx))
+                .was_pending();
             let e = &mut st.works[dwork.work.id.0];
             if e.disable > 0 {
                 // clear_pending_if_disabled()
@@ -310,8 +346,22 @@ impl Kernel {
         }
         let base = cpu.unwrap_or(cx.id());
         let expires = self.jiffies() + delay;
-        self.timers.arm(dwork.timer, base, expires);
-        tracing::trace!(target: "workqueue", tracepoint = "biosim_queue_delayed_work", cpu = cx.id().0, "biosim_queue_delayed_work: work={} function={} delay={delay} timer_cpu={}", dwork.work.id.0, e.name, base.0);
+        let name = e.name;
+        // add_timer_on() for a CPU (TIMER_PINNED), add_timer_global() for WORK_CPU_UNBOUND.
+        self.timers
+            .arm(dwork.timer, base, expires, Some(cpu.is_some()));
+        self.trace_timer_start(cx, dwork.timer);
+        // The kernel has no tracepoint naming the work a delayed-work timer is for.
+        crate::ktrace!(
+            cx,
+            target: "workqueue",
+            "biosim_queue_delayed_work",
+            flags: cx.trace_flags_under(true, 0),
+            "work struct {} function={name} delay={delay} timer={} timer_cpu={}",
+            crate::kernel::work_ptr(dwork.work.id.0),
+            crate::kernel::timer_ptr(dwork.timer.id),
+            base.0
+        );
         Target::Cpu(base)
     }
 
@@ -328,13 +378,14 @@ impl Kernel {
         Some(self.queue_work_locked(st, d.cpu, wq, work, cx))
     }
 
-    /// `try_to_grab_pending()`: takes ownership of PENDING. `true` if the work was pending (its
-    /// timer or worklist entry is removed), `false` if it was idle (PENDING is now set by us).
-    fn grab_pending(&self, st: &mut WqState, work: WorkId) -> bool {
+    /// `try_to_grab_pending()`: takes ownership of PENDING and says where the work was: on its
+    /// timer (deleted with `timer_delete()`, which traces `timer_cancel`), on a worklist, or
+    /// idle (PENDING is now set by us).
+    fn grab_pending(&self, st: &mut WqState, work: WorkId, cx: Option<&Cpu>) -> Grabbed {
         let e = &st.works[work.0];
         if let Some(d) = e.delayed {
-            if self.timers.disarm(d.timer) {
-                return true;
+            if self.timer_delete_from(cx, d.timer) {
+                return Grabbed::Timer;
             }
         }
         if let Some(pool) = e.queued {
@@ -343,18 +394,63 @@ impl Kernel {
                 list.remove(pos);
             }
             st.works[work.0].queued = None;
-            return true;
+            return Grabbed::Worklist;
         }
         let e = &mut st.works[work.0];
         let was = e.pending;
         e.pending = true;
-        was
+        if was {
+            Grabbed::Pending
+        } else {
+            Grabbed::Idle
+        }
+    }
+
+    /// The annotation of a cancel, disable or enable (`site`, e.g. `disable_delayed_work_sync`):
+    /// the kernel traces only the timer it deletes (`timer_cancel`), not which work was
+    /// cancelled, whether it was pending, nor the disable count that now rejects every queue
+    /// attempt; finding 1's causal step is one of these.
+    fn trace_cancel(
+        &self,
+        cx: Option<&Cpu>,
+        site: &str,
+        work: WorkId,
+        grabbed: Grabbed,
+        disable: u32,
+    ) {
+        let event = if site.starts_with("disable") {
+            "biosim_disable_work"
+        } else if site.starts_with("enable") {
+            "biosim_enable_work"
+        } else {
+            "biosim_cancel_work"
+        };
+        if !tracing::enabled!(target: "workqueue", tracing::Level::TRACE) {
+            return;
+        }
+        let name = self.workqueues.state.lock().works[work.0].name;
+        let ptr = crate::kernel::work_ptr(work.0);
+        let what = grabbed.describe();
+        match cx {
+            Some(cx) => crate::ktrace!(
+                cx,
+                target: "workqueue",
+                event,
+                "{site}: work struct {ptr} function={name} {what}, disable count {disable}"
+            ),
+            None => tracing::trace!(
+                target: "workqueue",
+                tracepoint = event,
+                "{event}: {site}: work struct {ptr} function={name} {what}, disable count {disable}"
+            ),
+        }
     }
 
     /// `__cancel_work()`: grabs PENDING, optionally bumps the disable count, clears PENDING.
-    fn cancel_work_flags(&self, work: WorkId, flags: u32, cx: Option<&Cpu>) -> bool {
+    /// Returns where the work was and the disable count after.
+    fn cancel_work_flags(&self, work: WorkId, flags: u32, cx: Option<&Cpu>) -> (Grabbed, u32) {
         let mut st = self.workqueues.state.lock();
-        let ret = self.grab_pending(&mut st, work);
+        let ret = self.grab_pending(&mut st, work, cx);
         let e = &mut st.works[work.0];
         let mut overflowed = false;
         if flags & CANCEL_DISABLE != 0 {
@@ -366,6 +462,7 @@ impl Kernel {
         }
         // set_work_pool_and_clear_pending(), overflow or not.
         e.pending = false;
+        let disable = e.disable;
         drop(st);
         if let (true, Some(cx)) = (overflowed, cx) {
             self.warn_once(
@@ -374,19 +471,27 @@ impl Kernel {
                 "kernel/workqueue.c: workqueue: work disable count overflowed",
             );
         }
-        ret
+        (ret, disable)
+    }
+
+    /// A non-waiting cancel or disable, annotated.
+    fn cancel_work_traced(&self, work: WorkId, flags: u32, cx: Option<&Cpu>, site: &str) -> bool {
+        let (grabbed, disable) = self.cancel_work_flags(work, flags, cx);
+        self.trace_cancel(cx, site, work, grabbed, disable);
+        grabbed.was_pending()
     }
 
     /// `__cancel_work_sync()`: cancels with the work disabled meanwhile, then waits for a running
     /// instance; re-enables unless asked to keep it disabled.
     fn cancel_work_sync_flags(&self, work: WorkId, flags: u32, cx: &Cpu, site: &str) -> bool {
         let _ = cx.might_sleep_at(format!("kernel/workqueue.c: {site}"));
-        let ret = self.cancel_work_flags(work, flags | CANCEL_DISABLE, Some(cx));
+        let (grabbed, mut disable) = self.cancel_work_flags(work, flags | CANCEL_DISABLE, Some(cx));
         self.wait_not_running(work, cx, site);
         if flags & CANCEL_DISABLE == 0 {
-            self.enable_work(WorkStruct { id: work }, cx);
+            disable = self.enable_work_inner(WorkStruct { id: work }, cx).1;
         }
-        ret
+        self.trace_cancel(Some(cx), site, work, grabbed, disable);
+        grabbed.was_pending()
     }
 
     fn wait_not_running(&self, work: WorkId, cx: &Cpu, site: &str) {
@@ -415,7 +520,7 @@ impl Kernel {
 
     /// `cancel_work()`: cancels a pending work; returns whether it was pending.
     pub fn cancel_work(&self, work: WorkStruct) -> bool {
-        self.cancel_work_flags(work.id, 0, None)
+        self.cancel_work_traced(work.id, 0, None, "cancel_work")
     }
 
     /// `cancel_work_sync()`: cancels and waits for a running instance; returns whether it was
@@ -426,7 +531,7 @@ impl Kernel {
 
     /// `cancel_delayed_work()`: also stops the timer.
     pub fn cancel_delayed_work(&self, dwork: DelayedWork) -> bool {
-        self.cancel_work_flags(dwork.work.id, 0, None)
+        self.cancel_work_traced(dwork.work.id, 0, None, "cancel_delayed_work")
     }
 
     /// `cancel_delayed_work_sync()`.
@@ -437,7 +542,7 @@ impl Kernel {
     /// `disable_work()`: cancels and increments the disable count; returns whether it was
     /// pending. Until a matching enable, every queue attempt fails.
     pub fn disable_work(&self, work: WorkStruct, cx: &Cpu) -> bool {
-        self.cancel_work_flags(work.id, CANCEL_DISABLE, Some(cx))
+        self.cancel_work_traced(work.id, CANCEL_DISABLE, Some(cx), "disable_work")
     }
 
     /// `disable_work_sync()`: [`Kernel::disable_work`] and waits for a running instance.
@@ -447,7 +552,12 @@ impl Kernel {
 
     /// `disable_delayed_work()`.
     pub fn disable_delayed_work(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
-        self.cancel_work_flags(dwork.work.id, CANCEL_DISABLE, Some(cx))
+        self.cancel_work_traced(
+            dwork.work.id,
+            CANCEL_DISABLE,
+            Some(cx),
+            "disable_delayed_work",
+        )
     }
 
     /// `disable_delayed_work_sync()`.
@@ -465,16 +575,29 @@ impl Kernel {
     /// clears it, so an unbalanced enable of a pending work cancels it; enabling a work that is not
     /// disabled warns "work disable count underflowed".
     pub fn enable_work(&self, work: WorkStruct, cx: &Cpu) -> bool {
+        self.enable_work_site(work, cx, "enable_work")
+    }
+
+    /// [`Kernel::enable_work`] annotated as `site`.
+    fn enable_work_site(&self, work: WorkStruct, cx: &Cpu, site: &str) -> bool {
+        let (grabbed, disable) = self.enable_work_inner(work, cx);
+        self.trace_cancel(Some(cx), site, work.id, grabbed, disable);
+        disable == 0
+    }
+
+    /// `enable_work()` without the annotation (the re-enable inside `cancel_*_sync()`): where
+    /// the work was and the disable count after.
+    fn enable_work_inner(&self, work: WorkStruct, cx: &Cpu) -> (Grabbed, u32) {
         let mut st = self.workqueues.state.lock();
         // work_grab_pending(): an unbalanced enable of a pending work steals it, as the kernel's does.
-        self.grab_pending(&mut st, work.id);
+        let grabbed = self.grab_pending(&mut st, work.id, Some(cx));
         let e = &mut st.works[work.id.0];
         let underflow = e.disable == 0;
         if !underflow {
             e.disable -= 1;
         }
         e.pending = false;
-        let enabled = e.disable == 0;
+        let disable = e.disable;
         drop(st);
         if underflow {
             self.warn_once(
@@ -483,12 +606,12 @@ impl Kernel {
                 "kernel/workqueue.c: workqueue: work disable count underflowed",
             );
         }
-        enabled
+        (grabbed, disable)
     }
 
     /// `enable_delayed_work()`: `enable_work(&dwork->work)`.
     pub fn enable_delayed_work(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
-        self.enable_work(dwork.work, cx)
+        self.enable_work_site(dwork.work, cx, "enable_delayed_work")
     }
 
     /// `enable_and_queue_work()`: enables, and queues only if the count reached 0. Returns whether
@@ -539,8 +662,9 @@ impl Kernel {
     pub fn flush_delayed_work(&self, dwork: DelayedWork, cx: &Cpu) -> bool {
         let wake = {
             let mut st = self.workqueues.state.lock();
-            // If the timer was armed, run what it would have: delayed_work_timer_fn().
-            if self.timers.disarm(dwork.timer) {
+            // If the timer was armed, run what it would have: delayed_work_timer_fn()
+            // (`timer_delete()` first, which traces `timer_cancel`).
+            if self.timer_delete_from(Some(cx), dwork.timer) {
                 self.delayed_work_timer_fn_locked(&mut st, dwork.work.id, cx)
             } else {
                 None
@@ -592,8 +716,268 @@ impl Kernel {
     }
 }
 
+/// Where `try_to_grab_pending()` found a work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grabbed {
+    /// Its delayed-work timer was pending and is deleted.
+    Timer,
+    /// It was on a pool's worklist and is taken off.
+    Worklist,
+    /// PENDING was set with the work on neither (between a timer firing and queueing).
+    Pending,
+    /// It was not pending.
+    Idle,
+}
+
+impl Grabbed {
+    /// `try_to_grab_pending()`'s return value: 1 if the work was pending.
+    pub(crate) fn was_pending(self) -> bool {
+        self != Self::Idle
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Timer => "was pending on its timer (timer deleted)",
+            Self::Worklist => "was pending on a worklist (taken off)",
+            Self::Pending => "was pending",
+            Self::Idle => "was not pending",
+        }
+    }
+}
+
 /// Who to wake after a queue operation.
 pub(crate) enum Target {
     Pool(usize),
     Cpu(CpuId),
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernel::trace::tests::{capture, check_formats, Captured};
+    use crate::kernel::{work_ptr, Kernel, KernelConfig, PreemptModel, Task};
+    use crate::workqueue::{PoolId, WQ_HIGHPRI, WQ_PERCPU, WQ_UNBOUND};
+    use crate::CpuId;
+
+    fn full() -> crate::sync::UntrackedArc<Kernel> {
+        Kernel::new(KernelConfig::for_model(PreemptModel::Full), 2).unwrap()
+    }
+
+    fn names(ev: &[Captured]) -> Vec<&str> {
+        ev.iter().map(|e| e.tracepoint.as_str()).collect()
+    }
+
+    #[test]
+    fn queueing_and_running_work_trace_the_kernel_events_in_their_formats() {
+        let k = full();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let wq = k.alloc_workqueue("test_wq", WQ_PERCPU, 0).unwrap();
+        let work = k.init_work("test_fn", |_, _| {});
+        let ev = capture(|| {
+            assert!(k.queue_work_on(Some(CpuId(0)), &wq, work, &cx));
+            assert!(k.run_worker(PoolId::Cpu(CpuId(0)), &cx).is_some());
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        assert_eq!(
+            names(&ev),
+            [
+                "workqueue_queue_work",
+                "workqueue_activate_work",
+                "sched_wakeup",
+                "sched_switch",
+                "workqueue_execute_start",
+                "workqueue_execute_end",
+                "sched_switch"
+            ]
+        );
+        let p = work_ptr(work.id.0);
+        assert_eq!(
+            ev[0].message,
+            format!("workqueue_queue_work: work struct={p} function=test_fn workqueue=test_wq req_cpu=0 cpu=0")
+        );
+        // __queue_work(): IRQs off, pool->lock held (PREEMPT_RCU: rcu_read_lock() counts nothing).
+        assert_eq!(ev[0].flags.as_deref(), Some("d..1."));
+        assert_eq!(
+            ev[1].message,
+            format!("workqueue_activate_work: work struct {p} function=test_fn ")
+        );
+        assert_eq!(
+            ev[2].message,
+            "sched_wakeup: comm=kworker/0:1 pid=300 prio=120 target_cpu=000"
+        );
+        assert_eq!(
+            ev[2].flags.as_deref(),
+            Some("d..3."),
+            "pool->lock, pi_lock, rq lock"
+        );
+        assert_eq!(
+            ev[3].message,
+            "sched_switch: prev_comm=biosim/0 prev_pid=1000 prev_prio=120 prev_state=R+ ==> next_comm=kworker/0:1 next_pid=300 next_prio=120"
+        );
+        assert_eq!(
+            (ev[3].comm.as_deref(), ev[3].pid),
+            (Some("biosim/0"), Some(1000))
+        );
+        assert_eq!(ev[3].flags.as_deref(), Some("d..2."));
+        assert_eq!(
+            ev[4].message,
+            format!("workqueue_execute_start: work struct {p}: function test_fn")
+        );
+        assert_eq!(
+            (ev[4].comm.as_deref(), ev[4].pid, ev[4].flags.as_deref()),
+            (Some("kworker/0:1"), Some(300), Some("....."))
+        );
+        assert_eq!(
+            ev[6].message,
+            "sched_switch: prev_comm=kworker/0:1 prev_pid=300 prev_prio=120 prev_state=I ==> next_comm=biosim/0 next_pid=1000 next_prio=120"
+        );
+        assert_eq!(
+            cx.current(),
+            Task::submitter(CpuId(0)),
+            "the previous task is back"
+        );
+    }
+
+    #[test]
+    fn a_worker_the_runtime_already_switched_in_is_not_switched_again() {
+        let k = full();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let wq = k.alloc_workqueue("test_wq", WQ_PERCPU, 0).unwrap();
+        let work = k.init_work("test_fn", |_, _| {});
+        k.queue_work_on(Some(CpuId(0)), &wq, work, &cx);
+        cx.set_current(Task::kworker(CpuId(0)));
+        let ev = capture(|| {
+            k.run_worker(PoolId::Cpu(CpuId(0)), &cx);
+        });
+        assert_eq!(
+            names(&ev),
+            ["workqueue_execute_start", "workqueue_execute_end"]
+        );
+        assert_eq!(cx.current(), Task::kworker(CpuId(0)));
+    }
+
+    #[test]
+    fn unbound_and_highpri_workers_have_their_kernel_names() {
+        let k = full();
+        let cx = k.cpu(CpuId(1)).unwrap();
+        let uwq = k.alloc_workqueue("loop0", WQ_UNBOUND, 0).unwrap();
+        let hwq = k
+            .alloc_workqueue("kblockd", WQ_PERCPU | WQ_HIGHPRI, 0)
+            .unwrap();
+        let w1 = k.init_work("loop_rootcg_workfn", |_, _| {});
+        let w2 = k.init_work("blk_mq_run_work_fn", |_, _| {});
+        let ev = capture(|| {
+            k.queue_work(&uwq, w1, &cx);
+            k.run_worker(PoolId::Unbound, &cx);
+            k.queue_work_on(Some(CpuId(1)), &hwq, w2, &cx);
+            k.run_worker(PoolId::Cpu(CpuId(1)), &cx);
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        let msgs: Vec<&str> = ev.iter().map(|e| e.message.as_str()).collect();
+        // req_cpu=256: WORK_CPU_UNBOUND is NR_CPUS, as on the live kernel.
+        assert!(
+            msgs[0].ends_with("workqueue=loop0 req_cpu=256 cpu=-1"),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.contains(&"sched_wakeup: comm=kworker/u4:1 pid=501 prio=120 target_cpu=001"),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.contains(&"sched_wakeup: comm=kworker/1:1H pid=401 prio=100 target_cpu=001"),
+            "{msgs:?}"
+        );
+    }
+
+    #[test]
+    fn disable_delayed_work_sync_shows_the_cancelled_timer_and_the_disable() {
+        let k = full();
+        let cx = k.cpu(CpuId(1)).unwrap();
+        let wq = k.alloc_workqueue("bio_complete", WQ_PERCPU, 0).unwrap();
+        let dw = k.init_delayed_work("bio_complete_work_fn", |_, _| {});
+        let ev = capture(|| {
+            assert!(k.queue_delayed_work_on(Some(CpuId(1)), &wq, dw, 1, &cx));
+            assert!(k.disable_delayed_work_sync(dw, &cx), "it was pending");
+            assert!(
+                !k.queue_delayed_work_on(Some(CpuId(1)), &wq, dw, 1, &cx),
+                "disabled"
+            );
+        });
+        assert_eq!(check_formats(&ev), Vec::<String>::new());
+        assert_eq!(
+            names(&ev),
+            [
+                "timer_start",
+                "biosim_queue_delayed_work",
+                "timer_cancel",
+                "biosim_disable_work"
+            ]
+        );
+        let t = crate::kernel::timer_ptr(dw.timer.id);
+        assert_eq!(
+            ev[0].message,
+            format!("timer_start: timer={t} function=delayed_work_timer_fn expires=1 [timeout=1] bucket_expiry=2 cpu=1 idx=2 flags=P|I")
+        );
+        assert_eq!(ev[2].message, format!("timer_cancel: timer={t}"));
+        assert_eq!(
+            ev[2].flags.as_deref(),
+            Some("d..1."),
+            "lock_timer_base() with IRQs off"
+        );
+        assert_eq!(
+            ev[3].message,
+            format!(
+                "biosim_disable_work: disable_delayed_work_sync: work struct {} function=bio_complete_work_fn was pending on its timer (timer deleted), disable count 1",
+                work_ptr(dw.work.id.0)
+            )
+        );
+    }
+
+    #[test]
+    fn every_cancel_and_enable_is_annotated_with_what_it_found() {
+        let k = full();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let wq = k.alloc_workqueue("test_wq", WQ_PERCPU, 0).unwrap();
+        let w = k.init_work("test_fn", |_, _| {});
+        let dw = k.init_delayed_work("dw_fn", |_, _| {});
+        let ev = capture(|| {
+            k.queue_work_on(Some(CpuId(0)), &wq, w, &cx);
+            k.cancel_work_sync(w, &cx);
+            k.disable_work(w, &cx);
+            k.enable_work(w, &cx);
+            k.queue_delayed_work_on(Some(CpuId(0)), &wq, dw, 5, &cx);
+            // mod_delayed_work_on() steals the pending timer: timer_cancel, then timer_start.
+            k.mod_delayed_work_on(Some(CpuId(0)), &wq, dw, 7, &cx);
+            k.cancel_delayed_work(dw);
+        });
+        // cancel_delayed_work() has no context: its two events leave the columns to the capture.
+        let (with_cx, without): (Vec<Captured>, Vec<Captured>) =
+            ev.iter().cloned().partition(|e| e.flags.is_some());
+        assert_eq!(names(&without), ["timer_cancel", "biosim_cancel_work"]);
+        assert_eq!(check_formats(&with_cx), Vec::<String>::new());
+        let notes: Vec<&str> = ev
+            .iter()
+            .filter(|e| e.tracepoint.starts_with("biosim_") && !e.tracepoint.contains("queue"))
+            .map(|e| e.message.as_str())
+            .collect();
+        let p = work_ptr(w.id.0);
+        let d = work_ptr(dw.work.id.0);
+        assert_eq!(
+            notes,
+            [
+                format!("biosim_cancel_work: cancel_work_sync: work struct {p} function=test_fn was pending on a worklist (taken off), disable count 0"),
+                format!("biosim_disable_work: disable_work: work struct {p} function=test_fn was not pending, disable count 1"),
+                format!("biosim_enable_work: enable_work: work struct {p} function=test_fn was not pending, disable count 0"),
+                format!("biosim_cancel_work: cancel_delayed_work: work struct {d} function=dw_fn was pending on its timer (timer deleted), disable count 0"),
+            ]
+        );
+        let timers: Vec<&str> = ev
+            .iter()
+            .filter(|e| e.tracepoint.starts_with("timer_"))
+            .map(|e| e.tracepoint.as_str())
+            .collect();
+        assert_eq!(
+            timers,
+            ["timer_start", "timer_cancel", "timer_start", "timer_cancel"]
+        );
+    }
 }

@@ -202,7 +202,7 @@ impl BioCompleteBatcher {
     pub fn defer(&self, bio: Box<Bio>, cx: &Cpu) {
         let b = self.batch(cx.id());
         let id = bio.id();
-        tracing::trace!(target: "block", tracepoint = "biosim_bio_complete_defer", cpu = cx.id().0, bio = id, "biosim_bio_complete_defer: bio#{id} to the batch of CPU{}", cx.id().0);
+        crate::ktrace!(cx, target: "block", "biosim_bio_complete_defer", fields(bio = id), "bio#{id} to the batch of CPU{}", cx.id().0);
         let was_empty = self.list_add(b, bio, cx);
         self.watchdog[cx.id().index()].adds.fetch_add(1, Relaxed);
         if let Some(o) = &self.observer {
@@ -255,11 +255,11 @@ impl BioCompleteBatcher {
             }
             BatchWork::Plain(w) => k.queue_work_on(Some(b.cpu), &self.wq, w, cx),
         };
-        tracing::trace!(
+        crate::ktrace!(
+            cx,
             target: "block",
-            tracepoint = "biosim_bio_complete_schedule",
-            cpu = cx.id().0,
-            "biosim_bio_complete_schedule: {} for CPU{}'s batch -> {}",
+            "biosim_bio_complete_schedule",
+            "{} for CPU{}'s batch -> {}",
             match (self.variant.work, now) {
                 (WorkKind::Plain, _) => "queue_work_on".to_owned(),
                 (WorkKind::Delayed { .. }, true) => "mod_delayed_work_on(delay 0)".to_owned(),
@@ -317,7 +317,7 @@ impl BioCompleteBatcher {
                     // The buggy twin of finding 7: yields mid-batch; what is left of the local
                     // list goes out of scope with it.
                     let abandoned = list.size();
-                    tracing::trace!(target: "block", tracepoint = "biosim_bio_complete_yield", cpu = cx.id().0, "biosim_bio_complete_yield: bio_complete_work_fn: need_resched() mid-batch, {abandoned} bios left behind");
+                    crate::ktrace!(cx, target: "block", "biosim_bio_complete_yield", "bio_complete_work_fn: need_resched() mid-batch, {abandoned} bios left behind");
                     drop(list);
                     return;
                 }

@@ -1,0 +1,156 @@
+//! `struct task_struct` as far as traces and splats print it (`include/linux/sched.h`: `pid`,
+//! `comm`, `prio`), and the one place that names the simulated tasks bio-core runs code as.
+//!
+//! Names and pids follow the ftrace interface of issue 10 (deterministic, one constructor per kind):
+//!
+//! | task | comm | pid |
+//! |---|---|---|
+//! | idle (the swapper) | `swapper/N` (ftrace prints pid 0 as `<idle>`) | 0 |
+//! | bound per-CPU pool worker | `kworker/N:1` | 300 + N |
+//! | its highpri pool's worker | `kworker/N:1H` | 400 + N |
+//! | unbound pool worker K | `kworker/uM:K` (M = 2 * nr_cpus) | 500 + K |
+//! | the I/O submitter of CPU N | `biosim/N` | 1000 + N |
+//!
+//! The hotplug threads (`cpuhp/N`, the BP's `kworker/C:0`, the `biosim` writer) are named by the
+//! hotplug crate, which owns them.
+
+use super::CpuId;
+
+/// `MAX_RT_PRIO` + `NICE_TO_PRIO(0)`: the `prio` of a `SCHED_NORMAL` task at nice 0, as
+/// `sched_switch`/`sched_wakeup` print it.
+pub const DEFAULT_PRIO: i32 = 120;
+
+/// `prio` at nice -20: the highpri kworkers (`alloc_workqueue(WQ_HIGHPRI)` pools, `HIGHPRI_NICE_LEVEL`
+/// = `MIN_NICE`).
+pub const HIGHPRI_PRIO: i32 = 100;
+
+/// The task a CPU is running: `current`'s pid and comm, as a BUG report or a trace line prints
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// `current->pid`.
+    pub pid: u32,
+    /// `current->comm`, e.g. `kworker/0:1H` or `irq/54-ufshcd`.
+    pub comm: String,
+}
+
+impl Task {
+    /// The idle task of `cpu` (`init_idle()`: comm `swapper/N`, pid 0). ftrace prints it as
+    /// `<idle>-0` (`trace_find_cmdline()` special-cases pid 0).
+    pub fn idle(cpu: CpuId) -> Self {
+        Self {
+            pid: 0,
+            comm: format!("swapper/{}", cpu.0),
+        }
+    }
+
+    /// The worker of `cpu`'s bound normal-priority pool: `kworker/N:1`, pid 300 + N.
+    pub fn kworker(cpu: CpuId) -> Self {
+        Self {
+            pid: 300 + cpu.0,
+            comm: format!("kworker/{}:1", cpu.0),
+        }
+    }
+
+    /// The worker of `cpu`'s highpri pool: `kworker/N:1H`, pid 400 + N.
+    pub fn kworker_highpri(cpu: CpuId) -> Self {
+        Self {
+            pid: 400 + cpu.0,
+            comm: format!("kworker/{}:1H", cpu.0),
+        }
+    }
+
+    /// Worker `k` of the unbound pool on a machine of `nr_cpus` CPUs: `kworker/uM:K` with
+    /// M = 2 * nr_cpus (the unbound pool's id as the kernel numbers them: `kworker/u8:2` on 4 CPUs),
+    /// pid 500 + K.
+    pub fn kworker_unbound(nr_cpus: u32, k: u32) -> Self {
+        Self {
+            pid: 500 + k,
+            comm: format!("kworker/u{}:{k}", 2 * nr_cpus),
+        }
+    }
+
+    /// The I/O submitter of `cpu` (the model's `dd`/`fio`): `biosim/N`, pid 1000 + N. A fresh
+    /// context's default `current`.
+    pub fn submitter(cpu: CpuId) -> Self {
+        Self {
+            pid: 1000 + cpu.0,
+            comm: format!("biosim/{}", cpu.0),
+        }
+    }
+
+    /// Whether this is an idle task (`is_idle_task()`: pid 0).
+    pub fn is_idle(&self) -> bool {
+        self.pid == 0
+    }
+
+    /// `p->prio` as the sched tracepoints print it: 100 for a highpri kworker (nice -20), 120
+    /// (nice 0) for every other simulated task; the idle task prints 120 too (`MAX_PRIO - 20`).
+    pub fn prio(&self) -> i32 {
+        if self.comm.starts_with("kworker/") && self.comm.ends_with('H') {
+            HIGHPRI_PRIO
+        } else {
+            DEFAULT_PRIO
+        }
+    }
+
+    /// The `TASK-PID` column of a trace line's comm: `<idle>` for pid 0, else the comm.
+    pub fn trace_comm(&self) -> &str {
+        if self.is_idle() {
+            "<idle>"
+        } else {
+            &self.comm
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors_follow_the_task_table() {
+        assert_eq!(
+            (Task::idle(CpuId(1)).pid, Task::idle(CpuId(1)).comm.as_str()),
+            (0, "swapper/1")
+        );
+        assert_eq!(Task::idle(CpuId(1)).trace_comm(), "<idle>");
+        assert_eq!(
+            Task::kworker(CpuId(1)),
+            Task {
+                pid: 301,
+                comm: "kworker/1:1".into()
+            }
+        );
+        assert_eq!(
+            Task::kworker_highpri(CpuId(0)),
+            Task {
+                pid: 400,
+                comm: "kworker/0:1H".into()
+            }
+        );
+        assert_eq!(
+            Task::kworker_unbound(4, 2),
+            Task {
+                pid: 502,
+                comm: "kworker/u8:2".into()
+            }
+        );
+        assert_eq!(
+            Task::submitter(CpuId(3)),
+            Task {
+                pid: 1003,
+                comm: "biosim/3".into()
+            }
+        );
+        assert_eq!(Task::submitter(CpuId(3)).trace_comm(), "biosim/3");
+    }
+
+    #[test]
+    fn highpri_kworkers_print_prio_100() {
+        assert_eq!(Task::kworker_highpri(CpuId(0)).prio(), 100);
+        assert_eq!(Task::kworker(CpuId(0)).prio(), 120);
+        assert_eq!(Task::submitter(CpuId(0)).prio(), 120);
+        assert_eq!(Task::idle(CpuId(0)).prio(), 120);
+    }
+}
