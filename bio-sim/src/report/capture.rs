@@ -696,4 +696,14 @@ mod tests {
         );
         assert_eq!(r[2].ts_us, 15);
     }
+
+    #[test]
+    fn the_threaded_runtimes_clock_counts_from_the_start_and_never_goes_back() {
+        let start = std::time::Instant::now() - std::time::Duration::from_millis(5);
+        let clock = Monotonic::since(start);
+        let a = clock.now_us();
+        let b = clock.now_us();
+        assert!(a >= 5_000 && b >= a, "{a} {b}");
+        assert_eq!(clock.task(Some(1)), (IDLE_COMM.to_owned(), 0));
+    }
 }
