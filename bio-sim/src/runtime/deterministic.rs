@@ -374,42 +374,48 @@ impl DetRuntime {
         let inner = &self.inner;
         let cx = inner.cpus.get(cpu.index())?;
         let task = submitter(cpu);
-        let pair = (task.comm.clone(), task.pid);
         let saved = cx.current();
+        if !inner.config.record_steps {
+            // No trace: only `current` matters (a kernel report names the task).
+            cx.set_current(task);
+            let r = {
+                let _on = inner.executing_on(Some(cpu));
+                inner.captured(|| f(cx))
+            };
+            cx.set_current(saved);
+            return Some(r);
+        }
+        let pair = (task.comm.clone(), task.pid);
         cx.set_current(task.clone());
         let prev_base = std::mem::replace(&mut inner.base.borrow_mut()[cpu.index()], task.clone());
         let prev_shown = inner.shown.borrow()[cpu.index()].clone();
         let from = inner.task_on(Some(cpu.0));
-        if inner.config.record_steps {
-            inner
-                .trace
-                .borrow_mut()
-                .push(format!("       {cpu}: {what}"));
-            if from != pair {
-                let control = inner.control_cpu();
-                inner.record(
-                    Some(control),
-                    (WRITER_COMM.to_owned(), WRITER_PID),
-                    "d..2.",
-                    "sched_wakeup",
-                    format!(
-                        "comm={} pid={} prio=120 target_cpu={:03}",
-                        pair.0, pair.1, cpu.0
-                    ),
-                );
-                inner.record(
-                    Some(cpu.0),
-                    from.clone(),
-                    "d..2.",
-                    "sched_switch",
-                    sched_switch_fields(&from, "R", &pair),
-                );
-            }
+        inner
+            .trace
+            .borrow_mut()
+            .push(format!("       {cpu}: {what}"));
+        if from != pair {
+            let control = inner.control_cpu();
+            inner.record(
+                Some(control),
+                (WRITER_COMM.to_owned(), WRITER_PID),
+                "d..2.",
+                "sched_wakeup",
+                format!(
+                    "comm={} pid={} prio=120 target_cpu={:03}",
+                    pair.0, pair.1, cpu.0
+                ),
+            );
+            inner.record(
+                Some(cpu.0),
+                from.clone(),
+                "d..2.",
+                "sched_switch",
+                sched_switch_fields(&from, "R", &pair),
+            );
         }
         inner.shown.borrow_mut()[cpu.index()] = Some(task);
-        if inner.config.record_steps {
-            inner.marker(Some(cpu.0), "on_cpu", what);
-        }
+        inner.marker(Some(cpu.0), "on_cpu", what);
         let r = {
             let _on = inner.executing_on(Some(cpu));
             inner.captured(|| f(cx))
@@ -417,7 +423,7 @@ impl DetRuntime {
         inner.shown.borrow_mut()[cpu.index()] = prev_shown;
         inner.base.borrow_mut()[cpu.index()] = prev_base;
         cx.set_current(saved);
-        if inner.config.record_steps && from != pair {
+        if from != pair {
             inner.record(
                 Some(cpu.0),
                 pair.clone(),
@@ -886,24 +892,37 @@ impl Inner {
         });
         let _pre = self.executing_on(peek);
         // The step runs in the target's cpuhp thread or, on the control CPU, in the kworker
-        // `cpu_down()` runs in (kernel/cpu.c `work_on_cpu()`); `cpu_up()`'s own BP steps are
-        // shown the same way until the hotplug crate names its tasks.
-        let thread = k.hotplug().next_invocation(c).map(|inv| match inv.runs_on {
-            hotplug::RunsOn::Target { .. } => (
-                inv.cpu.0,
-                Task {
-                    pid: 100 + inv.cpu.0,
-                    comm: format!("cpuhp/{}", inv.cpu.0),
-                },
-            ),
-            hotplug::RunsOn::Control { cpu } => (
-                cpu.0,
-                Task {
-                    pid: 200 + cpu.0,
-                    comm: format!("kworker/{}:0", cpu.0),
-                },
-            ),
-        });
+        // `cpu_down()` runs in (kernel/cpu.c `work_on_cpu()`) or the writer that called
+        // `cpu_up()` (until the hotplug crate names its tasks itself).
+        let recording = self.config.record_steps;
+        let thread = recording
+            .then(|| k.hotplug().next_invocation(c))
+            .flatten()
+            .map(|inv| match inv.runs_on {
+                hotplug::RunsOn::Target { .. } => (
+                    inv.cpu.0,
+                    Task {
+                        pid: 100 + inv.cpu.0,
+                        comm: format!("cpuhp/{}", inv.cpu.0),
+                    },
+                ),
+                // `cpu_up()` runs in the writer itself; a rollback runs in the direction
+                // opposite to its operation's.
+                hotplug::RunsOn::Control { cpu } if inv.bringup != inv.rollback => (
+                    cpu.0,
+                    Task {
+                        pid: WRITER_PID,
+                        comm: WRITER_COMM.to_owned(),
+                    },
+                ),
+                hotplug::RunsOn::Control { cpu } => (
+                    cpu.0,
+                    Task {
+                        pid: 200 + cpu.0,
+                        comm: format!("kworker/{}:0", cpu.0),
+                    },
+                ),
+            });
         let _shown = thread.map(|(cpu, task)| self.showing(cpu, task));
         let hstep = k
             .hotplug_begin_step(c)
