@@ -4,7 +4,7 @@
 //!
 //! The rules:
 //! - the header is `# tracer: nop`, `#`, `# entries-in-buffer/entries-written: N/N   #P:CPUS`
-//!   with N the number of event lines, then [`super::HEADER_LEGEND`];
+//!   with N the number of event lines, then [`super::line::HEADER_LEGEND`];
 //! - every other line parses as a [`TraceLine`], its CPU below `#P`, pid 0 exactly when the task
 //!   is `<idle>`, timestamps never decreasing;
 //! - `tracing_mark_write` lines (biosim's own events) carry `biosim_<name>: text`;
@@ -14,7 +14,8 @@
 //!   lines only have to parse). A name in that list whose every line now matches its format is
 //!   itself an error, so the list can only shrink.
 
-use super::{EventFormat, TraceLine, HEADER_LEGEND};
+use super::format::EventFormat;
+use super::line::{TraceLine, HEADER_LEGEND};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Every problem of `text` as a trace file, each naming its line (empty: none).

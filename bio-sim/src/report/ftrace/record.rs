@@ -165,7 +165,7 @@ pub fn write_trace(records: &[TraceRecord], nr_cpus: u32) -> String {
     let n = lines.len();
     let mut out = format!(
         "# tracer: nop\n#\n# entries-in-buffer/entries-written: {n}/{n}   #P:{nr_cpus}\n{}",
-        super::HEADER_LEGEND
+        super::line::HEADER_LEGEND
     );
     for l in lines {
         let _ = writeln!(out, "{l}");
@@ -219,7 +219,7 @@ mod tests {
         );
         assert!(lines[15]
             .ends_with("4.000003: tracing_mark_write: biosim_verdict: no invariant violated"));
-        let parsed = super::super::parse_trace(&text).unwrap();
+        let parsed = super::super::line::parse_trace(&text).unwrap();
         assert_eq!(parsed.len(), 4);
         assert_eq!(rec("e", "", 5).human(), "[001] e:");
         let splat = rec("biosim_report", "BUG: x\n  held: y", 7).lines();
