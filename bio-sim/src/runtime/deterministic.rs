@@ -481,8 +481,8 @@ impl DetRuntime {
     }
 
     /// Adds a scenario line to the trace (nothing when steps are not recorded). In the ftrace
-    /// records it is a marker from the writer task on the control CPU: `# biosim: ...` (the
-    /// machine) as `biosim_machine`, a transition (`>>> ...`) as `biosim_scenario`, any other
+    /// records it is a marker from the writer task on the control CPU: a `# ` line (the
+    /// machine, a device's setup) as `biosim_machine`, a transition (`>>> ...`) as `biosim_scenario`, any other
     /// line (the writer's sysfs writes, settle's notes) as `biosim_note`.
     pub fn note(&self, line: impl Into<String>) {
         let inner = &self.inner;
@@ -491,7 +491,7 @@ impl DetRuntime {
         }
         let line = line.into();
         let t = line.trim();
-        let (name, text) = if let Some(m) = t.strip_prefix("# biosim: ") {
+        let (name, text) = if let Some(m) = t.strip_prefix("# biosim: ").or(t.strip_prefix("# ")) {
             ("machine", m)
         } else if let Some(m) = t.strip_prefix(">>> ") {
             ("scenario", m)
