@@ -150,12 +150,12 @@ fn a_knob_that_breaks_the_online_requeue_strands_the_bios_of_the_rolled_back_off
 }
 
 #[test]
-fn quiet_trace_and_perfetto_of_the_default_run() {
+fn quiet_steps_and_perfetto_of_the_default_run() {
     let tmp = tempfile::tempdir().unwrap();
     let (code, out, _) = text(&biosim(tmp.path(), &["run", "--quiet"]));
     assert_eq!(code, 0);
     assert_eq!(out, "== default scenario: no invariant violated\n");
-    let (code, out, _) = text(&biosim(tmp.path(), &["run", "--trace"]));
+    let (code, out, _) = text(&biosim(tmp.path(), &["run", "--steps"]));
     assert_eq!(code, 0);
     assert!(out.contains("hotplug/fail"), "{out}");
     assert!(out.contains("biosim_cpuhp_fail_injected"), "{out}");
@@ -181,9 +181,9 @@ fn bad_default_run_options_exit_2_and_leave_nothing() {
     assert!(err.contains("--knob") && err.contains("nope"), "{err}");
     let (code, _, err) = text(&biosim(tmp.path(), &["run", "--knob", "dead_drains=maybe"]));
     assert_eq!(code, 2, "{err}");
-    // --knob and --trace are for the default scenario only.
+    // --knob and --steps are for the default scenario only.
     let scn = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/scenarios/rollback-cpu1-v7.scn");
-    for flag in [&["--knob", "dead_drains=false"][..], &["--trace"][..]] {
+    for flag in [&["--knob", "dead_drains=false"][..], &["--steps"][..]] {
         let mut args = vec!["run", scn.to_str().unwrap()];
         args.extend_from_slice(flag);
         let (code, _, err) = text(&biosim(tmp.path(), &args));

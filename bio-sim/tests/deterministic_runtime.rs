@@ -365,3 +365,68 @@ fn a_congested_pool_is_served_by_the_rescuer_on_its_cpu() {
     );
     assert!(kernel.reports().of_kind(ReportKind::Warn).is_empty());
 }
+
+/// The ftrace records: the simulated clock (`jiffies / HZ`, then 1 µs per event within the
+/// jiffy), the submitter switched in from idle and out again around scenario code, the worker's
+/// own task on its events, and the notes as markers of the writer task.
+#[test]
+fn records_carry_the_simulated_clock_and_who_ran_where() {
+    let kernel = Kernel::new(KernelConfig::default(), 2).unwrap(); // HZ=250: a jiffy is 4 ms
+    let rt = DetRuntime::new(Arc::clone(&kernel), DetConfig::default());
+    let wq = kernel.alloc_workqueue("clock_wq", WQ_PERCPU, 0).unwrap();
+    let work = kernel.init_work("clock_fn", |_, _| {});
+    rt.note("   >>> queue a work on CPU1");
+    rt.step(Event::Tick).unwrap();
+    rt.step(Event::Tick).unwrap();
+    rt.on_cpu(CpuId(1), "queue_work_on(clock_fn)", |cx| {
+        kernel.queue_work_on(Some(CpuId(1)), &wq, work, cx)
+    })
+    .unwrap();
+    rt.step(Event::Worker {
+        pool: PoolId::Cpu(CpuId(1)),
+        on: CpuId(1),
+    })
+    .unwrap();
+    let r = rt.records();
+    let names: Vec<&str> = r.iter().map(|r| r.event.as_str()).collect();
+    let at = |e: &str| {
+        names
+            .iter()
+            .position(|n| *n == e)
+            .unwrap_or_else(|| panic!("{e}: {names:?}"))
+    };
+    let scenario = &r[at("biosim_scenario")];
+    assert_eq!(
+        (scenario.comm.as_str(), scenario.pid, scenario.ts_us),
+        ("biosim", 999, 0)
+    );
+    // After two ticks, jiffy 2 = 8 ms; each later event 1 µs after the one before.
+    let wakeup = &r[at("sched_wakeup")];
+    assert_eq!(wakeup.ts_us, 8_000);
+    assert_eq!(
+        wakeup.fields,
+        "comm=biosim/1 pid=1001 prio=120 target_cpu=001"
+    );
+    let switch_in = &r[at("sched_switch")];
+    assert_eq!(
+        (switch_in.pid, switch_in.cpu, switch_in.ts_us),
+        (0, Some(1), 8_001)
+    );
+    assert!(switch_in
+        .fields
+        .ends_with("==> next_comm=biosim/1 next_pid=1001 next_prio=120"));
+    let queued = &r[at("workqueue_queue_work")];
+    assert_eq!((queued.comm.as_str(), queued.pid), ("biosim/1", 1001));
+    let switch_out = r
+        .iter()
+        .filter(|r| r.event == "sched_switch")
+        .nth(1)
+        .unwrap();
+    assert!(switch_out
+        .fields
+        .contains("prev_comm=biosim/1 prev_pid=1001 prev_prio=120 prev_state=S"));
+    let ran = &r[at("workqueue_execute_start")];
+    assert!(ran.comm.starts_with("kworker/1:"), "{ran:?}");
+    assert_eq!(ran.cpu, Some(1));
+    assert!(r.windows(2).all(|w| w[0].ts_us < w[1].ts_us), "{r:?}");
+}

@@ -718,3 +718,43 @@ fn interrupts_raised_from_outside_while_their_cpu_goes_offline_are_never_strande
     assert!(k.reports().is_empty(), "{:?}", k.reports().all());
     assert!(rt.shutdown().is_clean());
 }
+
+/// With `capture_trace`, each CPU thread's tracepoints are records on the runtime's monotonic
+/// clock, written as a tracefs `trace` file whose lines parse and whose timestamps only grow.
+#[test]
+fn a_captured_threaded_trace_is_on_monotonic_time_since_the_start() {
+    let k = kernel(2);
+    let wq = k.alloc_workqueue("traced_wq", WQ_PERCPU, 0).unwrap();
+    let w = k.init_work("traced_fn", |_, _| {});
+    let rt = ThreadedRuntime::start(
+        Arc::clone(&k),
+        ThreadedConfig {
+            capture_trace: true,
+            ..ThreadedConfig::default()
+        },
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    assert!(rt
+        .run_on(CpuId(1), move |cx| cx.kernel().queue_work_on(
+            Some(CpuId(1)),
+            &wq,
+            w,
+            cx
+        ))
+        .unwrap());
+    assert!(rt.drain(QUIESCE));
+    let t = rt.ftrace();
+    assert!(rt.shutdown().is_clean());
+    let start = t
+        .records
+        .iter()
+        .find(|r| r.event == "workqueue_execute_start")
+        .unwrap_or_else(|| panic!("the work ran: {:?}", t.records));
+    assert_eq!(start.cpu, Some(1));
+    assert!(start.ts_us >= 2_000, "{start:?}");
+    assert!(t.records.windows(2).all(|w| w[0].ts_us <= w[1].ts_us));
+    let text = t.text();
+    let lines = bio_sim::report::ftrace::parse_trace(&text).unwrap();
+    assert_eq!(lines.len(), t.records.len());
+}

@@ -269,6 +269,8 @@ pub struct CheckRun {
     pub verdict: Verdict,
     /// The trace of the scenario.
     pub trace: String,
+    /// The same trace as ftrace records (`--trace FILE`).
+    pub ftrace: crate::report::ftrace::Ftrace,
 }
 
 fn sim(
@@ -329,6 +331,7 @@ fn done(s: &Sim, verdict: Verdict) -> CheckRun {
     CheckRun {
         verdict,
         trace: s.trace(),
+        ftrace: s.ftrace(),
     }
 }
 
@@ -356,6 +359,7 @@ fn run_check_inner(
         _ => Ok(CheckRun {
             verdict: Verdict::NotApplicable("no such check"),
             trace: String::new(),
+            ftrace: Default::default(),
         }),
     }
 }
@@ -374,6 +378,7 @@ fn check_02_redeferral(on: On) -> Result<CheckRun, SimError> {
         return Ok(CheckRun {
             verdict: Verdict::NotApplicable("no bio_complete_in_task() in this version"),
             trace: String::new(),
+            ftrace: Default::default(),
         });
     }
     let s = on.sim(KernelConfig::without_preempt_count(PreemptModel::None), 2)?;

@@ -149,6 +149,8 @@ pub struct LoopRun {
     pub stats: LoopStats,
     /// The kernel-style trace.
     pub trace: String,
+    /// The same trace as ftrace records (`--trace FILE`).
+    pub ftrace: crate::report::ftrace::Ftrace,
 }
 
 const BUDGET: u64 = 20_000;
@@ -187,6 +189,7 @@ fn done(s: &Sim, verdict: Verdict) -> LoopRun {
         verdict,
         stats: s.loop_outcome().map(|o| o.0).unwrap_or_default(),
         trace: s.trace(),
+        ftrace: s.ftrace(),
     }
 }
 
@@ -206,6 +209,7 @@ pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<Loo
             verdict: Verdict::NotApplicable("no such check"),
             stats: LoopStats::default(),
             trace: String::new(),
+            ftrace: Default::default(),
         }),
     }
 }

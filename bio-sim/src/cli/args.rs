@@ -172,6 +172,10 @@ pub struct ExploreArgs {
     /// explore-VARIANT-seedS-caseI.scn in the current directory].
     #[arg(long, value_name = "FILE")]
     pub out: Option<std::path::PathBuf>,
+    /// On a violation, also write the counterexample's trace as a tracefs `trace` file (`-`:
+    /// stdout, the report then on stderr; refused if FILE exists; see docs/trace.md).
+    #[arg(long = "trace", value_name = "FILE")]
+    pub trace_out: Option<std::path::PathBuf>,
     /// Print one JSON object on stdout instead of the text report.
     #[arg(long)]
     pub json: bool,
@@ -197,6 +201,10 @@ pub struct DiffArgs {
     /// Lines of common trace shown before the first divergence.
     #[arg(long, default_value_t = 3)]
     pub context: usize,
+    /// Also write both runs' traces as tracefs `trace` files DIR/A.trace and DIR/B.trace (DIR is
+    /// created if missing; refused if either file exists; see docs/trace.md).
+    #[arg(long = "trace", value_name = "DIR")]
+    pub trace_dir: Option<std::path::PathBuf>,
 }
 
 /// `biosim bench`.
@@ -288,6 +296,10 @@ pub struct LoopArgs {
     /// With --finding: also write its trace as a Chrome/Perfetto trace (ui.perfetto.dev).
     #[arg(long, value_name = "FILE.json", requires = "finding")]
     pub perfetto: Option<std::path::PathBuf>,
+    /// With --finding: also write its trace as a tracefs `trace` file (`-`: stdout; see
+    /// docs/trace.md).
+    #[arg(long = "trace", value_name = "FILE", requires = "finding")]
+    pub trace_out: Option<std::path::PathBuf>,
 }
 
 /// `biosim run`.
@@ -300,9 +312,14 @@ pub struct RunArgs {
     /// Print only the verdict, not the trace (nor, without FILE, the summary).
     #[arg(long)]
     pub quiet: bool,
-    /// Without FILE: also print the default scenario's kernel-style trace before the summary.
+    /// Without FILE: also print the default scenario's step-by-step trace before the summary.
     #[arg(long, conflicts_with_all = ["file", "quiet"])]
-    pub trace: bool,
+    pub steps: bool,
+    /// Also write the trace as a tracefs `trace` file, in the kernel's own format (`-`: on
+    /// stdout instead of the step-by-step trace, the verdict then on stderr). Refused if FILE
+    /// exists (see docs/trace.md).
+    #[arg(long = "trace", value_name = "FILE")]
+    pub trace_out: Option<std::path::PathBuf>,
     /// Without FILE: a knob set on the default scenario's v7, NAME=VALUE, repeatable (see
     /// `biosim variants`); e.g. dead_drains=false or requeue_on_online=false strands bios.
     #[arg(long = "knob", value_name = "NAME=VALUE", conflicts_with = "file")]
@@ -333,6 +350,10 @@ pub struct FindingsArgs {
     /// With --finding: also write its trace as a Chrome/Perfetto trace (ui.perfetto.dev).
     #[arg(long, value_name = "FILE.json", requires = "finding")]
     pub perfetto: Option<std::path::PathBuf>,
+    /// With --finding: also write its trace as a tracefs `trace` file (`-`: stdout; see
+    /// docs/trace.md).
+    #[arg(long = "trace", value_name = "FILE", requires = "finding")]
+    pub trace_out: Option<std::path::PathBuf>,
 }
 
 /// `biosim states`.

@@ -136,6 +136,51 @@ fn write_verdict(out: &mut String, label: &str, side: &Side, has_expect: bool) {
     }
 }
 
+/// `--trace DIR`: DIR is a directory, or a new name in one; `DIR/A.trace` and `DIR/B.trace`
+/// do not exist (checked before anything runs, as [`super::output::Output::check`]).
+fn check_trace_dir(
+    dir: &std::path::Path,
+    input: &std::path::Path,
+) -> Result<std::path::PathBuf, String> {
+    if dir.symlink_metadata().is_ok() {
+        if !dir.is_dir() {
+            return Err(format!("--trace {}: not a directory", dir.display()));
+        }
+        for side in ["A", "B"] {
+            super::output::Output::check("--trace", &dir.join(format!("{side}.trace")), &[input])?;
+        }
+    } else {
+        // A new directory: its parent must exist (the check of a file in it says so).
+        super::output::Output::check("--trace", dir, &[input])?;
+    }
+    Ok(dir.to_owned())
+}
+
+/// Writes each side's trace to `DIR/<label>.trace`, its verdict lines as the markers at its end.
+fn write_traces(
+    dir: &std::path::Path,
+    sides: &[(&str, &Side)],
+    has_expect: bool,
+) -> Result<(), String> {
+    if !dir.is_dir() {
+        std::fs::create_dir(dir)
+            .map_err(|e| format!("--trace {}: cannot create it: {e}", dir.display()))?;
+    }
+    for (label, side) in sides {
+        let mut verdict = String::new();
+        write_verdict(&mut verdict, label, side, has_expect);
+        let text = side
+            .run
+            .ftrace
+            .clone()
+            .with_verdicts(verdict.lines())
+            .text();
+        super::output::Output::check("--trace", &dir.join(format!("{label}.trace")), &[])?
+            .write(&text)?;
+    }
+    Ok(())
+}
+
 /// `s` in exactly `w` columns: cut with `…` or padded with blanks.
 fn cell(s: &str, w: usize) -> String {
     let n = s.chars().count();
@@ -248,11 +293,19 @@ fn lcs<T: PartialEq>(a: &[T], b: &[T]) -> Vec<(Option<usize>, Option<usize>)> {
 
 /// Runs `biosim diff`.
 pub fn diff(args: DiffArgs) -> Result<(), Box<dyn Error>> {
+    let trace_dir = args
+        .trace_dir
+        .as_deref()
+        .map(|d| check_trace_dir(d, &args.file))
+        .transpose()?;
     let scenario = Scenario::load(&args.file)?;
     let text = std::fs::read_to_string(&args.file)?;
     let source: Vec<&str> = text.lines().collect();
     let a = run_side(&scenario, &args.a)?;
     let b = run_side(&scenario, &args.b)?;
+    if let Some(dir) = &trace_dir {
+        write_traces(dir, &[("A", &a), ("B", &b)], !scenario.expect.is_empty())?;
+    }
     let w = usize::from(args.width);
     let file = args.file.display();
     let mut out = String::new();

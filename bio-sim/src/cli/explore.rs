@@ -127,6 +127,20 @@ pub fn explore(args: ExploreArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(p) = &args.out {
         check_out(p)?;
     }
+    if let (Some(t), Some(o)) = (&args.trace_out, &args.out) {
+        if t == o {
+            return Err(format!(
+                "--trace and --out both name {}: give each its own file",
+                t.display()
+            )
+            .into());
+        }
+    }
+    let trace_out = args
+        .trace_out
+        .as_deref()
+        .map(|p| super::output::Output::check("--trace", p, &[]))
+        .transpose()?;
     let budget = match (args.cases, args.time) {
         (_, Some(t)) => Budget::Time(t),
         (n, None) => Budget::Cases(n.unwrap_or(DEFAULT_CASES)),
@@ -196,10 +210,17 @@ pub fn explore(args: ExploreArgs) -> Result<(), Box<dyn std::error::Error>> {
             })
         }
     };
+    // The counterexample's trace, with the violations its run found as the verdict markers.
+    if let (Some(o), Some(f)) = (&trace_out, &finding) {
+        let run = &f.written.run;
+        let verdict = run.violations.iter().map(ToString::to_string);
+        o.write(&run.ftrace.clone().with_verdicts(verdict).text())?;
+    }
+    let say = super::output::Say::for_trace(trace_out.as_ref());
     if args.json {
-        println!("{}", json(&args, &campaign, &outcome, finding.as_ref()));
+        say.line(&json(&args, &campaign, &outcome, finding.as_ref()));
     } else {
-        print!("{}", text(&args, &campaign, &outcome, finding.as_ref()));
+        say.text(&text(&args, &campaign, &outcome, finding.as_ref()));
     }
     if finding.is_some() {
         std::process::exit(1);

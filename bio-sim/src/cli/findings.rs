@@ -40,6 +40,8 @@ fn one_finding(id: u32, args: &FindingsArgs) -> Result<(), Box<dyn std::error::E
     use crate::checks::findings;
     use crate::checks::Verdict;
     let f = findings::finding(id).ok_or_else(|| format!("no finding {id}"))?;
+    let (trace_out, perfetto) =
+        super::output::check_pair(args.trace_out.as_deref(), args.perfetto.as_deref(), &[])?;
     let (variant, rescuer) = findings::machine_for(f, &args.variant, &args.knobs)?;
     let Some(run) = findings::run_check(id, variant, rescuer, true) else {
         println!(
@@ -49,24 +51,31 @@ fn one_finding(id: u32, args: &FindingsArgs) -> Result<(), Box<dyn std::error::E
         return Ok(());
     };
     let run = run?;
-    print!("{}", run.trace);
-    if let Some(p) = &args.perfetto {
-        crate::report::perfetto::write(
-            p,
-            &run.trace,
-            &format!("finding {id} on {}", variant.name),
-        )?;
+    let say = super::output::Say::for_trace(trace_out.as_ref());
+    if !say.to_stderr {
+        print!("{}", run.trace);
     }
-    println!(
+    let mut verdict = vec![format!(
         "== finding {id}: {} on {}: {}",
         f.title, variant.name, run.verdict
-    );
+    )];
     if let Verdict::Caught(v) = &run.verdict {
-        for x in v {
-            println!("   {x}");
-        }
+        verdict.extend(v.iter().map(|x| format!("   {x}")));
     }
-    println!("   (chapter: {})", f.chapter);
+    let ftrace = run.ftrace.clone().with_verdicts(&verdict);
+    if let Some(o) = &trace_out {
+        o.write(&ftrace.text())?;
+    }
+    if let Some(p) = &perfetto {
+        p.write(&crate::report::perfetto::chrome_trace_json(
+            &ftrace,
+            &format!("finding {id} on {}", variant.name),
+        ))?;
+    }
+    for l in &verdict {
+        say.line(l);
+    }
+    say.line(&format!("   (chapter: {})", f.chapter));
     Ok(())
 }
 

@@ -26,26 +26,35 @@ fn one_check(id: &str, args: &LoopArgs) -> Result<(), Box<dyn std::error::Error>
         )
     })?;
     let variant = loop_variant_for(c, &args.variant, &args.knobs)?;
+    let (trace_out, perfetto) =
+        super::output::check_pair(args.trace_out.as_deref(), args.perfetto.as_deref(), &[])?;
     let run = run_loop_check(c.id, variant, true)?;
-    print!("{}", run.trace);
-    if let Some(p) = &args.perfetto {
-        crate::report::perfetto::write(
-            p,
-            &run.trace,
-            &format!("loop check {} on {}", c.id, variant.name),
-        )?;
+    let say = super::output::Say::for_trace(trace_out.as_ref());
+    if !say.to_stderr {
+        print!("{}", run.trace);
     }
-    println!(
+    let mut verdict = vec![format!(
         "== loop check {}: {} on {}: {}",
         c.id, c.title, variant.name, run.verdict
-    );
+    )];
     if let Verdict::Caught(v) = &run.verdict {
-        for x in v {
-            println!("   {x}");
-        }
+        verdict.extend(v.iter().map(|x| format!("   {x}")));
     }
-    println!("   counters: {:?}", run.stats);
-    println!("   (chapter: docs/loop.md)");
+    let ftrace = run.ftrace.clone().with_verdicts(&verdict);
+    if let Some(o) = &trace_out {
+        o.write(&ftrace.text())?;
+    }
+    if let Some(p) = &perfetto {
+        p.write(&crate::report::perfetto::chrome_trace_json(
+            &ftrace,
+            &format!("loop check {} on {}", c.id, variant.name),
+        ))?;
+    }
+    for l in &verdict {
+        say.line(l);
+    }
+    say.line(&format!("   counters: {:?}", run.stats));
+    say.line("   (chapter: docs/loop.md)");
     Ok(())
 }
 

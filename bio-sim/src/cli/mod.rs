@@ -8,6 +8,7 @@ pub mod diff;
 pub mod explore;
 pub mod findings;
 pub mod loop_cmd;
+pub mod output;
 pub mod run;
 pub mod variants;
 

@@ -2,46 +2,62 @@
 //! ([`crate::demo`]).
 
 use super::args::RunArgs;
+use super::output::{check_pair, Say};
 
 /// Runs `biosim run`.
 pub fn run_scenario(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     let Some(file) = args.file.clone() else {
         return default_run(&args);
     };
+    let (trace_out, perfetto) = check_pair(
+        args.trace_out.as_deref(),
+        args.perfetto.as_deref(),
+        &[&file],
+    )?;
     let scenario = crate::scenario::Scenario::load(&file)?;
     let run = scenario.run()?;
-    if !args.quiet {
+    let say = Say::for_trace(trace_out.as_ref());
+    if !args.quiet && !say.to_stderr {
         print!("{}", run.trace);
     }
-    if let Some(p) = &args.perfetto {
-        crate::report::perfetto::write(p, &run.trace, &file.display().to_string())?;
-    }
+    let mut verdict = Vec::new();
     if run.violations.is_empty() {
-        println!("== {}: no invariant violated", file.display());
+        verdict.push(format!("== {}: no invariant violated", file.display()));
     } else {
-        println!(
+        verdict.push(format!(
             "== {}: {} violation(s)",
             file.display(),
             run.violations.len()
-        );
-        for v in &run.violations {
-            println!("   {v}");
-        }
+        ));
+        verdict.extend(run.violations.iter().map(|v| format!("   {v}")));
     }
-    for sk in &run.skipped {
-        println!("   try: {sk}");
-    }
+    verdict.extend(run.skipped.iter().map(|sk| format!("   try: {sk}")));
     let failed = if scenario.expect.is_empty() {
         !run.violations.is_empty()
     } else {
-        for f in &run.failed_expectations {
-            println!("   expectation failed: {f}");
-        }
+        verdict.extend(
+            run.failed_expectations
+                .iter()
+                .map(|f| format!("   expectation failed: {f}")),
+        );
         if run.failed_expectations.is_empty() {
-            println!("   every expectation holds");
+            verdict.push("   every expectation holds".to_owned());
         }
         !run.failed_expectations.is_empty()
     };
+    let ftrace = run.ftrace.clone().with_verdicts(&verdict);
+    if let Some(o) = &trace_out {
+        o.write(&ftrace.text())?;
+    }
+    if let Some(p) = &perfetto {
+        p.write(&crate::report::perfetto::chrome_trace_json(
+            &ftrace,
+            &file.display().to_string(),
+        ))?;
+    }
+    for l in &verdict {
+        say.line(l);
+    }
     if failed {
         std::process::exit(1);
     }
@@ -51,22 +67,45 @@ pub fn run_scenario(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
 /// `biosim run` without FILE: the default scenario, its summary (or with `--quiet` only the
 /// verdict), exit 1 on any violation. The temporary file is gone before this returns or exits.
 fn default_run(args: &RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let (trace_out, perfetto) =
+        check_pair(args.trace_out.as_deref(), args.perfetto.as_deref(), &[])?;
     let out = crate::demo::run(&args.knobs)?;
-    if args.trace {
-        print!("{}", out.trace);
+    let say = Say::for_trace(trace_out.as_ref());
+    if args.steps {
+        say.text(&out.trace);
     }
-    if let Some(p) = &args.perfetto {
-        crate::report::perfetto::write(p, &out.trace, "biosim run (default scenario)")?;
-    }
-    if args.quiet {
+    let summary = if args.quiet {
         match (out.violations.len(), out.uncovered.len()) {
-            (0, 0) => println!("== default scenario: no invariant violated"),
-            (n, 0) => println!("== default scenario: {n} violation(s)"),
-            (n, u) => println!("== default scenario: {n} violation(s), {u} untested path(s)"),
+            (0, 0) => "== default scenario: no invariant violated\n".to_owned(),
+            (n, 0) => format!("== default scenario: {n} violation(s)\n"),
+            (n, u) => format!("== default scenario: {n} violation(s), {u} untested path(s)\n"),
         }
     } else {
-        print!("{}", out.summary());
+        out.summary()
+    };
+    // The verdict markers: the summary's verdict line and what it lists under it.
+    let verdict: Vec<String> = out
+        .violations
+        .iter()
+        .map(ToString::to_string)
+        .chain(out.uncovered.iter().map(|u| format!("untested: {u}")))
+        .collect();
+    let verdict = if verdict.is_empty() {
+        vec!["no invariant violated".to_owned()]
+    } else {
+        verdict
+    };
+    let ftrace = out.ftrace.clone().with_verdicts(&verdict);
+    if let Some(o) = &trace_out {
+        o.write(&ftrace.text())?;
     }
+    if let Some(p) = &perfetto {
+        p.write(&crate::report::perfetto::chrome_trace_json(
+            &ftrace,
+            "biosim run (default scenario)",
+        ))?;
+    }
+    say.text(&summary);
     if out.failed() {
         std::process::exit(1);
     }

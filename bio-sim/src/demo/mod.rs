@@ -214,6 +214,8 @@ pub struct Outcome {
     pub uncovered: Vec<String>,
     /// The kernel-style trace.
     pub trace: String,
+    /// The same trace as ftrace records (`--trace FILE`).
+    pub ftrace: crate::report::ftrace::Ftrace,
     /// Host time of the whole run.
     pub elapsed: Duration,
 }
@@ -532,6 +534,7 @@ fn run_with(knobs: &[String], tamper: Tamper) -> Result<Outcome, DefaultRunError
         violations,
         uncovered,
         trace: sim.trace(),
+        ftrace: sim.ftrace(),
         elapsed: started.elapsed(),
     })
 }
@@ -1001,7 +1004,7 @@ impl Outcome {
         );
         let _ = writeln!(
             w,
-            "trace     biosim run --trace (kernel-style), biosim run --perfetto FILE.json (ui.perfetto.dev)"
+            "trace     biosim run --steps (step by step), --trace FILE (ftrace text), --perfetto FILE.json (ui.perfetto.dev)"
         );
         let _ = writeln!(
             w,

@@ -512,6 +512,15 @@ impl Sim {
         }
     }
 
+    /// The trace so far, as ftrace records (see [`crate::report::ftrace::Ftrace`]).
+    pub fn ftrace(&self) -> crate::report::ftrace::Ftrace {
+        crate::report::ftrace::Ftrace {
+            records: self.rt.records(),
+            nr_cpus: self.config.nr_cpus,
+            control_cpu: self.rt.control_cpu(),
+        }
+    }
+
     /// The trace so far.
     pub fn trace(&self) -> String {
         self.rt.trace_text()

@@ -33,10 +33,12 @@
 //!   scoped subscriber): to the capture only, through one process-wide fallback dispatcher
 //!   (subject to the callsite-cache race above, the best `tracing` allows).
 
+use crate::report::ftrace::record::{TraceRecord, IDLE_COMM, NO_FLAGS};
 use parking_lot::Mutex;
 use std::any::TypeId;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use tracing::field::{Field, Visit};
@@ -46,19 +48,58 @@ use tracing::{span, Dispatch, Event, Level, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Identity, Layer};
 use tracing_subscriber::prelude::*;
 
-/// A line buffer the capture layer appends to.
-pub type Lines = Arc<Mutex<Vec<String>>>;
+/// The records a capture appends to.
+pub type Lines = Arc<Mutex<Vec<TraceRecord>>>;
 
-/// The CPU whose context is executing, as the runtime sets it (`-1`: none, e.g. a tick). The
-/// capture layer prints it as ftrace's CPU column; an event whose own `cpu` field names another CPU
-/// (the target of a hotplug callback run on the control CPU) keeps it as `cpu=N`.
+/// The CPU whose context is executing, as the runtime sets it (`-1`: none, e.g. a tick): the
+/// CPU column of an event that does not name its own `exec_cpu`.
 pub type ExecCpu = Arc<AtomicI64>;
+
+/// What the runtime knows of the moment an event fires: its clock and the task each CPU runs.
+/// Used for every context column an event leaves out (`comm`, `pid`) and for the timestamp.
+pub trait CaptureContext {
+    /// The timestamp of the next record, in µs since the run started (never decreasing).
+    fn now_us(&self) -> u64;
+    /// `(comm, pid)` of what runs on `cpu` now (`None`: no CPU known).
+    fn task(&self, cpu: Option<u32>) -> (String, u32);
+}
+
+/// The threaded runtime's clock: monotonic time since the run started; every CPU shows the idle
+/// task unless the event names its own.
+#[derive(Debug)]
+pub struct Monotonic {
+    start: std::time::Instant,
+    last: Cell<u64>,
+}
+
+impl Monotonic {
+    /// A clock started at `start` (the run's start, shared by the runtime's threads).
+    pub fn since(start: std::time::Instant) -> Self {
+        Self {
+            start,
+            last: Cell::new(0),
+        }
+    }
+}
+
+impl CaptureContext for Monotonic {
+    fn now_us(&self) -> u64 {
+        let t = (self.start.elapsed().as_micros() as u64).max(self.last.get());
+        self.last.set(t);
+        t
+    }
+
+    fn task(&self, _cpu: Option<u32>) -> (String, u32) {
+        (IDLE_COMM.to_owned(), 0)
+    }
+}
 
 /// Where this thread's events go while a capture is active.
 struct Sink {
     lines: Lines,
     exec_cpu: ExecCpu,
     level: Level,
+    context: Rc<dyn CaptureContext>,
 }
 
 thread_local! {
@@ -120,49 +161,180 @@ fn fallback_dispatch() -> &'static Dispatch {
     })
 }
 
-/// Collects the message, the `cpu` field, and the other fields as ` key=value`. Events that
-/// carry a `tracepoint` field already format everything into their message (biosim's own
-/// convention), so their extra fields are left out.
+/// Collects the message, the `tracepoint` name, the context fields (`exec_cpu`, `comm`, `pid`,
+/// `flags`), the `cpu` field, and the other fields as ` key=value`. Events that carry a
+/// `tracepoint` field already format everything into their message (biosim's own convention),
+/// so their other fields are left out.
 #[derive(Default)]
 struct MessageVisitor {
     message: String,
     fields: String,
     cpu: Option<u64>,
-    tracepoint: bool,
+    tracepoint: Option<String>,
+    exec_cpu: Option<u64>,
+    comm: Option<String>,
+    pid: Option<u64>,
+    flags: Option<String>,
+    bio: Option<u64>,
+}
+
+impl MessageVisitor {
+    /// A context or name field given as text; false for any other field.
+    fn text(&mut self, name: &str, value: &str) -> bool {
+        let slot = match name {
+            "tracepoint" => &mut self.tracepoint,
+            "comm" => &mut self.comm,
+            "flags" => &mut self.flags,
+            "exec_cpu" | "pid" | "cpu" | "bio" => {
+                let Ok(n) = value.parse::<u64>() else {
+                    return false;
+                };
+                return self.number(name, n);
+            }
+            _ => return false,
+        };
+        *slot = Some(value.to_owned());
+        true
+    }
+
+    /// A context field given as a number; false for any other field.
+    fn number(&mut self, name: &str, value: u64) -> bool {
+        let slot = match name {
+            "exec_cpu" => &mut self.exec_cpu,
+            "pid" => &mut self.pid,
+            "cpu" => &mut self.cpu,
+            "bio" => &mut self.bio,
+            _ => return false,
+        };
+        *slot = Some(value);
+        true
+    }
 }
 
 impl Visit for MessageVisitor {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        let text = format!("{value:?}");
         match field.name() {
-            "message" => {
-                let _ = write!(self.message, "{value:?}");
-            }
-            "tracepoint" => self.tracepoint = true,
+            "message" => self.message.push_str(&text),
             name => {
-                let _ = write!(self.fields, " {name}={value:?}");
+                // `comm = "x"` arrives here quoted when given as a Debug value.
+                let bare = text
+                    .strip_prefix('"')
+                    .and_then(|t| t.strip_suffix('"'))
+                    .unwrap_or(&text);
+                if !self.text(name, bare) {
+                    let _ = write!(self.fields, " {name}={text}");
+                }
             }
         }
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        if field.name() == "cpu" {
-            self.cpu = Some(value);
-        } else {
+        if !self.number(field.name(), value) {
             let _ = write!(self.fields, " {}={value}", field.name());
         }
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        let _ = write!(self.fields, " {}={value}", field.name());
+        if value < 0 || !self.number(field.name(), value as u64) {
+            let _ = write!(self.fields, " {}={value}", field.name());
+        }
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
         match field.name() {
             "message" => self.message.push_str(value),
-            "tracepoint" => self.tracepoint = true,
             name => {
-                let _ = write!(self.fields, " {name}={value}");
+                if !self.text(name, value) {
+                    let _ = write!(self.fields, " {name}={value}");
+                }
             }
+        }
+    }
+}
+
+/// Whether `s` is a tracepoint-like name (`cpuhp_enter`, `biosim_cpuhp_op`: lower case, with an
+/// underscore, so a report's `biosim: livelock: ...` is not one).
+fn is_event_name(s: &str) -> bool {
+    s.contains('_')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+impl MessageVisitor {
+    /// The record of this event: the context columns from its own fields, else from the runtime
+    /// (`exec_cpu`, `context`), else the event's `cpu` and `<idle>`/0/`.....`.
+    fn into_record(self, level: Level, exec_cpu: i64, context: &dyn CaptureContext) -> TraceRecord {
+        let runtime_cpu = u64::try_from(exec_cpu).ok();
+        let column = self.exec_cpu.or(runtime_cpu).or(self.cpu);
+        let column32 = column.and_then(|c| u32::try_from(c).ok());
+        let (event, fields) = match &self.tracepoint {
+            // The message is `event: fields`; one that is not keeps its whole text as the fields.
+            Some(tp) => {
+                let fields = match self.message.strip_prefix(tp.as_str()) {
+                    Some("") => "",
+                    Some(rest) => rest.strip_prefix(": ").unwrap_or(&self.message),
+                    None => &self.message,
+                };
+                (tp.clone(), fields.to_owned())
+            }
+            // No `tracepoint` field: a message that is a name (`cpuhp_enter`, optionally followed
+            // by `: text`) names the event, with the other fields as `key=value`; any other
+            // message is a marker: `biosim_report` for a warning or error (a kernel splat, a
+            // livelock report), `biosim_log` for any other log line.
+            None => {
+                let mut extra = self.fields.clone();
+                if let (Some(own), Some(col)) = (self.cpu, column) {
+                    if own != col {
+                        let _ = write!(extra, " cpu={own}");
+                    }
+                }
+                let (name, rest) = match self.message.split_once(": ") {
+                    Some((n, r)) if is_event_name(n) => (n, r),
+                    _ => (self.message.as_str(), ""),
+                };
+                if is_event_name(name) {
+                    let text = format!("{rest}{extra}");
+                    (name.to_owned(), text.trim_start().to_owned())
+                } else {
+                    let name = if level <= Level::WARN {
+                        "biosim_report"
+                    } else {
+                        "biosim_log"
+                    };
+                    (name.to_owned(), format!("{}{extra}", self.message))
+                }
+            }
+        };
+        // The step-by-step trace's text, as biosim has always printed it: the message, the
+        // other fields of an event without a `tracepoint` field, the event's own CPU where the
+        // column shows another.
+        let mut text = self.message.clone();
+        if self.tracepoint.is_none() {
+            text.push_str(&self.fields);
+        }
+        if let (Some(own), Some(col)) = (self.cpu, column) {
+            if own != col {
+                let _ = write!(text, " cpu={own}");
+            }
+        }
+        let (comm, pid) = match (self.comm, self.pid) {
+            (Some(c), Some(p)) => (c, p),
+            (c, p) => {
+                let (rc, rp) = context.task(column32);
+                (c.unwrap_or(rc), p.unwrap_or(u64::from(rp)))
+            }
+        };
+        TraceRecord {
+            ts_us: context.now_us(),
+            cpu: column32,
+            comm,
+            pid: u32::try_from(pid).unwrap_or(u32::MAX),
+            flags: self.flags.unwrap_or_else(|| NO_FLAGS.to_owned()),
+            event,
+            fields,
+            bio: self.bio,
+            text: Some(text),
         }
     }
 }
@@ -245,36 +417,32 @@ impl<S: Subscriber, F: Layer<S>> Layer<S> for CaptureLayer<F> {
             let mut v = MessageVisitor::default();
             event.record(&mut v);
             let exec = sink.exec_cpu.load(Ordering::Relaxed);
-            let column = if exec >= 0 { Some(exec as u64) } else { v.cpu };
-            let cpu = column.map_or_else(|| "   ".to_owned(), |c| format!("{c:03}"));
-            let mut extra = if v.tracepoint {
-                String::new()
-            } else {
-                v.fields
-            };
-            if let (Some(own), Some(col)) = (v.cpu, column) {
-                if own != col {
-                    let _ = write!(extra, " cpu={own}");
-                }
-            }
-            sink.lines
-                .lock()
-                .push(format!("[{cpu}] {}{extra}", v.message));
+            let rec = v.into_record(*event.metadata().level(), exec, &*sink.context);
+            sink.lines.lock().push(rec);
         });
     }
 }
 
-/// Runs `f` with every event of this thread at or above `level` appended to `lines`, with
-/// `exec_cpu` as the CPU column. Nests: the outer capture resumes when `f` returns.
+/// Runs `f` with every event of this thread at or above `level` appended to `lines` as a
+/// [`TraceRecord`], with `exec_cpu` as the CPU column and `context` for the timestamp and the
+/// task of any event that does not name its own. Nests: the outer capture resumes when `f`
+/// returns.
 ///
 /// The events also reach the other layers of the thread's subscriber when it contains
 /// a [`CaptureLayer`]; when it does not (a user's own subscriber), they are captured through a
 /// fallback dispatcher instead (see the module docs).
-pub fn capture<R>(lines: &Lines, exec_cpu: &ExecCpu, level: Level, f: impl FnOnce() -> R) -> R {
+pub fn capture<R>(
+    lines: &Lines,
+    exec_cpu: &ExecCpu,
+    level: Level,
+    context: Rc<dyn CaptureContext>,
+    f: impl FnOnce() -> R,
+) -> R {
     let sink = Sink {
         lines: Arc::clone(lines),
         exec_cpu: Arc::clone(exec_cpu),
         level,
+        context,
     };
     if !current_dispatch_captures() {
         ensure_global();
@@ -302,6 +470,15 @@ fn with_sink<R>(sink: Sink, f: impl FnOnce() -> R) -> R {
 mod tests {
     use super::*;
 
+    fn cx() -> Rc<dyn CaptureContext> {
+        Rc::new(Monotonic::since(std::time::Instant::now()))
+    }
+
+    /// The captured records as the human-readable trace prints them.
+    fn human(lines: &Lines) -> Vec<String> {
+        lines.lock().iter().map(TraceRecord::human).collect()
+    }
+
     #[test]
     fn a_callsite_first_reached_outside_any_capture_is_still_captured_later() {
         fn emit(n: u32) {
@@ -311,9 +488,9 @@ mod tests {
         std::thread::spawn(|| emit(0)).join().unwrap();
         let lines: Lines = Arc::default();
         let exec: ExecCpu = Arc::new(AtomicI64::new(2));
-        capture(&lines, &exec, Level::TRACE, || emit(1));
+        capture(&lines, &exec, Level::TRACE, cx(), || emit(1));
         emit(2); // outside: not captured
-        assert_eq!(*lines.lock(), vec!["[002] line 1".to_owned()]);
+        assert_eq!(human(&lines), vec!["[002] line 1".to_owned()]);
     }
 
     /// A user layer counting the events it sees.
@@ -337,6 +514,7 @@ mod tests {
                 &lines,
                 &exec,
                 Level::TRACE,
+                cx(),
                 || tracing::trace!(target: "block", "inside"),
             );
         });
@@ -345,7 +523,7 @@ mod tests {
             1,
             "the user's layer saw the event outside"
         );
-        assert_eq!(*lines.lock(), vec!["[000] inside".to_owned()]);
+        assert_eq!(human(&lines), vec!["[000] inside".to_owned()]);
     }
 
     #[test]
@@ -365,6 +543,7 @@ mod tests {
                 &lines,
                 &exec,
                 Level::TRACE,
+                cx(),
                 || tracing::trace!(target: "block", "inside {}", arg()),
             );
         });
@@ -373,7 +552,7 @@ mod tests {
             1,
             "only the captured event was built"
         );
-        assert_eq!(*lines.lock(), vec!["[001] inside 0".to_owned()]);
+        assert_eq!(human(&lines), vec!["[001] inside 0".to_owned()]);
         // Beside a user's layer: that layer sees both events, the capture still only its own.
         let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let both = tracing_subscriber::registry()
@@ -386,11 +565,12 @@ mod tests {
                 &lines,
                 &exec,
                 Level::TRACE,
+                cx(),
                 || tracing::trace!(target: "block", "inside"),
             );
         });
         assert_eq!(seen.load(Ordering::Relaxed), 2);
-        assert_eq!(*lines.lock(), vec!["[001] inside".to_owned()]);
+        assert_eq!(human(&lines), vec!["[001] inside".to_owned()]);
     }
 
     #[test]
@@ -418,6 +598,7 @@ mod tests {
                 &lines,
                 &exec,
                 Level::TRACE,
+                cx(),
                 || tracing::trace!(target: "workqueue", "captured {}", arg()),
             );
         });
@@ -431,7 +612,7 @@ mod tests {
             1,
             "the user's layer saw its target only"
         );
-        assert_eq!(*lines.lock(), vec!["[003] captured 0".to_owned()]);
+        assert_eq!(human(&lines), vec!["[003] captured 0".to_owned()]);
     }
 
     #[test]
@@ -439,20 +620,90 @@ mod tests {
         let outer: Lines = Arc::default();
         let inner: Lines = Arc::default();
         let exec: ExecCpu = Arc::new(AtomicI64::new(-1));
-        capture(&outer, &exec, Level::TRACE, || {
+        capture(&outer, &exec, Level::TRACE, cx(), || {
             tracing::debug!(target: "x", cpu = 1u64, "a");
             capture(
                 &inner,
                 &exec,
                 Level::TRACE,
+                cx(),
                 || tracing::debug!(target: "x", "b"),
             );
             tracing::debug!(target: "x", "c");
         });
         assert_eq!(
-            *outer.lock(),
+            human(&outer),
             vec!["[001] a".to_owned(), "[   ] c".to_owned()]
         );
-        assert_eq!(*inner.lock(), vec!["[   ] b".to_owned()]);
+        assert_eq!(human(&inner), vec!["[   ] b".to_owned()]);
+    }
+
+    /// A runtime context that says CPU n runs `task/n` (pid 10 + n) and counts time by 5 µs.
+    struct Fixed(Cell<u64>);
+
+    impl CaptureContext for Fixed {
+        fn now_us(&self) -> u64 {
+            self.0.set(self.0.get() + 5);
+            self.0.get()
+        }
+        fn task(&self, cpu: Option<u32>) -> (String, u32) {
+            cpu.map_or((IDLE_COMM.to_owned(), 0), |c| (format!("task/{c}"), 10 + c))
+        }
+    }
+
+    #[test]
+    fn context_fields_win_over_the_runtimes_and_the_message_loses_its_event_prefix() {
+        let lines: Lines = Arc::default();
+        let exec: ExecCpu = Arc::new(AtomicI64::new(1));
+        capture(
+            &lines,
+            &exec,
+            Level::TRACE,
+            Rc::new(Fixed(Cell::new(0))),
+            || {
+                tracing::trace!(target: "cpuhp", tracepoint = "cpuhp_exit", cpu = 1u64,
+                "cpuhp_exit:  cpu: 0001  state: 234 step: 235 ret: 0");
+                tracing::trace!(target: "workqueue", tracepoint = "workqueue_execute_start",
+                exec_cpu = 0u64, comm = "kworker/0:1", pid = 301u64, flags = "d.h1.",
+                "workqueue_execute_start: work struct 0000000000000001: function f");
+                tracing::debug!(target: "cpuhp", cpu = 0u64, op = "cpu_down", "biosim_cpuhp_op");
+            },
+        );
+        let r = lines.lock().clone();
+        assert_eq!(
+            (
+                r[0].cpu,
+                r[0].comm.as_str(),
+                r[0].pid,
+                r[0].flags.as_str(),
+                r[0].ts_us
+            ),
+            (Some(1), "task/1", 11, ".....", 5)
+        );
+        assert_eq!(r[0].event, "cpuhp_exit");
+        assert_eq!(r[0].fields, " cpu: 0001  state: 234 step: 235 ret: 0");
+        assert_eq!(
+            (r[1].cpu, r[1].comm.as_str(), r[1].pid, r[1].flags.as_str()),
+            (Some(0), "kworker/0:1", 301, "d.h1.")
+        );
+        assert_eq!(r[1].fields, "work struct 0000000000000001: function f");
+        // No tracepoint field: the name is the message, the fields `key=value`, and the event's
+        // own CPU is kept where the column shows another.
+        assert_eq!(r[2].human(), "[001] biosim_cpuhp_op op=cpu_down cpu=0");
+        assert_eq!(
+            (r[2].event.as_str(), r[2].fields.as_str()),
+            ("biosim_cpuhp_op", "op=cpu_down cpu=0")
+        );
+        assert_eq!(r[2].ts_us, 15);
+    }
+
+    #[test]
+    fn the_threaded_runtimes_clock_counts_from_the_start_and_never_goes_back() {
+        let start = std::time::Instant::now() - std::time::Duration::from_millis(5);
+        let clock = Monotonic::since(start);
+        let a = clock.now_us();
+        let b = clock.now_us();
+        assert!(a >= 5_000 && b >= a, "{a} {b}");
+        assert_eq!(clock.task(Some(1)), (IDLE_COMM.to_owned(), 0));
     }
 }

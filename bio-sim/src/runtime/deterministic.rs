@@ -11,11 +11,20 @@
 //! that CPU, nested as a real interrupt would be, with the probability set by
 //! [`DetConfig::irq_window_chance`]. When kernel code must sleep (`flush_work()`), the runtime
 //! runs other events until the condition holds, as the scheduler would.
+//!
+//! Besides its human-readable trace (one line per step, the captured events under it) a run keeps
+//! the same events as [`TraceRecord`]s for the ftrace writer: timestamps from the simulated clock
+//! (`jiffies / HZ` seconds plus 1 µs per event within a jiffy, so the same seed gives the same
+//! bytes), the task each CPU runs (`<idle>` unless something runs there: the submitter `biosim/N`
+//! for scenario code run on a CPU, the kworker or cpuhp thread bio-core switches `current` to),
+//! `sched_switch`/`sched_wakeup` for the switches the runtime makes, and the scenario's notes as
+//! `biosim_*` markers from the writer task `biosim` on the control CPU.
 
 use super::event::Event;
 use super::rng::SplitMix64;
-use crate::report::capture::{self, Lines};
-use bio_core::kernel::{CpuId, Runtime};
+use crate::report::capture::{self, CaptureContext, Lines};
+use crate::report::ftrace::record::{TraceRecord, NO_FLAGS, WRITER_COMM, WRITER_PID};
+use bio_core::kernel::{CpuId, Runtime, Task};
 use bio_core::workqueue::{PoolId, WorkExecution};
 use bio_core::{Cpu, Kernel};
 use hotplug::{Errno, HotplugError, StepOutcome};
@@ -176,6 +185,16 @@ struct Inner {
     rng: RefCell<SplitMix64>,
     config: DetConfig,
     trace: RefCell<Vec<String>>,
+    /// The trace's events for the ftrace writer (kept when steps are recorded).
+    records: RefCell<Vec<TraceRecord>>,
+    /// The last timestamp given, in µs.
+    last_ts: Cell<Option<u64>>,
+    /// What the runtime runs on each CPU (`None`: the idle task).
+    shown: RefCell<Vec<Option<Task>>>,
+    /// `current` of each CPU as the runtime left it: a different `current` is a task bio-core
+    /// switched to (a kworker, a cpuhp thread).
+    base: RefCell<Vec<Task>>,
+    context: Rc<dyn CaptureContext>,
     capture: Option<Lines>,
     exec_cpu: capture::ExecCpu,
     steps: Cell<u64>,
@@ -202,6 +221,11 @@ impl Runtime for Hook {
                     cpu.id()
                 )
             });
+            inner.marker(
+                Some(cpu.id().0),
+                "irq_window",
+                "interrupt delivered inside the running code",
+            );
             inner.kernel.deliver_irq(cpu);
         }
     }
@@ -217,6 +241,11 @@ impl Runtime for Hook {
         }
         inner.wait_depth.set(inner.wait_depth.get() + 1);
         inner.log(|| format!("       {} sleeps in {what}: running other events", cpu.id()));
+        inner.marker(
+            Some(cpu.id().0),
+            "sleep",
+            &format!("{what}: running other events"),
+        );
         let mut ok = cond();
         let mut budget = 100_000;
         while !ok && budget > 0 {
@@ -232,6 +261,45 @@ impl Runtime for Hook {
         inner.wait_depth.set(inner.wait_depth.get() - 1);
         ok
     }
+}
+
+/// The runtime's clock and tasks, for the capture layer.
+struct DetContext {
+    inner: Weak<Inner>,
+}
+
+impl CaptureContext for DetContext {
+    fn now_us(&self) -> u64 {
+        self.inner.upgrade().map_or(0, |i| i.stamp())
+    }
+
+    fn task(&self, cpu: Option<u32>) -> (String, u32) {
+        match self.inner.upgrade() {
+            Some(i) => i.task_on(cpu),
+            None => idle(cpu.unwrap_or(0)),
+        }
+    }
+}
+
+/// The idle task of `cpu` (`swapper/N`, pid 0; ftrace prints it as `<idle>`).
+fn idle(cpu: u32) -> (String, u32) {
+    (format!("swapper/{cpu}"), 0)
+}
+
+/// The submitting task on `cpu`: `biosim/N`, pid `1000 + N` (the model's I/O submitter).
+pub fn submitter(cpu: CpuId) -> Task {
+    Task {
+        pid: 1000 + cpu.0,
+        comm: format!("biosim/{}", cpu.0),
+    }
+}
+
+/// `sched_switch`'s print fmt (include/trace/events/sched.h), both tasks at the default prio 120.
+fn sched_switch_fields(prev: &(String, u32), prev_state: &str, next: &(String, u32)) -> String {
+    format!(
+        "prev_comm={} prev_pid={} prev_prio=120 prev_state={prev_state} ==> next_comm={} next_pid={} next_prio=120",
+        prev.0, prev.1, next.0, next.1
+    )
 }
 
 /// The deterministic runtime.
@@ -257,7 +325,7 @@ impl DetRuntime {
         let exec_cpu: capture::ExecCpu = Arc::new(std::sync::atomic::AtomicI64::new(-1));
         let capture = (config.record_steps && config.capture_trace).then(Lines::default);
         let inner = Rc::new_cyclic(|weak: &Weak<Inner>| {
-            let cpus = kernel
+            let cpus: Vec<Cpu> = kernel
                 .possible_cpus()
                 .map(|c| {
                     let hook: Arc<dyn Runtime> = Arc::new(Hook {
@@ -266,12 +334,20 @@ impl DetRuntime {
                     kernel.cpu_with_runtime(c, hook).expect("possible CPU")
                 })
                 .collect();
+            let base: Vec<Task> = cpus.iter().map(Cpu::current).collect();
             Inner {
                 kernel: Arc::clone(&kernel),
+                shown: RefCell::new(vec![None; cpus.len()]),
+                base: RefCell::new(base),
                 cpus,
                 rng: RefCell::new(SplitMix64::new(config.seed)),
                 config,
                 trace: RefCell::new(Vec::new()),
+                records: RefCell::new(Vec::new()),
+                last_ts: Cell::new(None),
+                context: Rc::new(DetContext {
+                    inner: weak.clone(),
+                }),
                 capture,
                 exec_cpu,
                 steps: Cell::new(0),
@@ -292,16 +368,71 @@ impl DetRuntime {
     }
 
     /// Runs `f` on `cpu`'s task context with the kernel's tracepoints captured into the trace.
+    /// The code runs as the submitter `biosim/N` ([`submitter`]): the ftrace records show it
+    /// woken and switched in from idle, `what` as a `biosim_on_cpu` marker, and switched out.
     pub fn on_cpu<R>(&self, cpu: CpuId, what: &str, f: impl FnOnce(&Cpu) -> R) -> Option<R> {
-        let cx = self.inner.cpus.get(cpu.index())?;
-        if self.inner.config.record_steps {
-            self.inner
-                .trace
-                .borrow_mut()
-                .push(format!("       {cpu}: {what}"));
+        let inner = &self.inner;
+        let cx = inner.cpus.get(cpu.index())?;
+        let task = submitter(cpu);
+        let saved = cx.current();
+        if !inner.config.record_steps {
+            // No trace: only `current` matters (a kernel report names the task).
+            cx.set_current(task);
+            let r = {
+                let _on = inner.executing_on(Some(cpu));
+                inner.captured(|| f(cx))
+            };
+            cx.set_current(saved);
+            return Some(r);
         }
-        let _on = self.inner.executing_on(Some(cpu));
-        Some(self.inner.captured(|| f(cx)))
+        let pair = (task.comm.clone(), task.pid);
+        cx.set_current(task.clone());
+        let prev_base = std::mem::replace(&mut inner.base.borrow_mut()[cpu.index()], task.clone());
+        let prev_shown = inner.shown.borrow()[cpu.index()].clone();
+        let from = inner.task_on(Some(cpu.0));
+        inner
+            .trace
+            .borrow_mut()
+            .push(format!("       {cpu}: {what}"));
+        if from != pair {
+            let control = inner.control_cpu();
+            inner.record(
+                Some(control),
+                (WRITER_COMM.to_owned(), WRITER_PID),
+                "d..2.",
+                "sched_wakeup",
+                format!(
+                    "comm={} pid={} prio=120 target_cpu={:03}",
+                    pair.0, pair.1, cpu.0
+                ),
+            );
+            inner.record(
+                Some(cpu.0),
+                from.clone(),
+                "d..2.",
+                "sched_switch",
+                sched_switch_fields(&from, "R", &pair),
+            );
+        }
+        inner.shown.borrow_mut()[cpu.index()] = Some(task);
+        inner.marker(Some(cpu.0), "on_cpu", what);
+        let r = {
+            let _on = inner.executing_on(Some(cpu));
+            inner.captured(|| f(cx))
+        };
+        inner.shown.borrow_mut()[cpu.index()] = prev_shown;
+        inner.base.borrow_mut()[cpu.index()] = prev_base;
+        cx.set_current(saved);
+        if from != pair {
+            inner.record(
+                Some(cpu.0),
+                pair.clone(),
+                "d..2.",
+                "sched_switch",
+                sched_switch_fields(&pair, "S", &from),
+            );
+        }
+        Some(r)
     }
 
     /// Every event that can happen now, in a fixed order.
@@ -349,9 +480,43 @@ impl DetRuntime {
         }
     }
 
-    /// Adds a scenario line to the trace (nothing when steps are not recorded).
+    /// Adds a scenario line to the trace (nothing when steps are not recorded). In the ftrace
+    /// records it is a marker from the writer task on the control CPU: a `# ` line (the
+    /// machine, a device's setup) as `biosim_machine`, a transition (`>>> ...`) as `biosim_scenario`, any other
+    /// line (the writer's sysfs writes, settle's notes) as `biosim_note`.
     pub fn note(&self, line: impl Into<String>) {
-        self.inner.log(|| line.into());
+        let inner = &self.inner;
+        if !inner.config.record_steps {
+            return;
+        }
+        let line = line.into();
+        let t = line.trim();
+        let (name, text) = if let Some(m) = t.strip_prefix("# biosim: ").or(t.strip_prefix("# ")) {
+            ("machine", m)
+        } else if let Some(m) = t.strip_prefix(">>> ") {
+            ("scenario", m)
+        } else {
+            ("note", t)
+        };
+        let control = inner.control_cpu();
+        inner.record(
+            Some(control),
+            (WRITER_COMM.to_owned(), WRITER_PID),
+            NO_FLAGS,
+            &format!("biosim_{name}"),
+            text.to_owned(),
+        );
+        inner.trace.borrow_mut().push(line);
+    }
+
+    /// The trace's events for the ftrace writer, in order.
+    pub fn records(&self) -> Vec<TraceRecord> {
+        self.inner.records.borrow().clone()
+    }
+
+    /// The CPU the scenario's writer task runs on now: the lowest online CPU.
+    pub fn control_cpu(&self) -> u32 {
+        self.inner.control_cpu()
     }
 
     /// Whether this runtime keeps a trace (`DetConfig::record_steps`): callers can skip
@@ -378,6 +543,21 @@ impl DetRuntime {
     }
 }
 
+/// Restores what the runtime showed on a CPU when dropped.
+struct ShownGuard<'a> {
+    inner: &'a Inner,
+    cpu: usize,
+    prev: Option<Task>,
+}
+
+impl Drop for ShownGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.inner.shown.borrow_mut().get_mut(self.cpu) {
+            *slot = self.prev.take();
+        }
+    }
+}
+
 /// Restores the previous executing CPU when dropped.
 struct ExecGuard<'a> {
     cell: &'a capture::ExecCpu,
@@ -392,6 +572,93 @@ impl Drop for ExecGuard<'_> {
 }
 
 impl Inner {
+    /// The next timestamp: `jiffies / HZ` in µs, or 1 µs after the last one if that is later
+    /// (the sub-jiffy order of events).
+    fn stamp(&self) -> u64 {
+        let hz = u64::from(self.kernel.config().hz.max(1));
+        let base = self.kernel.jiffies() * 1_000_000 / hz;
+        let ts = self.last_ts.get().map_or(base, |l| base.max(l + 1));
+        self.last_ts.set(Some(ts));
+        ts
+    }
+
+    /// `(comm, pid)` of what runs on `cpu` now: the task bio-core switched `current` to, else
+    /// what the runtime runs there, else the idle task.
+    fn task_on(&self, cpu: Option<u32>) -> (String, u32) {
+        let Some(c) = cpu else {
+            return idle(0);
+        };
+        let i = c as usize;
+        if let Some(cx) = self.cpus.get(i) {
+            let cur = cx.current();
+            if self.base.borrow().get(i) != Some(&cur) {
+                return (cur.comm, cur.pid);
+            }
+        }
+        match self.shown.borrow().get(i) {
+            Some(Some(t)) => (t.comm.clone(), t.pid),
+            _ => idle(c),
+        }
+    }
+
+    /// Shows `task` running on `cpu` until the guard drops.
+    fn showing(&self, cpu: u32, task: Task) -> ShownGuard<'_> {
+        let i = cpu as usize;
+        let prev = self
+            .shown
+            .borrow_mut()
+            .get_mut(i)
+            .and_then(|slot| slot.replace(task));
+        ShownGuard {
+            inner: self,
+            cpu: i,
+            prev,
+        }
+    }
+
+    /// The lowest online CPU (the control CPU of the writer task and of `cpu_down()`).
+    fn control_cpu(&self) -> u32 {
+        self.kernel.online_cpus().first().map_or(0, |c| c.0)
+    }
+
+    /// Appends a record made by the runtime itself, stamped now.
+    fn record(
+        &self,
+        cpu: Option<u32>,
+        task: (String, u32),
+        flags: &str,
+        event: &str,
+        fields: String,
+    ) {
+        if !self.config.record_steps {
+            return;
+        }
+        let ts_us = self.stamp();
+        self.records.borrow_mut().push(TraceRecord {
+            ts_us,
+            cpu,
+            comm: task.0,
+            pid: task.1,
+            flags: flags.to_owned(),
+            event: event.to_owned(),
+            fields,
+            bio: None,
+            text: None,
+        });
+    }
+
+    /// A `biosim_<name>` marker on `cpu` from the task running there.
+    fn marker(&self, cpu: Option<u32>, name: &str, text: &str) {
+        let task = self.task_on(cpu);
+        self.record(
+            cpu,
+            task,
+            NO_FLAGS,
+            &format!("biosim_{name}"),
+            text.to_owned(),
+        );
+    }
+
     /// Appends a trace line made by `line`, only when steps are recorded.
     fn log(&self, line: impl FnOnce() -> String) {
         if self.config.record_steps {
@@ -413,11 +680,19 @@ impl Inner {
         match &self.capture {
             None => f(),
             Some(lines) => {
-                let r = capture::capture(lines, &self.exec_cpu, tracing::Level::TRACE, f);
+                let r = capture::capture(
+                    lines,
+                    &self.exec_cpu,
+                    tracing::Level::TRACE,
+                    Rc::clone(&self.context),
+                    f,
+                );
                 let mut captured = lines.lock();
                 let mut trace = self.trace.borrow_mut();
+                let mut records = self.records.borrow_mut();
                 for l in captured.drain(..) {
-                    trace.push(format!("       {l}"));
+                    trace.push(format!("       {}", l.human()));
+                    records.push(l);
                 }
                 r
             }
@@ -485,6 +760,7 @@ impl Inner {
         let step = self.steps.get() + 1;
         let record = self.config.record_steps;
         let header_at = self.trace.borrow().len();
+        let records_at = self.records.borrow().len();
         if record {
             self.trace.borrow_mut().push(String::new());
         }
@@ -511,6 +787,7 @@ impl Inner {
                 // A refused step leaves no trace: it did not happen.
                 if record {
                     self.trace.borrow_mut().truncate(header_at);
+                    self.records.borrow_mut().truncate(records_at);
                 }
                 Err(e)
             }
@@ -614,6 +891,39 @@ impl Inner {
             hotplug::RunsOn::Control { cpu } => cpu,
         });
         let _pre = self.executing_on(peek);
+        // The step runs in the target's cpuhp thread or, on the control CPU, in the kworker
+        // `cpu_down()` runs in (kernel/cpu.c `work_on_cpu()`) or the writer that called
+        // `cpu_up()` (until the hotplug crate names its tasks itself).
+        let recording = self.config.record_steps;
+        let thread = recording
+            .then(|| k.hotplug().next_invocation(c))
+            .flatten()
+            .map(|inv| match inv.runs_on {
+                hotplug::RunsOn::Target { .. } => (
+                    inv.cpu.0,
+                    Task {
+                        pid: 100 + inv.cpu.0,
+                        comm: format!("cpuhp/{}", inv.cpu.0),
+                    },
+                ),
+                // `cpu_up()` runs in the writer itself; a rollback runs in the direction
+                // opposite to its operation's.
+                hotplug::RunsOn::Control { cpu } if inv.bringup != inv.rollback => (
+                    cpu.0,
+                    Task {
+                        pid: WRITER_PID,
+                        comm: WRITER_COMM.to_owned(),
+                    },
+                ),
+                hotplug::RunsOn::Control { cpu } => (
+                    cpu.0,
+                    Task {
+                        pid: 200 + cpu.0,
+                        comm: format!("kworker/{}:0", cpu.0),
+                    },
+                ),
+            });
+        let _shown = thread.map(|(cpu, task)| self.showing(cpu, task));
         let hstep = k
             .hotplug_begin_step(c)
             .map_err(|source| StepError::Hotplug { cpu: c, source })?;

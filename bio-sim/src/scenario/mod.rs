@@ -100,6 +100,8 @@ pub struct Scenario {
 pub struct ScenarioRun {
     /// The kernel-style trace.
     pub trace: String,
+    /// The same trace as ftrace records (`--trace FILE`).
+    pub ftrace: crate::report::ftrace::Ftrace,
     /// Every violation found.
     pub violations: Vec<Violation>,
     /// Expectations that did not hold, as messages naming their line.
@@ -270,6 +272,7 @@ impl Scenario {
             .collect();
         Ok(ScenarioRun {
             trace: s.trace(),
+            ftrace: s.ftrace(),
             violations,
             failed_expectations: failed,
             skipped,

@@ -27,6 +27,9 @@ pub struct ThreadedConfig {
     pub join_timeout: Duration,
     /// Record every work execution (worker and rescuer) for `ThreadedRuntime::take_work_log`.
     pub record_work: bool,
+    /// Capture the kernel's tracepoints on every CPU thread for `ThreadedRuntime::ftrace`
+    /// (timestamps: monotonic time since the runtime started).
+    pub capture_trace: bool,
 }
 
 impl Default for ThreadedConfig {
@@ -40,6 +43,7 @@ impl Default for ThreadedConfig {
             shutdown_quiesce_timeout: Duration::from_secs(2),
             join_timeout: Duration::from_secs(5),
             record_work: false,
+            capture_trace: false,
         }
     }
 }

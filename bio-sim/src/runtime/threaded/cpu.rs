@@ -174,12 +174,30 @@ pub(super) fn cpu_thread_main(sh: Arc<Shared>, id: CpuId, rx: Receiver<Msg>) {
     let Some(cx) = sh.kernel.cpu_with_runtime(id, hook) else {
         return;
     };
+    match sh.trace.clone() {
+        // The whole life of the thread inside one capture: every event it runs is recorded, with
+        // this CPU as its column and the runtime's monotonic clock.
+        Some(lines) => {
+            let exec: crate::report::capture::ExecCpu =
+                Arc::new(std::sync::atomic::AtomicI64::new(i64::from(id.0)));
+            let clock = std::rc::Rc::new(crate::report::capture::Monotonic::since(sh.started));
+            crate::report::capture::capture(&lines, &exec, tracing::Level::TRACE, clock, || {
+                cpu_loop(&sh, id, &cx, &rx)
+            });
+        }
+        None => cpu_loop(&sh, id, &cx, &rx),
+    }
+}
+
+/// [`cpu_thread_main`]'s loop, until the runtime stops.
+fn cpu_loop(sh: &Arc<Shared>, id: CpuId, cx: &Cpu, rx: &Receiver<Msg>) {
+    let i = id.index();
     let c = &sh.counters[i];
     while !sh.stop.load(Ordering::SeqCst) {
         sh.active[i].store(true, Ordering::SeqCst);
         let did = {
             let _exec = sh.exec[i].lock();
-            match catch_unwind(AssertUnwindSafe(|| run_one(&sh, &cx, Some(&rx)))) {
+            match catch_unwind(AssertUnwindSafe(|| run_one(sh, cx, Some(rx)))) {
                 Ok(did) => did,
                 Err(payload) => {
                     sh.record_panic(id, "event", &*payload);

@@ -198,6 +198,25 @@ impl ThreadedRuntime {
             .unwrap_or_default()
     }
 
+    /// The trace captured so far on the CPU threads (empty unless
+    /// [`ThreadedConfig::capture_trace`] is set), in timestamp order: monotonic time since the
+    /// runtime started, the CPU column the thread's CPU, the task the event's own `comm`/`pid`
+    /// or `<idle>` (this runtime does not follow `current` for the trace).
+    pub fn ftrace(&self) -> crate::report::ftrace::Ftrace {
+        let mut records = self
+            .shared
+            .trace
+            .as_ref()
+            .map(|l| l.lock().clone())
+            .unwrap_or_default();
+        records.sort_by_key(|r| r.ts_us);
+        crate::report::ftrace::Ftrace {
+            records,
+            nr_cpus: self.shared.kernel.nr_cpus(),
+            control_cpu: 0,
+        }
+    }
+
     /// The panics caught on the CPU threads so far (a panicking handler or work function is
     /// caught, recorded and the CPU carries on, its context as the panic left it).
     pub fn panics(&self) -> Vec<String> {

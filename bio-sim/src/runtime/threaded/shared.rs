@@ -83,6 +83,10 @@ pub(super) struct Shared {
     pub(super) hotplug_ctl: Mutex<()>,
     pub(super) panics: Mutex<Vec<String>>,
     pub(super) work_log: Option<Mutex<Vec<WorkExecution>>>,
+    /// The captured trace of every CPU thread (with [`ThreadedConfig::capture_trace`]).
+    pub(super) trace: Option<crate::report::capture::Lines>,
+    /// When the runtime started: time zero of the trace.
+    pub(super) started: std::time::Instant,
 }
 
 impl Shared {
@@ -109,6 +113,8 @@ impl Shared {
             hotplug_ctl: Mutex::new(()),
             panics: Mutex::new(Vec::new()),
             work_log: config.record_work.then(|| Mutex::new(Vec::new())),
+            trace: config.capture_trace.then(Default::default),
+            started: std::time::Instant::now(),
             config,
         }
     }
