@@ -21,6 +21,17 @@ pub enum CalibrateCommand {
     /// `fail` at -1 and tracing off. Exit status 0 if everything agrees, 1 if a row differs, 2 for
     /// a refusal or bad input.
     Hotplug(HotplugArgs),
+    /// Compare the model's loop driver (drivers/block/loop.c) with this machine's, or with a
+    /// recording of it (docs/live-kernel.md).
+    ///
+    /// Attaches a loop device (LOOP_CONFIGURE, direct I/O) over a sparse temporary file, traces
+    /// O_DIRECT writes and reads into holes and over written blocks (block and workqueue events),
+    /// runs the same I/O through the model's loop driver in every variant, and says which variant
+    /// the kernel behaves like and whether `base` gives the same event sequence (pointers, pids and
+    /// times ignored). Live runs need root; the device is detached, the file removed and tracing
+    /// switched off however the run ends. Exit status 0 if `base` agrees on every case, 1 if not,
+    /// 2 for a refusal or bad input.
+    Loop(crate::calibrate::loop_cal::LoopCalibrateArgs),
 }
 
 /// `biosim calibrate hotplug`.
@@ -41,6 +52,13 @@ pub struct HotplugArgs {
 pub fn calibrate(cmd: CalibrateCommand) -> Result<(), Box<dyn std::error::Error>> {
     match cmd {
         CalibrateCommand::Hotplug(args) => hotplug(args),
+        CalibrateCommand::Loop(args) => {
+            let agree = crate::calibrate::loop_cal::run(&args, &mut std::io::stdout().lock())?;
+            if !agree {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }
 

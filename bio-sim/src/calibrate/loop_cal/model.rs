@@ -62,7 +62,10 @@ pub fn capture_cases(variant: LoopVariant) -> Vec<String> {
     for case in &CASES {
         let lines = capture::Lines::default();
         let exec = Arc::new(std::sync::atomic::AtomicI64::new(-1));
-        capture::capture(&lines, &exec, tracing::Level::TRACE, || {
+        // Times and tasks are not compared: a monotonic clock and the idle task will do.
+        let context: std::rc::Rc<dyn capture::CaptureContext> =
+            std::rc::Rc::new(capture::Monotonic::since(std::time::Instant::now()));
+        capture::capture(&lines, &exec, tracing::Level::TRACE, context, || {
             let (op, flags) = if case.write {
                 // blkdev_direct_IO(): dio_bio_write_op() is REQ_OP_WRITE | REQ_SYNC | REQ_IDLE.
                 (ReqOp::Write, ReqFlags::REQ_SYNC)
@@ -94,7 +97,12 @@ pub fn capture_cases(variant: LoopVariant) -> Vec<String> {
                 }
             }
         });
-        let text = lines.lock().join("\n");
+        let text = lines
+            .lock()
+            .iter()
+            .map(|r| r.human())
+            .collect::<Vec<_>>()
+            .join("\n");
         out.push(text);
     }
     out
