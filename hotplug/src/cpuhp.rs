@@ -34,6 +34,11 @@ pub struct CpuhpConfig {
     /// Off by default: the model follows the fixed code
     /// ("cpu/hotplug: Fix dynstate assignment in __cpuhp_setup_state_cpuslocked()").
     pub legacy_bp_dynstate: bool,
+    /// What the ftrace flags column's preempt depth shows on top of the callback's own context:
+    /// 1 on a kernel with `CONFIG_PREEMPT_COUNT` but not `CONFIG_PREEMPTION`, where the
+    /// tracepoint's own `preempt_disable_notrace()` is counted (`tracing_gen_ctx_dec()` takes it
+    /// off only under `CONFIG_PREEMPTION`); 0 otherwise (the live 6.18 kernel is PREEMPT_DYNAMIC).
+    pub tracepoint_preempt_depth: u8,
 }
 
 /// Per-CPU hotplug state: models `struct cpuhp_cpu_state` (kernel/cpu.c) plus
@@ -677,7 +682,7 @@ impl<E: 'static> Cpuhp<E> {
             instance,
             task,
         };
-        let ctx = TpContext::of(&inv);
+        let ctx = TpContext::of(&inv, self.config.tracepoint_preempt_depth);
         let online = self.cpu_online(ctx.exec_cpu);
         let st = &mut self.cpus[cpu.index()];
         let injected = st.fail == state;

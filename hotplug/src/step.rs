@@ -20,7 +20,7 @@ use crate::error::HotplugError;
 use crate::invoke::{Callback, InstanceId, Invocation, Origin, RunsOn};
 use crate::state::*;
 use crate::task::{Task, FLAGS_TASK};
-use crate::trace::{self, LogRecord, TpContext, Warning};
+use crate::trace::{self, LogRecord, TpContext, TpFlags, Warning};
 use crate::Cpuhp;
 
 /// Which transition an operation is.
@@ -195,11 +195,11 @@ impl Operation {
         }
     }
 
-    fn bp_context(&self) -> TpContext {
+    fn bp_context(&self, depth: u8) -> TpContext {
         TpContext {
             exec_cpu: self.control,
             task: self.bp_task(),
-            flags: FLAGS_TASK,
+            flags: TpFlags::new(FLAGS_TASK, depth),
         }
     }
 }
@@ -501,7 +501,7 @@ impl<E: 'static> Cpuhp<E> {
         if let Some(mc) = op.multi.as_ref() {
             // The next instance of the multi-instance call in progress.
             let inv = self.multi_invocation(cpu, op, &frame, mc);
-            let ctx = TpContext::of(&inv);
+            let ctx = TpContext::of(&inv, self.config.tracepoint_preempt_depth);
             let online = self.cpu_online(ctx.exec_cpu);
             trace::tp_enter(online, ctx, true, cpu, inv.target, inv.state, &inv.fun);
             return Ok(self.begun(cpu, seq, inv, false));
@@ -524,7 +524,7 @@ impl<E: 'static> Cpuhp<E> {
         } else {
             Vec::new()
         };
-        let ctx = TpContext::of(&inv);
+        let ctx = TpContext::of(&inv, self.config.tracepoint_preempt_depth);
         let online = self.cpu_online(ctx.exec_cpu);
         // cpuhp_next_state(): the state moves over the empty steps, and to the step (up) or one
         // below it (down) before the callback runs.
@@ -728,7 +728,7 @@ impl<E: 'static> Cpuhp<E> {
         injected: bool,
     ) {
         let state_after = self.cpus[cpu.index()].state;
-        let ctx = TpContext::of(inv);
+        let ctx = TpContext::of(inv, self.config.tracepoint_preempt_depth);
         let online = self.cpu_online(ctx.exec_cpu);
         if injected {
             trace::tp_fail_injected_exit(online, ctx, inv, state_after);
@@ -873,7 +873,12 @@ impl<E: 'static> Cpuhp<E> {
             return None;
         };
         let ret = result.as_ref().map(|_| ()).map_err(HotplugError::errno);
-        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = op.kind.name(), ret = ?ret, "biosim_cpuhp_op");
+        // `ret` as the kernel's `int`: 0 or -errno, with the errno's name.
+        let ret_text = match &ret {
+            Ok(()) => "0".to_owned(),
+            Err(e) => format!("{} ({})", e.as_neg_i32(), e.neg_str()),
+        };
+        tracing::debug!(target: "cpuhp", cpu = cpu.0, op = op.kind.name(), ret = %ret_text, "biosim_cpuhp_op");
         self.log.push(LogRecord::OpEnd {
             cpu,
             op: op.kind.name(),
@@ -1073,7 +1078,7 @@ impl<E: 'static> Cpuhp<E> {
         };
         let state = self.cpus[cpu.index()].state;
         if !cfg!(feature = "bug-trace-exit-before-ap-part") {
-            let ctx = op.bp_context();
+            let ctx = op.bp_context(self.config.tracepoint_preempt_depth);
             trace::tp_exit(
                 self.cpu_online(ctx.exec_cpu),
                 ctx,
@@ -1097,7 +1102,7 @@ impl<E: 'static> Cpuhp<E> {
         let Some((target, prev)) = op.kick_enter.take() else {
             return;
         };
-        let ctx = op.bp_context();
+        let ctx = op.bp_context(self.config.tracepoint_preempt_depth);
         trace::tp_enter(
             self.cpu_online(ctx.exec_cpu),
             ctx,
@@ -1126,7 +1131,7 @@ impl<E: 'static> Cpuhp<E> {
         // An AP part without a callback: the enter has not fired.
         self.kick_ap_work_enter(cpu, op);
         let state = self.cpus[cpu.index()].state;
-        let ctx = op.bp_context();
+        let ctx = op.bp_context(self.config.tracepoint_preempt_depth);
         trace::tp_exit(
             self.cpu_online(ctx.exec_cpu),
             ctx,

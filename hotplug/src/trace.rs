@@ -459,16 +459,46 @@ impl fmt::Display for LogRecord {
 pub(crate) struct TpContext {
     pub(crate) exec_cpu: CpuId,
     pub(crate) task: Task,
-    pub(crate) flags: &'static str,
+    pub(crate) flags: TpFlags,
 }
 
 impl TpContext {
-    pub(crate) fn of(inv: &Invocation) -> Self {
+    /// The context of `inv`'s callback, `depth` added to the flags' preempt depth
+    /// ([`crate::CpuhpConfig::tracepoint_preempt_depth`]).
+    pub(crate) fn of(inv: &Invocation, depth: u8) -> Self {
         TpContext {
             exec_cpu: inv.exec_cpu(),
             task: inv.task,
-            flags: inv.flags(),
+            flags: TpFlags::new(inv.flags(), depth),
         }
+    }
+}
+
+/// The five flag characters of a tracepoint's context (`trace_print_lat_fmt()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TpFlags([u8; 5]);
+
+impl TpFlags {
+    /// `base` (a `FLAGS_*` constant of [`crate::task`]) with `depth` added to its preempt-depth
+    /// column (a hex digit, `.` for 0).
+    pub(crate) fn new(base: &str, depth: u8) -> Self {
+        let mut b = [b'.'; 5];
+        b.copy_from_slice(&base.as_bytes()[..5]);
+        let now = match b[3] {
+            b'.' => 0,
+            c => (c as char).to_digit(16).unwrap_or(0) as u8,
+        };
+        let d = (now + depth).min(15);
+        b[3] = if d == 0 {
+            b'.'
+        } else {
+            char::from_digit(u32::from(d), 16).map_or(b'f', |c| c as u8)
+        };
+        TpFlags(b)
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or(".....")
     }
 }
 
@@ -528,7 +558,7 @@ pub(crate) fn tp_enter(
         exec_cpu = u64::from(ctx.exec_cpu.0),
         comm = ctx.task.comm().as_str(),
         pid = u64::from(ctx.task.pid()),
-        flags = ctx.flags,
+        flags = ctx.flags.as_str(),
         "{text}"
     );
 }
@@ -553,7 +583,7 @@ pub(crate) fn tp_exit(
         exec_cpu = u64::from(ctx.exec_cpu.0),
         comm = ctx.task.comm().as_str(),
         pid = u64::from(ctx.task.pid()),
-        flags = ctx.flags,
+        flags = ctx.flags.as_str(),
         "{text}"
     );
 }
@@ -578,7 +608,7 @@ pub(crate) fn tp_fail_injected(online: bool, ctx: TpContext, inv: &Invocation) {
         exec_cpu = u64::from(ctx.exec_cpu.0),
         comm = ctx.task.comm().as_str(),
         pid = u64::from(ctx.task.pid()),
-        flags = ctx.flags,
+        flags = ctx.flags.as_str(),
         "biosim_cpuhp_fail_injected: cpu: {:04} step: {:3} ({} {}): -EAGAIN before the callback, no cpuhp event",
         inv.cpu.0,
         inv.state.0,
@@ -605,6 +635,14 @@ pub(crate) fn trace_warning(w: &Warning) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_tracepoint_preempt_depth_adds_to_the_depth_column() {
+        assert_eq!(super::TpFlags::new(".....", 0).as_str(), ".....");
+        assert_eq!(super::TpFlags::new(".....", 1).as_str(), "...1.");
+        assert_eq!(super::TpFlags::new("d..1.", 1).as_str(), "d..2.");
+        assert_eq!(super::TpFlags::new("d..f.", 1).as_str(), "d..f.");
+    }
+
     use std::sync::Arc;
 
     use super::{cpuhp_enter_text, cpuhp_exit_text, cpuhp_multi_enter_text};

@@ -325,11 +325,71 @@ impl Subscriber for Recorder {
     fn exit(&self, _: &span::Id) {}
 }
 
-/// Runs `f` with a [`Recorder`] as this thread's subscriber and returns what it returned and
-/// the tracefs lines of the tracepoints it fired.
+thread_local! {
+    /// The recorder of this thread's [`record`], if one is running.
+    static SINK: std::cell::RefCell<Option<Recorder>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The process-wide subscriber [`record`] installs: it hands each event to the recorder of the
+/// thread it fires on. Why not a scoped `with_default` per call: `tracing` caches each callsite's
+/// interest once per process, computed from the *registering thread's* subscriber while one
+/// dispatcher exists (tokio-rs/tracing#3611), so a parallel test thread without a recorder that
+/// reaches a tracepoint first caches "never" and a recording loses the event. This one answers
+/// "sometimes" for every callsite and decides per event.
+struct Router;
+
+impl Subscriber for Router {
+    fn register_callsite(&self, _: &'static Metadata<'static>) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        SINK.with(|s| s.borrow().is_some())
+    }
+
+    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+        span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+
+    fn event(&self, event: &Event<'_>) {
+        SINK.with(|s| {
+            if let Some(rec) = s.borrow().as_ref() {
+                rec.event(event);
+            }
+        });
+    }
+
+    fn enter(&self, _: &span::Id) {}
+
+    fn exit(&self, _: &span::Id) {}
+}
+
+/// Runs `f` with a [`Recorder`] receiving this thread's tracepoints and returns what it returned
+/// and the tracefs lines of the tracepoints it fired. The first call installs [`Router`] as the
+/// global subscriber; where another global subscriber already exists, it falls back to a scoped
+/// one (subject to the callsite-cache race above).
 pub fn record<R>(f: impl FnOnce() -> R) -> (R, Vec<TraceLine>) {
+    static ROUTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let routed = *ROUTER.get_or_init(|| tracing::subscriber::set_global_default(Router).is_ok());
     let rec = Recorder::default();
-    let r = tracing::subscriber::with_default(rec.clone(), f);
+    if !routed {
+        let r = tracing::subscriber::with_default(rec.clone(), f);
+        return (r, rec.lines());
+    }
+    /// Clears the thread's sink however `f` ends (an unwinding test assertion too).
+    struct Clear(Option<Recorder>);
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            SINK.with(|s| *s.borrow_mut() = self.0.take());
+        }
+    }
+    let prev = SINK.with(|s| s.borrow_mut().replace(rec.clone()));
+    let _clear = Clear(prev);
+    let r = f();
     (r, rec.lines())
 }
 

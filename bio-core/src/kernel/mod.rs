@@ -124,6 +124,9 @@ impl Kernel {
             online,
             hotplug::CpuhpConfig {
                 state_control: config.cpu_hotplug_state_control,
+                // The same rule as `Cpu::trace_flags()`: a tracepoint's own preempt_disable shows
+                // on a PREEMPT_COUNT kernel without PREEMPTION.
+                tracepoint_preempt_depth: u8::from(config.preempt_count && !config.preemption()),
                 ..hotplug::CpuhpConfig::default()
             },
         )

@@ -307,15 +307,16 @@ impl MessageVisitor {
             }
         };
         // The step-by-step trace's text, as biosim has always printed it: the message, the
-        // other fields of an event without a `tracepoint` field, the event's own CPU where the
-        // column shows another.
+        // other fields and the event's own CPU where the column shows another, for an event
+        // without a `tracepoint` field (a tracepoint's message names its CPU as the kernel
+        // does, `cpuhp_enter: cpu: 0001 ...`).
         let mut text = self.message.clone();
         if self.tracepoint.is_none() {
             text.push_str(&self.fields);
-        }
-        if let (Some(own), Some(col)) = (self.cpu, column) {
-            if own != col {
-                let _ = write!(text, " cpu={own}");
+            if let (Some(own), Some(col)) = (self.cpu, column) {
+                if own != col {
+                    let _ = write!(text, " cpu={own}");
+                }
             }
         }
         let (comm, pid) = match (self.comm, self.pid) {

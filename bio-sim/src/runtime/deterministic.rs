@@ -288,10 +288,7 @@ fn idle(cpu: u32) -> (String, u32) {
 
 /// The submitting task on `cpu`: `biosim/N`, pid `1000 + N` (the model's I/O submitter).
 pub fn submitter(cpu: CpuId) -> Task {
-    Task {
-        pid: 1000 + cpu.0,
-        comm: format!("biosim/{}", cpu.0),
-    }
+    Task::submitter(cpu)
 }
 
 /// `sched_switch`'s print fmt (include/trace/events/sched.h), both tasks at the default prio 120.
@@ -331,7 +328,11 @@ impl DetRuntime {
                     let hook: Arc<dyn Runtime> = Arc::new(Hook {
                         inner: weak.clone(),
                     });
-                    kernel.cpu_with_runtime(c, hook).expect("possible CPU")
+                    let cx = kernel.cpu_with_runtime(c, hook).expect("possible CPU");
+                    // Nothing runs on a CPU until the runtime puts something there: its idle
+                    // task is `current` (timers, softirqs and IRQs come in on top of it).
+                    cx.set_current(Task::idle(c));
+                    cx
                 })
                 .collect();
             let base: Vec<Task> = cpus.iter().map(Cpu::current).collect();

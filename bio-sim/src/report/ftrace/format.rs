@@ -7,7 +7,8 @@
 //! The matcher knows the conversions the block, cpuhp, irq, sched, timer and workqueue formats
 //! use: `%d %u %ld %lu %llu` with an optional width or zero padding (`%04u`, `%3d`, `%03d`),
 //! `%s` (any text, the shortest that lets the rest match), `%p` (a hashed pointer: 16 hex digits)
-//! and `%ps` (a symbol name, or a pointer when the kernel has no symbol). Any other conversion is
+//! `%ps` (a symbol name, or a pointer when the kernel has no symbol) and `%pS` (a symbol with
+//! its offset, `func+0x1c/0x60`). Any other conversion is
 //! an error, never silently accepted.
 
 use std::path::Path;
@@ -146,7 +147,7 @@ fn compile(fmt: &str) -> Result<Vec<Piece>, FormatError> {
                 break;
             }
         }
-        // `%ps` is `%p` with the `s` extension; `%pS`, `%px`, ... are not used by these formats.
+        // `%ps`/`%pS` are `%p` with a symbol extension; `%px`, `%pK`, ... are not used by these formats.
         let piece = match conv.as_str() {
             "d" | "ld" | "lld" => Piece::Num {
                 signed: true,
@@ -160,7 +161,7 @@ fn compile(fmt: &str) -> Result<Vec<Piece>, FormatError> {
             },
             "s" => Piece::Str,
             "p" => Piece::Ptr,
-            "ps" => Piece::Sym,
+            "ps" | "pS" => Piece::Sym,
             other => {
                 return Err(FormatError {
                     what: format!("unsupported conversion %{spec}{other} in print fmt {fmt:?}"),
