@@ -15,32 +15,47 @@ use tracing::field::{Field, Visit};
 use tracing::span;
 use tracing::{Event, Metadata, Subscriber};
 
-/// One line of a tracefs `trace` file.
+/// One line of a tracefs `trace` file, as `print_trace_fmt()` → `trace_print_context()` and
+/// `trace_print_lat_fmt()` print it with the default options:
+///
+/// ```text
+///      kworker/0:2-15074   [000] .....  1086.770677: cpuhp_enter: cpu: 0001 target: 144 step: 236 (cpuhp_kick_ap_work)
+/// ```
+///
+/// `comm` right-aligned in 16 columns, `-`, the pid left-aligned in 7, `[CPU]` as three digits,
+/// the five flag characters, the timestamp as `%5lu.%06lu`, `: `, the event name, `: `, and the
+/// fields exactly as the event's `print fmt` rendered them (which may start or end with a space:
+/// `cpuhp_exit`'s and `workqueue_activate_work`'s do). The comm may contain `-` and spaces; the
+/// pid is the digits after its last `-`. This is the one line grammar of the workspace: bio-sim's
+/// ftrace writer prints through its `Display`, the live-kernel calibrations parse with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceLine {
-    /// `current->comm` (`<idle>` for pid 0).
+    /// `current->comm` of the task the event fired in (`<idle>` for pid 0).
     pub comm: String,
     /// `current->pid`.
     pub pid: u32,
     /// The CPU column.
     pub cpu: u32,
-    /// The five flag characters of `trace_print_lat_fmt()`.
+    /// The five flag characters of `trace_print_lat_fmt()` (irqs-off/BH, need-resched,
+    /// hardirq/softirq, preempt depth, migrate-disable).
     pub flags: String,
-    /// The timestamp as printed (seconds with 6 decimals).
-    pub timestamp: String,
-    /// The event name (`cpuhp_enter`).
+    /// Seconds of the timestamp.
+    pub secs: u64,
+    /// Microseconds of the timestamp (0..1,000,000).
+    pub usecs: u32,
+    /// The event name (`cpuhp_enter`, `tracing_mark_write`, ...).
     pub event: String,
-    /// What follows `EVENT: `, as printed.
+    /// What follows `EVENT: `, verbatim.
     pub fields: String,
 }
 
-/// A line that does not follow the grammar, with what was expected.
+/// A line that does not follow the grammar, with the part that did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a tracefs trace line ({reason}): {line:?}")]
 pub struct ParseError {
     /// The offending line.
     pub line: String,
-    /// What was missing.
+    /// What part did not parse.
     pub reason: &'static str,
 }
 
@@ -51,46 +66,86 @@ fn perr(line: &str, reason: &'static str) -> ParseError {
     }
 }
 
+/// The characters each of the five flag columns may show (`trace_print_lat_fmt()`).
+const FLAG_COLUMNS: [&str; 5] = [
+    ".dDbX",
+    ".NnLpBb",
+    ".hHszZ",
+    ".0123456789abcdef",
+    ".0123456789",
+];
+
 impl TraceLine {
-    /// Parses one line (without its newline).
+    /// Parses one event line (not a `#` header line, without its newline).
     pub fn parse(line: &str) -> Result<Self, ParseError> {
-        let open = line.find(" [").ok_or_else(|| perr(line, "no ' [CPU]'"))?;
-        let task = line[..open].trim();
+        // The CPU column is the first ` [` after the task: a comm may contain brackets only
+        // after that, never a space followed by one before the pid.
+        let open = line.find(" [").ok_or_else(|| perr(line, "no [CPU]"))?;
+        let (task, rest) = line.split_at(open);
+        let task = task.trim_start();
         let dash = task.rfind('-').ok_or_else(|| perr(line, "no TASK-PID"))?;
-        let comm = task[..dash].to_owned();
-        let pid = task[dash + 1..]
-            .parse()
-            .map_err(|_| perr(line, "PID is not a number"))?;
-        let rest = &line[open + 2..];
-        let close = rest.find("] ").ok_or_else(|| perr(line, "no ']'"))?;
-        let cpu = rest[..close]
-            .parse()
-            .map_err(|_| perr(line, "CPU is not a number"))?;
-        let rest = &rest[close + 2..];
-        let flags = rest.get(..5).ok_or_else(|| perr(line, "no FLAGS"))?;
-        let rest = rest[5..].trim_start();
-        let ts_end = rest.find(": ").ok_or_else(|| perr(line, "no TIMESTAMP:"))?;
-        let timestamp = rest[..ts_end].to_owned();
-        if timestamp.parse::<f64>().is_err() {
-            return Err(perr(line, "TIMESTAMP is not a number"));
+        let comm = &task[..dash];
+        let pid_str = task[dash + 1..].trim_end();
+        if comm.is_empty() || pid_str.is_empty() || !pid_str.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(perr(line, "TASK-PID"));
         }
-        let rest = &rest[ts_end + 2..];
-        let ev_end = rest.find(':').ok_or_else(|| perr(line, "no EVENT:"))?;
-        let event = rest[..ev_end].to_owned();
-        // One space follows the colon; a print fmt may start with more (cpuhp_exit's does).
-        let fields = rest[ev_end + 1..]
+        let pid = pid_str.parse().map_err(|_| perr(line, "pid"))?;
+        let rest = &rest[2..];
+        let close = rest.find("] ").ok_or_else(|| perr(line, "[CPU]"))?;
+        let cpu_str = &rest[..close];
+        if cpu_str.len() < 3 || !cpu_str.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(perr(line, "CPU"));
+        }
+        let cpu = cpu_str.parse().map_err(|_| perr(line, "CPU"))?;
+        let rest = &rest[close + 2..];
+        let flags: String = rest.chars().take(5).collect();
+        if flags.len() != 5
+            || !flags
+                .chars()
+                .zip(FLAG_COLUMNS)
+                .all(|(c, allowed)| allowed.contains(c))
+        {
+            return Err(perr(line, "FLAGS"));
+        }
+        let rest = rest[5..]
             .strip_prefix(' ')
-            .unwrap_or(&rest[ev_end + 1..])
-            .to_owned();
+            .ok_or_else(|| perr(line, "FLAGS"))?;
+        let colon = rest.find(": ").ok_or_else(|| perr(line, "TIMESTAMP"))?;
+        let ts = rest[..colon].trim_start();
+        let (s, us) = ts.split_once('.').ok_or_else(|| perr(line, "TIMESTAMP"))?;
+        if s.is_empty() || us.len() != 6 || !s.bytes().chain(us.bytes()).all(|b| b.is_ascii_digit())
+        {
+            return Err(perr(line, "TIMESTAMP"));
+        }
+        let rest = &rest[colon + 2..];
+        let colon = rest.find(':').ok_or_else(|| perr(line, "event name"))?;
+        let event = &rest[..colon];
+        if event.is_empty()
+            || !event
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(perr(line, "event name"));
+        }
+        // One space follows the colon; a print fmt may start with more (cpuhp_exit's does).
+        let fields = rest[colon + 1..]
+            .strip_prefix(' ')
+            .unwrap_or(&rest[colon + 1..]);
         Ok(TraceLine {
-            comm,
+            comm: comm.to_owned(),
             pid,
             cpu,
-            flags: flags.to_owned(),
-            timestamp,
-            event,
-            fields,
+            flags,
+            secs: s.parse().map_err(|_| perr(line, "TIMESTAMP"))?,
+            usecs: us.parse().map_err(|_| perr(line, "TIMESTAMP"))?,
+            event: event.to_owned(),
+            fields: fields.to_owned(),
         })
+    }
+
+    /// The timestamp in microseconds.
+    pub fn micros(&self) -> u64 {
+        self.secs * 1_000_000 + u64::from(self.usecs)
     }
 
     /// The cpuhp event of this line, if it is one.
@@ -100,12 +155,19 @@ impl TraceLine {
 }
 
 impl fmt::Display for TraceLine {
-    /// The line as tracefs prints it (`%16s-%-7d [%03d] %s %12s: %s: %s`).
+    /// The line as tracefs prints it (`%16s-%-7d [%03d] %s %5lu.%06lu: %s: %s`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:>16}-{:<7} [{:03}] {} {:>12}: {}: {}",
-            self.comm, self.pid, self.cpu, self.flags, self.timestamp, self.event, self.fields
+            "{:>16}-{:<7} [{:03}] {} {:5}.{:06}: {}: {}",
+            self.comm,
+            self.pid,
+            self.cpu,
+            self.flags,
+            self.secs,
+            self.usecs,
+            self.event,
+            self.fields
         )
     }
 }
@@ -314,7 +376,8 @@ impl Subscriber for Recorder {
             pid: f.pid.unwrap_or(0) as u32,
             cpu: f.exec_cpu.or(f.cpu).unwrap_or(0) as u32,
             flags: f.flags.unwrap_or_else(|| ".....".to_owned()),
-            timestamp: format!("{}.{:06}", n / 1_000_000, n % 1_000_000),
+            secs: (n / 1_000_000) as u64,
+            usecs: (n % 1_000_000) as u32,
             event: event_name,
             fields,
         });
@@ -405,7 +468,7 @@ mod tests {
         .unwrap();
         assert_eq!((l.comm.as_str(), l.pid, l.cpu), ("kworker/0:2", 15074, 0));
         assert_eq!(l.flags, ".....");
-        assert_eq!(l.timestamp, "1044.354725");
+        assert_eq!((l.secs, l.usecs), (1044, 354_725));
         assert_eq!(l.event, "cpuhp_exit");
         assert_eq!(
             l.cpuhp().unwrap().unwrap(),
