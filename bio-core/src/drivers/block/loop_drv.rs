@@ -18,7 +18,7 @@
 //! requests on its device when the backing names one ([`LoopBacking::lower_device`]), and the
 //! driver's internal steps as `biosim_loop_*` annotations (the kernel has no tracepoint there):
 //! `biosim_loop_nowait`, `biosim_loop_handle_cmd`, `biosim_loop_aio_complete`. `biosim calibrate
-//! loop` compares the kernel events with the live kernel's (docs/live-kernel-loop.md).
+//! loop` compares the kernel events with the live kernel's (docs/live-kernel.md).
 //!
 //! Simplifications, each documented where it matters (docs/loop.md): one bio is one request (no
 //! blk-mq merging); a synchronous backing completes inline where the I/O was issued, an

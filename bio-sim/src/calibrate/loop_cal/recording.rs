@@ -29,7 +29,7 @@ pub fn case_file(case: &Case) -> String {
 /// `setup.txt`'s text.
 pub fn setup_text(s: &Setup) -> String {
     let mut t =
-        String::from("# biosim calibrate loop: the live run's setup (docs/live-kernel-loop.md)\n");
+        String::from("# biosim calibrate loop: the live run's setup (docs/live-kernel.md)\n");
     let _ = writeln!(t, "kernel {}", s.kernel);
     let _ = writeln!(t, "loop {}", s.loop_number);
     let _ = writeln!(t, "lower {},{}", s.lower.0, s.lower.1);
