@@ -375,6 +375,17 @@ fn an_existing_file_an_input_file_or_a_bad_path_is_refused_with_exit_2_and_nothi
         ),
         (
             vec![
+                "diff".into(),
+                "v6".into(),
+                "v7".into(),
+                s(&scn),
+                "--trace".into(),
+                "-".into(),
+            ],
+            "give a directory",
+        ),
+        (
+            vec![
                 "run".into(),
                 s(&scn),
                 "--trace".into(),

@@ -66,13 +66,16 @@ fn perr(line: &str, reason: &'static str) -> ParseError {
     }
 }
 
-/// The characters each of the five flag columns may show (`trace_print_lat_fmt()`).
+/// The characters each of the five flag columns may show (`trace_print_lat_fmt()`): irqs-off/BH
+/// `D d b X`; need-resched `B N L b n p l` (the lazy and preempt-resched combinations included);
+/// hardirq/softirq `Z z H h s`; the preempt depth and the migrate-disable count as one hex digit
+/// each (`%x`).
 const FLAG_COLUMNS: [&str; 5] = [
     ".dDbX",
-    ".NnLpBb",
+    ".BNLbnpl",
     ".hHszZ",
     ".0123456789abcdef",
-    ".0123456789",
+    ".0123456789abcdef",
 ];
 
 impl TraceLine {

@@ -2,8 +2,11 @@
 //! find or mount it (`mount -t tracefs nodev /sys/kernel/tracing`), enable single events
 //! (`events/<system>/<event>/enable`), clear and read the `trace` buffer, `tracing_on`.
 //!
-//! A [`Tracefs`] session turns tracing on only through guards: dropping it (or a signal) writes
-//! `0` to `tracing_on` and to every `enable` it set, so the machine is left with tracing off.
+//! A [`Tracefs`] session traces into its own instance (`instances/biosim-PID`, a ring buffer with
+//! its own `tracing_on` and event enables, kernel/trace/trace.c `instance_mkdir()`), never into the
+//! top-level buffer: a user's own tracing (its `tracing_on`, its enabled events, its buffer) is left
+//! as it was. Dropping the session (or a signal) switches its events and `tracing_on` off and
+//! removes the instance.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -39,10 +42,11 @@ pub fn lock_live() -> io::Result<std::fs::File> {
 /// A tracing session on the live kernel.
 #[derive(Debug)]
 pub struct Tracefs {
+    /// The session's instance directory (`TRACEFS/instances/biosim-PID`).
     root: PathBuf,
     /// The exclusive lock on [`LIVE_LOCK`], held while the session lives.
     _lock: std::fs::File,
-    /// Undone newest first when dropped: each event's `enable`, then `tracing_on`.
+    /// Undone newest first when dropped: each event's `enable`, `tracing_on`, then the instance.
     restores: Vec<Restore>,
 }
 
@@ -56,25 +60,32 @@ pub fn why_not_live() -> Option<String> {
 }
 
 impl Tracefs {
-    /// Opens tracefs at [`TRACEFS`] (after taking [`LIVE_LOCK`]), mounting it if it is not mounted (as root). Tracing is
-    /// switched off and the buffer cleared, so the session starts empty.
+    /// Opens a session: takes [`LIVE_LOCK`], mounts tracefs at [`TRACEFS`] if it is not mounted
+    /// (as root; left mounted, as the kernel's own tools leave it) and creates the session's
+    /// instance, its tracing off and its buffer empty.
     pub fn open() -> io::Result<Tracefs> {
         let lock = lock_live()?;
-        let root = PathBuf::from(TRACEFS);
-        if !root.join("trace").exists() {
+        let top = PathBuf::from(TRACEFS);
+        if !top.join("trace").exists() {
             let status = std::process::Command::new("mount")
                 .args(["-t", "tracefs", "nodev", TRACEFS])
                 .status()?;
-            if !status.success() || !root.join("trace").exists() {
+            if !status.success() || !top.join("trace").exists() {
                 return Err(io::Error::other(format!(
                     "tracefs is not mounted at {TRACEFS} and `mount -t tracefs nodev {TRACEFS}` failed"
                 )));
             }
         }
+        let root = top.join(format!("instances/biosim-{}", std::process::id()));
+        // Registered before the mkdir, with signals left to the handler: a signal between the
+        // two finds no directory to remove, which is harmless.
+        let rmdir = Restore::register(RestoreAction::Rmdir { path: root.clone() })?;
+        std::fs::create_dir(&root)
+            .map_err(|e| io::Error::new(e.kind(), format!("mkdir {}: {e}", root.display())))?;
         let mut t = Tracefs {
             root,
             _lock: lock,
-            restores: Vec::new(),
+            restores: vec![rmdir],
         };
         t.restores.push(Restore::register(RestoreAction::Write {
             path: t.root.join("tracing_on"),
@@ -85,7 +96,7 @@ impl Tracefs {
         Ok(t)
     }
 
-    /// The mount point.
+    /// The session's instance directory.
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -132,15 +143,15 @@ impl Tracefs {
         std::fs::read_to_string(self.root.join("trace"))
     }
 
-    /// The `format` file of `system/event`.
+    /// The `format` file of `system/event` (the top level's: formats are the same everywhere).
     pub fn format(&self, event: &str) -> io::Result<String> {
-        std::fs::read_to_string(self.root.join(format!("events/{event}/format")))
+        std::fs::read_to_string(Path::new(TRACEFS).join(format!("events/{event}/format")))
     }
 }
 
 impl Drop for Tracefs {
     fn drop(&mut self) {
-        // Newest first: the events, then tracing_on.
+        // Newest first: the events, tracing_on, then the instance itself.
         while let Some(r) = self.restores.pop() {
             drop(r);
         }
@@ -166,22 +177,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_session_leaves_tracing_and_its_events_off() {
+    fn a_session_traces_in_its_own_instance_and_removes_it() {
         if let Some(why) = live_test_skip_reason() {
             eprintln!("{why}");
             return;
         }
-        let enable = Path::new(TRACEFS).join("events/cpuhp/cpuhp_enter/enable");
+        let top = Path::new(TRACEFS);
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap().trim().to_owned();
+        let top_on = read(&top.join("tracing_on"));
+        let top_enable = read(&top.join("events/cpuhp/cpuhp_enter/enable"));
+        let inst;
         {
             let mut t = Tracefs::open().unwrap();
+            inst = t.root().to_path_buf();
             t.enable("cpuhp/cpuhp_enter").unwrap();
             t.set_on(true).unwrap();
-            assert_eq!(std::fs::read_to_string(&enable).unwrap().trim(), "1");
+            assert_eq!(read(&inst.join("events/cpuhp/cpuhp_enter/enable")), "1");
             assert!(t.read().unwrap().starts_with("# tracer: "));
             assert!(t.enable("cpuhp/no_such_event").is_err());
+            assert!(t.format("cpuhp/cpuhp_enter").unwrap().contains("print fmt"));
         }
-        assert_eq!(std::fs::read_to_string(&enable).unwrap().trim(), "0");
-        let on = std::fs::read_to_string(Path::new(TRACEFS).join("tracing_on")).unwrap();
-        assert_eq!(on.trim(), "0");
+        assert!(!inst.exists(), "{} is removed", inst.display());
+        assert_eq!(
+            read(&top.join("tracing_on")),
+            top_on,
+            "the top level is untouched"
+        );
+        assert_eq!(
+            read(&top.join("events/cpuhp/cpuhp_enter/enable")),
+            top_enable
+        );
     }
 }

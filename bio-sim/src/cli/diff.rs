@@ -142,6 +142,13 @@ fn check_trace_dir(
     dir: &std::path::Path,
     input: &std::path::Path,
 ) -> Result<std::path::PathBuf, String> {
+    if dir.as_os_str() == "-" {
+        // Every other `--trace -` is stdout; two traces cannot share it, so say so.
+        return Err(
+            "--trace -: diff writes two traces, DIR/A.trace and DIR/B.trace; give a directory"
+                .to_owned(),
+        );
+    }
     if dir.symlink_metadata().is_ok() {
         if !dir.is_dir() {
             return Err(format!("--trace {}: not a directory", dir.display()));

@@ -15,9 +15,9 @@
 //! moment never reads freed memory.
 //!
 //! The same handler first undoes what a live-kernel run changed ([`Restore`]): it writes a value to
-//! a sysfs/tracefs file (`1` to `cpuN/online`, `-1` to `cpuN/hotplug/fail`, `0` to `tracing_on`) or
-//! detaches a loop device (`ioctl(LOOP_CLR_FD)`), newest first, with `open(2)`, `write(2)`,
-//! `ioctl(2)` and `close(2)` only. A [`Restore`] also runs its action when it drops, so an error or
+//! a sysfs/tracefs file (`1` to `cpuN/online`, `-1` to `cpuN/hotplug/fail`, `0` to `tracing_on`),
+//! detaches a loop device (`ioctl(LOOP_CLR_FD)`) or removes a tracefs instance (`rmdir(2)`), newest
+//! first, with `open(2)`, `write(2)`, `ioctl(2)`, `rmdir(2)` and `close(2)` only. A [`Restore`] also runs its action when it drops, so an error or
 //! an unwinding panic restores the machine too.
 //!
 //! [`TempFile::create_in`] creates the file with `O_CREAT|O_EXCL` (never someone else's file) with
@@ -111,6 +111,12 @@ pub enum RestoreAction {
         /// `/dev/loopN`.
         path: PathBuf,
     },
+    /// `rmdir(2)` of `path`: a tracefs instance (`instances/NAME`), which takes its ring buffer
+    /// and its event enables with it (kernel/trace/trace.c `instance_rmdir()`).
+    Rmdir {
+        /// The directory.
+        path: PathBuf,
+    },
 }
 
 /// `LOOP_CLR_FD` from include/uapi/linux/loop.h.
@@ -121,8 +127,10 @@ struct RawRestore {
     /// Registration order: the handler runs the newest first.
     seq: u64,
     path: *mut libc::c_char,
-    /// The bytes to write, or null for `LOOP_CLR_FD`.
+    /// The bytes to write, or null for `LOOP_CLR_FD` and `rmdir`.
     value: *mut libc::c_char,
+    /// `rmdir(path)` instead of opening it.
+    rmdir: bool,
 }
 
 static RESTORES: [AtomicPtr<RawRestore>; SLOTS] =
@@ -137,6 +145,9 @@ unsafe fn perform(r: *const RawRestore) -> bool {
     // SAFETY: the caller's contract; open/ioctl/strlen/write/close are async-signal-safe.
     unsafe {
         let r = &*r;
+        if r.rmdir {
+            return libc::rmdir(r.path) == 0;
+        }
         let fd = libc::open(r.path, libc::O_WRONLY | libc::O_CLOEXEC);
         if fd < 0 {
             return false;
@@ -198,8 +209,9 @@ impl Restore {
         install();
         let (path, value) = match &action {
             RestoreAction::Write { path, value } => (path, Some(value.as_str())),
-            RestoreAction::LoopClrFd { path } => (path, None),
+            RestoreAction::LoopClrFd { path } | RestoreAction::Rmdir { path } => (path, None),
         };
+        let rmdir = matches!(action, RestoreAction::Rmdir { .. });
         let nul = |what: &str| io::Error::other(format!("{what} with a NUL byte: {action:?}"));
         let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| nul("a path"))?;
         let c_value = match value {
@@ -210,6 +222,7 @@ impl Restore {
             seq: RESTORE_SEQ.fetch_add(1, Ordering::Relaxed),
             path: c_path.into_raw(),
             value: c_value,
+            rmdir,
         }));
         for (i, slot) in RESTORES.iter().enumerate() {
             if slot
@@ -402,6 +415,10 @@ mod tests {
         .unwrap();
         let e = gone.run().unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");
+        let inst = dir.path().join("instance");
+        std::fs::create_dir(&inst).unwrap();
+        drop(Restore::register(RestoreAction::Rmdir { path: inst.clone() }).unwrap());
+        assert!(!inst.exists(), "the directory is removed on drop");
     }
 
     #[test]
