@@ -702,7 +702,8 @@ impl<E: 'static> Cpuhp<E> {
             );
             run(&inv, &cb)
         };
-        self.cpuhp_invoke_callback_exit(cpu, &inv, result, injected);
+        // Not a hotplug operation: nothing nests in the call, its exit is not deferred.
+        let _ = self.cpuhp_invoke_callback_exit(cpu, &inv, result, injected);
         let Err(errno) = result else {
             return Ok(());
         };

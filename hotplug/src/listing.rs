@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::cpuhp::Cpuhp;
-use crate::invoke::{Callback, Invocation};
+use crate::invoke::{Callback, InstanceId, Invocation};
 use crate::state::*;
 use crate::table::{StepKind, CORE_STEPS};
 
@@ -149,6 +149,14 @@ const REQUIRED_CORE_CALLBACKS: &[(StateId, bool)] = &[
     (CPUHP_TEARDOWN_CPU, false),
 ];
 
+/// `multi x9` / `single-instance`, for [`ListingError::Callback`].
+fn describe((multi, instances): (bool, Option<u32>)) -> String {
+    match (multi, instances) {
+        (true, Some(n)) => format!("multi-instance x{n}"),
+        _ => "single-instance".to_owned(),
+    }
+}
+
 fn succeed<E: 'static>() -> Callback<E> {
     Arc::new(|_: &E, _: &Invocation| Ok(()))
 }
@@ -158,14 +166,18 @@ impl<E: 'static> Cpuhp<E> {
     /// [`Cpuhp::new`]) whose table is `listing` with the callbacks of
     /// `callbacks`: every step the listing names gets its name, and a callback
     /// that succeeds for each direction the map gives it (the map's function
-    /// names and instance counts stay with the caller; the model runs one call
-    /// per step).
+    /// names stay with the caller). A step the map marks multi-instance is one
+    /// (`cpuhp_setup_state_multi()`) with as many instances as the map counts
+    /// (`cpuhp_state_add_instance_nocalls()`), so an offline or online calls its
+    /// callback once per instance, and none for a step with no instance.
     ///
     /// Refused: a listing without kernel/cpu.c's own steps at the model's numbers
     /// ([`CORE_STEPS`]), a map entry for a state the listing does not name (the
     /// kernel only has callbacks on named steps) or for `CPUHP_OFFLINE` /
-    /// `CPUHP_ONLINE`, and a map without the `CPUHP_BRINGUP_CPU` startup and
-    /// teardown and the `CPUHP_TEARDOWN_CPU` teardown.
+    /// `CPUHP_ONLINE`, a map without the `CPUHP_BRINGUP_CPU` startup and
+    /// teardown and the `CPUHP_TEARDOWN_CPU` teardown, a multi-instance core step,
+    /// and a step whose startup and teardown disagree on being multi-instance or
+    /// on the instance count (the kernel's step has one list for both).
     pub fn from_listing(
         nr_cpus: u32,
         online_at_boot: u32,
@@ -189,8 +201,26 @@ impl<E: 'static> Cpuhp<E> {
             }
         }
         for (&state, cbs) in callbacks {
+            let multi = |c: &Option<CallbackInfo>| {
+                c.as_ref()
+                    .map(|c| (c.multi_instance, c.multi_instance.then_some(c.instances)))
+            };
             let reason = if !state.in_table() || state == CPUHP_OFFLINE || state == CPUHP_ONLINE {
                 Some("not a state with callbacks (CPUHP_OFFLINE+1..CPUHP_ONLINE)".to_owned())
+            } else if let (Some(up), Some(down)) = (multi(&cbs.startup), multi(&cbs.teardown)) {
+                (up != down).then(|| {
+                    format!(
+                        "the startup is {} and the teardown {} (one instance list for both)",
+                        describe(up),
+                        describe(down)
+                    )
+                })
+            } else if CORE_STEPS.iter().any(|c| c.state == state)
+                && [&cbs.startup, &cbs.teardown]
+                    .into_iter()
+                    .any(|c| c.as_ref().is_some_and(|c| c.multi_instance))
+            {
+                Some("kernel/cpu.c's own step is not multi-instance".to_owned())
             } else if listing.name(state).is_none() {
                 Some("the states listing does not name it (the kernel only runs callbacks of named steps)".to_owned())
             } else if cbs.startup.is_none() && cbs.teardown.is_none() {
@@ -237,6 +267,18 @@ impl<E: 'static> Cpuhp<E> {
                 StepKind::Free
             };
             step.registered = !core && cbs.is_some();
+            let multi = cbs
+                .into_iter()
+                .flat_map(|c| [&c.startup, &c.teardown])
+                .flatten()
+                .find(|c| c.multi_instance);
+            step.multi_instance = multi.is_some();
+            step.instances.clear();
+            for _ in 0..multi.map_or(0, |c| c.instances) {
+                // hlist_add_head(): the newest first, as cpuhp_state_add_instance_nocalls() does.
+                step.instances.insert(0, InstanceId(hp.next_instance));
+                hp.next_instance += 1;
+            }
         }
         Ok(hp)
     }
@@ -315,6 +357,61 @@ mod tests {
                 (83, false)
             ]
         );
+    }
+
+    fn multi(f: &str, instances: u32) -> Option<CallbackInfo> {
+        Some(CallbackInfo {
+            function: f.into(),
+            multi_instance: true,
+            instances,
+        })
+    }
+
+    #[test]
+    fn a_multi_instance_step_of_the_map_calls_each_of_its_instances() {
+        let l = StatesListing::parse(LISTING).unwrap();
+        let mut m = map();
+        m.insert(
+            CPUHP_AP_WORKQUEUE_ONLINE,
+            StepCallbacks {
+                startup: multi("workqueue_online_cpu", 3),
+                teardown: multi("workqueue_offline_cpu", 3),
+            },
+        );
+        let mut hp: Cpuhp<()> = Cpuhp::from_listing(2, 2, &l, &m).unwrap();
+        assert_eq!(hp.instances(CPUHP_AP_WORKQUEUE_ONLINE).len(), 3);
+        hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &()).unwrap();
+        let calls = |hp: &Cpuhp<()>| {
+            hp.invocations()
+                .iter()
+                .filter(|(i, ..)| i.state == CPUHP_AP_WORKQUEUE_ONLINE)
+                .map(|(i, ..)| i.instance)
+                .collect::<Vec<_>>()
+        };
+        let down = calls(&hp);
+        assert_eq!(down.len(), 3);
+        assert!(down.iter().all(|i| i.is_some()));
+        // No instance: the step calls nothing, though fail_store() accepts it and it fires there.
+        m.get_mut(&CPUHP_AP_WORKQUEUE_ONLINE).unwrap().startup = multi("-", 0);
+        m.get_mut(&CPUHP_AP_WORKQUEUE_ONLINE).unwrap().teardown = multi("-", 0);
+        let mut hp: Cpuhp<()> = Cpuhp::from_listing(2, 2, &l, &m).unwrap();
+        hp.cpu_down(CpuId(1), CPUHP_OFFLINE, &()).unwrap();
+        assert!(calls(&hp).is_empty());
+        hp.set_fail(CpuId(1), 187).unwrap();
+        let err = hp.cpu_up(CpuId(1), CPUHP_ONLINE, &()).unwrap_err();
+        assert_eq!(err.errno(), crate::Errno::EAGAIN);
+        // The two directions of one step share its list.
+        m.get_mut(&CPUHP_AP_WORKQUEUE_ONLINE).unwrap().teardown = multi("-", 2);
+        let e = Cpuhp::<()>::from_listing(2, 2, &l, &m).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("multi-instance x0 and the teardown multi-instance x2"),
+            "{e}"
+        );
+        let mut m = map();
+        m.get_mut(&CPUHP_TEARDOWN_CPU).unwrap().teardown = multi("takedown_cpu", 1);
+        let e = Cpuhp::<()>::from_listing(2, 2, &l, &m).unwrap_err();
+        assert!(e.to_string().contains("not multi-instance"), "{e}");
     }
 
     #[test]

@@ -159,6 +159,16 @@ enum MultiNext {
     Done(Result<(), Errno>, Option<Invocation>),
 }
 
+/// A core step whose `cpuhp_invoke_callback()` has not returned yet: its callback runs the AP
+/// part of the operation (`cpuhp_bringup_ap()`, `takedown_cpu()`).
+#[derive(Debug, Clone, Copy)]
+struct Section {
+    /// The step.
+    step: StateId,
+    /// Its [`LogRecord::Call`] in the log, completed when the part ends.
+    record: usize,
+}
+
 /// A `cpu_up()`/`cpu_down()` in progress.
 #[derive(Debug)]
 pub(crate) struct Operation {
@@ -177,8 +187,9 @@ pub(crate) struct Operation {
     /// The instance loop in progress, if the current step is a multi-instance one.
     multi: Option<MultiCall>,
     /// A core step whose callback contains the AP part (`CPUHP_BRINGUP_CPU` up,
-    /// `CPUHP_TEARDOWN_CPU` down): its `cpuhp_exit` waits until that part ends.
-    section: Option<StateId>,
+    /// `CPUHP_TEARDOWN_CPU` down): its `cpuhp_exit` and the result its log record shows wait
+    /// until that part ends ([`Cpuhp::close_section`]).
+    section: Option<Section>,
     /// `cpuhp_kick_ap_work()`'s `cpuhp_enter` (target, prev_state), not fired yet: it fires with
     /// the first step of the AP part (nothing happens in between), so a runtime that records the
     /// steps' events records it too.
@@ -648,7 +659,7 @@ impl<E: 'static> Cpuhp<E> {
         } else {
             result
         };
-        self.cpuhp_invoke_callback_exit(cpu, &inv, result, pending.injected);
+        let nested = self.cpuhp_invoke_callback_exit(cpu, &inv, result, pending.injected);
         // The result of cpuhp_invoke_callback() as a whole, once a multi-instance loop is over.
         let (call_result, failed_inv) = if inv.instance.is_some() && op.multi.is_some() {
             match self.multi_advance(cpu, &mut op, &inv, result) {
@@ -671,7 +682,7 @@ impl<E: 'static> Cpuhp<E> {
         };
         match (call_result, op.stack.last().copied()) {
             (_, None) => {}
-            (Ok(()), Some(_)) => self.after_success(cpu, &mut op, &inv),
+            (Ok(()), Some(_)) => self.after_success(cpu, &mut op, &inv, nested),
             (Err(errno), Some(frame)) => {
                 self.cpuhp_invoke_callback_range_failed(
                     cpu,
@@ -719,22 +730,24 @@ impl<E: 'static> Cpuhp<E> {
     }
 
     /// The end of `cpuhp_invoke_callback()`: `trace_cpuhp_exit()` with the
-    /// state after the call, and the in-memory log's record of it.
+    /// state after the call, and the in-memory log's record of it. For a core step whose
+    /// callback contains the AP part ([`trace::record_exit_is_deferred`]) both wait for the end
+    /// of that part: returns the index of its log record then, which [`Self::close_section`]
+    /// completes.
     pub(crate) fn cpuhp_invoke_callback_exit(
         &mut self,
         cpu: CpuId,
         inv: &Invocation,
         result: Result<(), Errno>,
         injected: bool,
-    ) {
+    ) -> Option<usize> {
         let state_after = self.cpus[cpu.index()].state;
         let ctx = TpContext::of(inv, self.config.tracepoint_preempt_depth);
         let online = self.cpu_online(ctx.exec_cpu);
+        let nests_ap_part = trace::record_exit_is_deferred(inv, &result, injected);
         if injected {
             trace::tp_fail_injected_exit(online, ctx, inv, state_after);
-        } else if !trace::record_exit_is_deferred(inv, &result, injected)
-            || cfg!(feature = "bug-trace-exit-before-ap-part")
-        {
+        } else if !nests_ap_part || cfg!(feature = "bug-trace-exit-before-ap-part") {
             trace::tp_exit(online, ctx, cpu, state_after, inv.state, &result);
         }
         self.log.push(LogRecord::Call {
@@ -742,7 +755,9 @@ impl<E: 'static> Cpuhp<E> {
             result,
             injected,
             state_after,
+            nests_ap_part,
         });
+        nests_ap_part.then(|| self.log.len() - 1)
     }
 
     /// Models the error path of `__cpuhp_invoke_callback_range()`: in a
@@ -1070,10 +1085,15 @@ impl<E: 'static> Cpuhp<E> {
         }
     }
 
-    /// The `cpuhp_exit` of a core step whose callback contained the AP part, now that the part
-    /// ended with `result`: `st->state` is where it left the CPU.
+    /// The end of the `cpuhp_invoke_callback()` of a core step whose callback contained the AP
+    /// part, now that the part ended with `result` (`cpuhp_bringup_ap()` returns the AP's error,
+    /// `takedown_cpu()` succeeds): `st->state` is where the part left the CPU. The one place the
+    /// deferred exit happens: its `cpuhp_exit`, the result and state of its [`LogRecord::Call`],
+    /// and the [`LogRecord::Exit`] that shows it in the log's order. With the
+    /// `bug-trace-exit-before-ap-part` twin both the tracepoint and the record keep what they
+    /// were when the callback proper returned.
     fn close_section(&mut self, cpu: CpuId, op: &mut Operation, result: Result<(), Errno>) {
-        let Some(step) = op.section.take() else {
+        let Some(Section { step, record }) = op.section.take() else {
             return;
         };
         let state = self.cpus[cpu.index()].state;
@@ -1087,6 +1107,21 @@ impl<E: 'static> Cpuhp<E> {
                 step,
                 &result,
             );
+            // The log may have been taken meanwhile: complete the record only if it is still
+            // there.
+            if let Some(LogRecord::Call {
+                invocation,
+                result: r,
+                state_after,
+                nests_ap_part: true,
+                ..
+            }) = self.log.get_mut(record)
+            {
+                if invocation.cpu == cpu && invocation.state == step {
+                    *r = result;
+                    *state_after = state;
+                }
+            }
         }
         self.log.push(LogRecord::Exit {
             cpu,
@@ -1177,13 +1212,25 @@ impl<E: 'static> Cpuhp<E> {
     }
 
     /// Side effects of core steps that succeeded: [`Self::bringup_cpu`] and
-    /// [`Self::takedown_cpu`].
-    fn after_success(&mut self, cpu: CpuId, op: &mut Operation, inv: &Invocation) {
-        if inv.state == CPUHP_BRINGUP_CPU && inv.bringup {
-            op.section = Some(CPUHP_BRINGUP_CPU);
+    /// [`Self::takedown_cpu`], for the call whose exit [`Self::cpuhp_invoke_callback_exit`]
+    /// deferred (`nested`: its log record).
+    fn after_success(
+        &mut self,
+        cpu: CpuId,
+        op: &mut Operation,
+        inv: &Invocation,
+        nested: Option<usize>,
+    ) {
+        let Some(record) = nested else {
+            return;
+        };
+        op.section = Some(Section {
+            step: inv.state,
+            record,
+        });
+        if inv.bringup {
             self.bringup_cpu(cpu, op);
-        } else if inv.state == CPUHP_TEARDOWN_CPU && !inv.bringup {
-            op.section = Some(CPUHP_TEARDOWN_CPU);
+        } else {
             self.takedown_cpu(cpu, op);
         }
     }

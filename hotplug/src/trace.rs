@@ -286,6 +286,12 @@ pub enum LogRecord {
         injected: bool,
         /// `st->state` once the result was applied (as `cpuhp_exit` reports).
         state_after: StateId,
+        /// The callback contains the AP part of the operation (`cpuhp_bringup_ap()` at
+        /// `CPUHP_BRINGUP_CPU`, `takedown_cpu()` at `CPUHP_TEARDOWN_CPU`): the record sits where
+        /// the call began, `result` and `state_after` are what the kernel's call returns once
+        /// that part ended (the AP's error, the state it left), and its `cpuhp_exit` is the
+        /// [`LogRecord::Exit`] after the part. A failure in it is one recorded earlier.
+        nests_ap_part: bool,
     },
     /// `cpuhp_kick_ap_work()` began: the BP hands the AP part of a `cpu_down()` to the AP
     /// thread (its `cpuhp_enter`, fired by the BP task on the control CPU).
@@ -374,6 +380,7 @@ impl fmt::Display for LogRecord {
                 result,
                 injected,
                 state_after,
+                nests_ap_part,
             } => {
                 let on = match inv.runs_on {
                     RunsOn::Target { irqs_off: true } => format!("on CPU{} irqs off", inv.cpu.0),
@@ -396,7 +403,7 @@ impl fmt::Display for LogRecord {
                     on,
                     if inv.rollback { " [rollback]" } else { "" }
                 )?;
-                if record_exit_is_deferred(inv, result, *injected) {
+                if *nests_ap_part {
                     return Ok(());
                 }
                 write!(

@@ -721,3 +721,64 @@ fn the_comparison_catches_each_fidelity_bug() {
         assert!(!same(&buggy, live), "the comparison misses: {what}");
     }
 }
+
+/// The `(state_after, ret)` of the log's records of step `step` nesting the AP part.
+fn nested_records(hp: &Cpuhp<()>, step: StateId) -> Vec<(i32, i32)> {
+    hp.log()
+        .iter()
+        .filter_map(|r| match r {
+            LogRecord::Call {
+                invocation,
+                result,
+                state_after,
+                nests_ap_part: true,
+                ..
+            } if invocation.state == step => Some((
+                state_after.0,
+                result.map_or_else(|e| e.as_neg_i32(), |()| 0),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The log's record of `cpuhp_bringup_ap()` (83) and `takedown_cpu()` (144) holds what their
+/// `cpuhp_exit` reports once the AP part ended, as the live kernel prints it: a clean offline
+/// `state: 84 step: 144 ret: 0` and online `state: 236 step: 83 ret: 0`
+/// (`tests/data/calibrate/hotplug-6.18/clean-*.trace`), an online failed at 187 `state: 145
+/// step: 83 ret: -11` (`cases/up-fail-187.trace`), not the callback proper's return before
+/// that part. The model's own tracepoint says the same. Under `bug-trace-exit-before-ap-part`
+/// both keep the early values (`should_panic`).
+#[test]
+#[cfg_attr(
+    feature = "bug-trace-exit-before-ap-part",
+    should_panic(expected = "assertion")
+)]
+fn the_log_records_the_nesting_steps_exit_after_the_ap_part() {
+    let mut hp = live_machine();
+    hp.cpu_down(CPU1, CPUHP_OFFLINE, &()).unwrap();
+    assert_eq!(nested_records(&hp, CPUHP_TEARDOWN_CPU), vec![(84, 0)]);
+    hp.take_log();
+    hp.cpu_up(CPU1, CPUHP_ONLINE, &()).unwrap();
+    assert_eq!(nested_records(&hp, CPUHP_BRINGUP_CPU), vec![(236, 0)]);
+    hp.cpu_down(CPU1, CPUHP_OFFLINE, &()).unwrap();
+    hp.take_log();
+    hp.set_fail(CPU1, 187).unwrap();
+    let (r, lines) = record(|| hp.cpu_up(CPU1, CPUHP_ONLINE, &()));
+    assert_eq!(r.unwrap_err().errno(), Errno::EAGAIN);
+    assert_eq!(nested_records(&hp, CPUHP_BRINGUP_CPU), vec![(145, -11)]);
+    let exits: Vec<(i32, i32)> = seq(&lines)
+        .into_iter()
+        .filter_map(|(_, e)| match e {
+            CpuhpEvent::Exit {
+                state,
+                step: 83,
+                ret,
+                ..
+            } if ret != 0 => Some((state, ret)),
+            _ => None,
+        })
+        .collect();
+    // The recording keeps the failing exits: the startup's, not the rollback's finish_cpu.
+    assert_eq!(exits, vec![(145, -11)]);
+}

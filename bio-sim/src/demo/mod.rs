@@ -583,10 +583,12 @@ fn hotplug_summary(log: &[LogRecord]) -> (Vec<String>, usize) {
                 invocation,
                 result,
                 injected,
+                nests_ap_part,
                 ..
             } => {
                 rolled_back |= invocation.rollback;
-                if let (Err(e), None) = (result, &failed_at) {
+                // A call nesting the AP part returns the AP's error, recorded before it.
+                if let (Err(e), None, false) = (result, &failed_at, nests_ap_part) {
                     failed_at = Some(format!(
                         "{} {} {} {}{}",
                         invocation.state.0,
@@ -1148,6 +1150,7 @@ mod tests {
             result,
             injected: false,
             state_after: StateId(state),
+            nests_ap_part: false,
         }
     }
 

@@ -124,6 +124,6 @@ pub struct Outcome {
     pub failed: Vec<(i32, i32)>,
 }
 
-/// Whether the per-instance counts of multi-instance steps are compared. Off until the hotplug
-/// crate models multi-instance states (it runs one call per step); the recordings keep the counts.
-pub const COMPARE_INSTANCES: bool = false;
+/// Whether the per-instance counts of multi-instance steps are compared: the model's table has
+/// the instances the recording counts (`Cpuhp::from_listing`), and its log one call per instance.
+pub const COMPARE_INSTANCES: bool = true;

@@ -7,7 +7,10 @@
 //! The callbacks it ran are read from its log ([`hotplug::LogRecord::Call`]) as the live trace
 //! would show them: no entry for an injected failure (the kernel returns before
 //! `trace_cpuhp_enter()`), none for a STARTING/DYING callback (tracepoints do not fire on a CPU
-//! outside `cpu_online_mask`), none for a multi-instance step with no instances.
+//! outside `cpu_online_mask`), none for a multi-instance step with no instances; the calls of a
+//! multi-instance step's instances are one entry with their count. A step whose
+//! callback contains the AP part (`cpuhp_bringup_ap()`, `takedown_cpu()`) has the result it
+//! returns once that part ended, as its `cpuhp_exit` shows.
 
 use hotplug::{
     CallbackMap, CpuId, Cpuhp, LogRecord, Origin, RunsOn, StateId, StatesListing, CPUHP_OFFLINE,
@@ -28,6 +31,12 @@ pub enum Twin {
     /// A `fail` that stays armed after it fired (the one-shot `st->fail = CPUHP_INVALID` of
     /// `cpuhp_invoke_callback()` forgotten).
     FailNotConsumed,
+    /// The result of `cpuhp_bringup_ap()`/`takedown_cpu()` read when their callback proper
+    /// returned, before the AP part they contain ran (departure D1: a failed online shows step
+    /// 83 succeeding).
+    ExitBeforeApPart,
+    /// The table with one instance fewer at this multi-instance step (both directions).
+    DropInstance(i32),
 }
 
 /// The model set up for one machine.
@@ -61,6 +70,15 @@ impl Model {
         }
         let listing = StatesListing::parse(listing).map_err(|e| e.to_string())?;
         let mut map = map;
+        if let Twin::DropInstance(step) = twin {
+            if let Some(c) = map.get_mut(&StateId(step)) {
+                for info in [&mut c.startup, &mut c.teardown].into_iter().flatten() {
+                    if info.multi_instance {
+                        info.instances = info.instances.saturating_sub(1);
+                    }
+                }
+            }
+        }
         if let Twin::DropCallback(step, bringup) = twin {
             if let Some(c) = map.get_mut(&StateId(step)) {
                 if bringup {
@@ -166,17 +184,24 @@ impl Model {
     /// The callbacks of the log a live trace would show (see the module documentation), and the
     /// ones that failed by themselves.
     fn traced(&self, log: &[LogRecord]) -> (Vec<Ran>, Vec<(i32, i32)>) {
-        let mut ran = Vec::new();
+        let mut ran: Vec<Ran> = Vec::new();
         let mut failed = Vec::new();
+        let mut last_instance = false;
         for rec in log {
             let LogRecord::Call {
                 invocation: inv,
                 result,
                 injected,
+                nests_ap_part,
                 ..
             } = rec
             else {
                 continue;
+            };
+            let result = if *nests_ap_part && self.twin == Twin::ExitBeforeApPart {
+                &Ok(())
+            } else {
+                result
             };
             if *injected
                 || inv.origin != Origin::Hotplug
@@ -187,18 +212,27 @@ impl Model {
             let Some(info) = self.map.get(&inv.state).and_then(|c| c.get(inv.bringup)) else {
                 continue;
             };
-            if info.instances == 0 {
-                continue;
-            }
             if let Err(e) = result {
                 failed.push((inv.state.0, e.as_neg_i32()));
             }
+            // The instance calls of one multi-instance call follow each other: one entry.
+            if let Some(prev) = ran.last_mut().filter(|p: &&mut Ran| {
+                inv.instance.is_some()
+                    && last_instance
+                    && p.step == inv.state.0
+                    && p.bringup == inv.bringup
+                    && p.rollback == inv.rollback
+            }) {
+                prev.instances += 1;
+                continue;
+            }
+            last_instance = inv.instance.is_some();
             ran.push(Ran {
                 step: inv.state.0,
                 bringup: inv.bringup,
                 rollback: inv.rollback,
                 function: info.function.clone(),
-                instances: info.instances,
+                instances: 1,
             });
         }
         (ran, failed)
