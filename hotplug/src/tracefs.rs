@@ -435,7 +435,7 @@ impl Subscriber for Router {
 }
 
 /// Runs `f` with a [`Recorder`] receiving this thread's tracepoints and returns what it returned
-/// and the tracefs lines of the tracepoints it fired. The first call installs [`Router`] as the
+/// and the tracefs lines of the tracepoints it fired. The first call installs `Router` as the
 /// global subscriber; where another global subscriber already exists, it falls back to a scoped
 /// one (subject to the callsite-cache race above).
 pub fn record<R>(f: impl FnOnce() -> R) -> (R, Vec<TraceLine>) {

@@ -113,15 +113,31 @@ pub fn events(text: &str, setup: &Setup) -> Result<Vec<Ev>, (usize, String)> {
             }
             let (dev, rwbs, sector, n) =
                 block_fields(&fields).ok_or_else(|| bad("no DEV RWBS SECTOR + N"))?;
+            // A completion's `[error]` is compared: shown when it is not 0, so a request that
+            // fails on one side only differs.
+            let err = if event.ends_with("_complete") {
+                let e = fields
+                    .trim_end()
+                    .rsplit_once('[')
+                    .and_then(|(_, e)| e.strip_suffix(']'))
+                    .ok_or_else(|| bad("no [error]"))?;
+                if e == "0" {
+                    String::new()
+                } else {
+                    format!(" error={e}")
+                }
+            } else {
+                String::new()
+            };
             if dev == loop_dev {
-                format!("loop {rwbs} {sector}+{n}")
+                format!("loop {rwbs} {sector}+{n}{err}")
             } else if dev == setup.lower {
                 let Some(fs) = setup.extents.iter().find_map(|&(logical, phys, len)| {
                     (sector >= phys && sector + n <= phys + len).then(|| logical + sector - phys)
                 }) else {
                     continue;
                 };
-                format!("lower {rwbs} {fs}+{n}")
+                format!("lower {rwbs} {fs}+{n}{err}")
             } else {
                 continue;
             }
@@ -243,6 +259,17 @@ mod tests {
             split_event("     1 j=0     worker pool/unbound on CPU1: ran"),
             None
         );
+    }
+
+    #[test]
+    fn a_completion_that_failed_on_one_side_differs() {
+        let ok = "[000] block_rq_complete: 7,0 WS () 64 + 8 be,0,4 [0]";
+        let failed = "[000] block_rq_complete: 7,0 WS () 64 + 8 be,0,4 [-95]";
+        let s = setup();
+        let a = events(ok, &s).unwrap();
+        let b = events(failed, &s).unwrap();
+        assert_eq!(a[0].to_string(), "block_rq_complete loop WS 64+8");
+        assert_eq!(b[0].to_string(), "block_rq_complete loop WS 64+8 error=-95");
     }
 
     #[test]
