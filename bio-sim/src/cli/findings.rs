@@ -62,16 +62,13 @@ fn one_finding(id: u32, args: &FindingsArgs) -> Result<(), Box<dyn std::error::E
     if let Verdict::Caught(v) = &run.verdict {
         verdict.extend(v.iter().map(|x| format!("   {x}")));
     }
-    let ftrace = run.ftrace.clone().with_verdicts(&verdict);
-    if let Some(o) = &trace_out {
-        o.write(&ftrace.text())?;
-    }
-    if let Some(p) = &perfetto {
-        p.write(&crate::report::perfetto::chrome_trace_json(
-            &ftrace,
-            &format!("finding {id} on {}", variant.name),
-        ))?;
-    }
+    super::output::write_trace_outputs(
+        &run.ftrace,
+        &verdict,
+        trace_out.as_ref(),
+        perfetto.as_ref(),
+        &format!("finding {id} on {}", variant.name),
+    )?;
     for l in &verdict {
         say.line(l);
     }

@@ -40,16 +40,13 @@ fn one_check(id: &str, args: &LoopArgs) -> Result<(), Box<dyn std::error::Error>
     if let Verdict::Caught(v) = &run.verdict {
         verdict.extend(v.iter().map(|x| format!("   {x}")));
     }
-    let ftrace = run.ftrace.clone().with_verdicts(&verdict);
-    if let Some(o) = &trace_out {
-        o.write(&ftrace.text())?;
-    }
-    if let Some(p) = &perfetto {
-        p.write(&crate::report::perfetto::chrome_trace_json(
-            &ftrace,
-            &format!("loop check {} on {}", c.id, variant.name),
-        ))?;
-    }
+    super::output::write_trace_outputs(
+        &run.ftrace,
+        &verdict,
+        trace_out.as_ref(),
+        perfetto.as_ref(),
+        &format!("loop check {} on {}", c.id, variant.name),
+    )?;
     for l in &verdict {
         say.line(l);
     }

@@ -119,6 +119,25 @@ pub fn check_pair(
     Ok((t, p))
 }
 
+/// Writes a run's outputs: its ftrace text with `verdict` as the closing markers to `trace`, and
+/// the Perfetto timeline of the same records, titled `title`, to `perfetto`.
+pub fn write_trace_outputs(
+    ftrace: &crate::report::ftrace::Ftrace,
+    verdict: &[String],
+    trace: Option<&Output>,
+    perfetto: Option<&Output>,
+    title: &str,
+) -> Result<(), String> {
+    let ftrace = ftrace.clone().with_verdicts(verdict);
+    if let Some(o) = trace {
+        o.write(&ftrace.text())?;
+    }
+    if let Some(p) = perfetto {
+        p.write(&crate::report::perfetto::chrome_trace_json(&ftrace, title))?;
+    }
+    Ok(())
+}
+
 /// Prints a command's report lines: to standard output, or to standard error when the trace
 /// itself goes to standard output (`--trace -`), so that stream is a `trace` file and nothing
 /// else.

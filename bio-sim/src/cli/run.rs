@@ -45,16 +45,13 @@ pub fn run_scenario(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
         !run.failed_expectations.is_empty()
     };
-    let ftrace = run.ftrace.clone().with_verdicts(&verdict);
-    if let Some(o) = &trace_out {
-        o.write(&ftrace.text())?;
-    }
-    if let Some(p) = &perfetto {
-        p.write(&crate::report::perfetto::chrome_trace_json(
-            &ftrace,
-            &file.display().to_string(),
-        ))?;
-    }
+    super::output::write_trace_outputs(
+        &run.ftrace,
+        &verdict,
+        trace_out.as_ref(),
+        perfetto.as_ref(),
+        &file.display().to_string(),
+    )?;
     for l in &verdict {
         say.line(l);
     }
@@ -95,16 +92,13 @@ fn default_run(args: &RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         verdict
     };
-    let ftrace = out.ftrace.clone().with_verdicts(&verdict);
-    if let Some(o) = &trace_out {
-        o.write(&ftrace.text())?;
-    }
-    if let Some(p) = &perfetto {
-        p.write(&crate::report::perfetto::chrome_trace_json(
-            &ftrace,
-            "biosim run (default scenario)",
-        ))?;
-    }
+    super::output::write_trace_outputs(
+        &out.ftrace,
+        &verdict,
+        trace_out.as_ref(),
+        perfetto.as_ref(),
+        "biosim run (default scenario)",
+    )?;
     say.text(&summary);
     if out.failed() {
         std::process::exit(1);
