@@ -104,10 +104,7 @@ impl Cpu {
             return;
         }
         let prev = self.current();
-        let resched = self.need_resched();
-        self.need_resched.set(false);
-        let flags = self.trace_flags_under(true, if prev.is_idle() { 1 } else { 2 });
-        self.need_resched.set(resched);
+        let flags = self.sched_switch_trace_flags();
         crate::ktrace!(
             self,
             target: "sched",
@@ -124,6 +121,23 @@ impl Cpu {
         );
     }
 
+    /// The context column of [`Cpu::trace_sched_switch`], `current` being the task leaving: for
+    /// whoever traces a switch on this CPU (a runtime's own).
+    pub fn sched_switch_trace_flags(&self) -> super::TraceFlags {
+        let resched = self.need_resched();
+        self.need_resched.set(false);
+        let idle = self.current().is_idle();
+        let flags = self.trace_flags_under(true, if idle { 1 } else { 2 });
+        self.need_resched.set(resched);
+        flags
+    }
+
+    /// The context column of [`Cpu::trace_sched_wakeup`] with `extra_depth` more locks held:
+    /// `p->pi_lock` and the runqueue lock of `try_to_wake_up()` on top, IRQs off.
+    pub fn sched_wakeup_trace_flags(&self, extra_depth: u32) -> super::TraceFlags {
+        self.trace_flags_under(true, extra_depth + 2)
+    }
+
     /// `trace_sched_wakeup()` in `ttwu_do_activate()`: `task` becomes runnable on `target_cpu`,
     /// traced by the waker with IRQs off, `p->pi_lock` and the runqueue lock held on top of the
     /// `extra_depth` locks the waker's own path holds (e.g. `pool->lock` in `kick_pool()`).
@@ -137,7 +151,7 @@ impl Cpu {
             self,
             target: "sched",
             "sched_wakeup",
-            flags: self.trace_flags_under(true, extra_depth + 2),
+            flags: self.sched_wakeup_trace_flags(extra_depth),
             "comm={} pid={} prio={} target_cpu={:03}",
             task.comm,
             task.pid,

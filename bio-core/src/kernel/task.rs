@@ -61,12 +61,13 @@ impl Task {
     }
 
     /// Worker `k` of the unbound pool on a machine of `nr_cpus` CPUs: `kworker/uM:K` with
-    /// M = 2 * nr_cpus (the unbound pool's id as the kernel numbers them: `kworker/u8:2` on 4 CPUs),
+    /// M = 4 * nr_cpus, the first unbound pool's id: since Linux 6.9 `workqueue_init_early()`
+    /// first creates 2 BH and 2 normal pools per possible CPU (`kworker/u8:3` on 2 CPUs),
     /// pid 500 + K.
     pub fn kworker_unbound(nr_cpus: u32, k: u32) -> Self {
         Self {
             pid: 500 + k,
-            comm: format!("kworker/u{}:{k}", 2 * nr_cpus),
+            comm: format!("kworker/u{}:{k}", 4 * nr_cpus),
         }
     }
 
@@ -130,10 +131,10 @@ mod tests {
             }
         );
         assert_eq!(
-            Task::kworker_unbound(4, 2),
+            Task::kworker_unbound(2, 3),
             Task {
-                pid: 502,
-                comm: "kworker/u8:2".into()
+                pid: 503,
+                comm: "kworker/u8:3".into()
             }
         );
         assert_eq!(

@@ -879,7 +879,7 @@ mod tests {
             "{msgs:?}"
         );
         assert!(
-            msgs.contains(&"sched_wakeup: comm=kworker/u4:1 pid=501 prio=120 target_cpu=001"),
+            msgs.contains(&"sched_wakeup: comm=kworker/u8:1 pid=501 prio=120 target_cpu=001"),
             "{msgs:?}"
         );
         assert!(

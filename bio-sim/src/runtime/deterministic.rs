@@ -387,20 +387,43 @@ impl DetRuntime {
             return Some(r);
         }
         let pair = (task.comm.clone(), task.pid);
+        let from = inner.task_on(Some(cpu.0));
+        let control = inner.control_cpu();
+        // The context columns bio-core's own sched_wakeup/sched_switch print, computed while
+        // `current` is the task that traces them (the writer wakes, the idle task or whoever
+        // ran switches out).
+        let wake_flags = {
+            let ccx = inner.cpus.get(control as usize).unwrap_or(cx);
+            let was = ccx.current();
+            ccx.set_current(Task {
+                pid: WRITER_PID,
+                comm: WRITER_COMM.to_owned(),
+            });
+            let flags = ccx.sched_wakeup_trace_flags(0);
+            ccx.set_current(was);
+            flags
+        };
+        let switch_in_flags = {
+            cx.set_current(Task {
+                pid: from.1,
+                comm: from.0.clone(),
+            });
+            let flags = cx.sched_switch_trace_flags();
+            cx.set_current(saved.clone());
+            flags
+        };
         cx.set_current(task.clone());
         let prev_base = std::mem::replace(&mut inner.base.borrow_mut()[cpu.index()], task.clone());
         let prev_shown = inner.shown.borrow()[cpu.index()].clone();
-        let from = inner.task_on(Some(cpu.0));
         inner
             .trace
             .borrow_mut()
             .push(format!("       {cpu}: {what}"));
         if from != pair {
-            let control = inner.control_cpu();
             inner.record(
                 Some(control),
                 (WRITER_COMM.to_owned(), WRITER_PID),
-                "d..2.",
+                wake_flags.as_str(),
                 "sched_wakeup",
                 format!(
                     "comm={} pid={} prio=120 target_cpu={:03}",
@@ -410,12 +433,12 @@ impl DetRuntime {
             inner.record(
                 Some(cpu.0),
                 from.clone(),
-                "d..2.",
+                switch_in_flags.as_str(),
                 "sched_switch",
                 sched_switch_fields(&from, "R", &pair),
             );
         }
-        inner.shown.borrow_mut()[cpu.index()] = Some(task);
+        inner.shown.borrow_mut()[cpu.index()] = Some(task.clone());
         inner.marker(Some(cpu.0), "on_cpu", what);
         let r = {
             let _on = inner.executing_on(Some(cpu));
@@ -423,12 +446,14 @@ impl DetRuntime {
         };
         inner.shown.borrow_mut()[cpu.index()] = prev_shown;
         inner.base.borrow_mut()[cpu.index()] = prev_base;
+        cx.set_current(task.clone());
+        let switch_out_flags = cx.sched_switch_trace_flags();
         cx.set_current(saved);
         if from != pair {
             inner.record(
                 Some(cpu.0),
                 pair.clone(),
-                "d..2.",
+                switch_out_flags.as_str(),
                 "sched_switch",
                 sched_switch_fields(&pair, "S", &from),
             );

@@ -36,28 +36,69 @@ const DEFAULT_IOPRIO: &str = "be,0,4";
 
 /// `trace_block_getrq()`.
 pub fn block_getrq(rq: &RqTrace, cx: &Cpu) {
-    tracing::trace!(target: "block", tracepoint = "block_getrq", cpu = cx.id().0,
-        "block_getrq: {},{} {} {} + {} [{}]",
-        rq.dev.0, rq.dev.1, rq.rwbs, rq.sector, rq.nr_sector, cx.current().comm);
+    crate::ktrace!(
+        cx,
+        target: "block",
+        "block_getrq",
+        "{},{} {} {} + {} [{}]",
+        rq.dev.0,
+        rq.dev.1,
+        rq.rwbs,
+        rq.sector,
+        rq.nr_sector,
+        cx.current().comm,
+    );
 }
 
 /// `trace_block_rq_insert()`.
 pub fn block_rq_insert(rq: &RqTrace, cx: &Cpu) {
-    tracing::trace!(target: "block", tracepoint = "block_rq_insert", cpu = cx.id().0,
-        "block_rq_insert: {},{} {} {} () {} + {} {DEFAULT_IOPRIO} [{}]",
-        rq.dev.0, rq.dev.1, rq.rwbs, rq.bytes(), rq.sector, rq.nr_sector, cx.current().comm);
+    crate::ktrace!(
+        cx,
+        target: "block",
+        "block_rq_insert",
+        "{},{} {} {} () {} + {} {} [{}]",
+        rq.dev.0,
+        rq.dev.1,
+        rq.rwbs,
+        rq.bytes(),
+        rq.sector,
+        rq.nr_sector,
+        DEFAULT_IOPRIO,
+        cx.current().comm,
+    );
 }
 
 /// `trace_block_rq_issue()`.
 pub fn block_rq_issue(rq: &RqTrace, cx: &Cpu) {
-    tracing::trace!(target: "block", tracepoint = "block_rq_issue", cpu = cx.id().0,
-        "block_rq_issue: {},{} {} {} () {} + {} {DEFAULT_IOPRIO} [{}]",
-        rq.dev.0, rq.dev.1, rq.rwbs, rq.bytes(), rq.sector, rq.nr_sector, cx.current().comm);
+    crate::ktrace!(
+        cx,
+        target: "block",
+        "block_rq_issue",
+        "{},{} {} {} () {} + {} {} [{}]",
+        rq.dev.0,
+        rq.dev.1,
+        rq.rwbs,
+        rq.bytes(),
+        rq.sector,
+        rq.nr_sector,
+        DEFAULT_IOPRIO,
+        cx.current().comm,
+    );
 }
 
 /// `trace_block_rq_complete()`: `error` is `blk_status_to_errno()` of the status (0, `-5`, ...).
 pub fn block_rq_complete(rq: &RqTrace, error: i32, cx: &Cpu) {
-    tracing::trace!(target: "block", tracepoint = "block_rq_complete", cpu = cx.id().0,
-        "block_rq_complete: {},{} {} () {} + {} {DEFAULT_IOPRIO} [{error}]",
-        rq.dev.0, rq.dev.1, rq.rwbs, rq.sector, rq.nr_sector);
+    crate::ktrace!(
+        cx,
+        target: "block",
+        "block_rq_complete",
+        "{},{} {} () {} + {} {} [{}]",
+        rq.dev.0,
+        rq.dev.1,
+        rq.rwbs,
+        rq.sector,
+        rq.nr_sector,
+        DEFAULT_IOPRIO,
+        error,
+    );
 }
