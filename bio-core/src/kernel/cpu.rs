@@ -10,7 +10,7 @@
 //! [`Kernel::hotplug_finish_step`]. Between two steps it may run anything else: that is how a
 //! completion lands between `down_prep` and `dead`.
 
-use super::{Cpu, CpuId, Kernel, PrevState, Task};
+use super::{Cpu, CpuId, Kernel, Task};
 use crate::sync::atomic::Ordering;
 use crate::sync::MutexGuard;
 use hotplug::{Callback, Cpuhp, Errno, HotplugError, RunsOn, StateId, StepCall, StepOutcome};
@@ -162,38 +162,14 @@ impl Kernel {
         // The task kernel/cpu.c runs it in (hotplug::task): cpuhp/N, the idle task or the
         // stopper of the AP, or the BP's work_on_cpu() kworker / the writer.
         let saved = cx.current();
-        let task = Task {
+        cx.set_current(Task {
             pid: inv.task.pid(),
             comm: inv.task.comm(),
-        };
-        // cpuhp/N (cpuhp_kick_ap()) and the BP's work_on_cpu() kworker are kthreads woken for the
-        // step: wake_up_process() then schedule() switches them in, and they sleep afterwards
-        // (the kworker in worker_thread(), TASK_IDLE). The other tasks are switched silently.
-        let sleeps = match inv.task {
-            hotplug::task::Task::CpuhpThread(_) => Some(PrevState::Sleeping),
-            hotplug::task::Task::CpuDownWorker(_) => Some(PrevState::Idle),
-            _ => None,
-        }
-        .filter(|_| saved != task);
-        if sleeps.is_some() {
-            cx.trace_sched_wakeup(&task, cx.id(), 0);
-            cx.trace_sched_switch(
-                &task,
-                if saved.is_idle() {
-                    PrevState::Running
-                } else {
-                    PrevState::Preempted
-                },
-            );
-        }
-        cx.set_current(task);
+        });
         let r = match inv.runs_on {
             RunsOn::Target { irqs_off: true } => cx.with_irqs_disabled(|cx| cb(cx, inv)),
             _ => cb(cx, inv),
         };
-        if let Some(state) = sleeps {
-            cx.trace_sched_switch(&saved, state);
-        }
         cx.set_current(saved);
         r
     }
