@@ -50,12 +50,13 @@ pub fn block_getrq(rq: &RqTrace, cx: &Cpu) {
     );
 }
 
-/// `trace_block_rq_insert()`.
-pub fn block_rq_insert(rq: &RqTrace, cx: &Cpu) {
+/// The events of include/trace/events/block.h's `DECLARE_EVENT_CLASS(block_rq)` share one
+/// `TP_printk("%d,%d %s %u (%s) %llu + %u %s,%u,%u [%s]")`: `event` is the tracepoint's name.
+fn block_rq_class(event: &'static str, rq: &RqTrace, cx: &Cpu) {
     crate::ktrace!(
         cx,
         target: "block",
-        "block_rq_insert",
+        event,
         "{},{} {} {} () {} + {} {} [{}]",
         rq.dev.0,
         rq.dev.1,
@@ -68,22 +69,14 @@ pub fn block_rq_insert(rq: &RqTrace, cx: &Cpu) {
     );
 }
 
+/// `trace_block_rq_insert()`.
+pub fn block_rq_insert(rq: &RqTrace, cx: &Cpu) {
+    block_rq_class("block_rq_insert", rq, cx);
+}
+
 /// `trace_block_rq_issue()`.
 pub fn block_rq_issue(rq: &RqTrace, cx: &Cpu) {
-    crate::ktrace!(
-        cx,
-        target: "block",
-        "block_rq_issue",
-        "{},{} {} {} () {} + {} {} [{}]",
-        rq.dev.0,
-        rq.dev.1,
-        rq.rwbs,
-        rq.bytes(),
-        rq.sector,
-        rq.nr_sector,
-        DEFAULT_IOPRIO,
-        cx.current().comm,
-    );
+    block_rq_class("block_rq_issue", rq, cx);
 }
 
 /// `trace_block_rq_complete()`: `error` is `blk_status_to_errno()` of the status (0, `-5`, ...).
