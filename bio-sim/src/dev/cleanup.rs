@@ -119,6 +119,19 @@ pub enum RestoreAction {
     },
 }
 
+/// Publishes `raw` in the first free (null) slot of `table`; its index, or `None` if all are taken.
+fn claim_slot<T>(table: &[AtomicPtr<T>], raw: *mut T) -> Option<usize> {
+    table.iter().position(|slot| {
+        slot.compare_exchange(
+            std::ptr::null_mut(),
+            raw,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_ok()
+    })
+}
+
 /// `LOOP_CLR_FD` from include/uapi/linux/loop.h.
 const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
 
@@ -224,22 +237,12 @@ impl Restore {
             value: c_value,
             rmdir,
         }));
-        for (i, slot) in RESTORES.iter().enumerate() {
-            if slot
-                .compare_exchange(
-                    std::ptr::null_mut(),
-                    raw,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-            {
-                return Ok(Restore {
-                    action,
-                    slot: i,
-                    raw,
-                });
-            }
+        if let Some(i) = claim_slot(&RESTORES, raw) {
+            return Ok(Restore {
+                action,
+                slot: i,
+                raw,
+            });
         }
         Err(io::Error::other(format!(
             "too many restore actions registered at once: {action:?}"
@@ -351,18 +354,8 @@ impl TempFile {
             return fail(&path, "a temporary path with a NUL byte");
         };
         let raw = c.into_raw();
-        for (i, slot) in PATHS.iter().enumerate() {
-            if slot
-                .compare_exchange(
-                    std::ptr::null_mut(),
-                    raw,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-            {
-                return Ok(TempFile { path, slot: i });
-            }
+        if let Some(i) = claim_slot(&PATHS, raw) {
+            return Ok(TempFile { path, slot: i });
         }
         // SAFETY: `raw` came from into_raw above and was never published.
         drop(unsafe { CString::from_raw(raw) });
