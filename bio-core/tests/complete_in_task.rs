@@ -232,7 +232,7 @@ fn init_disables_offline_cpus_so_online_enable_balances() {
             .count();
         assert_eq!(under, warns, "init_disables_offline={disable}");
         assert_eq!(
-            k.work_disable_count(k.bio_complete().unwrap().work_of(CpuId(1))),
+            k.work_disable_count(k.bio_complete().unwrap().work_of(CpuId(1)).unwrap()),
             0
         );
     }
@@ -241,7 +241,9 @@ fn init_disables_offline_cpus_so_online_enable_balances() {
 #[test]
 fn the_dynamic_states_are_registered_nocalls() {
     let k = setup(Variant::V7, KernelConfig::default());
-    let (online, dead) = k.bio_complete().unwrap().hotplug_states();
+    let [online, dead] = k.bio_complete().unwrap().hotplug_states() else {
+        panic!("the posted module registers two states")
+    };
     let listing = k.hotplug().states_listing();
     assert!(
         listing.contains(&format!("{:3}: block/bio:complete:online", online.0)),

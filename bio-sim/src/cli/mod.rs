@@ -42,6 +42,29 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// `biosim` with a reviewer's modules beside the posted versions: registers each module (so every
+/// command's `--variant`/`--module`, every scenario's `module` line and the gallery's columns know
+/// it), then runs [`main`]. What an `examples/` binary or a reviewer's own crate calls:
+///
+/// ```no_run
+/// # use bio_core::block::complete_in_task::BioCompleteModule;
+/// # fn module() -> &'static dyn BioCompleteModule { unimplemented!() }
+/// fn main() -> std::process::ExitCode {
+///     bio_sim::cli::main_with(&[module()])
+/// }
+/// ```
+pub fn main_with(
+    modules: &[&'static dyn bio_core::block::complete_in_task::BioCompleteModule],
+) -> ExitCode {
+    for m in modules {
+        if let Err(e) = bio_core::block::complete_in_task::register_module(*m) {
+            eprintln!("biosim: error: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    main()
+}
+
 /// An error and its sources, `outer: inner: ...`; a source whose text the message already
 /// carries (a `#[from]` error formatted into its wrapper) is not repeated.
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {

@@ -323,11 +323,13 @@ fn run_with(knobs: &[String], tamper: Tamper) -> Result<Outcome, DefaultRunError
     // wait on its batch: the batcher's down_prep runs (and disables the work with them on the
     // batch), the failure rolls back, and the rollback's startup of the batcher's state must
     // re-enable and requeue the work.
-    let (online_state, _) = sim
+    let online_state = sim
         .kernel
         .bio_complete()
-        .map(|b| b.hotplug_states())
-        .ok_or_else(|| DefaultRunError::Hotplug("the batcher is not initialised".into()))?;
+        .and_then(|b| b.hotplug_states().first().copied())
+        .ok_or_else(|| {
+            DefaultRunError::Hotplug("the batcher registered no hotplug state".into())
+        })?;
     let fail_state = {
         let hp = sim.kernel.hotplug();
         let online_name = hp
@@ -1196,7 +1198,7 @@ mod tests {
     fn the_rollback_failure_state_is_below_the_batcher_and_has_a_teardown() {
         let out = run(&[]).unwrap();
         let sim = Sim::new(SimConfig::default()).unwrap();
-        let (on, _) = sim.kernel.bio_complete().unwrap().hotplug_states();
+        let on = sim.kernel.bio_complete().unwrap().hotplug_states()[0];
         let hp = sim.kernel.hotplug();
         let (fail, _) = &out.fail_state;
         assert!(
@@ -1213,7 +1215,7 @@ mod tests {
     #[test]
     fn the_hotplug_summary_reads_a_rollback_from_the_log() {
         let sim = Sim::new(SimConfig::default()).unwrap();
-        let (on, _) = sim.kernel.bio_complete().unwrap().hotplug_states();
+        let on = sim.kernel.bio_complete().unwrap().hotplug_states()[0];
         // Failing at the batcher's own state replaces its down_prep: nothing above it has a
         // startup to run again, so no rollback invocation runs.
         sim.hotplug_start(CpuId(1), false, Some(on)).unwrap();

@@ -332,7 +332,7 @@ impl BatcherObserver for Oracle {
             BatchCallback::Online | BatchCallback::DownPrep => (cx.id() != target
                 || !cx.may_sleep())
             .then_some("on the CPU itself, in task context"),
-            BatchCallback::Dead => (cx.id() == target
+            BatchCallback::Dead | BatchCallback::Prepare => (cx.id() == target
                 || cx.kernel().cpu_online(target)
                 || !cx.may_sleep())
             .then_some("on another CPU, after the CPU left the online mask, in task context"),

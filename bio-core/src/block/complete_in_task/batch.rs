@@ -8,11 +8,11 @@
 
 use super::variant::{ListKind, Variant};
 use crate::block::{Bio, BioList};
+use crate::kernel::llist::{llist_add, llist_del_all, llist_reverse_order, LlistHead};
 use crate::kernel::{Cpu, CpuId, HeldLock, IrqFlags, LockClass};
-use crate::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::UnsafeCell;
 use crate::workqueue::{DelayedWork, WorkStruct};
-use std::ptr;
 
 /// The batch's work item.
 #[derive(Debug, Clone, Copy)]
@@ -23,11 +23,14 @@ pub(crate) enum BatchWork {
     Delayed(DelayedWork, u64),
 }
 
-/// A node of the v5 lock-less list (`struct llist_node`). biosim allocates it beside the bio
-/// instead of embedding it, which keeps `struct bio` free of raw pointers.
-struct LlistNode {
-    bio: Box<Bio>,
-    next: *mut LlistNode,
+impl BatchWork {
+    /// The `work_struct` (of the `delayed_work`, for v5/v6).
+    pub(crate) fn work_struct(self) -> WorkStruct {
+        match self {
+            BatchWork::Plain(w) => w,
+            BatchWork::Delayed(d, _) => d.work,
+        }
+    }
 }
 
 /// `struct bio_complete_batch`.
@@ -37,15 +40,15 @@ pub(crate) struct BioCompleteBatch {
     /// `batch->list` (bio_list variants).
     list: UnsafeCell<BioList>,
     /// `batch->list` as an `llist_head` (v5).
-    llist: AtomicPtr<LlistNode>,
+    llist: LlistHead,
     /// `batch->lock` on PREEMPT_RT, where `local_lock_t` is a per-CPU `spinlock_t`.
     rt_lock: AtomicBool,
     /// `batch->work`.
     pub(crate) work: BatchWork,
 }
 
-// SAFETY: the UnsafeCell'd list and the llist nodes are only reached under the per-CPU exclusion
-// described in the module docs; bios are Send.
+// SAFETY: the UnsafeCell'd list is only reached under the per-CPU exclusion described in the
+// module docs; bios are Send.
 unsafe impl Send for BioCompleteBatch {}
 // SAFETY: as above.
 unsafe impl Sync for BioCompleteBatch {}
@@ -75,7 +78,7 @@ impl BioCompleteBatch {
         Self {
             cpu,
             list: UnsafeCell::new(BioList::new()),
-            llist: AtomicPtr::new(ptr::null_mut()),
+            llist: LlistHead::new(),
             rt_lock: AtomicBool::new(false),
             work,
         }
@@ -140,60 +143,23 @@ impl BioCompleteBatch {
 
     /// `llist_add()`: pushes a bio; returns whether the list was empty.
     pub(crate) fn llist_add(&self, bio: Box<Bio>) -> bool {
-        let node = Box::into_raw(Box::new(LlistNode {
-            bio,
-            next: ptr::null_mut(),
-        }));
-        let mut head = self.llist.load(Ordering::Relaxed);
-        loop {
-            // SAFETY: `node` is ours until the CAS publishes it.
-            unsafe { (*node).next = head };
-            match self
-                .llist
-                .compare_exchange_weak(head, node, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return head.is_null(),
-                Err(now) => head = now,
-            }
-            crate::sync::spin_loop();
-        }
+        llist_add(bio, &self.llist)
     }
 
     /// `llist_del_all()` + `llist_reverse_order()`: takes every bio, oldest first.
     pub(crate) fn llist_del_all(&self) -> BioList {
-        let mut node = self.llist.swap(ptr::null_mut(), Ordering::Acquire);
-        let mut newest_first = Vec::new();
-        while !node.is_null() {
-            // SAFETY: the swap made us the only owner of the chain.
-            let boxed = unsafe { Box::from_raw(node) };
-            node = boxed.next;
-            newest_first.push(boxed.bio);
-        }
-        let mut list = BioList::new();
-        for bio in newest_first.into_iter().rev() {
-            list.add(bio);
-        }
-        list
+        llist_reverse_order(llist_del_all(&self.llist)).into_bio_list()
     }
 
     /// `llist_empty()`.
     pub(crate) fn llist_empty(&self) -> bool {
-        self.llist.load(Ordering::Acquire).is_null()
+        self.llist.empty()
     }
 
     /// Counts the bios without taking them, and without any lock (see [`Self::take_unlocked`]).
     pub(crate) fn len_unlocked(&self, variant: &Variant) -> usize {
         match variant.list {
-            ListKind::Llist => {
-                let mut n = 0;
-                let mut node = self.llist.load(Ordering::Acquire);
-                while !node.is_null() {
-                    n += 1;
-                    // SAFETY: nodes stay alive until taken; the caller excludes concurrent takers.
-                    node = unsafe { (*node).next };
-                }
-                n
-            }
+            ListKind::Llist => self.llist.len_unlocked(),
             // SAFETY: a read between steps, see the method docs.
             _ => self.list.with(|l| unsafe { (*l).size() }),
         }
@@ -253,11 +219,5 @@ impl Drop for ListGuard<'_> {
             #[cfg(feature = "bug-worker-list-no-irq-off")]
             Held::Nothing => {}
         }
-    }
-}
-
-impl Drop for BioCompleteBatch {
-    fn drop(&mut self) {
-        drop(self.llist_del_all());
     }
 }

@@ -5,6 +5,8 @@
 //! changelogs) and kernel-semantics.md §7 (v7 as landed). Where a version's code is not in the
 //! seeds, the knob's value is marked *inferred* in its doc line and in `biosim variants`.
 
+use super::module::{BioCompleteModule, ModuleRef};
+use crate::sync::untracked::Mutex;
 use std::fmt;
 
 /// How the per-CPU batch list is protected.
@@ -80,6 +82,11 @@ pub struct Variant {
     /// too). Off is finding 11's regression twin: patch 2/4's removal of XFS's own
     /// `IOMAP_IOEND_DONTCACHE` workqueue completion without the flag that replaces it.
     pub fs_flag: bool,
+    /// A reviewer's own module instead of the posted one ([`Variant::module`]). With a module
+    /// only [`Variant::fs_flag`] and [`Variant::gate_reads`] mean anything (they configure the
+    /// submitters of patches 2-3/4, not the completion code); the other knobs are the posted
+    /// module's.
+    pub module: Option<ModuleRef>,
 }
 
 impl Variant {
@@ -102,6 +109,7 @@ impl Variant {
         dead_drains: true,
         gate_reads: false,
         fs_flag: true,
+        module: None,
     };
 
     /// v6 exactly as posted in the seed: v5 with `bio_list` under `local_lock` and the dynamic
@@ -142,16 +150,39 @@ impl Variant {
     /// The default: v7, as landed.
     pub const DEFAULT: Variant = Self::V7;
 
-    /// Looks a preset up by name.
+    /// A reviewer's module as a variant: its code instead of the posted module's, with v7's
+    /// submitters (patches 2-3/4 as landed: flag dropbehind writes only).
+    pub fn module(module: &'static dyn BioCompleteModule) -> Variant {
+        Variant {
+            name: module.name(),
+            module: Some(ModuleRef(module)),
+            ..Self::V7
+        }
+    }
+
+    /// Every posted version, then every registered module ([`register_module`]): the columns of
+    /// the gallery and the names the CLI and scenario files accept.
+    pub fn all() -> Vec<Variant> {
+        let mut all = Self::ALL.to_vec();
+        all.extend(registered().into_iter().map(Self::module));
+        all
+    }
+
+    /// Looks a preset or a registered module up by name.
     pub fn by_name(name: &str) -> Option<Variant> {
-        Self::ALL
+        Self::all()
             .into_iter()
             .find(|v| v.name.eq_ignore_ascii_case(name))
     }
 
-    /// The preset names, oldest first.
+    /// The preset and module names, oldest preset first.
     pub fn names() -> impl Iterator<Item = &'static str> {
-        Self::ALL.into_iter().map(|v| v.name)
+        Self::all().into_iter().map(|v| v.name)
+    }
+
+    /// Whether this is a reviewer's module rather than the posted one.
+    pub fn is_module(&self) -> bool {
+        self.module.is_some()
     }
 
     /// The preset names and then `extra`, as an error message lists them: `v5, v6, v6-review or
@@ -190,8 +221,16 @@ impl Variant {
         }
     }
 
-    /// The knobs as `name=value` pairs, for `biosim variants` and trace headers.
+    /// The knobs as `name=value` pairs, for `biosim variants` and trace headers. A module has
+    /// its name and the submitters' two knobs.
     pub fn knobs(&self) -> Vec<(&'static str, String)> {
+        if let Some(m) = self.module {
+            return vec![
+                ("module", m.0.name().to_owned()),
+                ("gate_reads", self.gate_reads.to_string()),
+                ("fs_flag", self.fs_flag.to_string()),
+            ];
+        }
         vec![
             (
                 "list",
@@ -230,11 +269,63 @@ impl Variant {
         knob.apply(self)
     }
 
-    /// Sets one knob by name (`requeue_on_online=false`), through [`Knob::parse`].
+    /// Sets one knob by name (`requeue_on_online=false`), through [`Knob::parse`]. A module
+    /// takes only the submitters' knobs (`gate_reads`, `fs_flag`): the others configure code it
+    /// does not run.
     pub fn set_knob(&mut self, knob: &str, value: &str) -> Result<(), String> {
-        *self = Knob::parse(knob, value)?.apply(*self);
+        let k = Knob::parse(knob, value)?;
+        if let Some(m) = self.module {
+            if !matches!(k, Knob::GateReads(_) | Knob::FsFlag(_)) {
+                return Err(format!(
+                    "knob {knob} configures the posted versions; module {} has its own code (it takes only gate_reads and fs_flag)",
+                    m.0.name()
+                ));
+            }
+        }
+        *self = k.apply(*self);
         Ok(())
     }
+}
+
+/// The registered modules (see [`register_module`]).
+static MODULES: Mutex<Vec<&'static dyn BioCompleteModule>> = Mutex::new(Vec::new());
+
+fn registered() -> Vec<&'static dyn BioCompleteModule> {
+    MODULES.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Registers a reviewer's module with this process, so that every name lookup (the CLI's
+/// `--variant`/`--module`, a scenario's `module` line) and every list of versions (the gallery's
+/// columns) includes it. A name already taken (by a preset or another module) is refused; the same
+/// module registered twice is not an error.
+pub fn register_module(module: &'static dyn BioCompleteModule) -> Result<(), String> {
+    let name = module.name();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(format!(
+            "module name `{name}`: expected letters, digits, `-`, `_` or `.`"
+        ));
+    }
+    let mut modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    if modules
+        .iter()
+        .any(|m| std::ptr::addr_eq(*m as *const dyn BioCompleteModule, module))
+    {
+        return Ok(());
+    }
+    let taken = Variant::ALL
+        .iter()
+        .map(|v| v.name)
+        .chain(modules.iter().map(|m| m.name()))
+        .any(|n| n.eq_ignore_ascii_case(name));
+    if taken {
+        return Err(format!("module name `{name}` is already taken"));
+    }
+    modules.push(module);
+    Ok(())
 }
 
 /// `a, b, c or d` (`a` for one item, empty for none).
