@@ -248,8 +248,13 @@ impl Machine {
             .expect("CPU exists")
     }
 
+    /// The module's first (online) and last (dead) hotplug states.
     fn states(&self) -> (StateId, StateId) {
-        self.k.bio_complete().expect("initialised").hotplug_states()
+        let states = self.k.bio_complete().expect("initialised").hotplug_states();
+        match states {
+            [first, .., last] => (*first, *last),
+            _ => panic!("the models need an online and a dead state, got {states:?}"),
+        }
     }
 }
 
