@@ -305,9 +305,12 @@ impl Cpu {
     ///
     /// With `CONFIG_PROVE_LOCKING` a lock whose wait type exceeds what the context allows is
     /// reported as "BUG: Invalid wait context" (on !RT `LD_WAIT_CONFIG` spins, so only RT can hit
-    /// it with `spinlock_t`/`local_lock_t`). On RT, taking a sleeping lock with IRQs disabled is
+    /// it with `spinlock_t`/`local_lock_t`), and a class taken both in an IRQ and with that IRQ
+    /// enabled as "WARNING: inconsistent lock state" (see the module docs); only the first
+    /// lockdep splat of the kernel prints. On RT, taking a sleeping lock with IRQs disabled is
     /// the rtlock `might_sleep()` splat. Either way the lock is still taken, as the kernel would
-    /// (it prints and carries on), so the caller can release it.
+    /// (it prints and carries on), so the caller can release it. Every report is logged; the
+    /// first is returned.
     pub fn lock_acquire(&self, class: LockClass, name: &'static str) -> (HeldLock, Option<Report>) {
         let (mut held, report) = self.lockdep_acquire(class, name);
         held.disabled_preemption = !class.sleeps(self.config());
@@ -342,6 +345,9 @@ impl Cpu {
             // print_lock_invalid_wait_context(): debug_locks_off_graph_unlock() first, so only
             // the first lockdep splat of the kernel prints. The lock is not marked either:
             // __lock_acquire() returns before mark_usage().
+            // The rtlock might_sleep() check is skipped here as it always was, also once
+            // lockdep is off (the kernel would still run it), so that a later invalid wait
+            // context stays silent rather than turning into a different splat.
             if self.kernel().debug_locks_off() {
                 report = Some(self.invalid_wait_context(class, name));
             }
