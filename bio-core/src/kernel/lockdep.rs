@@ -1,12 +1,80 @@
-//! `kernel/locking/lockdep.c`'s wait-context check (`check_wait_context()`) and the lock classes
-//! it knows, with the preemption side effects of taking each lock (`include/linux/spinlock.h`,
+//! `kernel/locking/lockdep.c`: the wait-context check (`check_wait_context()`), the IRQ-usage
+//! check (`mark_usage()`/`mark_lock()`/`valid_state()`/`print_usage_bug()`), lockdep's
+//! one-splat rule (`debug_locks_off()`, `lib/debug_locks.c`), and the lock classes it knows, with
+//! the preemption side effects of taking each lock (`include/linux/spinlock.h`,
 //! `include/linux/local_lock.h`, `kernel/locking/spinlock_rt.c`).
 //!
 //! On PREEMPT_RT `spinlock_t` and `local_lock_t` are sleeping locks (rtmutex based). Taking one
 //! from a context that cannot sleep (a hard interrupt, inside a `raw_spinlock_t`) is lockdep's
 //! "BUG: Invalid wait context", the bug class of finding 4.
+//!
+//! # IRQ usage (`CONFIG_PROVE_LOCKING`)
+//!
+//! Lockdep keys a lock class by the lock's name ([`HeldLock::name`]) and keeps, per class and per
+//! [`Kernel`], the usage bits of `enum lock_usage_bit` that the model can reach: `LOCK_USED_IN_HARDIRQ`
+//! (taken in hardirq), `LOCK_ENABLED_HARDIRQ` (taken with hardirqs on), `LOCK_USED_IN_SOFTIRQ`
+//! (taken while serving a softirq) and `LOCK_ENABLED_SOFTIRQ` (taken with hardirqs and softirqs
+//! on: no `local_bh_disable()`, no softirq being served). Every [`Cpu::lockdep_acquire`] (which
+//! [`Cpu::lock_acquire`] runs) sets them as `mark_usage()` does; a new bit whose opposite is
+//! already set (`exclusive_bit()`: IN-HARDIRQ against HARDIRQ-ON, IN-SOFTIRQ against SOFTIRQ-ON)
+//! is `valid_state()`'s "WARNING: inconsistent lock state", [`ReportKind::InconsistentLockState`],
+//! with `print_usage_bug()`'s lines:
+//!
+//! ```text
+//! WARNING: inconsistent lock state
+//! --------------------------------
+//! inconsistent {IN-HARDIRQ-W} -> {HARDIRQ-ON-W} usage.
+//! kworker/0:1/300 [HC0[0]:SC0[0]:HE1:SE1] takes:
+//! (bio_complete_batch.lock){?...}
+//! {IN-HARDIRQ-W} state was registered at:
+//!   biosim/0/1000 on CPU0 [HC1[1]:SC0[0]:HE0:SE1]
+//! other info that might help us debug this:
+//!  Possible unsafe locking scenario:
+//!        CPU0
+//!        ----
+//!   lock(bio_complete_batch.lock);
+//!   <Interrupt>
+//!     lock(bio_complete_batch.lock);
+//!  *** DEADLOCK ***
+//! no locks held by kworker/0:1/300.
+//! ```
+//!
+//! `{?...}` is `get_usage_chars()`: per state (HARDIRQ, SOFTIRQ) a write and a read character,
+//! `-` used in the IRQ with it off, `+` taken with it on, `?` both, `.` neither. Left out of the
+//! kernel's layout: the banner and `print_kernel_ident()`, blank lines, the lock's address, wait
+//! types and call site, the `irq event stamp` block and the stack traces (the registration
+//! "trace" is the task and the context that set the bit).
+//!
+//! On PREEMPT_RT `local_lock_irq()`/`local_lock_irqsave()` are `spin_lock()` on a per-CPU
+//! `spinlock_t` and disable neither IRQs nor BHs, so a `local_lock_t` also taken in a softirq is
+//! SOFTIRQ-ON when a task takes it (`{IN-SOFTIRQ-W} -> {SOFTIRQ-ON-W}`); in hardirq the wait-context
+//! check fires first and turns lockdep off (see below).
+//!
+//! Not modelled: read locks (the `_READ` bits), trylocks, the dependency graph and with it
+//! `check_usage_forwards()`/`check_usage_backwards()` ("possible irq lock inversion dependency",
+//! "HARDIRQ-safe -> HARDIRQ-unsafe lock order"), and `mark_held_locks()`: re-enabling IRQs or
+//! BHs while holding a lock does not set ENABLED bits, only acquisitions do. An NMI marks nothing:
+//! `nmi_enter()` runs `lockdep_off()`.
+//!
+//! # One splat per boot
+//!
+//! Every lockdep report here (invalid wait context, inconsistent lock state, bad unlock balance)
+//! first calls `debug_locks_off()`: the first one clears `debug_locks` ([`Kernel::debug_locks`])
+//! and prints; later ones on the same kernel are silent, and no usage bits are set any more, as
+//! `lock_acquire()` returns early once `lockdep_enabled()` is false. `might_sleep()` is not
+//! lockdep and keeps reporting.
+//!
+//! Buggy twins (features of bio-core, run by `.ci/run`): `bug-lockdep-no-valid-state`,
+//! `bug-lockdep-every-splat`, `bug-lockdep-enabled-ignores-irqs-off`; the unit tests each one
+//! breaks are `should_panic` under it.
+//!
+//! The class table and `debug_locks` are a checker's bookkeeping, not kernel state the loom
+//! models explore: they use the untracked primitives, never held across a loom operation, so they
+//! add no interleavings.
 
-use super::{Cpu, Report, ReportKind};
+use super::{Cpu, Kernel, Report, ReportKind};
+use crate::sync::untracked;
+use std::collections::HashMap;
 use std::fmt;
 
 /// Lockdep's `enum lockdep_wait_type`, ordered from most to least restrictive.
@@ -64,6 +132,132 @@ impl LockClass {
     }
 }
 
+/// The usage bits of lockdep's `enum lock_usage_bit` the model reaches (the write halves of
+/// `LOCKDEP_STATE(HARDIRQ)` and `LOCKDEP_STATE(SOFTIRQ)`; there are no read locks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LockUsageBit {
+    /// `LOCK_USED_IN_HARDIRQ`.
+    UsedInHardirq,
+    /// `LOCK_ENABLED_HARDIRQ`.
+    EnabledHardirq,
+    /// `LOCK_USED_IN_SOFTIRQ`.
+    UsedInSoftirq,
+    /// `LOCK_ENABLED_SOFTIRQ`.
+    EnabledSoftirq,
+}
+
+impl LockUsageBit {
+    /// The bit's index into a class's `usage_traces[]`.
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// `lock_flag(bit)`: the bit in a class's `usage_mask`.
+    fn flag(self) -> u8 {
+        1 << self.index()
+    }
+
+    /// `exclusive_bit()`: the same state, the other direction (IN against ON).
+    fn exclusive(self) -> Self {
+        match self {
+            Self::UsedInHardirq => Self::EnabledHardirq,
+            Self::EnabledHardirq => Self::UsedInHardirq,
+            Self::UsedInSoftirq => Self::EnabledSoftirq,
+            Self::EnabledSoftirq => Self::UsedInSoftirq,
+        }
+    }
+
+    /// `usage_str[bit]`, as `print_usage_bug()` prints it between braces.
+    fn usage_str(self) -> &'static str {
+        match self {
+            Self::UsedInHardirq => "IN-HARDIRQ-W",
+            Self::EnabledHardirq => "HARDIRQ-ON-W",
+            Self::UsedInSoftirq => "IN-SOFTIRQ-W",
+            Self::EnabledSoftirq => "SOFTIRQ-ON-W",
+        }
+    }
+}
+
+/// What lockdep knows of one lock class (`struct lock_class`): its `usage_mask` and, per usage
+/// bit, where it was first set (`usage_traces[]`, here the task and IRQ state instead of a stack).
+#[derive(Debug, Default)]
+struct LockClassUsage {
+    usage_mask: u8,
+    usage_traces: [Option<String>; 4],
+}
+
+impl LockClassUsage {
+    /// `get_usage_chars()`: for HARDIRQ then SOFTIRQ, the write character (`get_usage_char()`)
+    /// and the read one, always `.` (no read locks).
+    fn usage_chars(&self) -> String {
+        let mut s = String::with_capacity(4);
+        for (used_in, enabled) in [
+            (LockUsageBit::UsedInHardirq, LockUsageBit::EnabledHardirq),
+            (LockUsageBit::UsedInSoftirq, LockUsageBit::EnabledSoftirq),
+        ] {
+            let used = self.usage_mask & used_in.flag() != 0;
+            let on = self.usage_mask & enabled.flag() != 0;
+            s.push(match (used, on) {
+                (true, true) => '?',
+                (false, true) => '+',
+                (true, false) => '-',
+                (false, false) => '.',
+            });
+            s.push('.');
+        }
+        s
+    }
+}
+
+/// A kernel's lockdep state: `debug_locks` and the lock classes (`lock_classes[]`, found by name
+/// instead of `classhash_table`'s key). Untracked by loom (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Lockdep {
+    /// `debug_locks` (`lib/debug_locks.c`): 1 at boot, cleared by the first lockdep splat.
+    debug_locks: untracked::AtomicBool,
+    classes: untracked::Mutex<HashMap<&'static str, LockClassUsage>>,
+}
+
+impl Default for Lockdep {
+    fn default() -> Self {
+        Self {
+            debug_locks: untracked::AtomicBool::new(true),
+            classes: untracked::Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// A usage conflict `mark_lock()` found, with what `print_usage_bug()` prints of the class.
+struct UsageBug {
+    prev_bit: LockUsageBit,
+    new_bit: LockUsageBit,
+    usage_chars: String,
+    registered_at: String,
+    /// The held locks with their classes' usage characters (`lockdep_print_held_locks()`).
+    held: Vec<(&'static str, String)>,
+}
+
+impl Kernel {
+    /// `debug_locks`: whether lockdep still checks and reports (`lib/debug_locks.c`). Cleared by
+    /// the first lockdep splat of this kernel (the one-splat rule).
+    pub fn debug_locks(&self) -> bool {
+        self.lockdep.debug_locks.load(untracked::Ordering::Acquire)
+    }
+
+    /// `debug_locks_off()`: turns lockdep off and returns whether this call did it, i.e. whether
+    /// the caller may print its splat (`__debug_locks_off()` is an `xchg()`, so of two racing
+    /// splats one prints).
+    pub(crate) fn debug_locks_off(&self) -> bool {
+        // Twin: lockdep never turns off, so every splat prints.
+        if cfg!(feature = "bug-lockdep-every-splat") {
+            return true;
+        }
+        self.lockdep
+            .debug_locks
+            .swap(false, untracked::Ordering::AcqRel)
+    }
+}
+
 /// A lock the current context holds, returned by [`Cpu::lock_acquire`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a held lock must be released with Cpu::lock_release"]
@@ -111,9 +305,12 @@ impl Cpu {
     ///
     /// With `CONFIG_PROVE_LOCKING` a lock whose wait type exceeds what the context allows is
     /// reported as "BUG: Invalid wait context" (on !RT `LD_WAIT_CONFIG` spins, so only RT can hit
-    /// it with `spinlock_t`/`local_lock_t`). On RT, taking a sleeping lock with IRQs disabled is
+    /// it with `spinlock_t`/`local_lock_t`), and a class taken both in an IRQ and with that IRQ
+    /// enabled as "WARNING: inconsistent lock state" (see the module docs); only the first
+    /// lockdep splat of the kernel prints. On RT, taking a sleeping lock with IRQs disabled is
     /// the rtlock `might_sleep()` splat. Either way the lock is still taken, as the kernel would
-    /// (it prints and carries on), so the caller can release it.
+    /// (it prints and carries on), so the caller can release it. Every report is logged; the
+    /// first is returned.
     pub fn lock_acquire(&self, class: LockClass, name: &'static str) -> (HeldLock, Option<Report>) {
         let (mut held, report) = self.lockdep_acquire(class, name);
         held.disabled_preemption = !class.sleeps(self.config());
@@ -145,37 +342,32 @@ impl Cpu {
             w => w,
         };
         if self.config().prove_locking && effective > ceiling {
-            let task = self.current();
-            let held: Vec<String> = self
-                .held_locks
-                .borrow()
-                .iter()
-                .map(|h| h.to_string())
-                .collect();
-            let message = format!(
-                "BUG: Invalid wait context\n\
-                 {} is trying to lock:\n {name} ({}) {{{:?}}}\n\
-                 other info that might help us debug this:\n context-{{{:?}}}\n {} lock(s) held{}{}",
-                task.comm,
-                class.kernel_type(),
-                class.wait_type(),
-                self.context_wait_type(),
-                held.len(),
-                if held.is_empty() { "" } else { ": " },
-                held.join(", ")
-            );
-            report = Some(self.report(ReportKind::InvalidWaitContext, message));
-        } else if class.sleeps(self.config()) {
-            // Formatted only if a report is made.
-            let site = format_args!("kernel/locking/spinlock_rt.c ({name})");
-            report = if class.wait_type() == WaitType::Config {
-                // rt_spin_lock() → rtlock_might_resched(): __might_resched() with the RCU nesting
-                // as the expected offset, so an rtlock inside rcu_read_lock() (every RT softirq)
-                // is fine; preemption or IRQs off are not.
-                self.might_resched_rtlock(site).err()
-            } else {
-                self.might_sleep_at(site).err()
-            };
+            // print_lock_invalid_wait_context(): debug_locks_off_graph_unlock() first, so only
+            // the first lockdep splat of the kernel prints. The lock is not marked either:
+            // __lock_acquire() returns before mark_usage().
+            // The rtlock might_sleep() check is skipped here as it always was, also once
+            // lockdep is off (the kernel would still run it), so that a later invalid wait
+            // context stays silent rather than turning into a different splat.
+            if self.kernel().debug_locks_off() {
+                report = Some(self.invalid_wait_context(class, name));
+            }
+        } else {
+            // __lock_acquire(): mark_usage() after the wait-context check, and both before
+            // rt_spin_lock() reaches rtlock_might_resched().
+            report = self.mark_usage(name);
+            if class.sleeps(self.config()) {
+                // Formatted only if a report is made.
+                let site = format_args!("kernel/locking/spinlock_rt.c ({name})");
+                let slept = if class.wait_type() == WaitType::Config {
+                    // rt_spin_lock() → rtlock_might_resched(): __might_resched() with the RCU
+                    // nesting as the expected offset, so an rtlock inside rcu_read_lock() (every
+                    // RT softirq) is fine; preemption or IRQs off are not.
+                    self.might_resched_rtlock(site).err()
+                } else {
+                    self.might_sleep_at(site).err()
+                };
+                report = report.or(slept);
+            }
         }
         let held = HeldLock {
             class,
@@ -186,8 +378,180 @@ impl Cpu {
         (held, report)
     }
 
+    /// lockdep's "BUG: Invalid wait context" splat (`print_lock_invalid_wait_context()`).
+    fn invalid_wait_context(&self, class: LockClass, name: &'static str) -> Report {
+        let task = self.current();
+        let held: Vec<String> = self
+            .held_locks
+            .borrow()
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
+        let message = format!(
+            "BUG: Invalid wait context\n\
+             {} is trying to lock:\n {name} ({}) {{{:?}}}\n\
+             other info that might help us debug this:\n context-{{{:?}}}\n {} lock(s) held{}{}",
+            task.comm,
+            class.kernel_type(),
+            class.wait_type(),
+            self.context_wait_type(),
+            held.len(),
+            if held.is_empty() { "" } else { ": " },
+            held.join(", ")
+        );
+        self.report(ReportKind::InvalidWaitContext, message)
+    }
+
+    /// `print_usage_bug()`'s `[HC%u[%lu]:SC%u[%lu]:HE%u:SE%u]`: `lockdep_hardirq_context()`,
+    /// `hardirq_count()`, `lockdep_softirq_context()` (serving a softirq), `softirq_count()`,
+    /// `lockdep_hardirqs_enabled()`, `lockdep_softirqs_enabled()` (no softirq count at all).
+    fn lockdep_irq_state(&self) -> String {
+        let hardirqs = self.hardirq_count() / super::HARDIRQ_OFFSET;
+        format!(
+            "HC{hardirqs}[{hardirqs}]:SC{}[{}]:HE{}:SE{}",
+            u32::from(self.in_serving_softirq()),
+            self.softirq_count() / super::SOFTIRQ_OFFSET,
+            u32::from(!self.irqs_disabled()),
+            u32::from(self.softirq_count() == 0),
+        )
+    }
+
+    /// `mark_usage()` for a (non-trylock, write) acquisition of the class `name`: sets the usage
+    /// bits the context implies, each through `mark_lock()`, and reports the first conflict as
+    /// `print_usage_bug()` (if `debug_locks_off()` lets it print). Nothing with
+    /// `CONFIG_PROVE_LOCKING` off, once lockdep is off, or in an NMI (`lockdep_off()`).
+    fn mark_usage(&self, name: &'static str) -> Option<Report> {
+        if !self.config().prove_locking || !self.kernel().debug_locks() || self.in_nmi() {
+            return None;
+        }
+        let mut bits = Vec::with_capacity(4);
+        if self.in_hardirq() {
+            bits.push(LockUsageBit::UsedInHardirq);
+        }
+        if self.in_serving_softirq() {
+            bits.push(LockUsageBit::UsedInSoftirq);
+        }
+        // hlock->hardirqs_off: ENABLED_SOFTIRQ too needs hardirqs on. Twin: a task's IRQs-off
+        // acquisition (the worker's local_lock_irq()) is marked as if hardirqs were on.
+        let twin_irqs_on = cfg!(feature = "bug-lockdep-enabled-ignores-irqs-off") && self.in_task();
+        if !self.irqs_disabled() || twin_irqs_on {
+            bits.push(LockUsageBit::EnabledHardirq);
+            if self.softirq_count() == 0 {
+                bits.push(LockUsageBit::EnabledSoftirq);
+            }
+        }
+        let bug = self.mark_lock(name, &bits)?;
+        if !self.kernel().debug_locks_off() {
+            return None;
+        }
+        let task = self.current();
+        let comm_pid = format!("{}/{}", task.comm, task.pid);
+        let mut m = String::new();
+        let mut line = |l: &str| {
+            m.push_str(l);
+            m.push('\n');
+        };
+        line("WARNING: inconsistent lock state");
+        line("--------------------------------");
+        line(&format!(
+            "inconsistent {{{}}} -> {{{}}} usage.",
+            bug.prev_bit.usage_str(),
+            bug.new_bit.usage_str()
+        ));
+        line(&format!("{comm_pid} [{}] takes:", self.lockdep_irq_state()));
+        line(&format!("({name}){{{}}}", bug.usage_chars));
+        line(&format!(
+            "{{{}}} state was registered at:",
+            bug.prev_bit.usage_str()
+        ));
+        line(&format!("  {}", bug.registered_at));
+        line("other info that might help us debug this:");
+        // print_usage_bug_scenario().
+        line(" Possible unsafe locking scenario:");
+        line("       CPU0");
+        line("       ----");
+        line(&format!("  lock({name});"));
+        line("  <Interrupt>");
+        line(&format!("    lock({name});"));
+        line(" *** DEADLOCK ***");
+        // lockdep_print_held_locks(): the lock being taken is not held yet.
+        if bug.held.is_empty() {
+            line(&format!("no locks held by {comm_pid}."));
+        } else {
+            let n = bug.held.len();
+            line(&format!(
+                "{n} lock{} held by {comm_pid}:",
+                if n == 1 { "" } else { "s" }
+            ));
+            for (i, (held, chars)) in bug.held.iter().enumerate() {
+                line(&format!(" #{i}: ({held}){{{chars}}}"));
+            }
+        }
+        m.pop();
+        Some(self.report(ReportKind::InconsistentLockState, m))
+    }
+
+    /// `mark_lock()` of each of `bits` in turn on the class `name`, under the class table's lock
+    /// (the kernel's `graph_lock()`): a bit already set is skipped; a new one is set with its
+    /// registration, then `mark_lock_irq()`'s `valid_state()` checks its exclusive bit. Returns
+    /// the first conflict; the bits after it are not set, as `mark_usage()` stops there.
+    fn mark_lock(&self, name: &'static str, bits: &[LockUsageBit]) -> Option<UsageBug> {
+        if bits.is_empty() {
+            return None;
+        }
+        let mut classes = self
+            .kernel()
+            .lockdep
+            .classes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let class = classes.entry(name).or_default();
+        let mut conflict = None;
+        for &bit in bits {
+            if class.usage_mask & bit.flag() != 0 {
+                continue;
+            }
+            class.usage_mask |= bit.flag();
+            let task = self.current();
+            class.usage_traces[bit.index()] = Some(format!(
+                "{}/{} on CPU{} [{}]",
+                task.comm,
+                task.pid,
+                self.id().0,
+                self.lockdep_irq_state()
+            ));
+            let excl = bit.exclusive();
+            // Twin: valid_state() never finds the exclusive bit.
+            if class.usage_mask & excl.flag() != 0 && !cfg!(feature = "bug-lockdep-no-valid-state")
+            {
+                conflict = Some(UsageBug {
+                    prev_bit: excl,
+                    new_bit: bit,
+                    usage_chars: class.usage_chars(),
+                    registered_at: class.usage_traces[excl.index()].clone().unwrap_or_default(),
+                    held: Vec::new(),
+                });
+                break;
+            }
+        }
+        let mut bug = conflict?;
+        bug.held = self
+            .held_locks
+            .borrow()
+            .iter()
+            .map(|h| {
+                let chars = classes
+                    .get(h.name)
+                    .map_or_else(|| "....".to_owned(), LockClassUsage::usage_chars);
+                (h.name, chars)
+            })
+            .collect();
+        Some(bug)
+    }
+
     /// Releases a lock taken with [`Cpu::lock_acquire`] (`lock_release()`). Releasing a lock the
-    /// context does not hold is lockdep's "bad unlock balance", reported as a WARN.
+    /// context does not hold is lockdep's "bad unlock balance", reported as a WARN if lockdep is
+    /// still on (and then it turns lockdep off).
     pub fn lock_release(&self, held: HeldLock) {
         let pos = self.held_locks.borrow().iter().rposition(|h| *h == held);
         match pos {
@@ -197,14 +561,351 @@ impl Cpu {
                     self.preempt_enable();
                 }
             }
-            None => self.warn(&format!(
-                "kernel/locking/lockdep.c: WARNING: bad unlock balance detected! {held}"
-            )),
+            // print_unlock_imbalance_bug() prints only if its debug_locks_off() turns lockdep
+            // off (lock_release() does not even look once lockdep is off).
+            None => {
+                if self.kernel().debug_locks_off() {
+                    self.warn(&format!(
+                        "kernel/locking/lockdep.c: WARNING: bad unlock balance detected! {held}"
+                    ));
+                }
+            }
         }
     }
 
     /// The locks the current context holds, innermost last.
     pub fn held_locks(&self) -> Vec<HeldLock> {
         self.held_locks.borrow().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{CpuId, KernelConfig, PreemptModel, Task};
+    use super::*;
+
+    const LOCK: &str = "bio_complete_batch.lock";
+
+    fn kernel(config: KernelConfig) -> crate::sync::UntrackedArc<Kernel> {
+        Kernel::new(config, 2).unwrap()
+    }
+
+    /// Takes and releases `name` in `cx`'s current context; returns the report, if any.
+    fn take(cx: &Cpu, name: &'static str) -> Option<Report> {
+        let (held, report) = cx.lock_acquire(LockClass::Spinlock, name);
+        cx.lock_release(held);
+        report
+    }
+
+    fn usage_reports(k: &Kernel) -> Vec<Report> {
+        k.reports().of_kind(ReportKind::InconsistentLockState)
+    }
+
+    /// The module docs' example splat, so that the docs quote exactly what the check prints.
+    fn documented_splat() -> String {
+        let src = include_str!("lockdep.rs");
+        let start = src.find("//! ```text\n").unwrap() + "//! ```text\n".len();
+        let end = start + src[start..].find("//! ```\n").unwrap();
+        src[start..end]
+            .lines()
+            .map(|l| {
+                l.strip_prefix("//! ")
+                    .unwrap_or(l.trim_start_matches("//!"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-lockdep-no-valid-state",
+        should_panic(expected = "must be reported")
+    )]
+    #[cfg_attr(
+        feature = "bug-lockdep-every-splat",
+        should_panic(expected = "turned lockdep off")
+    )]
+    fn in_hardirq_then_hardirq_on_in_task_is_an_inconsistent_lock_state() {
+        let k = kernel(KernelConfig::default());
+        let cx = k.cpu(CpuId(0)).unwrap();
+        assert!(cx.with_hardirq(|c| take(c, LOCK)).is_none());
+        cx.set_current(Task::kworker(CpuId(0)));
+        let r = take(&cx, LOCK).expect("IN-HARDIRQ then HARDIRQ-ON must be reported");
+        assert_eq!(r.kind, ReportKind::InconsistentLockState);
+        assert_eq!(r.message, documented_splat());
+        let lines: Vec<&str> = r.message.lines().collect();
+        assert_eq!(lines[0], "WARNING: inconsistent lock state");
+        assert_eq!(
+            lines[2],
+            "inconsistent {IN-HARDIRQ-W} -> {HARDIRQ-ON-W} usage."
+        );
+        assert_eq!(lines[3], "kworker/0:1/300 [HC0[0]:SC0[0]:HE1:SE1] takes:");
+        assert_eq!(lines[4], "(bio_complete_batch.lock){?...}");
+        assert_eq!(lines[5], "{IN-HARDIRQ-W} state was registered at:");
+        assert!(r.message.contains(
+            "  lock(bio_complete_batch.lock);\n  <Interrupt>\n    lock(bio_complete_batch.lock);\n *** DEADLOCK ***"
+        ));
+        assert_eq!(usage_reports(&k).len(), 1);
+        assert!(!k.debug_locks(), "the splat turned lockdep off");
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-lockdep-no-valid-state",
+        should_panic(expected = "must be reported")
+    )]
+    fn hardirq_on_then_in_hardirq_is_reported_the_other_way_round() {
+        let k = kernel(KernelConfig::default());
+        let cx = k.cpu(CpuId(1)).unwrap();
+        assert!(take(&cx, "q.lock").is_none());
+        let r = cx
+            .with_hardirq(|c| take(c, "q.lock"))
+            .expect("HARDIRQ-ON then IN-HARDIRQ must be reported");
+        let lines: Vec<&str> = r.message.lines().collect();
+        assert_eq!(
+            lines[2],
+            "inconsistent {HARDIRQ-ON-W} -> {IN-HARDIRQ-W} usage."
+        );
+        assert_eq!(lines[3], "biosim/1/1001 [HC1[1]:SC0[0]:HE0:SE1] takes:");
+        // HARDIRQ: used in and enabled; SOFTIRQ: enabled (the task had BHs on).
+        assert_eq!(lines[4], "(q.lock){?.+.}");
+        assert_eq!(lines[5], "{HARDIRQ-ON-W} state was registered at:");
+        assert_eq!(lines[6], "  biosim/1/1001 on CPU1 [HC0[0]:SC0[0]:HE1:SE1]");
+        assert_eq!(usage_reports(&k).len(), 1);
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-lockdep-no-valid-state",
+        should_panic(expected = "must be reported")
+    )]
+    #[cfg_attr(
+        feature = "bug-lockdep-enabled-ignores-irqs-off",
+        should_panic(expected = "IRQs off is consistent")
+    )]
+    fn in_hardirq_and_in_task_with_irqs_off_is_consistent() {
+        // v6's local_lock_irqsave() in hardirq and local_lock_irq() in the worker, on !RT.
+        let k = kernel(KernelConfig::default());
+        let cx = k.cpu(CpuId(0)).unwrap();
+        for _ in 0..2 {
+            assert!(cx.with_hardirq(|c| take(c, LOCK)).is_none());
+            let r = cx.with_irqs_disabled(|c| take(c, LOCK));
+            assert!(r.is_none(), "IRQs off is consistent: {r:?}");
+            cx.local_irq_disable();
+            let (held, r) = cx.lockdep_acquire(LockClass::LocalLock, LOCK);
+            assert!(r.is_none(), "IRQs off is consistent: {r:?}");
+            cx.lock_release(held);
+            cx.local_irq_enable();
+        }
+        assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+        assert!(k.debug_locks());
+        // Still checking: the same class with IRQs on now is caught.
+        assert!(
+            take(&cx, LOCK).is_some(),
+            "HARDIRQ-ON after IN-HARDIRQ must be reported"
+        );
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-lockdep-no-valid-state",
+        should_panic(expected = "must be reported")
+    )]
+    fn in_softirq_then_softirq_on_is_reported_and_bh_disabled_is_not() {
+        let k = kernel(KernelConfig::default());
+        let cx = k.cpu(CpuId(0)).unwrap();
+        assert!(cx.with_softirq(|c| take(c, "s.lock")).is_none());
+        // local_bh_disable(): softirqs off, so only HARDIRQ-ON is marked.
+        assert!(cx.with_bh_disabled(|c| take(c, "s.lock")).is_none());
+        assert!(usage_reports(&k).is_empty());
+        let r = take(&cx, "s.lock").expect("IN-SOFTIRQ then SOFTIRQ-ON must be reported");
+        let lines: Vec<&str> = r.message.lines().collect();
+        assert_eq!(
+            lines[2],
+            "inconsistent {IN-SOFTIRQ-W} -> {SOFTIRQ-ON-W} usage."
+        );
+        // A softirq runs with hardirqs on: HARDIRQ-ON too.
+        assert_eq!(lines[4], "(s.lock){+.?.}");
+        assert_eq!(lines[6], "  biosim/0/1000 on CPU0 [HC0[0]:SC1[1]:HE1:SE0]");
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-lockdep-no-valid-state",
+        should_panic(expected = "must be reported")
+    )]
+    fn the_held_locks_are_listed_with_their_usage() {
+        let k = kernel(KernelConfig::default());
+        let cx = k.cpu(CpuId(0)).unwrap();
+        assert!(cx.with_hardirq(|c| take(c, "inner")).is_none());
+        let (outer, r) = cx.lock_acquire(LockClass::RawSpinlock, "outer");
+        assert!(r.is_none());
+        let r = take(&cx, "inner").expect("IN-HARDIRQ then HARDIRQ-ON must be reported");
+        cx.lock_release(outer);
+        assert!(
+            r.message
+                .ends_with("1 lock held by biosim/0/1000:\n #0: (outer){+.+.}"),
+            "{}",
+            r.message
+        );
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-lockdep-no-valid-state",
+        should_panic(expected = "must be reported")
+    )]
+    #[cfg_attr(
+        feature = "bug-lockdep-every-splat",
+        should_panic(expected = "lockdep is off")
+    )]
+    fn only_the_first_lockdep_splat_of_a_kernel_prints() {
+        let k = kernel(KernelConfig::default());
+        let cx = k.cpu(CpuId(0)).unwrap();
+        for name in ["a", "b"] {
+            assert!(cx.with_hardirq(|c| take(c, name)).is_none());
+        }
+        assert!(
+            take(&cx, "a").is_some(),
+            "the first conflict must be reported"
+        );
+        assert!(!k.debug_locks(), "lockdep is off after the first splat");
+        assert!(take(&cx, "b").is_none(), "lockdep is off");
+        // Nor does it mark any more: "c" collects no bits while lockdep is off.
+        assert!(cx.with_hardirq(|c| take(c, "c")).is_none());
+        assert!(take(&cx, "c").is_none());
+        // A bad unlock is a lockdep splat too, silent now.
+        let (h, _) = cx.lock_acquire(LockClass::Spinlock, "d");
+        cx.lock_release(h.clone());
+        cx.lock_release(h);
+        assert_eq!(k.reports().len(), 1, "{:#?}", k.reports().all());
+        // might_sleep() is not lockdep: it still reports.
+        assert!(cx.with_hardirq(|c| c.might_sleep_at("t.c:1")).is_err());
+        assert_eq!(k.reports().of_kind(ReportKind::SleepInAtomic).len(), 1);
+        // A new kernel starts with lockdep on.
+        let k2 = kernel(KernelConfig::default());
+        let cx2 = k2.cpu(CpuId(0)).unwrap();
+        assert!(cx2.with_hardirq(|c| take(c, "b")).is_none());
+        assert!(
+            take(&cx2, "b").is_some(),
+            "a new kernel's first must be reported"
+        );
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-lockdep-every-splat",
+        should_panic(expected = "is silent")
+    )]
+    fn an_invalid_wait_context_turns_lockdep_off_first() {
+        // Finding 4 on RT: the hardirq producer's local_lock is the splat; the worker's
+        // local_lock_irq() (IRQs on, RT) would be HARDIRQ-ON but lockdep is off by then.
+        let k = kernel(KernelConfig::for_model(PreemptModel::Rt));
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let r = cx.with_hardirq(|c| {
+            let (held, r) = c.lockdep_acquire(LockClass::LocalLock, LOCK);
+            c.lock_release(held);
+            r
+        });
+        assert_eq!(r.unwrap().kind, ReportKind::InvalidWaitContext);
+        let (held, r) = cx.lockdep_acquire(LockClass::LocalLock, LOCK);
+        cx.lock_release(held);
+        assert!(r.is_none());
+        let r = cx.with_hardirq(|c| {
+            let (held, r) = c.lockdep_acquire(LockClass::LocalLock, LOCK);
+            c.lock_release(held);
+            r
+        });
+        assert!(r.is_none(), "a second invalid wait context is silent");
+        assert_eq!(k.reports().len(), 1, "{:#?}", k.reports().all());
+    }
+
+    #[test]
+    fn an_nmi_marks_nothing() {
+        // nmi_enter() runs lockdep_off(): the NMI's acquisition sets no IN-HARDIRQ bit.
+        let k = kernel(KernelConfig::default());
+        let cx = k.cpu(CpuId(0)).unwrap();
+        assert!(cx.with_nmi(|c| take(c, "n.lock")).is_none());
+        assert!(take(&cx, "n.lock").is_none());
+        assert!(k.reports().is_empty(), "{:#?}", k.reports().all());
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-lockdep-no-valid-state",
+        should_panic(expected = "must be reported")
+    )]
+    fn on_rt_local_lock_in_softirq_and_in_a_task_with_bhs_on_is_inconsistent() {
+        // On RT local_lock_irq() is spin_lock() on the per-CPU spinlock_t: it disables neither
+        // IRQs nor BHs, so a class also taken in BLOCK_SOFTIRQ is SOFTIRQ-ON in the worker.
+        let k = kernel(KernelConfig::for_model(PreemptModel::Rt));
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let r = cx.with_softirq(|c| {
+            let (held, r) = c.lockdep_acquire(LockClass::LocalLock, LOCK);
+            c.lock_release(held);
+            r
+        });
+        assert!(r.is_none(), "{r:?}");
+        cx.set_current(Task::kworker(CpuId(0)));
+        let (held, r) = cx.lockdep_acquire(LockClass::LocalLock, LOCK);
+        cx.lock_release(held);
+        let r = r.expect("IN-SOFTIRQ then SOFTIRQ-ON must be reported");
+        assert!(r
+            .message
+            .contains("inconsistent {IN-SOFTIRQ-W} -> {SOFTIRQ-ON-W} usage.\nkworker/0:1/300 [HC0[0]:SC0[0]:HE1:SE1] takes:\n(bio_complete_batch.lock){+.?.}"));
+    }
+
+    #[test]
+    fn without_prove_locking_nothing_is_reported() {
+        let k = kernel(KernelConfig::without_preempt_count(PreemptModel::None));
+        assert!(!k.config().prove_locking);
+        let cx = k.cpu(CpuId(0)).unwrap();
+        assert!(cx.with_hardirq(|c| take(c, LOCK)).is_none());
+        assert!(take(&cx, LOCK).is_none());
+        assert!(k.reports().is_empty());
+        assert!(k.debug_locks());
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-lockdep-no-valid-state",
+        should_panic(expected = "exactly one splat")
+    )]
+    #[cfg_attr(
+        feature = "bug-lockdep-every-splat",
+        should_panic(expected = "exactly one splat")
+    )]
+    fn racing_cpus_on_os_threads_print_one_splat() {
+        // The threaded runtime: one OS thread per CPU, both breaking several classes at once.
+        let names: [&'static str; 8] = ["l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7"];
+        for _ in 0..20 {
+            let k = kernel(KernelConfig::default());
+            let threads: Vec<_> = [0, 1]
+                .into_iter()
+                .map(|cpu| {
+                    let k = crate::sync::UntrackedArc::clone(&k);
+                    std::thread::spawn(move || {
+                        let cx = k.cpu(CpuId(cpu)).unwrap();
+                        for name in names {
+                            if cpu == 0 {
+                                let _ = cx.with_hardirq(|c| take(c, name));
+                            } else {
+                                let _ = take(&cx, name);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert_eq!(
+                usage_reports(&k).len(),
+                1,
+                "exactly one splat: {:#?}",
+                k.reports().all()
+            );
+            assert_eq!(k.reports().len(), 1);
+        }
     }
 }

@@ -65,6 +65,8 @@ pub struct Kernel {
     hotplug_owner: crate::sync::LockOwner,
     waker: UntrackedOnceLock<UntrackedArc<dyn Fn(CpuId) + Send + Sync>>,
     warned_once: Mutex<Vec<&'static str>>,
+    /// `debug_locks` and lockdep's lock classes.
+    lockdep: lockdep::Lockdep,
     pub(crate) bio_complete:
         UntrackedOnceLock<UntrackedArc<crate::block::complete_in_task::BioCompleteBatcher>>,
 }
@@ -156,6 +158,7 @@ impl Kernel {
             hotplug_owner: crate::sync::LockOwner::default(),
             waker: UntrackedOnceLock::new(),
             warned_once: Mutex::new(Vec::new()),
+            lockdep: lockdep::Lockdep::default(),
             bio_complete: UntrackedOnceLock::new(),
         });
         crate::workqueue::register_hotplug_states(&kernel);

@@ -15,6 +15,9 @@ pub enum ReportKind {
     SleepInAtomic,
     /// lockdep's `BUG: Invalid wait context` (`check_wait_context()`).
     InvalidWaitContext,
+    /// lockdep's `WARNING: inconsistent lock state` (`valid_state()` → `print_usage_bug()`): a
+    /// lock class taken both in an IRQ context and with that IRQ enabled.
+    InconsistentLockState,
     /// `BUG()`/`BUG_ON()`: the kernel would oops here.
     Bug,
     /// `WARN()`/`WARN_ON()`.

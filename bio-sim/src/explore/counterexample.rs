@@ -288,6 +288,7 @@ mod tests {
             Invariant::KernelReport(Warn),
             Invariant::KernelReport(SleepInAtomic),
             Invariant::KernelReport(InvalidWaitContext),
+            Invariant::KernelReport(InconsistentLockState),
             Invariant::NoQuiescence,
             Invariant::DropbehindCached,
             Invariant::DataMismatch,

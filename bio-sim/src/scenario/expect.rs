@@ -25,7 +25,7 @@ impl fmt::Display for Expectation {
 
 /// The scenario language's name of every invariant an `expect` line can name, both ways: the
 /// parser reads it, a written counterexample (`biosim explore`) writes it.
-const INVARIANT_NAMES: [(&str, Invariant); 12] = [
+const INVARIANT_NAMES: [(&str, Invariant); 13] = [
     ("once", Invariant::EndIoOnce),
     ("task", Invariant::TaskContext),
     ("stranded", Invariant::Stranded),
@@ -40,6 +40,10 @@ const INVARIANT_NAMES: [(&str, Invariant); 12] = [
     (
         "invalid-wait-context",
         Invariant::KernelReport(ReportKind::InvalidWaitContext),
+    ),
+    (
+        "inconsistent-lock-state",
+        Invariant::KernelReport(ReportKind::InconsistentLockState),
     ),
     ("no-quiescence", Invariant::NoQuiescence),
     ("dropbehind", Invariant::DropbehindCached),
@@ -74,6 +78,6 @@ pub(super) fn parse_expect(l: &Line<'_>) -> Result<Expectation, ScenarioError> {
         return Ok(Expectation::Clean);
     }
     invariant_name(w).map(Expectation::Violates).ok_or_else(|| {
-        l.err_at(1, format!("expect: unknown invariant `{w}` (expected clean, once, task, stranded, off-cpu, hotplug-context, bug, warn, sleep-in-atomic, invalid-wait-context, no-quiescence, dropbehind, data)"))
+        l.err_at(1, format!("expect: unknown invariant `{w}` (expected clean, once, task, stranded, off-cpu, hotplug-context, bug, warn, sleep-in-atomic, invalid-wait-context, inconsistent-lock-state, no-quiescence, dropbehind, data)"))
     })
 }

@@ -20,7 +20,7 @@
 //! optionally after `try`. Then `settle [STEPS]` (also implied at the end) and any number of
 //! `expect clean` / `expect INVARIANT` lines, where INVARIANT is one of `once`, `task`,
 //! `stranded`, `off-cpu`, `hotplug-context`, `bug`, `warn`, `sleep-in-atomic`,
-//! `invalid-wait-context`, `no-quiescence`, `dropbehind`, `data`.
+//! `invalid-wait-context`, `inconsistent-lock-state`, `no-quiescence`, `dropbehind`, `data`.
 //!
 //! `variant NAME` takes a name of [`Variant::ALL`](bio_core::block::complete_in_task::Variant::ALL),
 //! `knob` one of [`Knob`](bio_core::block::complete_in_task::Knob)'s (the parser the CLI's `--knob`
