@@ -90,7 +90,11 @@ fn expected_word(e: Option<crate::checks::Expect>) -> String {
     )
 }
 
-fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+/// Runs a parsed command line as [`main`] does, without the trace subscriber and the exit status
+/// mapping (in-process callers: tests of a registered module, with `Cli::try_parse_from`). A
+/// command that finds what it looks for (a violation, differing verdicts, a failed `--check`)
+/// still exits the process with status 1, as the binary does.
+pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         Command::Contexts(args) => {
             let configs = if args.all {
