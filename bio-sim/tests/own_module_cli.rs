@@ -527,3 +527,22 @@ fn explore_on_a_module_writes_a_module_counterexample() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `biosim states --module NAME` parses to the module (the table after its init: what it
+/// registered); the module's hotplug states are the ones its init asked for.
+#[test]
+fn states_takes_a_module() {
+    setup();
+    let cli = parse(&["states", "--module", "llist-nodead"]).unwrap();
+    let bio_sim::cli::args::Command::States(a) = &cli.command else {
+        panic!("not states")
+    };
+    assert_eq!(a.module.map(|m| m.name), Some("llist-nodead"));
+    bio_sim::cli::run(cli).unwrap();
+    let k = Kernel::new(KernelConfig::default(), 2).unwrap();
+    let b = bio_complete_init(&k, Variant::module(&NODEAD), None).unwrap();
+    assert_eq!(b.hotplug_states().len(), 1);
+    let listing = k.hotplug().states_listing();
+    assert!(listing.contains("block/bio:complete:online"), "{listing}");
+    assert!(!listing.contains("block/bio:complete:dead"), "{listing}");
+}

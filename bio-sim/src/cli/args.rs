@@ -393,6 +393,9 @@ pub struct StatesArgs {
     /// Number of possible CPUs of the simulated machine.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub cpus: u32,
+    /// The table after a registered module's init instead of v7's (the states it registers).
+    #[arg(long, value_name = "NAME", value_parser = parse_module_arg, help = module_help("The table after this registered module's init instead of v7's"))]
+    pub module: Option<Variant>,
 }
 
 /// Kernel configuration flags shared by the subcommands that simulate a kernel.

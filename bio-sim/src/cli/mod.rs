@@ -120,8 +120,9 @@ pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::States(args) => {
             use bio_core::block::complete_in_task::{bio_complete_init, Variant};
             let kernel = bio_core::Kernel::new(KernelConfig::default(), args.cpus)?;
-            // The table after boot: the batcher's init registers its two dynamic states.
-            bio_complete_init(&kernel, Variant::DEFAULT, None)?;
+            // The table after boot: the batcher's init registers its dynamic states (v7: two; a
+            // module: whatever its init registers).
+            bio_complete_init(&kernel, args.module.unwrap_or(Variant::DEFAULT), None)?;
             print!("{}", kernel.hotplug().states_listing());
         }
     }
