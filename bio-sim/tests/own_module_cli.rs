@@ -309,6 +309,21 @@ fn module_is_resolved_through_the_registry_and_excludes_variant() {
         panic!("not findings")
     };
     assert_eq!(a.module.map(|m| m.name), Some("llist-nodead"));
+    // What `biosim findings --finding 9 --module llist-nodead` runs: the check on the module.
+    let f9 = findings::finding(9).unwrap();
+    let (v, r) = findings::machine_for(f9, a.module.unwrap().name, &a.knobs).unwrap();
+    let run = findings::run_check(9, v, r, true).unwrap().unwrap();
+    assert!(
+        matches!(run.verdict, Verdict::Caught(_)),
+        "{:?}",
+        run.verdict
+    );
+    assert!(
+        run.trace
+            .starts_with("# biosim: variant llist-nodead (module=llist-nodead "),
+        "{}",
+        run.trace
+    );
     let cli = parse(&["explore", "--module", "llist-test", "--cases", "3"]).unwrap();
     let bio_sim::cli::args::Command::Explore(a) = cli.command else {
         panic!("not explore")
@@ -545,4 +560,35 @@ fn states_takes_a_module() {
     let listing = k.hotplug().states_listing();
     assert!(listing.contains("block/bio:complete:online"), "{listing}");
     assert!(!listing.contains("block/bio:complete:dead"), "{listing}");
+}
+
+/// `biosim run --module NAME`: the default scenario on the module.
+#[test]
+fn the_default_run_takes_a_module() {
+    setup();
+    let cli = parse(&[
+        "run",
+        "--module",
+        "llist-test",
+        "--knob",
+        "gate_reads=false",
+    ])
+    .unwrap();
+    let bio_sim::cli::args::Command::Run(a) = &cli.command else {
+        panic!("not run")
+    };
+    assert_eq!(a.module.map(|m| m.name), Some("llist-test"));
+    let out =
+        bio_sim::demo::run_on(Variant::module(&LLIST), &["gate_reads=false".to_owned()]).unwrap();
+    let summary = out.summary();
+    assert!(
+        summary.contains("batcher llist-test with gate_reads=false, "),
+        "{summary}"
+    );
+    assert!(!out.failed(), "{summary}");
+    assert!(summary.contains("bio_complete_work_fn runs"), "{summary}");
+    let e = bio_sim::demo::run_on(Variant::module(&LLIST), &["dead_drains=false".to_owned()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("module llist-test has its own code"), "{e}");
 }
