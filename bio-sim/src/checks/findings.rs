@@ -8,6 +8,7 @@
 //! variant to [`Variant::ALL`] means adding its row here, nothing else in this file.
 
 use super::verdict::{Expect, Verdict};
+use crate::machine::modules::{customised, with_knob};
 use crate::machine::oracle::{Invariant, Need, Violation};
 use crate::machine::sim::{CompletionContext, Sim, SimConfig, SimError};
 use crate::machine::transition::Transition;
@@ -237,8 +238,10 @@ pub fn twin_machine(t: &Twin) -> (Variant, RescuerAffinity) {
 }
 
 /// The machine `biosim findings --finding N --variant NAME [--knob K=V]...` runs finding `f` on:
-/// `twin` (the finding's twin) or a posted variant by name, with the knobs applied in order
-/// (through [`Knob::parse_assignment`]). The error names the known variants or knobs.
+/// `twin` (the finding's twin), a posted variant or a registered module by name, with the knobs
+/// applied in order (through [`Variant::set_knob`], which refuses a module every knob but
+/// `gate_reads` and `fs_flag`). Knobs name a posted variant `custom`; a module keeps its name. The
+/// error names the known variants or knobs.
 pub fn machine_for(
     f: &Finding,
     name: &str,
@@ -256,8 +259,7 @@ pub fn machine_for(
         )
     };
     for kv in knobs {
-        variant = variant.with(Knob::parse_assignment(kv)?);
-        variant.name = "custom";
+        variant = customised(with_knob(variant, kv)?);
     }
     Ok((variant, rescuer))
 }
@@ -627,7 +629,8 @@ pub fn deferred_reads(variant: Variant, n: u32) -> Result<DeferredReads, SimErro
 pub struct Row {
     /// The finding.
     pub finding: &'static Finding,
-    /// Verdicts per [`Variant::ALL`] (checks) — empty for figures.
+    /// Verdicts per [`Variant::all`]: the posted versions, then the registered modules (checks) —
+    /// empty for figures.
     pub cells: Vec<Verdict>,
     /// The twin's verdict.
     pub twin: Option<Verdict>,
@@ -636,12 +639,16 @@ pub struct Row {
 }
 
 impl Row {
-    /// Cells that differ from the expectation, as `(column, got, expected)` (`None`: the variant
-    /// has no expectation for this check in [`EXPECTED`]).
+    /// Cells that differ from the expectation, as `(column, got, expected)` (`None`: the posted
+    /// variant has no expectation for this check in [`EXPECTED`]). A registered module's cell has
+    /// no expectation and is not judged ([`Row::module_cells`]).
     pub fn mismatches(&self) -> Vec<(String, &'static str, Option<Expect>)> {
         let mut out = Vec::new();
         if let FindingKind::Check { twin } = self.finding.kind {
-            for (v, cell) in Variant::ALL.iter().zip(&self.cells) {
+            for (v, cell) in Variant::all().iter().zip(&self.cells) {
+                if v.is_module() {
+                    continue;
+                }
                 let e = expected(self.finding.id, v.name);
                 if !e.is_some_and(|e| cell.matches(e)) {
                     out.push((v.name.to_owned(), cell.word(), e));
@@ -655,12 +662,23 @@ impl Row {
         }
         out
     }
+
+    /// The registered modules' cells of a check's row, as `(module, verdict)`: reported, not
+    /// judged (a reviewer's module has no row in [`EXPECTED`]).
+    pub fn module_cells(&self) -> Vec<(&'static str, &'static str)> {
+        Variant::all()
+            .iter()
+            .zip(&self.cells)
+            .filter(|(v, _)| v.is_module())
+            .map(|(v, c)| (v.name, c.word()))
+            .collect()
+    }
 }
 
-/// A check's row: every posted variant, then the twin.
+/// A check's row: every posted variant, every registered module, then the twin.
 fn check_row(f: &'static Finding, twin: Option<Twin>) -> Result<Row, SimError> {
     let mut cells = Vec::new();
-    for v in Variant::ALL {
+    for v in Variant::all() {
         cells.push(run_check_inner(f.id, v, RescuerAffinity::PoolCpu, false)?.verdict);
     }
     let twin = match twin {
@@ -678,10 +696,10 @@ fn check_row(f: &'static Finding, twin: Option<Twin>) -> Result<Row, SimError> {
     })
 }
 
-/// Finding 6's figure on every posted variant.
+/// Finding 6's figure on every posted variant and registered module.
 fn figure6() -> Result<String, SimError> {
     let mut parts = Vec::new();
-    for v in Variant::ALL {
+    for v in Variant::all() {
         let d = deferred_reads(v, 8)?;
         parts.push(format!(
             "{}: {}/{} reads deferred",
@@ -691,7 +709,7 @@ fn figure6() -> Result<String, SimError> {
     Ok(parts.join("; "))
 }
 
-/// Runs every check on every posted variant and its twin, and the figures (finding 8's figure
+/// Runs every check on every posted variant, every registered module and the twin, and the figures (finding 8's figure
 /// comes from `figure8`, which the caller supplies because it needs the threaded runtime).
 pub fn matrix(figure8: &dyn Fn() -> String) -> Result<Vec<Row>, SimError> {
     let mut rows = Vec::new();
@@ -714,10 +732,12 @@ pub fn column_width(name: &str) -> usize {
     (name.len() + 1).max(7)
 }
 
-/// Renders the matrix as text, one column per [`Variant::ALL`].
+/// Renders the matrix as text, one column per [`Variant::all`] (the posted versions, then the
+/// registered modules, which the footer says have no expectation).
 pub fn render(rows: &[Row]) -> String {
+    let columns = Variant::all();
     let mut out = format!("{:<66} ", "finding");
-    for v in Variant::ALL {
+    for v in &columns {
         out.push_str(&format!("{:<w$} ", v.name, w = column_width(v.name)));
     }
     out.push_str("twin\n");
@@ -727,7 +747,7 @@ pub fn render(rows: &[Row]) -> String {
             Some(fig) => out.push_str(&format!("{title:<66} {fig}\n")),
             None => {
                 out.push_str(&format!("{title:<66} "));
-                for (i, v) in Variant::ALL.iter().enumerate() {
+                for (i, v) in columns.iter().enumerate() {
                     let word = r.cells.get(i).map_or("-", |c| c.word());
                     out.push_str(&format!("{word:<w$} ", w = column_width(v.name)));
                 }
@@ -743,6 +763,12 @@ pub fn render(rows: &[Row]) -> String {
         }
     }
     out.push_str("v5's hotplug protocol and need_resched() yield are inferred (see `biosim variants`); v7 is derived from a description of the landed code.\n");
+    if columns.iter().any(Variant::is_module) {
+        out.push_str(&format!(
+            "columns after {} are registered modules: no expectation (`--check` reports their verdicts, it does not judge them)\n",
+            Variant::ALL[Variant::ALL.len() - 1].name
+        ));
+    }
     out
 }
 

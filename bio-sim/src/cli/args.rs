@@ -13,6 +13,19 @@ fn variant_help() -> String {
     )
 }
 
+/// `--module`'s help: `what`, then the registered modules (or how to register one).
+fn module_help(what: &str) -> String {
+    format!(
+        "{what} ({}; a module takes only the knobs gate_reads and fs_flag)",
+        crate::machine::modules::registered_text()
+    )
+}
+
+/// `--module NAME`: a registered module ([`crate::machine::modules::parse_module`]).
+fn parse_module_arg(s: &str) -> Result<Variant, String> {
+    crate::machine::modules::parse_module(s)
+}
+
 /// `--knob`'s help: the names of [`Knob::SPECS`].
 fn knob_help() -> String {
     format!(
@@ -70,7 +83,8 @@ pub enum Command {
     /// the oracle's verdict; without FILE, the built-in default scenario and its summary. Exit status 1 if an `expect` line does not hold (or, without
     /// `expect` lines, if any invariant was violated); 2 for a bad file.
     Run(RunArgs),
-    /// List the posted versions of the task-completion batcher and their knobs.
+    /// List the posted versions of the task-completion batcher and their knobs, then the registered
+    /// modules (a binary calling `bio_sim::cli::main_with`) with their summaries.
     Variants,
     /// Run the finding gallery: every review finding as a check on every variant (caught/clean),
     /// its buggy twin, and the measured figures of findings 6 and 8.
@@ -139,6 +153,9 @@ pub struct ExploreArgs {
     /// The variant.
     #[arg(long, default_value = "v7", value_parser = |s: &str| Variant::parse_name(s, &[]), help = explore_variant_help())]
     pub variant: Variant,
+    /// A registered module instead of --variant.
+    #[arg(long, value_name = "NAME", conflicts_with = "variant", value_parser = parse_module_arg, help = module_help("A registered module to explore instead of --variant"))]
+    pub module: Option<Variant>,
     /// A knob, NAME=VALUE (repeatable).
     #[arg(long = "knob", value_name = "NAME=VALUE", value_parser = parse_knob_text, help = explore_knob_help())]
     pub knobs: Vec<String>,
@@ -182,6 +199,13 @@ pub struct ExploreArgs {
     /// A loop device on every machine.
     #[arg(long = "loop", value_name = "VERSION", value_parser = |s: &str| LoopVariant::by_name(s).ok_or_else(|| format!("unknown loop version `{s}` (expected {})", LoopVariant::names_or(&[]))), help = explore_loop_help())]
     pub loop_dev: Option<LoopVariant>,
+}
+
+impl ExploreArgs {
+    /// The variant explored before any `--knob`: `--module`'s, else `--variant`'s.
+    pub fn preset(&self) -> Variant {
+        self.module.unwrap_or(self.variant)
+    }
 }
 
 /// `biosim diff`.
@@ -324,6 +348,10 @@ pub struct RunArgs {
     /// `biosim variants`); e.g. dead_drains=false or requeue_on_online=false strands bios.
     #[arg(long = "knob", value_name = "NAME=VALUE", conflicts_with = "file")]
     pub knobs: Vec<String>,
+    /// Without FILE: run the default scenario on a registered module instead of v7 (a scenario
+    /// file names its module with a `module NAME` line).
+    #[arg(long, value_name = "NAME", conflicts_with = "file", value_parser = parse_module_arg, help = module_help("Without FILE: the registered module to run the default scenario on, instead of v7 (a scenario file names it with a `module NAME` line)"))]
+    pub module: Option<Variant>,
     /// Also write the trace as a Chrome/Perfetto trace (open it at ui.perfetto.dev).
     #[arg(long, value_name = "FILE.json")]
     pub perfetto: Option<std::path::PathBuf>,
@@ -341,6 +369,9 @@ pub struct FindingsArgs {
     /// With --finding: the variant to run it on.
     #[arg(long, default_value = "v6", requires = "finding", help = variant_help())]
     pub variant: String,
+    /// With --finding: a registered module to run it on instead of --variant.
+    #[arg(long, value_name = "NAME", requires = "finding", conflicts_with = "variant", value_parser = parse_module_arg, help = module_help("With --finding: the registered module to run it on, instead of --variant"))]
+    pub module: Option<Variant>,
     /// With --finding: a knob set on the variant, NAME=VALUE (repeatable; see `biosim variants`).
     #[arg(long = "knob", value_name = "NAME=VALUE", requires = "finding", help = knob_help())]
     pub knobs: Vec<String>,
@@ -362,6 +393,9 @@ pub struct StatesArgs {
     /// Number of possible CPUs of the simulated machine.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub cpus: u32,
+    /// The table after a registered module's init instead of v7's (the states it registers).
+    #[arg(long, value_name = "NAME", value_parser = parse_module_arg, help = module_help("The table after this registered module's init instead of v7's"))]
+    pub module: Option<Variant>,
 }
 
 /// Kernel configuration flags shared by the subcommands that simulate a kernel.

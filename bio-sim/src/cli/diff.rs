@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 /// `biosim diff A`'s help: the names of [`Variant::ALL`] and [`Knob::SPECS`].
 pub fn variant_help() -> String {
     format!(
-        "Side A: a variant of the task-completion batcher, NAME or NAME,KNOB=VALUE,... (e.g. v6 or v7,requeue_on_online=false; NAME: {}; KNOB: {}). It replaces the file's `variant` and `knob` lines; in a loop scenario it names the batcher, the file's `loop` line stays",
+        "Side A: a variant of the task-completion batcher, NAME or NAME,KNOB=VALUE,... (e.g. v6 or v7,requeue_on_online=false; NAME: {}; KNOB: {}). It replaces the file's `variant` (or `module`) and `knob` lines; in a loop scenario it names the batcher, the file's `loop` line stays",
         Variant::names_or(&[]),
         Knob::names().collect::<Vec<_>>().join(", ")
     )
@@ -33,14 +33,15 @@ pub struct VariantSpec {
     pub variant: Variant,
 }
 
-/// `biosim diff`'s A and B: a preset name of [`Variant::ALL`], then `,KNOB=VALUE` assignments
-/// through [`Knob::parse_assignment`].
+/// `biosim diff`'s A and B: a preset name of [`Variant::ALL`] or a registered module's, then
+/// `,KNOB=VALUE` assignments through [`Variant::set_knob`] (a module takes only `gate_reads` and
+/// `fs_flag`).
 pub fn parse_variant_spec(spec: &str) -> Result<VariantSpec, String> {
     let mut parts = spec.split(',');
     let name = parts.next().unwrap_or_default();
     let mut variant = Variant::parse_name(name, &[])?;
     for kv in parts {
-        variant = Knob::parse_assignment(kv)?.apply(variant);
+        variant = crate::machine::modules::with_knob(variant, kv)?;
     }
     Ok(VariantSpec {
         spec: spec.to_owned(),

@@ -6,8 +6,8 @@ use crate::explore::campaign::{Budget, Campaign, Outcome};
 use crate::explore::counterexample::{self, invariant_word, Provenance, Written};
 use crate::explore::shrink::{shrink, Shrunk};
 use crate::machine::loop_rig::{BackingKind, LoopSetup};
+use crate::machine::modules::{customised, with_knob};
 use crate::machine::sim::SimConfig;
-use bio_core::block::complete_in_task::Knob;
 use bio_core::workqueue::RescuerAffinity;
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
@@ -115,14 +115,15 @@ struct Finding {
 /// Runs `biosim explore`.
 pub fn explore(args: ExploreArgs) -> Result<(), Box<dyn std::error::Error>> {
     let kernel = args.config.config()?;
-    let preset = args.variant;
+    let preset = args.preset();
     let mut variant = preset;
     for k in &args.knobs {
-        variant = Knob::parse_assignment(k)?.apply(variant);
+        // Through `Variant::set_knob`: a module takes only gate_reads and fs_flag.
+        variant = with_knob(variant, k)?;
     }
     if !args.knobs.is_empty() {
         // As the scenario parser names a variant with `knob` lines.
-        variant.name = "custom";
+        variant = customised(variant);
     }
     if let Some(p) = &args.out {
         check_out(p)?;
@@ -279,7 +280,7 @@ fn text(args: &ExploreArgs, c: &Campaign, o: &Outcome, f: Option<&Finding>) -> S
     let _ = writeln!(
         out,
         "biosim explore: {}{knobs} on {} CPUs ({}), seed {}, {} (shard {}), 1..={} transitions per case, {} job(s)",
-        args.variant.name,
+        args.preset().name,
         c.config.nr_cpus,
         c.config.kernel,
         c.seed,
@@ -352,7 +353,7 @@ fn json(args: &ExploreArgs, c: &Campaign, o: &Outcome, f: Option<&Finding>) -> S
         })
     });
     json!({
-        "variant": args.variant.name,
+        "variant": args.preset().name,
         "knobs": args.knobs,
         "cpus": c.config.nr_cpus,
         "kernel": c.config.kernel.to_string(),

@@ -2,11 +2,15 @@
 
 use super::args::FindingsArgs;
 
+/// Finding 8's figure: v6 (the 1-jiffy delay) against v7 (none), then every registered module.
 fn figure8() -> String {
     use crate::perf::latency::{completion_latency, LatencyConfig};
     use bio_core::block::complete_in_task::Variant;
     let mut parts = Vec::new();
-    for v in [Variant::V6, Variant::V7] {
+    let columns = [Variant::V6, Variant::V7]
+        .into_iter()
+        .chain(crate::machine::modules::registered());
+    for v in columns {
         match completion_latency(v, LatencyConfig::default()) {
             Ok(r) => parts.push(format!(
                 "{}: light median {:.2} ms p99 {:.2} ms, {:.2} wake-ups/bio; bursty median {:.2} ms, {:.2} wake-ups/bio",
@@ -42,7 +46,8 @@ fn one_finding(id: u32, args: &FindingsArgs) -> Result<(), Box<dyn std::error::E
     let f = findings::finding(id).ok_or_else(|| format!("no finding {id}"))?;
     let (trace_out, perfetto) =
         super::output::check_pair(args.trace_out.as_deref(), args.perfetto.as_deref(), &[])?;
-    let (variant, rescuer) = findings::machine_for(f, &args.variant, &args.knobs)?;
+    let name = args.module.map_or(args.variant.as_str(), |m| m.name);
+    let (variant, rescuer) = findings::machine_for(f, name, &args.knobs)?;
     let Some(run) = findings::run_check(id, variant, rescuer, true) else {
         println!(
             "finding {id} ({}) is a measurement: run `biosim findings` for its figures",
@@ -105,7 +110,16 @@ fn gallery(args: &FindingsArgs) -> Result<(), Box<dyn std::error::Error>> {
             );
             std::process::exit(1);
         }
-        println!("all cells as expected");
+        let modules = crate::machine::modules::registered();
+        if modules.is_empty() {
+            println!("all cells as expected");
+        } else {
+            let names: Vec<&str> = modules.iter().map(|v| v.name).collect();
+            println!(
+                "all cells of the posted versions and twins as expected; module columns reported, not judged: {}",
+                names.join(", ")
+            );
+        }
     }
     Ok(())
 }

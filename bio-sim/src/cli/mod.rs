@@ -90,7 +90,11 @@ fn expected_word(e: Option<crate::checks::Expect>) -> String {
     )
 }
 
-fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+/// Runs a parsed command line as [`main`] does, without the trace subscriber and the exit status
+/// mapping (in-process callers: tests of a registered module, with `Cli::try_parse_from`). A
+/// command that finds what it looks for (a violation, differing verdicts, a failed `--check`)
+/// still exits the process with status 1, as the binary does.
+pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         Command::Contexts(args) => {
             let configs = if args.all {
@@ -116,8 +120,9 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::States(args) => {
             use bio_core::block::complete_in_task::{bio_complete_init, Variant};
             let kernel = bio_core::Kernel::new(KernelConfig::default(), args.cpus)?;
-            // The table after boot: the batcher's init registers its two dynamic states.
-            bio_complete_init(&kernel, Variant::DEFAULT, None)?;
+            // The table after boot: the batcher's init registers its dynamic states (v7: two; a
+            // module: whatever its init registers).
+            bio_complete_init(&kernel, args.module.unwrap_or(Variant::DEFAULT), None)?;
             print!("{}", kernel.hotplug().states_listing());
         }
     }

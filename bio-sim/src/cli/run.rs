@@ -66,7 +66,10 @@ pub fn run_scenario(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn default_run(args: &RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     let (trace_out, perfetto) =
         check_pair(args.trace_out.as_deref(), args.perfetto.as_deref(), &[])?;
-    let out = crate::demo::run(&args.knobs)?;
+    let out = match args.module {
+        Some(m) => crate::demo::run_on(m, &args.knobs)?,
+        None => crate::demo::run(&args.knobs)?,
+    };
     let say = Say::for_trace(trace_out.as_ref());
     if args.steps {
         say.text(&out.trace);

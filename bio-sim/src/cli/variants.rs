@@ -1,10 +1,18 @@
-//! `biosim variants`: the posted versions of the batcher and their knobs.
+//! `biosim variants`: the posted versions of the batcher and their knobs, then the registered
+//! modules with their summaries and knobs.
 
 /// The listing `biosim variants` prints.
 pub fn variants() -> String {
     use bio_core::block::complete_in_task::Variant;
     let mut out = String::new();
-    for v in Variant::ALL {
+    for v in Variant::all() {
+        if let Some(m) = v.module {
+            out.push_str(&format!("{} (module): {}\n", v.name, m.0.summary()));
+            for (k, val) in v.knobs() {
+                out.push_str(&format!("    {k:<22} {val}\n"));
+            }
+            continue;
+        }
         out.push_str(&format!(
             "{}{}\n",
             v.name,

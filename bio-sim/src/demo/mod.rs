@@ -8,7 +8,7 @@
 //! `hotplug/fail` and its rollback, a clean `cpu_down()`, a `cpu_up()` rolled back the same way,
 //! a clean `cpu_up()`, the batcher's `block/bio:complete:online` and `:dead` callbacks):
 //!
-//! 1. boots 4 CPUs with the batcher's v7 (with any `--knob` applied) on the deterministic runtime
+//! 1. boots 4 CPUs with the batcher's v7 (or `--module`'s module; with any `--knob` applied) on the deterministic runtime
 //!    (seed [`SEED`]), its oracle watching every bio and callback;
 //! 2. attaches `loop0` (the mainline `base` loop driver, `LO_FLAGS_DIRECT_IO` when the file
 //!    system takes `O_DIRECT`) over a temporary sparse file of [`BACKING_BYTES`] in
@@ -62,7 +62,7 @@ use crate::dev::loop_file::FileBacking;
 use crate::machine::oracle::{Invariant, Violation};
 use crate::machine::{Sim, SimConfig};
 use crate::runtime::event::Event;
-use bio_core::block::complete_in_task::{BatcherObserver, Knob, Variant};
+use bio_core::block::complete_in_task::{BatcherObserver, Variant};
 use bio_core::block::{submit_bio_noacct, BioEndIo, BioFlag, ReqOp};
 use bio_core::drivers::block::loop_drv::{
     LoopBacking, LoopDevice, LoopVariant, LO_FLAGS_DIRECT_IO,
@@ -222,7 +222,13 @@ pub struct Outcome {
 
 /// Runs the default scenario with `knobs` set on v7.
 pub fn run(knobs: &[String]) -> Result<Outcome, DefaultRunError> {
-    run_with(knobs, Tamper::None)
+    run_with(Variant::V7, knobs, Tamper::None)
+}
+
+/// Runs the default scenario with `knobs` set on `base` (v7, or a registered module: `biosim run
+/// --module NAME`, whose knobs go through [`Variant::set_knob`]).
+pub fn run_on(base: Variant, knobs: &[String]) -> Result<Outcome, DefaultRunError> {
+    run_with(base, knobs, Tamper::None)
 }
 
 /// The buggy twins of the run's own checks (tests only).
@@ -240,13 +246,11 @@ enum Tamper {
 }
 
 /// [`run`] with one of the run's own checks deliberately defeated.
-fn run_with(knobs: &[String], tamper: Tamper) -> Result<Outcome, DefaultRunError> {
+fn run_with(base: Variant, knobs: &[String], tamper: Tamper) -> Result<Outcome, DefaultRunError> {
     let started = Instant::now();
-    let mut variant = Variant::V7;
+    let mut variant = base;
     for k in knobs {
-        variant = Knob::parse_assignment(k)
-            .map_err(DefaultRunError::Knob)?
-            .apply(variant);
+        variant = crate::machine::modules::with_knob(variant, k).map_err(DefaultRunError::Knob)?;
     }
     let counters = Arc::new(Counters::default());
     let observer: Arc<dyn BatcherObserver> = counters.clone();
@@ -1042,7 +1046,7 @@ mod tests {
     #[test]
     fn a_block_changed_behind_the_loop_device_is_a_data_mismatch() {
         // Block 1 is written (block % 3 != 0) and read back.
-        let out = run_with(&[], Tamper::Block(1)).unwrap();
+        let out = run_with(Variant::V7, &[], Tamper::Block(1)).unwrap();
         let bad: Vec<_> = out
             .violations
             .iter()
@@ -1055,7 +1059,7 @@ mod tests {
 
     #[test]
     fn a_run_that_leaves_a_path_untested_fails_and_says_which() {
-        let out = run_with(&[], Tamper::NoDrainBeforeFail).unwrap();
+        let out = run_with(Variant::V7, &[], Tamper::NoDrainBeforeFail).unwrap();
         assert_eq!(out.on_batch_at_fail, 0);
         assert!(out.failed());
         assert_eq!(

@@ -76,11 +76,19 @@ pub fn strict_steps(
     Ok(out)
 }
 
-/// The header lines that rebuild `config` (and the campaign's loop device): the preset, then a
-/// `knob` line per `--knob` given, in order (as the scenario parser applies them).
+/// The header lines that rebuild `config` (and the campaign's loop device): the preset (`module
+/// NAME` for a registered module, which replays where the module is registered), then a `knob`
+/// line per `--knob` given, in order (as the scenario parser applies them).
 fn header(config: &SimConfig, campaign: &Campaign, preset: &str, knobs: &[String]) -> String {
     let mut h = String::new();
-    let _ = writeln!(h, "variant {preset}");
+    match config.variant.module {
+        Some(m) => {
+            let _ = writeln!(h, "module {}", m.0.name());
+        }
+        None => {
+            let _ = writeln!(h, "variant {preset}");
+        }
+    }
     for k in knobs {
         let _ = writeln!(h, "knob {k}");
     }

@@ -8,8 +8,11 @@
 //! - [`loop_rig`]: a loop device (`drivers/block/loop.c`) over an in-memory backing file with a
 //!   reference of what it must hold; it takes the kernel, runtime and oracle it needs, not the
 //!   `Sim`.
+//! - [`modules`]: a reviewer's registered modules as `--module` and a scenario's `module` line
+//!   name them, and the knobs they take.
 
 pub mod loop_rig;
+pub mod modules;
 pub mod oracle;
 pub mod sim;
 pub mod transition;

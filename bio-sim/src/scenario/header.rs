@@ -1,18 +1,20 @@
-//! The header-line parser: the machine a scenario runs on (`variant`, `knob`, `cpus`, `online`,
+//! The header-line parser: the machine a scenario runs on (`variant`, `module`, `knob`, `cpus`, `online`,
 //! `preempt`, `preempt_count`, `preempt_rcu`, `hz`, `hotplug_state_control`, `seed`, `rescuer`,
 //! `loop`, `loop_knob`), all before the first transition.
 
 use super::line::{error_at, yes_no, Line, ScenarioError};
 use crate::machine::loop_rig::{BackingKind, LoopSetup};
+use crate::machine::modules::{customised, parse_module, with_knob};
 use crate::machine::sim::SimConfig;
-use bio_core::block::complete_in_task::{Knob, Variant};
+use bio_core::block::complete_in_task::Variant;
 use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
 use bio_core::kernel::PreemptModel;
 use bio_core::workqueue::RescuerAffinity;
 
 /// The header keywords.
-const KEYWORDS: [&str; 13] = [
+const KEYWORDS: [&str; 14] = [
     "variant",
+    "module",
     "knob",
     "cpus",
     "online",
@@ -41,7 +43,8 @@ pub(super) struct Header {
     /// `hotplug_state_control y|n`: `CONFIG_CPU_HOTPLUG_STATE_CONTROL`.
     hotplug_state_control: Option<bool>,
     online: Option<(u64, usize, usize)>,
-    /// The line of the first `knob` line, if any: a `variant` after it would discard it.
+    /// The line of the first `knob` line, if any: a `variant` or `module` after it would discard
+    /// it.
     knob_line: Option<usize>,
     /// The last line that set part of the kernel config, where a Kconfig error is reported.
     kconfig_line: usize,
@@ -50,8 +53,9 @@ pub(super) struct Header {
 }
 
 /// The header keywords a second line of would override the first.
-const ONCE: [&str; 11] = [
+const ONCE: [&str; 12] = [
     "variant",
+    "module",
     "cpus",
     "online",
     "preempt",
@@ -112,6 +116,11 @@ impl Header {
         }
         match kw {
             "variant" => {
+                if let Some((_, m)) = self.seen.iter().find(|(k, _)| *k == "module") {
+                    return Err(l.err(format!(
+                        "`variant` and the `module` on line {m}: a scenario runs one batcher, give one of them"
+                    )));
+                }
                 if let Some(k) = self.knob_line {
                     return Err(l.err(format!(
                         "`variant` after the `knob` on line {k} would discard it: put `variant` first"
@@ -121,13 +130,29 @@ impl Header {
                 self.config.variant = Variant::parse_name(name, &[]).map_err(|e| l.err_at(1, e))?;
                 l.done(2, "one variant name")?;
             }
+            "module" => {
+                // `module NAME` is `variant NAME` for a registered module; one line names the batcher.
+                if let Some((_, v)) = self.seen.iter().find(|(k, _)| *k == "variant") {
+                    return Err(l.err(format!(
+                        "`module` and the `variant` on line {v}: a scenario runs one batcher, give one of them"
+                    )));
+                }
+                if let Some(k) = self.knob_line {
+                    return Err(l.err(format!(
+                        "`module` after the `knob` on line {k} would discard it: put `module` first"
+                    )));
+                }
+                let name = l.arg(1, "a module name")?;
+                self.config.variant = parse_module(name).map_err(|e| l.err_at(1, e))?;
+                l.done(2, "one module name")?;
+            }
             "knob" => {
-                let knob =
-                    Knob::parse_assignment(l.arg(1, "NAME=VALUE")?).map_err(|e| l.err_at(1, e))?;
+                let kv = l.arg(1, "NAME=VALUE")?;
+                // Through `Variant::set_knob`: a module takes only gate_reads and fs_flag.
+                let variant = with_knob(self.config.variant, kv).map_err(|e| l.err_at(1, e))?;
                 l.done(2, "one NAME=VALUE")?;
                 self.knob_line.get_or_insert(l.number);
-                self.config.variant = self.config.variant.with(knob);
-                self.config.variant.name = "custom";
+                self.config.variant = customised(variant);
             }
             "cpus" => {
                 let n = l.num(1, "a CPU count")?;

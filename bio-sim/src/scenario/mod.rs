@@ -11,7 +11,7 @@
 //! expect stranded
 //! ```
 //!
-//! Header lines (before the first transition): `variant NAME`, `knob NAME=VALUE`, `cpus N`,
+//! Header lines (before the first transition): `variant NAME` (or `module NAME`), `knob NAME=VALUE`, `cpus N`,
 //! `online N`, `preempt MODEL`, `preempt_count y|n`, `preempt_rcu y|n`, `hz N`,
 //! `hotplug_state_control y|n`, `seed N`, `rescuer pool|unbound`. Transitions: `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic` (all three words required),
 //! `worker CPU`, `tick`, `cpu_down CPU [fail=STATE]`, `cpu_up CPU [fail=STATE]`, `step`,
@@ -22,9 +22,10 @@
 //! `stranded`, `off-cpu`, `hotplug-context`, `bug`, `warn`, `sleep-in-atomic`,
 //! `invalid-wait-context`, `inconsistent-lock-state`, `no-quiescence`, `dropbehind`, `data`.
 //!
-//! `variant NAME` takes a name of [`Variant::ALL`](bio_core::block::complete_in_task::Variant::ALL),
-//! `knob` one of [`Knob`](bio_core::block::complete_in_task::Knob)'s (the parser the CLI's `--knob`
-//! uses).
+//! `variant NAME` takes a name of [`Variant::ALL`](bio_core::block::complete_in_task::Variant::ALL)
+//! (or of a registered module), `module NAME` a registered module's name only
+//! ([`crate::machine::modules`]), `knob` one of [`Knob`](bio_core::block::complete_in_task::Knob)'s
+//! (the parser the CLI's `--knob` uses; a module takes only `gate_reads` and `fs_flag`).
 //!
 //! A loop device (`drivers/block/loop.c`): header `loop NAME sparse|prealloc|refusing|blockdev
 //! [offset=BYTES]` (NAME: one of [`LoopVariant::ALL`](bio_core::drivers::block::loop_drv::LoopVariant::ALL))
@@ -172,7 +173,7 @@ impl Scenario {
                         transitions.push((l.number, t))
                     }
                     None => return Err(l.err(format!(
-                        "unknown line `{kw}` (expected a header: variant, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, hotplug_state_control, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker; or settle / expect)"
+                        "unknown line `{kw}` (expected a header: variant, module, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, hotplug_state_control, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker; or settle / expect)"
                     ))),
                 },
             }
