@@ -122,6 +122,10 @@ impl BioCompleteModule for LlistModule {
         }
     }
 
+    fn dynamic_helper(&self) -> bool {
+        true
+    }
+
     fn init(&self, m: &ModuleInit<'_>) -> Result<Box<dyn BioCompleteOps>, InitError> {
         let wq = m.alloc_workqueue("bio_complete", WQ_MEM_RECLAIM | WQ_PERCPU, 0)?;
         let me = Arc::new(OnceLock::<Arc<Llist>>::new());

@@ -92,6 +92,12 @@ pub trait BioCompleteModule: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// One line on what the module is, for `biosim variants`.
     fn summary(&self) -> &'static str;
+    /// Whether the module has the dynamic helper `bio_complete_in_task()` (v5 had not). A module
+    /// that says so implements [`BioCompleteOps::bio_complete_in_task`]; the tools then drive
+    /// dynamic completions through it (explore, the gallery's finding 2).
+    fn dynamic_helper(&self) -> bool {
+        false
+    }
     /// `init_bio()`'s part: allocate the workqueue, set up the per-CPU data, register the hotplug
     /// states (`cpuhp_setup_state_nocalls()`), all through `m`. Returns the running module.
     fn init(&self, m: &ModuleInit<'_>) -> Result<Box<dyn BioCompleteOps>, InitError>;

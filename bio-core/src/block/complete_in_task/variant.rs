@@ -151,11 +151,14 @@ impl Variant {
     pub const DEFAULT: Variant = Self::V7;
 
     /// A reviewer's module as a variant: its code instead of the posted module's, with v7's
-    /// submitters (patches 2-3/4 as landed: flag dropbehind writes only).
+    /// submitters (patches 2-3/4 as landed: flag dropbehind writes only). `dynamic_helper` says
+    /// whether the module declares `bio_complete_in_task()`
+    /// ([`BioCompleteModule::dynamic_helper`]), which the tools read.
     pub fn module(module: &'static dyn BioCompleteModule) -> Variant {
         Variant {
             name: module.name(),
             module: Some(ModuleRef(module)),
+            dynamic_helper: module.dynamic_helper(),
             ..Self::V7
         }
     }
