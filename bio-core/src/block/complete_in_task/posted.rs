@@ -165,9 +165,15 @@ impl Posted {
         let queued = match b.work {
             BatchWork::Delayed(dw, delay) => {
                 // mod_delayed_work_on() returns whether it modified a pending work; the work is
-                // scheduled either way unless it is disabled.
-                kapi::mod_delayed_work_on(b.cpu, &self.wq, dw, if now { 0 } else { delay }, cx);
-                k.work_pending(dw.work)
+                // scheduled either way unless it is disabled. Called on the kernel, not through
+                // kapi, so the one pending read below serves the trace and the observer (under
+                // loom every read of the workqueue state is a scheduling point).
+                k.mod_delayed_work_on(Some(b.cpu), &self.wq, dw, if now { 0 } else { delay }, cx);
+                let queued = k.work_pending(dw.work);
+                if let Some(loaded) = k.bio_complete() {
+                    loaded.scheduled(dw.work, queued);
+                }
+                queued
             }
             BatchWork::Plain(w) => kapi::queue_work_on(b.cpu, &self.wq, w, cx),
         };
