@@ -21,6 +21,7 @@ use bio_core::block::complete_in_task::module::prelude::*;
 use std::sync::{Arc, OnceLock};
 
 /// `struct bio_complete_batch`.
+#[derive(Debug)]
 pub struct BioCompleteBatch {
     /// `struct bio_list list`: touched on its CPU with IRQs off, or by the dead callback.
     pub list: IrqLocal<BioList>,
@@ -31,6 +32,7 @@ pub struct BioCompleteBatch {
 }
 
 /// `DEFINE_PER_CPU(struct bio_complete_batch, bio_complete_batch)` and `bio_complete_wq`.
+#[derive(Debug)]
 pub struct BioComplete {
     /// `bio_complete_batch`.
     pub batches: PerCpu<BioCompleteBatch>,

@@ -50,6 +50,7 @@ use bio_core::kernel::llist::llist_empty;
 use std::sync::{Arc, OnceLock};
 
 /// `struct bio_complete_batch`.
+#[derive(Debug)]
 pub struct BioCompleteBatch {
     /// `struct llist_head list`.
     pub list: LlistHead,
@@ -61,6 +62,7 @@ pub struct BioCompleteBatch {
 
 /// The module's state: `DEFINE_PER_CPU(struct bio_complete_batch, bio_complete_batch)` and
 /// `static struct workqueue_struct *bio_complete_wq`.
+#[derive(Debug)]
 pub struct BioComplete {
     /// `bio_complete_batch`.
     pub batches: PerCpu<BioCompleteBatch>,
@@ -242,6 +244,7 @@ pub fn bio_complete_batch_cpu_dead(m: &BioComplete, cx: &Cpu, cpu: CpuId) -> Res
 
 /// The module: its name and its online callback (the one function the broken twin in
 /// tests/src/broken_module.rs replaces).
+#[derive(Debug)]
 pub struct V6Llist {
     name: &'static str,
     summary: &'static str,
