@@ -152,3 +152,39 @@ fn the_example_binary_shows_its_column_in_the_gallery() {
         assert_eq!(cell, Some(word), "finding {id}: `{row}`\n{text}");
     }
 }
+
+/// Finding 8's figures (the gallery's threaded measurement, `completion_latency` with its default
+/// config) for the two modules beside v6 and v7, as docs/own-patch.md records them. Timings:
+/// printed, never asserted. Run with
+/// `cargo test -p bio-sim --release --test own_patch finding_8 -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints measurements; run explicitly"]
+fn finding_8_figures() {
+    use bio_sim::perf::latency::{completion_latency, LatencyConfig};
+    for v in [
+        Variant::V6,
+        Variant::module(&v6_llist::MODULE),
+        Variant::module(&hillf::MODULE),
+        Variant::V7,
+    ] {
+        let r = completion_latency(v, LatencyConfig::default()).expect("the measurement runs");
+        for l in [&r.light, &r.bursty] {
+            assert_eq!(
+                (l.wrong_context, l.not_once, l.kernel_reports),
+                (0, 0, 0),
+                "{}: {l:?}",
+                v.name
+            );
+        }
+        println!(
+            "{:<9} light median {:.2} ms p99 {:.2} ms, {:.2} wake-ups/bio; bursty median {:.2} ms p99 {:.2} ms, {:.3} wake-ups/bio",
+            v.name,
+            r.light.median.as_secs_f64() * 1e3,
+            r.light.p99.as_secs_f64() * 1e3,
+            r.light.worker_wakeups_per_bio(),
+            r.bursty.median.as_secs_f64() * 1e3,
+            r.bursty.p99.as_secs_f64() * 1e3,
+            r.bursty.worker_wakeups_per_bio()
+        );
+    }
+}
