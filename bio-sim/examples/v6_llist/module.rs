@@ -16,12 +16,11 @@
 //! queueing decision happen on one CPU, with that CPU unable to leave in between. Where
 //! `bio_in_atomic()` is true in preemptible code (inside `rcu_read_lock()` on `PREEMPT_RCU`), a
 //! task could otherwise be migrated after `this_cpu_ptr()` and add its bio to the batch of a CPU
-//! that is going down:
-//! after that CPU's dead callback drained it, the bio would wait on a dead CPU's list until the CPU
-//! comes back. With interrupts off the CPU cannot reach `take_cpu_down()` (stop_machine needs it),
-//! so a bio is always added to a live batch, and the dead drain sees it. It costs a few
-//! instructions on the hot path and, unlike `local_lock`, takes no lock that PREEMPT_RT turns into a sleeping
-//! one (finding 4).
+//! that is going down: after that CPU's dead callback drained it, the bio would wait on a dead
+//! CPU's list until the CPU comes back. With interrupts off the CPU cannot reach
+//! `take_cpu_down()` (stop_machine needs it), so a bio is always added to a live batch, and the
+//! dead drain sees it. It costs a few instructions on the hot path and, unlike `local_lock`,
+//! takes no lock that PREEMPT_RT turns into a sleeping one (finding 4).
 //!
 //! # Why `enable_and_queue_work()` in the online callback
 //!
