@@ -19,6 +19,17 @@
 //!
 //! Violations are asserted through [`assert_clean`], so every test reports them the same way.
 
+/// The v6-llist example module of docs/own-patch.md (bio-sim/examples/v6_llist/module.rs), for the
+/// loom models and the proptest machines.
+#[path = "../../bio-sim/examples/v6_llist/module.rs"]
+pub mod v6_llist;
+
+/// The hillf example module of docs/own-patch.md (bio-sim/examples/hillf/module.rs).
+#[path = "../../bio-sim/examples/hillf/module.rs"]
+pub mod hillf;
+
+pub mod broken_module;
+
 use bio_core::block::complete_in_task::{
     bio_complete_init, BatcherObserver, BioCompleteBatcher, Variant,
 };

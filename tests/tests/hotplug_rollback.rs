@@ -11,9 +11,10 @@
 //! expected caught (v5, v6) the machine must find a bio that "never completed", and shrinks it to a
 //! handful of transitions (kept below as a plain regression test); where it is expected clean
 //! (v6-review, v7) every case passes. `PROPTEST_CASES` raises the case count (the bar is
-//! 10,000 for v6-review and v7).
+//! 10,000 for v6-review and v7). The example modules of docs/own-patch.md and the broken twin of
+//! one run on the same machine with the same properties.
 
-use bio_core::block::complete_in_task::Variant;
+use bio_core::block::complete_in_task::{BioCompleteModule, Variant};
 use bio_sim::checks::findings::expected;
 use bio_sim::checks::Expect;
 use bio_sim::explore::generator::{self, Space};
@@ -159,6 +160,38 @@ fn every_variant_strands_a_bio_on_rollback_exactly_where_finding_1_is_expected()
             (Expect::Caught, other) => {
                 bad.push(format!("{}: finding 1 not found: {other:?}", v.name))
             }
+            (_, Ok(())) => {}
+            (_, Err(e)) => bad.push(format!("{}: {e}", v.name)),
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The example modules of docs/own-patch.md under the same machine and properties: v6-llist and
+/// hillf requeue on online, so every case passes; the broken twin of v6-llist
+/// (tests/src/broken_module.rs, online without the requeue) strands a bio, found and shrunk as
+/// on v6.
+#[test]
+fn the_example_modules_hold_and_their_broken_twin_strands_a_bio() {
+    let mut bad = Vec::new();
+    for (module, want) in [
+        (
+            &biosim_tests::v6_llist::MODULE as &dyn BioCompleteModule,
+            Expect::Clean,
+        ),
+        (&biosim_tests::hillf::MODULE, Expect::Clean),
+        (&biosim_tests::broken_module::MODULE, Expect::Caught),
+    ] {
+        let v = Variant::module(module);
+        let mut config = config(want != Expect::Caught);
+        config.source_file = Some(file!());
+        match (want, run_on(v, config)) {
+            (Expect::Caught, Err(TestError::Fail(why, ts)))
+                if why.to_string().contains("never completed") =>
+            {
+                eprintln!("{}: finding 1 found, shrunk to {ts}", v.name)
+            }
+            (Expect::Caught, other) => bad.push(format!("{}: not caught: {other:?}", v.name)),
             (_, Ok(())) => {}
             (_, Err(e)) => bad.push(format!("{}: {e}", v.name)),
         }

@@ -31,6 +31,16 @@
 //! - `bug-online-no-requeue` (model: finding 1's knob off, as in v5/v6): a hotplug rollback
 //!   re-enables the work without requeueing it for a bio deferred while it was disabled → a
 //!   lost wakeup, the oracle's "nothing stranded" invariant in model d (bound 1; missed at 0).
+//! - `bug-module-online-no-requeue` (a module): model d on the v6-llist example runs its broken
+//!   twin (tests/src/broken_module.rs, v6's online callback) → "stranded" in model d (bound 1;
+//!   missed at 0, as the knob's twin).
+//!
+//! `bug-drain-before-death` breaks the model for the example modules too: hillf's `bio_list` gets
+//! a "Causality violation"; v6-llist's llist, all atomics, none, but the late bios land after the
+//! drain and are "stranded".
+//!
+//! The example modules of docs/own-patch.md run every model at the same bound (the `_v6_llist`
+//! and `_hillf` tests): a reviewer's module is a [`Variant`] like the posted ones.
 //!
 //! Every model asserts through the product's oracle (`bio_sim::machine::oracle::Oracle`), the one
 //! the deterministic and threaded runtimes and the proptest machines use: the machine comes from
@@ -258,6 +268,13 @@ impl Machine {
     }
 }
 
+/// Whether the kworker flow fires a due delayed-work timer before each run: for a posted version
+/// with delayed work, and for any module (whose work kind is its own code, not a knob: a module
+/// with plain work only finds no timer due).
+fn ticks(variant: Variant) -> bool {
+    variant.is_module() || !matches!(variant.work, WorkKind::Plain)
+}
+
 fn join(handles: Vec<thread::JoinHandle<()>>) {
     for h in handles {
         h.join().expect("flow finished");
@@ -272,7 +289,7 @@ fn join(handles: Vec<thread::JoinHandle<()>>) {
 fn irq_producers_and_worker(variant: Variant) {
     let mut m = Machine::boot(variant, 1);
     let bios = (0..A_BIOS).map(|_| m.flagged_bio()).collect();
-    let tick = !matches!(variant.work, WorkKind::Plain);
+    let tick = ticks(variant);
     let done = loom::sync::Arc::new(WorkerRuns::default());
     let flows = vec![
         m.spawn_irqs(CPU0, bios),
@@ -341,7 +358,7 @@ fn hotplug_drain_two_cpus(variant: Variant) {
         .expect("down_prep step");
     let done = loom::sync::Arc::new(WorkerRuns::default());
     let irqs = vec![m.spawn_irqs(CPU1, bios)];
-    let tick = !matches!(variant.work, WorkKind::Plain);
+    let tick = ticks(variant);
     let worker = m.spawn_worker(CPU1, B_WORKER_RUNS, tick, loom::sync::Arc::clone(&done));
     m.finish(down_prep, &m.cpuhp_thread(CPU1, &done));
     let takedown = m
@@ -483,5 +500,96 @@ fn d_rollback_vs_producer_v7() {
         // The twin: finding 1's knob off, as in v5/v6.
         v.requeue_on_online = !cfg!(feature = "bug-online-no-requeue");
         rollback_vs_producer(v)
+    });
+}
+
+// ---- the same models on the example modules of docs/own-patch.md --------------------------------
+//
+// bio-sim/examples/v6_llist (an llist added under local_irq_save(), delayed work, the
+// need_resched() yield, enable_and_queue_work() on online) and bio-sim/examples/hillf (a bio_list
+// under local_irq_save(), drained until empty), at the same bound. Under
+// `bug-module-online-no-requeue` model d runs the broken twin of v6-llist instead
+// (tests/src/broken_module.rs: online without the requeue) and must be caught.
+
+fn v6_llist() -> Variant {
+    Variant::module(&biosim_tests::v6_llist::MODULE)
+}
+
+fn hillf() -> Variant {
+    Variant::module(&biosim_tests::hillf::MODULE)
+}
+
+#[test]
+fn a_irq_producers_and_worker_v6_llist() {
+    run("a_irq_producers_and_worker_v6_llist", 2, || {
+        irq_producers_and_worker(v6_llist())
+    });
+}
+
+#[test]
+fn b_hotplug_drain_two_cpus_v6_llist() {
+    run("b_hotplug_drain_two_cpus_v6_llist", 2, || {
+        hotplug_drain_two_cpus(v6_llist())
+    });
+}
+
+/// Under `bug-drain-before-death` the llist has no data race for loom to see (every access is
+/// atomic), but the late bios land on the list after the drain: the oracle's "stranded".
+#[test]
+#[cfg_attr(
+    feature = "bug-drain-before-death",
+    should_panic(expected = "stranded")
+)]
+fn c_late_producer_vs_dead_drain_v6_llist() {
+    run("c_late_producer_vs_dead_drain_v6_llist", 2, || {
+        late_producer_vs_dead_drain(v6_llist())
+    });
+}
+
+#[test]
+#[cfg_attr(
+    feature = "bug-module-online-no-requeue",
+    should_panic(expected = "stranded")
+)]
+fn d_rollback_vs_producer_v6_llist() {
+    run("d_rollback_vs_producer_v6_llist", 2, || {
+        let v = if cfg!(feature = "bug-module-online-no-requeue") {
+            Variant::module(&biosim_tests::broken_module::MODULE)
+        } else {
+            v6_llist()
+        };
+        rollback_vs_producer(v)
+    });
+}
+
+#[test]
+fn a_irq_producers_and_worker_hillf() {
+    run("a_irq_producers_and_worker_hillf", 2, || {
+        irq_producers_and_worker(hillf())
+    });
+}
+
+#[test]
+fn b_hotplug_drain_two_cpus_hillf() {
+    run("b_hotplug_drain_two_cpus_hillf", 2, || {
+        hotplug_drain_two_cpus(hillf())
+    });
+}
+
+#[test]
+#[cfg_attr(
+    feature = "bug-drain-before-death",
+    should_panic(expected = "Causality violation")
+)]
+fn c_late_producer_vs_dead_drain_hillf() {
+    run("c_late_producer_vs_dead_drain_hillf", 2, || {
+        late_producer_vs_dead_drain(hillf())
+    });
+}
+
+#[test]
+fn d_rollback_vs_producer_hillf() {
+    run("d_rollback_vs_producer_hillf", 2, || {
+        rollback_vs_producer(hillf())
     });
 }

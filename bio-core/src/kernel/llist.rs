@@ -123,6 +123,12 @@ impl LlistHead {
     }
 }
 
+/// `llist_empty(head)`: whether the list has no node (a racy read, as the kernel's: a producer may
+/// add right after).
+pub fn llist_empty(head: &LlistHead) -> bool {
+    head.empty()
+}
+
 /// `llist_add(new, head)`: pushes `bio`; returns whether the list was empty before.
 pub fn llist_add(bio: Box<Bio>, head: &LlistHead) -> bool {
     let node = Box::into_raw(Box::new(LlistNode {
