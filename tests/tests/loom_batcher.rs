@@ -268,11 +268,11 @@ impl Machine {
     }
 }
 
-/// Whether the kworker flow fires a due delayed-work timer before each run: for a posted version
-/// with delayed work, and for any module (whose work kind is its own code, not a knob: a module
-/// with plain work only finds no timer due).
+/// Whether the kworker flow fires a due delayed-work timer before each run: for a version with
+/// delayed work (a posted version's knob, or what a module declares with
+/// `BioCompleteModule::work()`).
 fn ticks(variant: Variant) -> bool {
-    variant.is_module() || !matches!(variant.work, WorkKind::Plain)
+    !matches!(variant.work, WorkKind::Plain)
 }
 
 fn join(handles: Vec<thread::JoinHandle<()>>) {

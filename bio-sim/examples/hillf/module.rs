@@ -229,6 +229,16 @@ impl BioCompleteModule for Hillf {
         "v6-review's protocol, the work function draining until empty with no need_resched() check (Hillf Danton)"
     }
 
+    /// `bio_complete_in_task()` exists (with the review's guard).
+    fn dynamic_helper(&self) -> bool {
+        true
+    }
+
+    /// `struct delayed_work`, armed with a 1-jiffy delay, as v6.
+    fn work(&self) -> WorkKind {
+        WorkKind::Delayed { delay: 1 }
+    }
+
     /// As v6 (see the v6-llist example for the C), with `bio_list_init()` for the list.
     fn init(&self, m: &ModuleInit<'_>) -> Result<Box<dyn BioCompleteOps>, InitError> {
         let me: Arc<OnceLock<Arc<BioComplete>>> = Arc::default();

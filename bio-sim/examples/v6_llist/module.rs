@@ -277,6 +277,16 @@ impl BioCompleteModule for V6Llist {
         self.summary
     }
 
+    /// `bio_complete_in_task()` exists (with the review's guard).
+    fn dynamic_helper(&self) -> bool {
+        true
+    }
+
+    /// `struct delayed_work`, armed with a 1-jiffy delay, as v6.
+    fn work(&self) -> WorkKind {
+        WorkKind::Delayed { delay: 1 }
+    }
+
     /// ```c
     /// static void __init bio_complete_batch_init(int cpu)
     /// {

@@ -98,6 +98,11 @@ pub trait BioCompleteModule: Send + Sync + 'static {
     fn dynamic_helper(&self) -> bool {
         false
     }
+    /// How the module schedules its worker (a `delayed_work` of N jiffies, or plain work), as
+    /// reports and the loom models describe it. The default is plain work (v7).
+    fn work(&self) -> super::WorkKind {
+        super::WorkKind::Plain
+    }
     /// `init_bio()`'s part: allocate the workqueue, set up the per-CPU data, register the hotplug
     /// states (`cpuhp_setup_state_nocalls()`), all through `m`. Returns the running module.
     fn init(&self, m: &ModuleInit<'_>) -> Result<Box<dyn BioCompleteOps>, InitError>;
@@ -696,6 +701,16 @@ pub mod kapi {
         cx.need_resched()
     }
 
+    /// `local_irq_disable()`.
+    pub fn local_irq_disable(cx: &Cpu) {
+        cx.local_irq_disable();
+    }
+
+    /// `local_irq_enable()`.
+    pub fn local_irq_enable(cx: &Cpu) {
+        cx.local_irq_enable();
+    }
+
     /// `cond_resched()`.
     pub fn cond_resched(cx: &Cpu) {
         cx.cond_resched();
@@ -725,9 +740,12 @@ pub mod prelude {
         CpuhpCallback, ModuleInit, Shared,
     };
     pub use crate::block::bio::bio_in_atomic;
+    pub use crate::block::complete_in_task::WorkKind;
     pub use crate::block::complete_in_task::{InTask, InitError, Variant};
     pub use crate::block::{Bio, BioFlag, BioList};
-    pub use crate::kernel::llist::{llist_add, llist_del_all, llist_reverse_order, LlistHead};
+    pub use crate::kernel::llist::{
+        llist_add, llist_del_all, llist_empty, llist_reverse_order, LlistHead,
+    };
     pub use crate::kernel::local_lock::LocalLock;
     pub use crate::kernel::percpu::{per_cpu_ptr, this_cpu_ptr, IrqLocal, PerCpu};
     pub use crate::kernel::{Cpu, CpuId, IrqFlags, Kernel, KernelConfig};

@@ -153,12 +153,14 @@ impl Variant {
     /// A reviewer's module as a variant: its code instead of the posted module's, with v7's
     /// submitters (patches 2-3/4 as landed: flag dropbehind writes only). `dynamic_helper` says
     /// whether the module declares `bio_complete_in_task()`
-    /// ([`BioCompleteModule::dynamic_helper`]), which the tools read.
+    /// ([`BioCompleteModule::dynamic_helper`]) and `work` how it schedules its worker
+    /// ([`BioCompleteModule::work`]), which the tools read.
     pub fn module(module: &'static dyn BioCompleteModule) -> Variant {
         Variant {
             name: module.name(),
             module: Some(ModuleRef(module)),
             dynamic_helper: module.dynamic_helper(),
+            work: module.work(),
             ..Self::V7
         }
     }
