@@ -395,3 +395,49 @@ fn the_livelock_detector_spares_a_fresh_bio_deferred_by_every_call() {
     assert_eq!((done, left), (total, 0), "{reports:?}");
     assert!(reports.is_empty(), "{reports:?}");
 }
+
+/// A forced-threaded handler (`irq_forced_thread_fn()`) on PREEMPT_RT is a task in an RCU
+/// read-side section (RT's `local_bh_disable()`): `bio_in_atomic()` defers the flagged bio. A
+/// `request_threaded_irq()` thread function is plain task context: the bio completes in place.
+/// On !RT (the `threadirqs` case) the forced thread also has IRQs off: deferred.
+#[test]
+fn a_threaded_handler_defers_only_where_it_may_not_sleep() {
+    for (model, forced, deferred) in [
+        (PreemptModel::Rt, true, true),
+        (PreemptModel::Rt, false, false),
+        (PreemptModel::Full, true, true),
+        (PreemptModel::Full, false, false),
+    ] {
+        let k = setup(Variant::V7, KernelConfig::for_model(model));
+        assert_eq!(k.force_irqthreads(), model == PreemptModel::Rt);
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let seen = Seen::default();
+        let mut bio = k.bio_alloc(ReqOp::Write, 0).with_end_io(recorder(&seen));
+        bio.set_flag(BioFlag::CompleteInTask);
+        let comm = if forced {
+            cx.irq_forced_thread_fn(24, "nvme0q1", |cx| {
+                assert!(cx.in_task() && !cx.may_sleep(), "{model:?}");
+                bio_endio(bio, cx);
+                cx.current().comm
+            })
+        } else {
+            cx.irq_thread_fn(24, "nvme0q1", |cx| {
+                assert!(cx.may_sleep(), "{model:?}");
+                bio_endio(bio, cx);
+                cx.current().comm
+            })
+        };
+        assert_eq!(comm, "irq/24-nvme0q1");
+        assert_ne!(cx.current().comm, comm, "current is restored");
+        assert_eq!(
+            k.bio_complete().unwrap().pending(CpuId(0)),
+            usize::from(deferred),
+            "{model:?} forced={forced}"
+        );
+        if !deferred {
+            assert_eq!(seen.lock().unwrap().len(), 1);
+            assert!(seen.lock().unwrap()[0].2, "completed where it may sleep");
+        }
+        assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+    }
+}
