@@ -2,8 +2,8 @@
 //! variants' scheduling, and the hotplug protocol's windows.
 
 use bio_core::block::complete_in_task::{
-    bio_complete_in_task, bio_complete_init, end_io_in_task, InTask, Variant, LIVELOCK_PASSES,
-    LIVELOCK_REPORT,
+    __bio_complete_in_task, bio_complete_in_task, bio_complete_init, end_io_in_task, InTask,
+    Variant, LIVELOCK_PASSES, LIVELOCK_REPORT,
 };
 use bio_core::block::{bio_endio, BioEndIo, BioFlag, ReqOp};
 use bio_core::kernel::{ContextKind, CpuId, PreemptModel, ReportKind};
@@ -440,4 +440,71 @@ fn a_threaded_handler_defers_only_where_it_may_not_sleep() {
         }
         assert!(k.reports().is_empty(), "{:?}", k.reports().all());
     }
+}
+
+/// A bio whose `bi_end_io` defers the same bio again `times` times (through the exported
+/// `__bio_complete_in_task()`, as an end_io re-deferring itself would), then completes it;
+/// run by v7's worker once. Returns whether it completed and the livelock reports.
+fn re_deferred(times: usize) -> (bool, usize) {
+    let k = setup(Variant::V7, KernelConfig::default());
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let calls = Arc::new(Mutex::new(0usize));
+    let done = Arc::new(Mutex::new(false));
+    let (c, d) = (Arc::clone(&calls), Arc::clone(&done));
+    let mut bio = k.bio_alloc(ReqOp::Write, 0).with_end_io(BioEndIo::new(
+        "redefer_end_io",
+        move |bio, cx| {
+            let mut n = c.lock().unwrap();
+            *n += 1;
+            if *n <= times {
+                drop(n);
+                __bio_complete_in_task(bio, cx);
+            } else {
+                *d.lock().unwrap() = true;
+            }
+        },
+    ));
+    bio.set_flag(BioFlag::CompleteInTask);
+    cx.with_hardirq(|cx| bio_endio(bio, cx));
+    k.run_worker(PoolId::Cpu(CpuId(0)), &cx).unwrap();
+    let livelocks = k
+        .reports()
+        .all()
+        .iter()
+        .filter(|r| r.message.starts_with(LIVELOCK_REPORT))
+        .count();
+    let completed = *done.lock().unwrap();
+    (completed, livelocks)
+}
+
+/// The detector's threshold is exactly LIVELOCK_PASSES consecutive re-deferrals: one fewer, and
+/// the bio's next `bi_end_io` completes it unreported; that many, and the run is stopped.
+#[test]
+fn the_livelock_detector_fires_at_exactly_livelock_passes_re_deferrals() {
+    assert_eq!(re_deferred(LIVELOCK_PASSES - 1), (true, 0));
+    assert_eq!(re_deferred(LIVELOCK_PASSES), (false, 1));
+}
+
+/// The count starts afresh with every work-function run: v6 yielding on `need_resched()` after
+/// each pass re-defers the bio once per run, for more runs than LIVELOCK_PASSES, unreported.
+#[test]
+fn the_livelock_count_restarts_with_every_run() {
+    let config = KernelConfig::without_preempt_count(PreemptModel::None);
+    let k = setup(Variant::V6, config);
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let end = end_io_in_task("fserror_end_io", |_, _| {});
+    ContextKind::Hardirq.run(&cx, |cx| {
+        bio_endio(k.bio_alloc(ReqOp::Write, 0).with_end_io(end), cx)
+    });
+    let mut runs = 0;
+    for _ in 0..LIVELOCK_PASSES + 100 {
+        k.advance_jiffies(1);
+        k.run_timers(&cx);
+        cx.set_need_resched(true);
+        if k.run_worker(PoolId::Cpu(CpuId(0)), &cx).is_some() {
+            runs += 1;
+        }
+    }
+    assert_eq!(runs, LIVELOCK_PASSES + 100);
+    assert!(k.reports().is_empty(), "{:?}", k.reports().all());
 }
