@@ -135,7 +135,7 @@ fn bad_input_is_a_clear_message_and_exit_2() {
         err.contains("CONFIG_PREEMPTION selects CONFIG_PREEMPT_COUNT"),
         "{err}"
     );
-    let (code, _, err) = biosim(&["findings", "--finding", "12"]);
+    let (code, _, err) = biosim(&["findings", "--finding", "99"]);
     assert_eq!(code, 2, "{err}");
     let (code, _, err) = biosim(&["states", "--cpus", "0"]);
     assert_eq!(code, 2, "{err}");

@@ -47,11 +47,7 @@ fn transition() -> impl Strategy<Value = T> {
 /// `Sim::attach_loop` rig scenario files use); `Err` names the broken invariant.
 fn check(variant: LoopVariant, ts: &[T]) -> Result<(), String> {
     let s = MachineBuilder::new().sim(false);
-    s.attach_loop(LoopSetup {
-        variant,
-        backing: BackingKind::Sparse,
-        offset: 64 << 10,
-    });
+    s.attach_loop(LoopSetup::new(variant, BackingKind::Sparse, 64 << 10));
     let lo = s.loop_device().expect("attached");
     for (i, t) in ts.iter().enumerate() {
         s.apply(&match *t {

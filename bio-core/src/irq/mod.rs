@@ -7,6 +7,13 @@
 //! hardirq context. Softirq work raised by a handler runs on the way out of the interrupt
 //! (`irq_exit()`), unless the interrupted context is itself in interrupt or BH-disabled, in which
 //! case it waits for the runtime's softirq step (the `ksoftirqd` path).
+//!
+//! Threaded handlers (`kernel/irq/manage.c`): [`Cpu::irq_thread_fn`] runs a handler as its
+//! `irq/N-NAME` thread does, and [`Cpu::irq_forced_thread_fn`] as a handler forced into a thread
+//! does ([`Kernel::force_irqthreads`]: always on PREEMPT_RT, where every handler not flagged
+//! `IRQF_NO_THREAD` runs so). [`Kernel::raise_irq`]'s handlers still run in hardirq on every
+//! model, as an `IRQF_NO_THREAD` handler would: code that means a threaded handler enters one of
+//! the two explicitly.
 
 use crate::kernel::{Cpu, CpuId, Kernel};
 use crate::sync::Mutex;
@@ -142,6 +149,14 @@ impl Irqs {
 }
 
 impl Kernel {
+    /// `force_irqthreads()` (`kernel/irq/manage.c`): whether handlers not flagged
+    /// `IRQF_NO_THREAD` are forced into their irq thread. Always true on PREEMPT_RT
+    /// (`CONFIG_PREEMPT_RT` selects forced threading unconditionally); the `threadirqs` boot
+    /// parameter that does the same on other models is not modelled (false).
+    pub fn force_irqthreads(&self) -> bool {
+        self.config().preempt_rt()
+    }
+
     /// Raises a hard interrupt on `cpu`: `handler` runs there in hardirq context when the runtime
     /// delivers it. An interrupt aimed at an offline CPU goes to the lowest online CPU instead, as
     /// the IRQ core's affinity handling does. For a CPU that does not exist the handler is handed
@@ -363,6 +378,40 @@ pub(crate) fn trace_softirq_entry(cx: &Cpu, vec: SoftirqVec) {
 /// `trace_softirq_exit()`: `vec=%u [action=%s]`.
 pub(crate) fn trace_softirq_exit(cx: &Cpu, vec: SoftirqVec) {
     crate::ktrace!(cx, target: "irq", "softirq_exit", "vec={} [action={}]", vec.nr(), vec.name());
+}
+
+impl Cpu {
+    /// `irq_thread()` running a `request_threaded_irq()` thread function (`irq_thread_fn()`):
+    /// `current` is the `irq/NR-NAME` thread for the call, in plain task context (preemptible,
+    /// IRQs on, no BH or RCU section). Restores `current` afterwards.
+    pub fn irq_thread_fn<R>(&self, nr: u32, name: &str, f: impl FnOnce(&Cpu) -> R) -> R {
+        let prev = self.current();
+        self.set_current(crate::kernel::Task::irq_thread(nr, name));
+        let r = f(self);
+        self.set_current(prev);
+        r
+    }
+
+    /// `irq_thread()` running a handler forced into its thread (`irq_forced_thread_fn()`, what
+    /// [`Kernel::force_irqthreads`] makes of every handler on PREEMPT_RT): `local_bh_disable()`
+    /// around the handler (on RT: the softirq local lock and an RCU read-side section, not a
+    /// `preempt_count` change, so the thread stays preemptible) and, on !RT only,
+    /// `local_irq_disable()` too, as the handler was written for hardirq context.
+    pub fn irq_forced_thread_fn<R>(&self, nr: u32, name: &str, f: impl FnOnce(&Cpu) -> R) -> R {
+        self.irq_thread_fn(nr, name, |cx| {
+            cx.local_bh_disable();
+            let rt = cx.config().preempt_rt();
+            if !rt {
+                cx.local_irq_disable();
+            }
+            let r = f(cx);
+            if !rt {
+                cx.local_irq_enable();
+            }
+            cx.local_bh_enable();
+            r
+        })
+    }
 }
 
 #[cfg(test)]

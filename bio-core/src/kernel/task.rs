@@ -10,6 +10,7 @@
 //! | its highpri pool's worker | `kworker/N:1H` | 400 + N |
 //! | unbound pool worker K | `kworker/uM:K` (M = 2 * nr_cpus) | 500 + K |
 //! | the I/O submitter of CPU N | `biosim/N` | 1000 + N |
+//! | the irq thread of IRQ N (`irq_thread()`) | `irq/N-NAME` | 700 + N |
 //!
 //! The hotplug threads (`cpuhp/N`, the BP's `kworker/C:0`, the `biosim` writer) are named by the
 //! hotplug crate, which owns them.
@@ -77,6 +78,16 @@ impl Task {
         Self {
             pid: 1000 + cpu.0,
             comm: format!("biosim/{}", cpu.0),
+        }
+    }
+
+    /// The irq thread of IRQ `nr` (`setup_irq_thread()`: `kthread_create(irq_thread, ...,
+    /// "irq/%d-%s", irq, action->name)`), pid 700 + `nr`: where a threaded (or, on PREEMPT_RT,
+    /// force-threaded) handler runs.
+    pub fn irq_thread(nr: u32, name: &str) -> Self {
+        Self {
+            pid: 700 + nr,
+            comm: format!("irq/{nr}-{name}"),
         }
     }
 

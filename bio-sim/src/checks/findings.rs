@@ -12,7 +12,7 @@ use crate::machine::modules::{customised, with_knob};
 use crate::machine::oracle::{Invariant, Need, Violation};
 use crate::machine::sim::{CompletionContext, Sim, SimConfig, SimError};
 use crate::machine::transition::Transition;
-use bio_core::block::complete_in_task::{Knob, ListKind, Variant};
+use bio_core::block::complete_in_task::{Knob, ListKind, ModuleRef, Variant};
 use bio_core::block::{bio_endio, BioFlag, ReqOp};
 use bio_core::fs::buffer::submit_bh_wbc_set_flags;
 use bio_core::fs::iomap::iomap_writepages;
@@ -70,6 +70,8 @@ pub enum Change {
     Knob(Knob),
     /// The machine's rescuer affinity (not a knob of any version).
     Rescuer(RescuerAffinity),
+    /// Another module in place of the base's code (a bug no knob of the posted module has).
+    Module(ModuleRef),
 }
 
 impl fmt::Display for Change {
@@ -78,6 +80,7 @@ impl fmt::Display for Change {
             Change::Knob(k) => k.fmt(f),
             Change::Rescuer(RescuerAffinity::Unbound) => f.write_str("machine: rescuer unbound"),
             Change::Rescuer(RescuerAffinity::PoolCpu) => f.write_str("machine: rescuer pool"),
+            Change::Module(m) => write!(f, "module={}", m.0.name()),
         }
     }
 }
@@ -92,6 +95,13 @@ impl Twin {
         match self.change {
             Change::Knob(k) => (v.with(k), RescuerAffinity::PoolCpu),
             Change::Rescuer(r) => (v, r),
+            Change::Module(m) => (
+                Variant {
+                    name: "twin",
+                    ..Variant::module(m.0)
+                },
+                RescuerAffinity::PoolCpu,
+            ),
         }
     }
 }
@@ -125,7 +135,7 @@ const fn figure(id: u32, title: &'static str, chapter: &'static str) -> Finding 
 }
 
 /// The gallery, in DESIGN.md's order.
-pub const FINDINGS: [Finding; 11] = [
+pub const FINDINGS: [Finding; 13] = [
     check(
         1,
         "hotplug rollback strands deferred bios",
@@ -194,6 +204,22 @@ pub const FINDINGS: [Finding; 11] = [
         "docs/findings/11-dontcache-gap.md",
         twin(C, Variant::V7, Knob::FsFlag(false)),
     ),
+    check(
+        12,
+        "a threaded IRQ handler on PREEMPT_RT completes a flagged bio",
+        "docs/findings/12-threaded-irq.md",
+        Some(Twin {
+            expect: C,
+            base: Variant::V7,
+            change: Change::Module(ModuleRef(&super::review::IN_TASK_SHORTCUT)),
+        }),
+    ),
+    check(
+        13,
+        "a completion stream on PREEMPT_NONE: the worker holds the CPU",
+        "docs/findings/13-cpu-monopolization.md",
+        twin(C, Variant::V6, Knob::NeedReschedYield(false)),
+    ),
 ];
 
 /// One posted variant's row of expectations: the verdict each check must get on it, by finding.
@@ -209,10 +235,10 @@ pub struct ExpectRow {
 /// that every row covers every check).
 #[rustfmt::skip]
 pub const EXPECTED: &[ExpectRow] = &[
-    ExpectRow { variant: Variant::V5,        cells: &[(1, C), (2, NA), (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K)] },
-    ExpectRow { variant: Variant::V6,        cells: &[(1, C), (2, C),  (3, C), (4, C), (5, K), (7, K), (9, K), (10, K), (11, K)] },
-    ExpectRow { variant: Variant::V6_REVIEW, cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K)] },
-    ExpectRow { variant: Variant::V7,        cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K)] },
+    ExpectRow { variant: Variant::V5,        cells: &[(1, C), (2, NA), (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, K)] },
+    ExpectRow { variant: Variant::V6,        cells: &[(1, C), (2, C),  (3, C), (4, C), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, K)] },
+    ExpectRow { variant: Variant::V6_REVIEW, cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, C)] },
+    ExpectRow { variant: Variant::V7,        cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, C)] },
 ];
 
 /// What finding `id`'s check must get on the posted variant called `variant` (`None`: no row or no
@@ -297,7 +323,7 @@ fn verdict(v: Vec<Violation>, wanted: impl Fn(&Violation) -> bool) -> Verdict {
     Verdict::of(v.into_iter().filter(|x| wanted(x)).collect())
 }
 
-const BUDGET: u64 = 5_000;
+pub(super) const BUDGET: u64 = 5_000;
 
 /// Runs finding `id`'s check on `variant` (with the machine's `rescuer` affinity). Figures are not
 /// checks: `None`.
@@ -358,6 +384,10 @@ fn run_check_inner(
         9 => check_09_dead_drain(on),
         10 => check_10_init_protocol(on),
         11 => check_11_dontcache_gap(on),
+        12 => super::review::check_12_threaded_irq(on.variant, on.rescuer, on.trace)
+            .map(|r| done(&r.sim, r.verdict)),
+        13 => super::review::check_13_cpu_monopolization(on.variant, on.rescuer, on.trace)
+            .map(|(r, _)| done(&r.sim, r.verdict)),
         _ => Ok(CheckRun {
             verdict: Verdict::NotApplicable("no such check"),
             trace: String::new(),

@@ -49,7 +49,7 @@ impl LoopTwin {
 use Expect::{Caught as C, Clean as K};
 
 /// The checks.
-pub const LOOP_CHECKS: [LoopCheck; 4] = [
+pub const LOOP_CHECKS: [LoopCheck; 5] = [
     LoopCheck {
         id: "L1",
         title: "NOWAIT-first wastes an attempt per write to a sparse file",
@@ -78,6 +78,15 @@ pub const LOOP_CHECKS: [LoopCheck; 4] = [
             expect: C,
         }),
     },
+    LoopCheck {
+        id: "L5",
+        title: "a backing without FMODE_NOWAIT: no NOWAIT attempt",
+        twin: Some(LoopTwin {
+            base: LoopVariant::V5,
+            knob: LoopKnob::CheckFmodeNowait(false),
+            expect: C,
+        }),
+    },
 ];
 
 /// One loop version's row of expectations, by check id.
@@ -92,10 +101,10 @@ pub struct LoopExpectRow {
 /// Every loop version's row, in [`LoopVariant::ALL`]'s order (a test checks both agree).
 #[rustfmt::skip]
 pub const LOOP_EXPECTED: &[LoopExpectRow] = &[
-    LoopExpectRow { variant: LoopVariant::BASE,       cells: &[("L1", K), ("L2", K), ("L3", K), ("L4", K)] },
-    LoopExpectRow { variant: LoopVariant::V5_NO_HINT, cells: &[("L1", C), ("L2", K), ("L3", C), ("L4", K)] },
-    LoopExpectRow { variant: LoopVariant::V4,         cells: &[("L1", K), ("L2", C), ("L3", C), ("L4", K)] },
-    LoopExpectRow { variant: LoopVariant::V5,         cells: &[("L1", K), ("L2", K), ("L3", C), ("L4", K)] },
+    LoopExpectRow { variant: LoopVariant::BASE,       cells: &[("L1", K), ("L2", K), ("L3", K), ("L4", K), ("L5", K)] },
+    LoopExpectRow { variant: LoopVariant::V5_NO_HINT, cells: &[("L1", C), ("L2", K), ("L3", C), ("L4", K), ("L5", K)] },
+    LoopExpectRow { variant: LoopVariant::V4,         cells: &[("L1", K), ("L2", C), ("L3", C), ("L4", K), ("L5", C)] },
+    LoopExpectRow { variant: LoopVariant::V5,         cells: &[("L1", K), ("L2", K), ("L3", C), ("L4", K), ("L5", K)] },
 ];
 
 /// What check `id` must get on the loop version called `variant` (`None`: no row or cell).
@@ -162,15 +171,16 @@ fn machine(
     offset: u64,
     trace: bool,
 ) -> Result<Sim, SimError> {
+    machine_with(LoopSetup::new(variant, backing, offset), trace)
+}
+
+/// A scenario machine (2 CPUs, the default batcher) with the loop device `setup` describes.
+fn machine_with(setup: LoopSetup, trace: bool) -> Result<Sim, SimError> {
     let s = Sim::new(SimConfig {
         trace,
         ..SimConfig::default()
     })?;
-    s.attach_loop(LoopSetup {
-        variant,
-        backing,
-        offset,
-    });
+    s.attach_loop(setup);
     Ok(s)
 }
 
@@ -205,6 +215,7 @@ pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<Loo
         "L2" => check_l2_lockdep(variant, trace),
         "L3" => check_l3_refusing_backing(variant, trace),
         "L4" => check_l4_data(variant, trace),
+        "L5" => check_l5_no_fmode_nowait(variant, trace),
         _ => Ok(LoopRun {
             verdict: Verdict::NotApplicable("no such check"),
             stats: LoopStats::default(),
@@ -306,6 +317,48 @@ fn check_l4_data(variant: LoopVariant, trace: bool) -> Result<LoopRun, SimError>
             Invariant::EndIoOnce,
         ],
     );
+    Ok(done(&s, Verdict::of(v)))
+}
+
+/// L5: the backing file's `f_mode` lacks `FMODE_NOWAIT` (a file system that does not set it; a
+/// scenario's `loop NAME prealloc nowait=off`): 4 writes and 4 reads of allocated blocks. Such a
+/// file ignores `IOCB_NOWAIT`, so a "NOWAIT attempt" is blocking I/O in `loop_queue_rq()`, the
+/// submitter's context: `lo_backfile_support_nowait()` must send every command to the worker
+/// instead. Every attempt that reached the file is reported; the data must still read back.
+fn check_l5_no_fmode_nowait(variant: LoopVariant, trace: bool) -> Result<LoopRun, SimError> {
+    let setup = LoopSetup {
+        fmode_nowait: false,
+        ..LoopSetup::new(variant, BackingKind::Prealloc, 0)
+    };
+    let s = machine_with(setup, trace)?;
+    for b in 0..4 {
+        io(&s, LoopOp::Write, b);
+    }
+    s.settle(BUDGET);
+    for b in 0..4 {
+        io(&s, LoopOp::Read, b);
+    }
+    let mut v = s.settle(BUDGET);
+    v.extend(s.verify_devices(BUDGET));
+    keep(
+        &mut v,
+        &[
+            Invariant::DataMismatch,
+            Invariant::Stranded,
+            Invariant::EndIoOnce,
+        ],
+    );
+    let (st, _) = s.loop_outcome().unwrap_or_default();
+    if st.nowait_tried > 0 {
+        v.push(Violation {
+            invariant: Invariant::WastedOrFailedAttempt,
+            message: format!(
+                "{} commands (the 8 I/Os and the read-back) tried IOCB_NOWAIT on a backing without FMODE_NOWAIT: blocking I/O in loop_queue_rq() ({} completed there, {} via the worker)",
+                st.nowait_tried, st.nowait_done, st.worker_cmds
+            ),
+            trace: Vec::new(),
+        });
+    }
     Ok(done(&s, Verdict::of(v)))
 }
 

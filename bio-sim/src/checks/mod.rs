@@ -4,11 +4,13 @@
 //! - [`verdict`]: [`Expect`] (what a cell must be) and [`Verdict`] (what it was).
 //! - [`findings`]: the finding gallery of the task-completion series.
 //! - [`loop_checks`]: the loop driver's NOWAIT-series checks.
+//! - [`review`]: the gallery's review questions that run on any module (findings 12 and 13).
 //! - [`contexts`]: `bio_in_atomic()` in every context under a kernel config.
 
 pub mod contexts;
 pub mod findings;
 pub mod loop_checks;
+pub mod review;
 pub mod verdict;
 
 pub use verdict::{Expect, Verdict};

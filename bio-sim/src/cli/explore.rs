@@ -156,11 +156,9 @@ pub fn explore(args: ExploreArgs) -> Result<(), Box<dyn std::error::Error>> {
             seed: 0,
             trace: false,
         },
-        loop_dev: args.loop_dev.map(|v| LoopSetup {
-            variant: v,
-            backing: BackingKind::Sparse,
-            offset: 0,
-        }),
+        loop_dev: args
+            .loop_dev
+            .map(|v| LoopSetup::new(v, BackingKind::Sparse, 0)),
         seed: args.seed,
         steps: args.steps as usize,
         budget,

@@ -81,9 +81,22 @@ pub struct LoopSetup {
     pub backing: BackingKind,
     /// `lo_offset` in bytes.
     pub offset: u64,
+    /// Whether the backing file's `f_mode` has `FMODE_NOWAIT` (`nowait=off` in a scenario: a
+    /// file system that does not set it, whose I/O ignores `IOCB_NOWAIT` and simply blocks).
+    pub fmode_nowait: bool,
 }
 
 impl LoopSetup {
+    /// A device over `backing` at `lo_offset` `offset`, the backing with `FMODE_NOWAIT`.
+    pub fn new(variant: LoopVariant, backing: BackingKind, offset: u64) -> Self {
+        Self {
+            variant,
+            backing,
+            offset,
+            fmode_nowait: true,
+        }
+    }
+
     /// Blocks the device has.
     pub fn blocks(&self) -> u64 {
         BACKING_BYTES.saturating_sub(self.offset) / BLOCK as u64
@@ -167,7 +180,12 @@ impl fmt::Debug for LoopRig {
 
 impl LoopRig {
     pub(crate) fn new(s: RigParts<'_>, setup: LoopSetup) -> Self {
-        let backing: Arc<dyn LoopBacking> = Arc::new(setup.backing.backing());
+        let backing: Arc<dyn LoopBacking> = Arc::new(
+            setup
+                .backing
+                .backing()
+                .with_fmode_nowait(setup.fmode_nowait),
+        );
         let lo = LoopDevice::new(
             s.kernel,
             0,
@@ -177,11 +195,16 @@ impl LoopRig {
             setup.variant,
         );
         s.rt.note(format!(
-            "# loop0: variant {} ({}), {} backing of {} KiB, LO_FLAGS_DIRECT_IO, lo_offset={}",
+            "# loop0: variant {} ({}), {} backing of {} KiB{}, LO_FLAGS_DIRECT_IO, lo_offset={}",
             setup.variant.name,
             crate::report::knob_line(&setup.variant.knobs()),
             setup.backing.name(),
             BACKING_BYTES >> 10,
+            if setup.fmode_nowait {
+                ""
+            } else {
+                " without FMODE_NOWAIT"
+            },
             setup.offset
         ));
         LoopRig {

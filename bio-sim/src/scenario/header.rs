@@ -272,7 +272,8 @@ impl Header {
     }
 }
 
-/// `loop NAME BACKING [offset=BYTES]`.
+/// `loop NAME BACKING [offset=BYTES] [nowait=on|off]`: `nowait=off` is a backing file without
+/// `FMODE_NOWAIT`.
 fn loop_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
     let names = LoopVariant::names().collect::<Vec<_>>().join(", ");
     let name = l.arg(1, &format!("a loop version ({names})"))?;
@@ -294,21 +295,38 @@ fn loop_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
             ),
         )
     })?;
-    let mut offset = 0;
-    if let Some(w) = l.words.get(3) {
-        let v = w.strip_prefix("offset=").ok_or_else(|| {
-            l.err_at(3, format!("loop: unexpected `{w}` (expected offset=BYTES)"))
-        })?;
-        offset = v
-            .parse()
-            .map_err(|_| l.err_at(3, format!("`offset={v}`: a byte count is expected")))?;
+    let mut setup = LoopSetup::new(variant, backing, 0);
+    let (mut offset_seen, mut nowait_seen) = (false, false);
+    for n in 3..5 {
+        let Some(w) = l.words.get(n) else { break };
+        if let Some(v) = w.strip_prefix("offset=").filter(|_| !offset_seen) {
+            offset_seen = true;
+            setup.offset = v
+                .parse()
+                .map_err(|_| l.err_at(n, format!("`offset={v}`: a byte count is expected")))?;
+        } else if let Some(v) = w.strip_prefix("nowait=").filter(|_| !nowait_seen) {
+            nowait_seen = true;
+            setup.fmode_nowait = match v {
+                "on" => true,
+                "off" => false,
+                _ => {
+                    return Err(l.err_at(
+                        n,
+                        format!("`nowait={v}`: expected on or off (the backing's FMODE_NOWAIT)"),
+                    ))
+                }
+            };
+        } else {
+            return Err(l.err_at(
+                n,
+                format!("loop: unexpected `{w}` (expected offset=BYTES or nowait=on|off, each at most once)"),
+            ));
+        }
     }
-    l.done(4, "a version, a backing and at most one offset=BYTES")?;
-    let setup = LoopSetup {
-        variant,
-        backing,
-        offset,
-    };
+    l.done(
+        5,
+        "a version, a backing, and at most one offset=BYTES and one nowait=on|off",
+    )?;
     crate::machine::loop_rig::validate(&setup).map_err(|e| l.err(e))?;
     Ok(setup)
 }

@@ -28,7 +28,7 @@
 //! (the parser the CLI's `--knob` uses; a module takes only `gate_reads` and `fs_flag`).
 //!
 //! A loop device (`drivers/block/loop.c`): header `loop NAME sparse|prealloc|refusing|blockdev
-//! [offset=BYTES]` (NAME: one of [`LoopVariant::ALL`](bio_core::drivers::block::loop_drv::LoopVariant::ALL))
+//! [offset=BYTES] [nowait=on|off]` (`nowait=off`: the backing file lacks `FMODE_NOWAIT`; NAME: one of [`LoopVariant::ALL`](bio_core::drivers::block::loop_drv::LoopVariant::ALL))
 //! and `loop_knob NAME=VALUE` (one of [`LoopKnob`](bio_core::drivers::block::loop_drv::LoopKnob)'s); transitions
 //! `io CPU read|discard BLOCK`, `io CPU write BLOCK [fill=BYTE]` and `loop_worker CPU`. At the end every block
 //! written is read back through the device and compared (`expect data` for a mismatch).
@@ -463,6 +463,43 @@ mod tests {
         );
         let e = Scenario::parse("loop v5 sparse offset=100\n", "t").unwrap_err();
         assert!(e.to_string().contains("multiple of 512"), "{e}");
+    }
+
+    /// `nowait=off` takes `FMODE_NOWAIT` away from the backing, in either order with `offset=`;
+    /// a bad value, a repeat or an unknown word is refused at its column.
+    #[test]
+    fn the_loop_header_takes_nowait_on_or_off() {
+        let io = "io 0 write 1\n";
+        for (header, fmode) in [
+            ("loop v5 prealloc nowait=off", false),
+            ("loop v5 prealloc nowait=on offset=4096", true),
+            ("loop v5 prealloc offset=4096 nowait=off", false),
+            ("loop v5 prealloc", true),
+        ] {
+            let s = Scenario::parse(&format!("{header}\n{io}"), "t").unwrap();
+            assert_eq!(s.loop_dev.map(|l| l.fmode_nowait), Some(fmode), "{header}");
+        }
+        for (header, said) in [
+            (
+                "loop v5 prealloc nowait=maybe",
+                "t:1:18: `nowait=maybe`: expected on or off",
+            ),
+            (
+                "loop v5 prealloc nowait=off nowait=on",
+                "t:1:29: loop: unexpected `nowait=on` (expected offset=BYTES or nowait=on|off, each at most once)",
+            ),
+            (
+                "loop v5 prealloc fmode=off",
+                "t:1:18: loop: unexpected `fmode=off`",
+            ),
+            (
+                "loop v5 prealloc nowait=off offset=0 x",
+                "t:1:38: unexpected `x`: expected the end of the line",
+            ),
+        ] {
+            let e = Scenario::parse(&format!("{header}\n{io}"), "t").unwrap_err();
+            assert!(e.to_string().contains(said), "{header}: {e}");
+        }
     }
 
     #[test]
