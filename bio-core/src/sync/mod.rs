@@ -31,7 +31,7 @@ pub use std::sync::OnceLock as UntrackedOnceLock;
 /// Atomics loom does not track, for heuristics and statistics that are not part of any protocol
 /// loom should explore (the livelock detector's counters).
 pub mod untracked {
-    pub use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     /// For metadata no model checks (trace numbering), never for kernel state.
     pub use std::sync::Mutex;
 }

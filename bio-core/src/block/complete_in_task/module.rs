@@ -478,10 +478,12 @@ impl BioCompleteBatcher {
 }
 
 /// Per-CPU state of biosim's livelock detector (not kernel state of any module).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Watchdog {
-    /// Bios put on this CPU's batch so far.
-    adds: untracked::AtomicUsize,
+    /// The bio whose `bi_end_io` runs in this CPU's work function now (`u64::MAX`: none).
+    ending: untracked::AtomicU64,
+    /// That bio was deferred again while its `bi_end_io` ran: no progress.
+    redeferred: untracked::AtomicBool,
     /// A module work function runs on this CPU.
     in_work: untracked::AtomicBool,
     /// Consecutive `bi_end_io` calls of this run that deferred their bio again.
@@ -491,6 +493,19 @@ struct Watchdog {
     /// The bios the stuck CPU's loop still holds: they never leave it (counted as pending).
     #[allow(clippy::vec_box)] // bios travel boxed everywhere; unboxing here would copy them
     held: untracked::Mutex<Vec<Box<Bio>>>,
+}
+
+impl Default for Watchdog {
+    fn default() -> Self {
+        Self {
+            ending: untracked::AtomicU64::new(u64::MAX),
+            redeferred: untracked::AtomicBool::new(false),
+            in_work: untracked::AtomicBool::new(false),
+            no_progress: untracked::AtomicUsize::new(0),
+            stuck: untracked::AtomicBool::new(false),
+            held: untracked::Mutex::new(Vec::new()),
+        }
+    }
 }
 
 /// How many consecutive `bi_end_io` calls of one work-function run may complete nothing (each
@@ -535,7 +550,10 @@ pub fn __bio_complete_in_task(bio: Box<Bio>, cx: &Cpu) {
     };
     let id = bio.id();
     crate::ktrace!(cx, target: "block", "biosim_bio_complete_defer", fields(bio = id), "bio#{id} to the batch of CPU{}", cx.id().0);
-    b.watchdog[cx.id().index()].adds.fetch_add(1, Relaxed);
+    let watch = &b.watchdog[cx.id().index()];
+    if watch.ending.load(Relaxed) == id {
+        watch.redeferred.store(true, Relaxed);
+    }
     if let Some(o) = &b.observer {
         o.deferred(id, cx);
     }
@@ -592,9 +610,15 @@ pub fn bi_end_io(bio: Box<Bio>, cx: &Cpu) {
             .push(bio);
         return;
     }
-    let adds = watch.adds.load(Relaxed);
+    // Progress is this bio not coming back: a bi_end_io that defers a fresh bio (a new I/O)
+    // completed its own all the same.
+    let id = bio.id();
+    let outer = watch.ending.swap(id, Relaxed);
+    watch.redeferred.store(false, Relaxed);
     end_io(bio, cx);
-    if watch.adds.load(Relaxed) == adds {
+    let again = watch.redeferred.swap(false, Relaxed);
+    watch.ending.store(outer, Relaxed);
+    if !again {
         watch.no_progress.store(0, Relaxed);
         return;
     }
