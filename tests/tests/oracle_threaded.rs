@@ -78,3 +78,29 @@ fn the_oracle_catches_the_init_protocol_twin_on_threads_too() {
     );
     drop(rt.shutdown());
 }
+
+/// Finding 14 on threads: the twin whose worker takes the list lock with interrupts on is
+/// lockdep's inconsistent usage; v6, whose worker uses `local_lock_irq()`, and v7 are silent.
+#[test]
+fn lockdeps_usage_check_catches_the_irqs_on_worker_on_threads_too() {
+    use bio_core::kernel::ReportKind;
+    use bio_sim::checks::lockdep_usage::V6_IRQS_ON;
+    for (variant, caught) in [
+        (Variant::module(&V6_IRQS_ON), true),
+        (Variant::V6, false),
+        (Variant::V7, false),
+    ] {
+        let (m, rt) = machine(variant, 2, 2);
+        complete_from_irqs(&m.kernel, &m.oracle, CpuId(0), 20);
+        assert!(rt.quiesce(Duration::from_secs(20)), "{variant}: quiesces");
+        let usage = m
+            .kernel
+            .reports()
+            .all()
+            .into_iter()
+            .filter(|r| r.kind == ReportKind::InconsistentLockState)
+            .count();
+        assert_eq!(usage, usize::from(caught), "{variant}");
+        drop(rt.shutdown());
+    }
+}

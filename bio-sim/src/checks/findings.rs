@@ -135,7 +135,7 @@ const fn figure(id: u32, title: &'static str, chapter: &'static str) -> Finding 
 }
 
 /// The gallery, in DESIGN.md's order.
-pub const FINDINGS: [Finding; 13] = [
+pub const FINDINGS: [Finding; 14] = [
     check(
         1,
         "hotplug rollback strands deferred bios",
@@ -220,6 +220,16 @@ pub const FINDINGS: [Finding; 13] = [
         "docs/findings/13-cpu-monopolization.md",
         twin(C, Variant::V6, Knob::NeedReschedYield(false)),
     ),
+    check(
+        14,
+        "lockdep: the list lock taken in hardirq and with IRQs on",
+        "docs/findings/14-lockdep-irq-usage.md",
+        Some(Twin {
+            expect: C,
+            base: Variant::V6,
+            change: Change::Module(ModuleRef(&super::lockdep_usage::V6_IRQS_ON)),
+        }),
+    ),
 ];
 
 /// One posted variant's row of expectations: the verdict each check must get on it, by finding.
@@ -235,10 +245,10 @@ pub struct ExpectRow {
 /// that every row covers every check).
 #[rustfmt::skip]
 pub const EXPECTED: &[ExpectRow] = &[
-    ExpectRow { variant: Variant::V5,        cells: &[(1, C), (2, NA), (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, K)] },
-    ExpectRow { variant: Variant::V6,        cells: &[(1, C), (2, C),  (3, C), (4, C), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, K)] },
-    ExpectRow { variant: Variant::V6_REVIEW, cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, C)] },
-    ExpectRow { variant: Variant::V7,        cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, C)] },
+    ExpectRow { variant: Variant::V5,        cells: &[(1, C), (2, NA), (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, K), (14, K)] },
+    ExpectRow { variant: Variant::V6,        cells: &[(1, C), (2, C),  (3, C), (4, C), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, K), (14, K)] },
+    ExpectRow { variant: Variant::V6_REVIEW, cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, C), (14, K)] },
+    ExpectRow { variant: Variant::V7,        cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, C), (14, K)] },
 ];
 
 /// What finding `id`'s check must get on the posted variant called `variant` (`None`: no row or no
@@ -388,6 +398,16 @@ fn run_check_inner(
             .map(|r| done(&r.sim, r.verdict)),
         13 => super::review::check_13_cpu_monopolization(on.variant, on.rescuer, on.trace)
             .map(|(r, _)| done(&r.sim, r.verdict)),
+        14 => super::lockdep_usage::check_14_lockdep_usage(
+            on.variant,
+            KernelConfig::default(),
+            on.rescuer,
+            on.trace,
+        )
+        .map(|s| {
+            let v = super::lockdep_usage::verdict_14(&s);
+            done(&s, v)
+        }),
         _ => Ok(CheckRun {
             verdict: Verdict::NotApplicable("no such check"),
             trace: String::new(),

@@ -9,6 +9,7 @@
 
 pub mod contexts;
 pub mod findings;
+pub mod lockdep_usage;
 pub mod loop_checks;
 pub mod review;
 pub mod verdict;
