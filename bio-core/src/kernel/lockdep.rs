@@ -45,10 +45,12 @@
 //! types and call site, the `irq event stamp` block and the stack traces (the registration
 //! "trace" is the task and the context that set the bit).
 //!
-//! On PREEMPT_RT `local_lock_irq()`/`local_lock_irqsave()` are `spin_lock()` on a per-CPU
-//! `spinlock_t` and disable neither IRQs nor BHs, so a `local_lock_t` also taken in a softirq is
-//! SOFTIRQ-ON when a task takes it (`{IN-SOFTIRQ-W} -> {SOFTIRQ-ON-W}`); in hardirq the wait-context
-//! check fires first and turns lockdep off (see below).
+//! On PREEMPT_RT lockdep has no softirq context ("lockdep: Remove softirq accounting on
+//! PREEMPT_RT", v5.17: `lockdep_softirq_enter()` is empty there, since RT's softirqs run
+//! preemptible in a thread under a per-CPU lock): nothing is ever USED_IN_SOFTIRQ, so
+//! `local_lock_irq()` (a plain `spin_lock()` on RT) in a task and the same lock in a softirq is no
+//! report, and the `SC` field prints 0. In hardirq the wait-context check fires first and turns
+//! lockdep off (see below).
 //!
 //! Not modelled: read locks (the `_READ` bits), trylocks, the dependency graph and with it
 //! `check_usage_forwards()`/`check_usage_backwards()` ("possible irq lock inversion dependency",
@@ -409,11 +411,17 @@ impl Cpu {
         let hardirqs = self.hardirq_count() / super::HARDIRQ_OFFSET;
         format!(
             "HC{hardirqs}[{hardirqs}]:SC{}[{}]:HE{}:SE{}",
-            u32::from(self.in_serving_softirq()),
+            u32::from(self.lockdep_softirq_context()),
             self.softirq_count() / super::SOFTIRQ_OFFSET,
             u32::from(!self.irqs_disabled()),
             u32::from(self.softirq_count() == 0),
         )
+    }
+
+    /// `lockdep_softirq_context()`: serving a softirq, as lockdep knows it; never on PREEMPT_RT,
+    /// whose `lockdep_softirq_enter()` is empty.
+    fn lockdep_softirq_context(&self) -> bool {
+        self.in_serving_softirq() && !self.config().preempt_rt()
     }
 
     /// `mark_usage()` for a (non-trylock, write) acquisition of the class `name`: sets the usage
@@ -428,7 +436,7 @@ impl Cpu {
         if self.in_hardirq() {
             bits.push(LockUsageBit::UsedInHardirq);
         }
-        if self.in_serving_softirq() {
+        if self.lockdep_softirq_context() {
             bits.push(LockUsageBit::UsedInSoftirq);
         }
         // hlock->hardirqs_off: ENABLED_SOFTIRQ too needs hardirqs on. Twin: a task's IRQs-off
@@ -831,13 +839,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(
-        feature = "bug-lockdep-no-valid-state",
-        should_panic(expected = "must be reported")
-    )]
-    fn on_rt_local_lock_in_softirq_and_in_a_task_with_bhs_on_is_inconsistent() {
-        // On RT local_lock_irq() is spin_lock() on the per-CPU spinlock_t: it disables neither
-        // IRQs nor BHs, so a class also taken in BLOCK_SOFTIRQ is SOFTIRQ-ON in the worker.
+    fn on_rt_a_local_lock_in_softirq_and_in_a_task_with_bhs_on_is_no_report() {
+        // On RT local_lock_irq() is spin_lock() on the per-CPU spinlock_t (IRQs and BHs stay on),
+        // but lockdep has no softirq context on RT: nothing is USED_IN_SOFTIRQ, nothing conflicts.
+        // The same two acquisitions on !RT are the usage bug (the softirq test above).
         let k = kernel(KernelConfig::for_model(PreemptModel::Rt));
         let cx = k.cpu(CpuId(0)).unwrap();
         let r = cx.with_softirq(|c| {
@@ -849,10 +854,9 @@ mod tests {
         cx.set_current(Task::kworker(CpuId(0)));
         let (held, r) = cx.lockdep_acquire(LockClass::LocalLock, LOCK);
         cx.lock_release(held);
-        let r = r.expect("IN-SOFTIRQ then SOFTIRQ-ON must be reported");
-        assert!(r
-            .message
-            .contains("inconsistent {IN-SOFTIRQ-W} -> {SOFTIRQ-ON-W} usage.\nkworker/0:1/300 [HC0[0]:SC0[0]:HE1:SE1] takes:\n(bio_complete_batch.lock){+.?.}"));
+        assert!(r.is_none(), "RT has no softirq accounting: {r:?}");
+        assert!(k.reports().is_empty(), "{:#?}", k.reports().all());
+        assert!(k.debug_locks(), "lockdep still on for finding 4's report");
     }
 
     #[test]
