@@ -27,6 +27,7 @@
 //! assert!(!cx.irqs_disabled());
 //! ```
 
+use super::percpu::Exclusive;
 use super::{Cpu, CpuId, HeldLock, IrqFlags, LockClass, ReportKind};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::UnsafeCell;
@@ -39,10 +40,11 @@ pub struct LocalLock<T> {
     /// The per-CPU `spinlock_t` a local lock is on PREEMPT_RT.
     rt_lock: AtomicBool,
     data: UnsafeCell<T>,
+    exclusive: Exclusive,
 }
 
-// SAFETY: `data` is reached only through a guard (this CPU's exclusion, see the module docs) or
-// `with_dead` (the owner is offline); violations are reported.
+// SAFETY: `data` is reached only inside `Exclusive::run` (outside loom: one access at a time,
+// whatever the module does); under loom the lock's own exclusion is what loom checks.
 unsafe impl<T: Send> Sync for LocalLock<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Send for LocalLock<T> {}
@@ -89,6 +91,7 @@ impl<T> LocalLock<T> {
             name,
             rt_lock: AtomicBool::new(false),
             data: UnsafeCell::new(value),
+            exclusive: Exclusive::default(),
         }
     }
 
@@ -188,14 +191,20 @@ impl<T> LocalLock<T> {
                 ),
             );
         }
-        // SAFETY: the owner is offline (its flows are done) or the break was reported above.
-        self.data.with_mut(|d| f(unsafe { &mut *d }))
+        let what = || format!("{} data of {}", self.name, self.cpu);
+        // SAFETY: one access at a time (Exclusive); the owner is offline or it was reported.
+        self.exclusive.run(Some(cx), &what, || {
+            self.data.with_mut(|d| f(unsafe { &mut *d }))
+        })
     }
 
-    /// Reads without any exclusion, for tests and the oracle between steps (nothing runs).
+    /// Reads the data, for tests and the oracle between steps (one access at a time all the
+    /// same, so a read racing a flow is serialised, not a data race).
     pub fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        // SAFETY: the caller reads between steps, when no flow of the machine runs.
-        self.data.with(|d| f(unsafe { &*d }))
+        let what = || format!("{} data of {}", self.name, self.cpu);
+        // SAFETY: one access at a time (Exclusive).
+        self.exclusive
+            .run(None, &what, || self.data.with(|d| f(unsafe { &*d })))
     }
 }
 
@@ -203,9 +212,14 @@ impl<T> LocalLockGuard<'_, T> {
     /// Runs `f` on the protected data.
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         let cx = self.cx;
-        // SAFETY: the guard holds this CPU's exclusion (IRQs off or the RT lock), or the caller
-        // below adds the IRQ-off section `local_lock()` lacks.
-        let access = || self.lock.data.with_mut(|d| f(unsafe { &mut *d }));
+        let what = || format!("{} data of {}", self.lock.name, self.lock.cpu);
+        // SAFETY: one access at a time (Exclusive); the guard holds this CPU's exclusion (IRQs
+        // off or the RT lock), or the caller below adds the IRQ-off section `local_lock()` lacks.
+        let access = || {
+            self.lock.exclusive.run(Some(cx), &what, || {
+                self.lock.data.with_mut(|d| f(unsafe { &mut *d }))
+            })
+        };
         if matches!(self.held, Some(Held::Preempt(_))) && !cx.irqs_disabled() {
             // `local_lock()` leaves interrupts on: a hardirq user would race the holder for real.
             // biosim serialises the access and leaves the report to lockdep's usage check.

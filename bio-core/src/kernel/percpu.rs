@@ -22,8 +22,72 @@
 //! ```
 
 use super::{Cpu, CpuId, Kernel, ReportKind};
-use crate::sync::UnsafeCell;
+use crate::sync::untracked::{AtomicBool, Ordering};
+use crate::sync::{LockOwner, UnsafeCell};
 use std::fmt;
+
+/// biosim's own exclusion of the accesses to one per-CPU cell ([`IrqLocal`], `LocalLock`'s data),
+/// outside loom: never contended while a module keeps the kernel's per-CPU rule, so it changes
+/// nothing then; a module that breaks the rule is reported and serialised rather than racing on
+/// memory (a Rust data race is undefined behaviour, the kernel's a corrupted list). An access made
+/// from inside an access of the same cell on the same flow is a misuse that panics, as a second
+/// `RefCell::borrow_mut()` does (in the kernel: a self-deadlock on the lock, or a list corrupted
+/// under the holder). Under loom the cell is left to loom's causality checker, which sees the
+/// accesses this would serialise.
+#[derive(Debug, Default)]
+pub(crate) struct Exclusive {
+    busy: AtomicBool,
+    owner: LockOwner,
+}
+
+impl Exclusive {
+    /// Runs `f` as the only access of the cell; `what` names the cell for a report.
+    pub(crate) fn run<R>(
+        &self,
+        cx: Option<&Cpu>,
+        what: &dyn Fn() -> String,
+        f: impl FnOnce() -> R,
+    ) -> R {
+        if cfg!(loom) {
+            return f();
+        }
+        if self
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            if self.owner.held_by_current() {
+                panic!(
+                    "biosim: {} accessed again from inside its own access (a module that takes its per-CPU list while holding it)",
+                    what()
+                );
+            }
+            if let Some(cx) = cx {
+                cx.report(
+                    ReportKind::Bug,
+                    format!(
+                        "BUG: biosim: concurrent access to {} [{}]: a data race no kernel splat reports (KCSAN would); serialised",
+                        what(),
+                        cx.current().comm
+                    ),
+                );
+            }
+            while self
+                .busy
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                std::hint::spin_loop();
+                std::thread::yield_now();
+            }
+        }
+        self.owner.set_current();
+        let r = f();
+        self.owner.clear();
+        self.busy.store(false, Ordering::Release);
+        r
+    }
+}
 
 /// `DEFINE_PER_CPU(T, name)`: one `T` for every possible CPU.
 pub struct PerCpu<T> {
@@ -70,11 +134,12 @@ pub fn this_cpu_ptr<'a, T>(var: &'a PerCpu<T>, cx: &Cpu) -> &'a T {
 pub struct IrqLocal<T> {
     cpu: CpuId,
     data: UnsafeCell<T>,
+    exclusive: Exclusive,
 }
 
-// SAFETY: `data` is reached only through `with`/`with_dead`, whose rule (the owner CPU with IRQs
-// off, or anyone once the owner is dead) is the per-CPU exclusion the kernel relies on; violations
-// are reported and serialised on the accessing CPU.
+// SAFETY: `data` is reached only through `with`/`peek`, each inside `Exclusive::run` (outside
+// loom): one access at a time whatever the module does; under loom the per-CPU rule the kernel
+// relies on (the owner CPU with IRQs off, or anyone once the owner is dead) is what loom checks.
 unsafe impl<T: Send> Sync for IrqLocal<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Send for IrqLocal<T> {}
@@ -91,6 +156,7 @@ impl<T> IrqLocal<T> {
         Self {
             cpu,
             data: UnsafeCell::new(value),
+            exclusive: Exclusive::default(),
         }
     }
 
@@ -109,9 +175,12 @@ impl<T> IrqLocal<T> {
         } else {
             None
         };
+        let what = || format!("per-CPU data of {}", self.cpu);
         let Some(how) = broken else {
-            // SAFETY: the owner with IRQs off, or the owner is offline: the per-CPU exclusion.
-            return self.data.with_mut(|d| f(unsafe { &mut *d }));
+            // SAFETY: one access at a time (Exclusive), within the per-CPU rule.
+            return self.exclusive.run(Some(cx), &what, || {
+                self.data.with_mut(|d| f(unsafe { &mut *d }))
+            });
         };
         cx.report(
             ReportKind::Bug,
@@ -123,16 +192,22 @@ impl<T> IrqLocal<T> {
             ),
         );
         let flags = cx.local_irq_save();
-        // SAFETY: reported above; serialised against this CPU's own flows by the IRQ-off section.
-        let r = self.data.with_mut(|d| f(unsafe { &mut *d }));
+        // SAFETY: reported above; one access at a time (Exclusive), and this CPU's own flows are
+        // held off by the IRQ-off section.
+        let r = self.exclusive.run(Some(cx), &what, || {
+            self.data.with_mut(|d| f(unsafe { &mut *d }))
+        });
         cx.local_irq_restore(flags);
         r
     }
 
-    /// Reads without any exclusion, for tests and the oracle between steps (nothing runs).
+    /// Reads the data, for tests and the oracle between steps (when nothing runs; the read is
+    /// still one access at a time, so a read that races a flow is serialised, not a data race).
     pub fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        // SAFETY: the caller reads between steps, when no flow of the machine runs.
-        self.data.with(|d| f(unsafe { &*d }))
+        let what = || format!("per-CPU data of {}", self.cpu);
+        // SAFETY: one access at a time (Exclusive).
+        self.exclusive
+            .run(None, &what, || self.data.with(|d| f(unsafe { &*d })))
     }
 }
 
@@ -172,5 +247,45 @@ mod tests {
             "{}",
             reports[1].message
         );
+    }
+
+    /// Two OS threads breaking the rule on one cell at once (the threaded runtime's CPUs): the
+    /// breaks are reported and the accesses serialised, so no increment is lost.
+    #[test]
+    fn concurrent_breaks_are_serialised_not_racing() {
+        let k = Kernel::new(KernelConfig::default(), 2).unwrap();
+        let data = std::sync::Arc::new(PerCpu::new(&k, |cpu| IrqLocal::new(cpu, 0u64)));
+        let threads: Vec<_> = [CpuId(0), CpuId(1)]
+            .into_iter()
+            .map(|c| {
+                let (k, data) = (std::sync::Arc::clone(&k), std::sync::Arc::clone(&data));
+                std::thread::spawn(move || {
+                    let cx = k.cpu(c).unwrap();
+                    for _ in 0..2_000 {
+                        per_cpu_ptr(&data, CpuId(1)).with(&cx, |n| {
+                            let v = *n;
+                            std::hint::spin_loop();
+                            *n = v + 1;
+                        });
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(per_cpu_ptr(&data, CpuId(1)).peek(|n| *n), 4_000);
+        assert!(!k.reports().all().is_empty(), "the breaks are reported");
+    }
+
+    #[test]
+    #[should_panic(expected = "accessed again from inside its own access")]
+    fn a_nested_access_of_one_cell_panics_like_a_second_borrow_mut() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cell = IrqLocal::new(CpuId(0), 0u32);
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let flags = cx.local_irq_save();
+        cell.with(&cx, |_| cell.with(&cx, |n| *n += 1));
+        cx.local_irq_restore(flags);
     }
 }
