@@ -332,6 +332,9 @@ impl BatcherObserver for Oracle {
             BatchCallback::Online | BatchCallback::DownPrep => (cx.id() != target
                 || !cx.may_sleep())
             .then_some("on the CPU itself, in task context"),
+            BatchCallback::Starting | BatchCallback::Dying => (cx.id() != target
+                || !cx.irqs_disabled())
+            .then_some("on the CPU itself, with IRQs off"),
             BatchCallback::Dead | BatchCallback::Prepare => (cx.id() == target
                 || cx.kernel().cpu_online(target)
                 || !cx.may_sleep())

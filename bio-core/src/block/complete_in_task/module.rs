@@ -20,8 +20,9 @@
 //!
 //! # Writing a module
 //!
-//! A module's code reads like the C. This one is v6-review's protocol on an `llist` (see
-//! `bio-sim/examples/` and docs/own-patch.md for two complete ones):
+//! A module's code reads like the C. This one is the smallest that runs: an `llist` and plain
+//! work, with no hotplug callbacks at all (so it strands the bios of a CPU going offline: finding
+//! 9 catches it). `bio-sim/examples/` and docs/own-patch.md have two complete ones:
 //!
 //! ```
 //! use bio_core::block::complete_in_task::module::prelude::*;
@@ -190,11 +191,19 @@ pub enum BatchCallback {
     Dead,
     /// A startup callback of a BP state, on a control CPU before the CPU runs (`*_prepare`).
     Prepare,
+    /// A startup callback of the STARTING section, on the CPU with IRQs off
+    /// (`notify_cpu_starting()`).
+    Starting,
+    /// A teardown callback of the DYING section, on the CPU with IRQs off (`take_cpu_down()`
+    /// under `stop_machine`).
+    Dying,
 }
 
 impl BatchCallback {
     fn of(inv: &Invocation) -> Self {
         match (&inv.runs_on, inv.bringup) {
+            (RunsOn::Target { irqs_off: true }, true) => Self::Starting,
+            (RunsOn::Target { irqs_off: true }, false) => Self::Dying,
             (RunsOn::Target { .. }, true) => Self::Online,
             (RunsOn::Target { .. }, false) => Self::DownPrep,
             (RunsOn::Control { .. }, false) => Self::Dead,
@@ -469,10 +478,13 @@ impl BioCompleteBatcher {
             // The kernel's CPU never left the loop that tripped the livelock detector.
             return;
         }
+        // A run nested on this CPU (a flow that slept in the outer one) counts on its own; the
+        // outer run's count is put back after it.
         let outer = watch.in_work.swap(true, Relaxed);
-        watch.no_progress.store(0, Relaxed);
+        let outer_count = watch.no_progress.swap(0, Relaxed);
         let _site = Site::enter(name);
         f();
+        watch.no_progress.store(outer_count, Relaxed);
         watch.in_work.store(outer, Relaxed);
     }
 }
@@ -548,23 +560,46 @@ pub fn __bio_complete_in_task(bio: Box<Bio>, cx: &Cpu) {
         end_io(bio, cx);
         return;
     };
-    let id = bio.id();
-    crate::ktrace!(cx, target: "block", "biosim_bio_complete_defer", fields(bio = id), "bio#{id} to the batch of CPU{}", cx.id().0);
-    let watch = &b.watchdog[cx.id().index()];
-    if watch.ending.load(Relaxed) == id {
-        watch.redeferred.store(true, Relaxed);
-    }
-    if let Some(o) = &b.observer {
-        o.deferred(id, cx);
-    }
+    b.account_deferral(bio.id(), cx);
     b.ops.__bio_complete_in_task(bio, cx);
+}
+
+thread_local! {
+    /// The bio the seam last accounted as deferred on this flow (see [`bio_complete_in_task`]).
+    static ACCOUNTED: Cell<u64> = const { Cell::new(u64::MAX) };
+}
+
+impl BioCompleteBatcher {
+    /// The seam's bookkeeping of one deferral: the trace line, the livelock detector, the
+    /// observer.
+    fn account_deferral(&self, id: u64, cx: &Cpu) {
+        crate::ktrace!(cx, target: "block", "biosim_bio_complete_defer", fields(bio = id), "bio#{id} to the batch of CPU{}", cx.id().0);
+        let watch = &self.watchdog[cx.id().index()];
+        if watch.ending.load(Relaxed) == id {
+            watch.redeferred.store(true, Relaxed);
+        }
+        if let Some(o) = &self.observer {
+            o.deferred(id, cx);
+        }
+        ACCOUNTED.with(|a| a.set(id));
+    }
 }
 
 /// `bio_complete_in_task()`: the loaded module's dynamic helper. Without a loaded module the bio is
 /// handed back with a WARN once.
 pub fn bio_complete_in_task(bio: Box<Bio>, cx: &Cpu) -> InTask {
     match cx.kernel().bio_complete() {
-        Some(b) => b.ops.bio_complete_in_task(bio, cx),
+        Some(b) => {
+            // A module that deferred without the global `__bio_complete_in_task()` (its own
+            // method, say) is accounted here all the same, after the fact.
+            let id = bio.id();
+            ACCOUNTED.with(|a| a.set(u64::MAX));
+            let r = b.ops.bio_complete_in_task(bio, cx);
+            if matches!(r, InTask::Deferred) && ACCOUNTED.with(Cell::get) != id {
+                b.account_deferral(id, cx);
+            }
+            r
+        }
         None => {
             cx.kernel().warn_once(
                 cx,

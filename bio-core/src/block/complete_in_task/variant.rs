@@ -321,9 +321,12 @@ pub fn register_module(module: &'static dyn BioCompleteModule) -> Result<(), Str
     {
         return Ok(());
     }
+    // The presets, and the words the CLI gives a meaning of its own: `twin` (a finding's twin),
+    // `custom` (a preset with knobs changed), `all`.
     let taken = Variant::ALL
         .iter()
         .map(|v| v.name)
+        .chain(["twin", "custom", "all"])
         .chain(modules.iter().map(|m| m.name()))
         .any(|n| n.eq_ignore_ascii_case(name));
     if taken {
