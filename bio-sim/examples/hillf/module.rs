@@ -8,6 +8,11 @@
 //! So the 1-jiffy delayed work stays (his "given batch and delayed work"), and one run completes
 //! every bio that arrives while it runs, not only the batch it found.
 //!
+//! His premise, "the worker can be preempted", holds on PREEMPT, PREEMPT_LAZY and PREEMPT_RT. On
+//! PREEMPT_NONE and PREEMPT_VOLUNTARY nothing preempts a kworker in the kernel, and a loop that
+//! drains until empty under a stream of completions faster than it drains never returns: finding
+//! 13 (CPU monopolization) catches this module there, as it catches v6-review and v7.
+//!
 //! The rest is v6 with the review's agreed changes: the `bio_list` under `local_irq_save()` (not
 //! `local_lock`, finding 4), the `BIO_COMPLETE_IN_TASK` guard in the dynamic helper (finding 2),
 //! and the requeue on online written as v6-review writes it, `enable_delayed_work()` then
@@ -138,9 +143,9 @@ impl BioCompleteOps for BioComplete {
 pub fn bio_complete_work_fn(m: &BioComplete, batch_cpu: CpuId, cx: &Cpu) {
     let batch = per_cpu_ptr(&m.batches, batch_cpu);
     loop {
-        cx.local_irq_disable();
+        local_irq_disable(cx);
         let mut list = batch.list.with(cx, std::mem::take);
-        cx.local_irq_enable();
+        local_irq_enable(cx);
         if list.empty() {
             break;
         }

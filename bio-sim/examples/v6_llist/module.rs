@@ -1,9 +1,16 @@
 //! `v6-llist`: block/bio.c's task-completion infrastructure as v6 posted it (a 1-jiffy delayed
 //! work armed with `mod_delayed_work_on(..., 1)`, the `need_resched()` yield and requeue, the
-//! mm/vmstat.c hotplug protocol), with the changes its review asked for: the per-CPU `bio_list`
-//! under `local_lock` becomes an `llist` added under `local_irq_save()`, the dynamic helper gets
-//! the `BIO_COMPLETE_IN_TASK` guard, and the online callback requeues the work
+//! mm/vmstat.c hotplug protocol), with two of the thread's proposals combined where the thread
+//! did not combine them: the automated review asked for an `llist` (as v5 had), and the author
+//! answered `local_lock` with `local_irq_save()` *keeping* the `bio_list`; this module takes the
+//! `llist` and puts its add under `local_irq_save()`. It also has the agreed `BIO_COMPLETE_IN_TASK`
+//! guard in the dynamic helper, and an online callback that requeues the work
 //! (`enable_and_queue_work()`).
+//!
+//! The C needs one more hunk than the functions below: `struct bio` has no `llist_node`, so
+//! include/linux/blk_types.h would gain one (for example `struct llist_node bi_llist;` in a union
+//! with `bi_next`, which a bio on this list does not use). biosim keeps the node beside the bio
+//! (`bio_core::kernel::llist`).
 //!
 //! Each function's doc comment shows the C it stands for, so the two read side by side. The C
 //! below is this module's, not a posted version's: it is v6's code with the review's changes
@@ -20,7 +27,10 @@
 //! CPU's list until the CPU comes back. With interrupts off the CPU cannot reach
 //! `take_cpu_down()` (stop_machine needs it), so a bio is always added to a live batch, and the
 //! dead drain sees it. It costs a few instructions on the hot path and, unlike `local_lock`,
-//! takes no lock that PREEMPT_RT turns into a sleeping one (finding 4).
+//! takes no lock that PREEMPT_RT turns into a sleeping one (finding 4). (`preempt_disable()` would
+//! pin the CPU as well.) biosim never migrates a flow between CPUs, so the simulator cannot tell
+//! this module from one without the `local_irq_save()`: the reason stands on the kernel's
+//! semantics, not on a finding.
 //!
 //! # Why `enable_and_queue_work()` in the online callback
 //!
