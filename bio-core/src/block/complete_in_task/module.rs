@@ -618,6 +618,9 @@ pub fn bio_complete_in_task(bio: Box<Bio>, cx: &Cpu) -> InTask {
 pub fn bi_end_io(bio: Box<Bio>, cx: &Cpu) {
     if bio.bi_end_io.is_none() {
         let site = SITE.with(Cell::get);
+        // The oops taints the kernel (oops_end(): add_taint(TAINT_DIE, LOCKDEP_NOW_UNRELIABLE)),
+        // which turns lockdep off.
+        cx.kernel().debug_locks_off();
         cx.report(
             ReportKind::Bug,
             format!(
