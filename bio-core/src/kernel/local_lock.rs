@@ -192,8 +192,9 @@ impl<T> LocalLock<T> {
             );
         }
         let what = || format!("{} data of {}", self.name, self.cpu);
-        // SAFETY: one access at a time (Exclusive); the owner is offline or it was reported.
+        // Why sound: one access at a time (Exclusive); the owner is offline or it was reported.
         self.exclusive.run(Some(cx), &what, || {
+            // SAFETY: one access at a time (Exclusive), see the comment above.
             self.data.with_mut(|d| f(unsafe { &mut *d }))
         })
     }
@@ -202,8 +203,9 @@ impl<T> LocalLock<T> {
     /// same, so a read racing a flow is serialised, not a data race).
     pub fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> R {
         let what = || format!("{} data of {}", self.name, self.cpu);
-        // SAFETY: one access at a time (Exclusive).
+        // Why sound: one access at a time (Exclusive).
         self.exclusive
+            // SAFETY: one access at a time (Exclusive), see the comment above.
             .run(None, &what, || self.data.with(|d| f(unsafe { &*d })))
     }
 }
@@ -213,10 +215,11 @@ impl<T> LocalLockGuard<'_, T> {
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         let cx = self.cx;
         let what = || format!("{} data of {}", self.lock.name, self.lock.cpu);
-        // SAFETY: one access at a time (Exclusive); the guard holds this CPU's exclusion (IRQs
+        // Why sound: one access at a time (Exclusive); the guard holds this CPU's exclusion (IRQs
         // off or the RT lock), or the caller below adds the IRQ-off section `local_lock()` lacks.
         let access = || {
             self.lock.exclusive.run(Some(cx), &what, || {
+                // SAFETY: one access at a time (Exclusive), see the comment above.
                 self.lock.data.with_mut(|d| f(unsafe { &mut *d }))
             })
         };

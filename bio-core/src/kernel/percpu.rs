@@ -177,8 +177,9 @@ impl<T> IrqLocal<T> {
         };
         let what = || format!("per-CPU data of {}", self.cpu);
         let Some(how) = broken else {
-            // SAFETY: one access at a time (Exclusive), within the per-CPU rule.
+            // Why sound: one access at a time (Exclusive), within the per-CPU rule.
             return self.exclusive.run(Some(cx), &what, || {
+                // SAFETY: one access at a time (Exclusive), see the comment above.
                 self.data.with_mut(|d| f(unsafe { &mut *d }))
             });
         };
@@ -192,9 +193,10 @@ impl<T> IrqLocal<T> {
             ),
         );
         let flags = cx.local_irq_save();
-        // SAFETY: reported above; one access at a time (Exclusive), and this CPU's own flows are
+        // Why sound: reported above; one access at a time (Exclusive), and this CPU's own flows are
         // held off by the IRQ-off section.
         let r = self.exclusive.run(Some(cx), &what, || {
+            // SAFETY: one access at a time (Exclusive), see the comment above.
             self.data.with_mut(|d| f(unsafe { &mut *d }))
         });
         cx.local_irq_restore(flags);
@@ -205,8 +207,9 @@ impl<T> IrqLocal<T> {
     /// still one access at a time, so a read that races a flow is serialised, not a data race).
     pub fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> R {
         let what = || format!("per-CPU data of {}", self.cpu);
-        // SAFETY: one access at a time (Exclusive).
+        // Why sound: one access at a time (Exclusive).
         self.exclusive
+            // SAFETY: one access at a time (Exclusive), see the comment above.
             .run(None, &what, || self.data.with(|d| f(unsafe { &*d })))
     }
 }
