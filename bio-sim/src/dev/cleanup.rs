@@ -31,7 +31,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::Once;
 
 /// How many temporary files can be registered at once.
@@ -316,13 +316,17 @@ pub struct TempFile {
 }
 
 impl TempFile {
-    /// Creates a new empty file `DIR/PREFIX-PID-N.img` (the first `N` free) with `O_EXCL` and
-    /// registers it for removal. Errors name the directory.
+    /// Creates a new empty file `DIR/PREFIX-PID-N.img` with `O_EXCL` and registers it for
+    /// removal. `N` counts up for the whole process, so a name is never reused within it (a
+    /// caller may check its file is gone after the guard dropped, while another thread makes
+    /// one). Errors name the directory.
     pub fn create_in(dir: &Path, prefix: &str) -> io::Result<TempFile> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
         install();
         let _blocked = Blocked::new();
         let pid = std::process::id();
-        for n in 0..1000u32 {
+        for _ in 0..1000u32 {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let path = dir.join(format!("{prefix}-{pid}-{n}.img"));
             match File::options().write(true).create_new(true).open(&path) {
                 Ok(_) => return Self::register(path),
