@@ -6,7 +6,7 @@
 //! A module is registered with the process ([`register_module`], which
 //! [`crate::cli::main_with`] calls); the `biosim` binary itself registers none.
 
-use bio_core::block::complete_in_task::{Knob, Variant};
+use bio_core::block::complete_in_task::Variant;
 
 pub use bio_core::block::complete_in_task::register_module;
 
@@ -45,11 +45,10 @@ pub fn parse_module(name: &str) -> Result<Variant, String> {
     }
 }
 
-/// `variant` with the knob `NAME=VALUE` set, through [`Knob::parse_assignment`]'s errors and
-/// [`Variant::set_knob`], which refuses a module every knob but the submitters' (`gate_reads`,
+/// `variant` with the knob `NAME=VALUE` set, through [`Variant::set_knob`] (the one knob parser's
+/// errors), which refuses a module every knob but the submitters' (`gate_reads`,
 /// `fs_flag`). The name is kept.
 pub fn with_knob(mut variant: Variant, kv: &str) -> Result<Variant, String> {
-    Knob::parse_assignment(kv)?;
     let (k, v) = kv
         .split_once('=')
         .ok_or_else(|| format!("knob `{kv}`: expected NAME=VALUE"))?;
