@@ -44,13 +44,12 @@ pub fn main() -> ExitCode {
 
 /// `biosim` with a reviewer's modules beside the posted versions: registers each module (so every
 /// command's `--variant`/`--module`, every scenario's `module` line and the gallery's columns know
-/// it), then runs [`main`]. What an `examples/` binary or a reviewer's own crate calls:
+/// it), then runs [`main`]. What an `examples/` binary or a reviewer's own crate calls; each
+/// example's `main.rs` (bio-sim/examples/v6_llist/main.rs, compiled with the tests) is exactly:
 ///
-/// ```no_run
-/// # use bio_core::block::complete_in_task::BioCompleteModule;
-/// # fn module() -> &'static dyn BioCompleteModule { unimplemented!() }
-/// fn main() -> std::process::ExitCode {
-///     bio_sim::cli::main_with(&[module()])
+/// ```text
+/// fn main() -> ExitCode {
+///     bio_sim::cli::main_with(&[&module::MODULE])
 /// }
 /// ```
 pub fn main_with(
