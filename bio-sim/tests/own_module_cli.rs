@@ -217,6 +217,7 @@ fn the_gallery_has_a_column_per_module_reported_not_judged() {
         header,
         [
             "finding",
+            "v3",
             "v5",
             "v6",
             "v6-review",
@@ -232,7 +233,7 @@ fn the_gallery_has_a_column_per_module_reported_not_judged() {
     );
     for r in &rows {
         if let FindingKind::Check { .. } = r.finding.kind {
-            assert_eq!(r.cells.len(), 6, "finding {}", r.finding.id);
+            assert_eq!(r.cells.len(), 7, "finding {}", r.finding.id);
             let modules = r.module_cells();
             assert_eq!(modules.len(), 2, "finding {}", r.finding.id);
             // The posted versions and twins judge exactly as without modules.

@@ -258,11 +258,20 @@ impl Machine {
             .expect("CPU exists")
     }
 
-    /// The module's first (online) and last (dead) hotplug states.
-    fn states(&self) -> (StateId, StateId) {
+    /// The first step of `cpu_down(cpu)` the producers race, begun, not run: the module's
+    /// down_prep (the teardown of its online state, the first it registered), or, for a design
+    /// without an online state (v3: only `page_alloc_cpu_dead()` at the fixed `CPUHP_PAGE_ALLOC`),
+    /// the first teardown of the offline, whoever's it is.
+    fn first_step(&self, cpu: CpuId) -> HotplugStep {
         let states = self.k.bio_complete().expect("initialised").hotplug_states();
         match states {
-            [first, .., last] => (*first, *last),
+            [online, _, ..] => self
+                .steps_until(cpu, Some(*online))
+                .expect("down_prep step"),
+            [only] if *only == hotplug::CPUHP_PAGE_ALLOC => self
+                .k
+                .hotplug_begin_step(cpu)
+                .expect("the first step begins"),
             _ => panic!("the models need an online and a dead state, got {states:?}"),
         }
     }
@@ -350,12 +359,9 @@ fn a_irq_producers_and_worker_v5() {
 fn hotplug_drain_two_cpus(variant: Variant) {
     let mut m = Machine::boot(variant, 2);
     let bios = vec![m.flagged_bio(), m.flagged_bio()];
-    let (online_state, _) = m.states();
     m.k.cpu_down_start(CPU1, CPUHP_OFFLINE)
         .expect("cpu_down starts");
-    let down_prep = m
-        .steps_until(CPU1, Some(online_state))
-        .expect("down_prep step");
+    let down_prep = m.first_step(CPU1);
     let done = loom::sync::Arc::new(WorkerRuns::default());
     let irqs = vec![m.spawn_irqs(CPU1, bios)];
     let tick = ticks(variant);
@@ -406,12 +412,9 @@ fn b_hotplug_drain_two_cpus_v6_review() {
 fn late_producer_vs_dead_drain(variant: Variant) {
     let mut m = Machine::boot(variant, 2);
     let bios = [m.flagged_bio(), m.flagged_bio()];
-    let (online_state, _) = m.states();
     m.k.cpu_down_start(CPU1, CPUHP_OFFLINE)
         .expect("cpu_down starts");
-    let down_prep = m
-        .steps_until(CPU1, Some(online_state))
-        .expect("down_prep step");
+    let down_prep = m.first_step(CPU1);
     m.finish(down_prep, &m.k.cpu(CPU1).expect("CPU1"));
     let [hard, soft] = bios;
     let flows = vec![m.spawn_irqs(CPU1, vec![hard]), m.spawn_softirq(CPU1, soft)];
@@ -463,12 +466,9 @@ fn c_late_producer_vs_dead_drain_v6_review() {
 fn rollback_vs_producer(variant: Variant) {
     let mut m = Machine::boot(variant, 2);
     let bio = m.flagged_bio();
-    let (online_state, _) = m.states();
     m.k.cpu_down_start(CPU1, CPUHP_OFFLINE)
         .expect("cpu_down starts");
-    let down_prep = m
-        .steps_until(CPU1, Some(online_state))
-        .expect("down_prep step");
+    let down_prep = m.first_step(CPU1);
     // Fail the step after down_prep (workqueue:online teardown): the rollback brings CPU1 back.
     m.k.hotplug()
         .set_fail(CPU1, hotplug::CPUHP_AP_WORKQUEUE_ONLINE.0)
@@ -500,6 +500,40 @@ fn d_rollback_vs_producer_v7() {
         // The twin: finding 1's knob off, as in v5/v6.
         v.requeue_on_online = !cfg!(feature = "bug-online-no-requeue");
         rollback_vs_producer(v)
+    });
+}
+
+// ---- RFC v3 (mm/dropbehind_v3.rs through the v3 module) ------------------------------------------
+//
+// v3's batch is a `folio_batch` under `local_lock_t` (`local_lock_irqsave()` in the producer,
+// `local_lock_irq()` in `dropbehind_work_fn()`), its work plain on `system_wq`, never disabled;
+// `dropbehind_drain_cpu()` runs at `CPUHP_PAGE_ALLOC`, below the death. Models a, c and d run it
+// (their `down_prep` step is the offline's first teardown: v3 has none). Model b does not: its
+// kworker flow keeps CPU1's context after the pool is unbound, which for v3's work -- re-reading
+// `this_cpu_ptr()` under the lock on every pass -- would be a worker that never migrates; the
+// kernel's leaves CPU1 at `sched:waitempty`, before the death, and then drains the CPU it runs
+// on. Model d fails `workqueue:online` itself, so the pool never unbinds and v3 holds; the
+// rollback that strands v3's batch needs the unbound run (finding 16, which the proptest machine
+// finds and tests/tests/hotplug_rollback.rs keeps).
+
+#[test]
+fn a_irq_producers_and_worker_v3() {
+    run("a_irq_producers_and_worker_v3", 2, || {
+        irq_producers_and_worker(Variant::V3)
+    });
+}
+
+#[test]
+fn c_late_producer_vs_dead_drain_v3() {
+    run("c_late_producer_vs_dead_drain_v3", 2, || {
+        late_producer_vs_dead_drain(Variant::V3)
+    });
+}
+
+#[test]
+fn d_rollback_vs_producer_v3() {
+    run("d_rollback_vs_producer_v3", 2, || {
+        rollback_vs_producer(Variant::V3)
     });
 }
 

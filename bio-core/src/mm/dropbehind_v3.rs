@@ -386,11 +386,14 @@ mod tests {
     use crate::KernelConfig;
     use std::sync::{Arc, Mutex};
 
+    /// What happened to an item: its id, `end` or `skip`, the CPU, whether it could sleep.
+    type Event = (u32, &'static str, CpuId, bool);
+
     /// A folio standing in for the page cache's: records where it was ended or skipped.
     #[derive(Debug)]
     struct Item {
         id: u32,
-        log: Arc<Mutex<Vec<(u32, &'static str, CpuId, bool)>>>,
+        log: Arc<Mutex<Vec<Event>>>,
     }
 
     impl DropbehindFolio for Item {

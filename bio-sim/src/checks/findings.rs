@@ -17,11 +17,12 @@ use bio_core::block::{bio_endio, BioFlag, ReqOp};
 use bio_core::fs::buffer::submit_bh_wbc_set_flags;
 use bio_core::fs::iomap::iomap_writepages;
 use bio_core::kernel::{CpuId, PreemptModel, ReportKind};
+use bio_core::mm::dropbehind_v3::PAGEVEC_SIZE;
 use bio_core::mm::filemap::AddressSpace;
 use bio_core::sync::UntrackedArc;
 use bio_core::workqueue::{PoolId, RescuerAffinity};
 use bio_core::KernelConfig;
-use hotplug::CPUHP_AP_WORKQUEUE_ONLINE;
+use hotplug::{CPUHP_AP_WORKQUEUE_ONLINE, CPUHP_TEARDOWN_CPU};
 use std::fmt;
 
 /// A finding of the gallery.
@@ -134,8 +135,8 @@ const fn figure(id: u32, title: &'static str, chapter: &'static str) -> Finding 
     }
 }
 
-/// The gallery, in DESIGN.md's order.
-pub const FINDINGS: [Finding; 14] = [
+/// The gallery, in DESIGN.md's order (15 and 16 are RFC v3's own, docs/findings/15-v3-folio-batch.md).
+pub const FINDINGS: [Finding; 16] = [
     check(
         1,
         "hotplug rollback strands deferred bios",
@@ -230,6 +231,20 @@ pub const FINDINGS: [Finding; 14] = [
             change: Change::Module(ModuleRef(&super::lockdep_usage::V6_IRQS_ON)),
         }),
     ),
+    // RFC v3's bounded batch: no version of the bio series has a bound, so no twin; v3 is the
+    // caught column.
+    check(
+        15,
+        "a completion burst past PAGEVEC_SIZE skips the invalidation",
+        "docs/findings/15-v3-folio-batch.md",
+        None,
+    ),
+    check(
+        16,
+        "a rollback after workqueue:online strands a batch",
+        "docs/findings/15-v3-folio-batch.md",
+        twin(C, Variant::V7, Knob::RequeueOnOnline(false)),
+    ),
 ];
 
 /// One posted variant's row of expectations: the verdict each check must get on it, by finding.
@@ -245,10 +260,11 @@ pub struct ExpectRow {
 /// that every row covers every check).
 #[rustfmt::skip]
 pub const EXPECTED: &[ExpectRow] = &[
-    ExpectRow { variant: Variant::V5,        cells: &[(1, C), (2, NA), (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, K), (14, K)] },
-    ExpectRow { variant: Variant::V6,        cells: &[(1, C), (2, C),  (3, C), (4, C), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, K), (14, K)] },
-    ExpectRow { variant: Variant::V6_REVIEW, cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, C), (14, K)] },
-    ExpectRow { variant: Variant::V7,        cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, C), (14, K)] },
+    ExpectRow { variant: Variant::V3,        cells: &[(1, K), (2, NA), (3, K), (4, C), (5, NA), (7, K), (9, K), (10, K), (11, K), (12, C), (13, C), (14, K), (15, C), (16, C)] },
+    ExpectRow { variant: Variant::V5,        cells: &[(1, C), (2, NA), (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, K), (14, K), (15, K), (16, C)] },
+    ExpectRow { variant: Variant::V6,        cells: &[(1, C), (2, C),  (3, C), (4, C), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, K), (14, K), (15, K), (16, C)] },
+    ExpectRow { variant: Variant::V6_REVIEW, cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, C), (14, K), (15, K), (16, K)] },
+    ExpectRow { variant: Variant::V7,        cells: &[(1, K), (2, K),  (3, C), (4, K), (5, K), (7, K), (9, K), (10, K), (11, K), (12, K), (13, C), (14, K), (15, K), (16, K)] },
 ];
 
 /// What finding `id`'s check must get on the posted variant called `variant` (`None`: no row or no
@@ -398,6 +414,8 @@ fn run_check_inner(
             .map(|r| done(&r.sim, r.verdict)),
         13 => super::review::check_13_cpu_monopolization(on.variant, on.rescuer, on.trace)
             .map(|(r, _)| done(&r.sim, r.verdict)),
+        15 => check_15_burst(on),
+        16 => check_16_rollback_unbound(on),
         14 => super::lockdep_usage::check_14_lockdep_usage(
             on.variant,
             KernelConfig::default(),
@@ -502,6 +520,22 @@ fn check_05_rescuer(on: On) -> Result<CheckRun, SimError> {
     for _ in 0..3 {
         s.apply(&Transition::Tick);
     }
+    // A design whose work sits on a workqueue without WQ_MEM_RECLAIM (v3: system_wq) has no
+    // rescuer at all: under the congestion the work waits for a new worker, and the question of
+    // where a rescuer runs does not arise.
+    if s.kernel
+        .pool(PoolId::Cpu(one))
+        .is_some_and(|p| p.queued > 0 && p.rescuable == 0)
+    {
+        let _ = s.settle(BUDGET);
+        return Ok(CheckRun {
+            verdict: Verdict::NotApplicable(
+                "the batch's work is on a workqueue without WQ_MEM_RECLAIM: no rescuer",
+            ),
+            trace: s.trace(),
+            ftrace: s.ftrace(),
+        });
+    }
     let off_cpu = crate::runtime::event::Event::Rescuer {
         pool: PoolId::Cpu(one),
         on: CpuId(0),
@@ -603,6 +637,56 @@ fn check_11_dontcache_gap(on: On) -> Result<CheckRun, SimError> {
     ))
 }
 
+/// Finding 15: one interrupt burst of [`PAGEVEC_SIZE`]` + 1` flagged completions on CPU0 before
+/// its worker runs. RFC v3's `folio_batch` holds [`PAGEVEC_SIZE`]: `folio_end_dropbehind_irq()`
+/// skips the invalidation of the last folio, which the seam shows as its flagged bio completed in
+/// the interrupt (the folio left cached); the bio series' lists have no bound.
+fn check_15_burst(on: On) -> Result<CheckRun, SimError> {
+    let s = on.sim(KernelConfig::default(), 2)?;
+    for _ in 0..=PAGEVEC_SIZE {
+        s.apply(&Transition::Complete {
+            cpu: 0,
+            ctx: CompletionContext::Hardirq,
+            need: Need::Flag,
+        });
+    }
+    let v = s.settle(BUDGET);
+    Ok(done(
+        &s,
+        verdict(v, |x| x.invariant == Invariant::TaskContext),
+    ))
+}
+
+/// Finding 16: `cpu_down(CPU1)` with `hotplug/fail` at `sched:waitempty`, below
+/// `workqueue:online`: once `workqueue_offline_cpu()` disassociated CPU1's pool a flagged bio
+/// completes on CPU1 (still online, taking interrupts), CPU1's worker runs -- unbound, on CPU0 --
+/// and the failure rolls the offline back. v3's work drains the batch of the CPU it runs on
+/// (`this_cpu_ptr()`), so CPU1's batch keeps the bio with no work queued; the posted versions
+/// disabled the work at down_prep, so it is finding 1's rollback by another road.
+fn check_16_rollback_unbound(on: On) -> Result<CheckRun, SimError> {
+    let s = on.sim(KernelConfig::default(), 2)?;
+    s.apply(&Transition::Hotplug {
+        cpu: 1,
+        up: false,
+        fail_at: Some(CPUHP_TEARDOWN_CPU.0),
+    });
+    let unbound = |s: &Sim| {
+        s.kernel
+            .pool(PoolId::Cpu(CpuId(1)))
+            .is_some_and(|p| p.disassociated)
+    };
+    while !unbound(&s) && s.apply(&Transition::HotplugStep) {}
+    s.apply(&Transition::Complete {
+        cpu: 1,
+        ctx: CompletionContext::Hardirq,
+        need: Need::Flag,
+    });
+    s.apply(&Transition::RunWorker { cpu: 1 });
+    while s.apply(&Transition::HotplugStep) {}
+    let v = s.settle(BUDGET);
+    Ok(done(&s, verdict(v, |x| x.invariant == Invariant::Stranded)))
+}
+
 /// Starts `cpu_down(CPU1)` (with `hotplug/fail` at `fail_at`), runs its first step (the batcher's
 /// `down_prep`: the highest state with a teardown), completes a flagged bio on CPU1 from hardirq,
 /// finishes the operation (or its rollback) and settles.
@@ -696,6 +780,7 @@ impl Row {
         let mut out = Vec::new();
         if let FindingKind::Check { twin } = self.finding.kind {
             for (v, cell) in Variant::all().iter().zip(&self.cells) {
+                // A registered module has no row; a built-in one (v3) is a posted design and has.
                 if v.is_module() {
                     continue;
                 }
@@ -812,7 +897,7 @@ pub fn render(rows: &[Row]) -> String {
             }
         }
     }
-    out.push_str("v5's hotplug protocol and need_resched() yield are inferred (see `biosim variants`); v7 is derived from a description of the landed code.\n");
+    out.push_str("v3 is RFC v3 of the DONTCACHE series (its folio batch; a flagged bio stands for a folio), re-expressed from a summary of its code; v5's hotplug protocol and need_resched() yield are inferred (see `biosim variants`); v7 is derived from a description of the landed code.\n");
     if columns.iter().any(Variant::is_module) {
         out.push_str(&format!(
             "columns after {} are registered modules: no expectation (`--check` reports their verdicts, it does not judge them)\n",

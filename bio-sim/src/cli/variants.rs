@@ -11,6 +11,9 @@ pub fn variants() -> String {
             for (k, val) in v.knobs() {
                 out.push_str(&format!("    {k:<22} {val}\n"));
             }
+            if let Some((_, why)) = v.provenance() {
+                out.push_str(&format!("    * {why}\n"));
+            }
             continue;
         }
         out.push_str(&format!(

@@ -82,10 +82,10 @@ pub fn strict_steps(
 fn header(config: &SimConfig, campaign: &Campaign, preset: &str, knobs: &[String]) -> String {
     let mut h = String::new();
     match config.variant.module {
-        Some(m) => {
+        Some(m) if config.variant.is_module() => {
             let _ = writeln!(h, "module {}", m.0.name());
         }
-        None => {
+        _ => {
             let _ = writeln!(h, "variant {preset}");
         }
     }

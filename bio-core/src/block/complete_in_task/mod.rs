@@ -19,6 +19,7 @@ mod batch;
 mod cpuhp;
 pub mod module;
 mod posted;
+pub mod v3;
 mod variant;
 
 pub use module::{

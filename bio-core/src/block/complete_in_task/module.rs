@@ -313,6 +313,29 @@ impl ModuleInit<'_> {
         w
     }
 
+    /// `INIT_WORK(&per_cpu(batch, cpu).work, name)` for a work function that serves the batch of
+    /// the CPU it *runs on* (`this_cpu_ptr()`), not `cpu`'s: RFC v3's `dropbehind_work_fn()`.
+    /// The work is still `cpu`'s (queued there, counted as the module's), but the observer is told
+    /// the running CPU's batch, so a run on another CPU after its pool was disassociated is not a
+    /// per-CPU access off its CPU (it drains the CPU it runs on, under that CPU's lock).
+    pub fn init_work_running_cpu(
+        &self,
+        cpu: CpuId,
+        name: &'static str,
+        f: impl Fn(&Cpu) + Send + Sync + 'static,
+    ) -> WorkStruct {
+        let w = self
+            .kernel
+            .init_work(name, move |cx: &Cpu, _w: &WorkStruct| {
+                match cx.kernel().bio_complete() {
+                    Some(b) => b.run_work_fn(cx.id(), name, cx, || f(cx)),
+                    None => f(cx),
+                }
+            });
+        self.works.borrow_mut().push((w, cpu));
+        w
+    }
+
     /// `INIT_DELAYED_WORK(&per_cpu(batch, cpu).work, name)`.
     pub fn init_delayed_work(
         &self,

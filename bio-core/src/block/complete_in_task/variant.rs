@@ -143,9 +143,24 @@ impl Variant {
         ..Self::V6_REVIEW
     };
 
-    /// Every posted version, oldest first: the one list of variant names the CLI, scenario files,
-    /// the finding gallery, the fuzzer and the proptest machines read.
-    pub const ALL: [Variant; 4] = [Self::V5, Self::V6, Self::V6_REVIEW, Self::V7];
+    /// RFC v3 of the DONTCACHE series (mm/filemap.c): not a version of the bio series but the
+    /// design before it, on the same seam as a built-in module ([`super::v3`]): a flagged bio
+    /// stands for its dropbehind folio, `folio_end_dropbehind_irq()` batches it per CPU under a
+    /// local lock (a full batch of 31 skips the invalidation), per-CPU work on `system_wq` ends
+    /// it, `page_alloc_cpu_dead()` drains a dead CPU's batch. Submitters as v7's (dropbehind
+    /// writes only).
+    pub const V3: Variant = Variant {
+        name: "v3",
+        module: Some(ModuleRef(&super::v3::V3Module)),
+        dynamic_helper: false,
+        work: WorkKind::Plain,
+        ..Self::V7
+    };
+
+    /// Every posted design, oldest first (RFC v3 of the DONTCACHE series, then the bio series'
+    /// versions): the one list of variant names the CLI, scenario files, the finding gallery, the
+    /// fuzzer and the proptest machines read.
+    pub const ALL: [Variant; 5] = [Self::V3, Self::V5, Self::V6, Self::V6_REVIEW, Self::V7];
 
     /// The default: v7, as landed.
     pub const DEFAULT: Variant = Self::V7;
@@ -185,9 +200,19 @@ impl Variant {
         Self::all().into_iter().map(|v| v.name)
     }
 
-    /// Whether this is a reviewer's module rather than the posted one.
+    /// Whether this is a reviewer's (registered) module rather than a posted design (the posted
+    /// module's presets, or a built-in module such as v3's).
     pub fn is_module(&self) -> bool {
+        self.module.is_some() && !self.is_builtin_module()
+    }
+
+    /// Whether this is a posted design whose code is a built-in module rather than the posted
+    /// module's knobs ([`Variant::V3`]): named as a variant, judged by the gallery.
+    pub fn is_builtin_module(&self) -> bool {
         self.module.is_some()
+            && Self::ALL
+                .iter()
+                .any(|p| p.module.is_some() && p.name == self.name)
     }
 
     /// The preset names and then `extra`, as an error message lists them: `v5, v6, v6-review or
@@ -217,6 +242,10 @@ impl Variant {
             "v5" => Some((
                 &["need_resched_yield", "requeue_on_online", "init_disables_offline", "dead_drains", "gate_reads"],
                 "inferred: v5's hotplug and work-function code is not in the seeds (v6's changelog says v6 adopted the mm/vmstat.c protocol)",
+            )),
+            "v3" => Some((
+                &["module"],
+                "derived: the seeds hold only RFC v3's cover letter; its code is re-expressed from a summary of the posted patch (lkml 2026-02-27)",
             )),
             "v7" => Some((
                 &["list", "work", "requeue_on_online", "in_task_guard", "gate_reads"],
