@@ -667,7 +667,7 @@ mod tests {
             .contains("expected NAME=VALUE"));
         assert_eq!(
             Variant::parse_name("v8", &["twin"]).unwrap_err(),
-            "unknown variant `v8` (expected v5, v6, v6-review, v7 or twin)"
+            "unknown variant `v8` (expected v3, v5, v6, v6-review, v7 or twin)"
         );
     }
 
