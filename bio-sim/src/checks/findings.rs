@@ -657,7 +657,7 @@ fn check_15_burst(on: On) -> Result<CheckRun, SimError> {
     ))
 }
 
-/// Finding 16: `cpu_down(CPU1)` with `hotplug/fail` at `sched:waitempty`, below
+/// Finding 16: `cpu_down(CPU1)` with `hotplug/fail` at `cpu:teardown` (`CPUHP_TEARDOWN_CPU`), below
 /// `workqueue:online`: once `workqueue_offline_cpu()` disassociated CPU1's pool a flagged bio
 /// completes on CPU1 (still online, taking interrupts), CPU1's worker runs -- unbound, on CPU0 --
 /// and the failure rolls the offline back. v3's work drains the batch of the CPU it runs on
