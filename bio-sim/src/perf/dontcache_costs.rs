@@ -152,8 +152,8 @@ impl Calibration {
 
 /// This thread's CPU time, ns (`CLOCK_THREAD_CPUTIME_ID`: the scheduler's exact
 /// `sum_exec_runtime`). `getrusage(RUSAGE_THREAD).ru_stime` splits that sum by tick samples, so
-/// an operation of a few ms reads as 0 or one whole tick (measured: a 3.9 ms reclaim read as 0
-/// in one round of two); the user part of a loop of 1 MiB system calls is negligible.
+/// an operation of a few ms reads as 0 or one whole tick (measured: a reclaim read as 3.9 ms in
+/// one round and as 0 in the other); the user part of a loop of 1 MiB system calls is negligible.
 fn thread_stime_ns() -> u64 {
     // SAFETY: all-zero is a valid timespec.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
