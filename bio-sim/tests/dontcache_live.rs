@@ -265,3 +265,31 @@ fn live_run_measures_6_18_and_leaves_the_machine_as_found() {
     );
     check_shape(&r).unwrap();
 }
+
+#[test]
+fn skipped_parts_print_one_line_each_and_round_trip() {
+    // What a run without root records: the parts that need it are one-line skips.
+    let r = LiveReport {
+        kernel: "6.18.0".into(),
+        machine: "2 CPUs, 1024 MiB RAM".into(),
+        bdev: Part::Skipped("block device: needs root (loop devices)".into()),
+        fs: vec![Part::Skipped("xfs: needs root (mkfs, mount)".into())],
+        seed: vec![Part::Skipped(
+            "seed experiment: needs root (cgroup v1 memory controller)".into(),
+        )],
+    };
+    let text = r.to_string();
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("skipped: ")).count(),
+        3,
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().count(),
+        4,
+        "a header and one line per skip: {text}"
+    );
+    assert_eq!(LiveReport::from_json(&r.to_json()).unwrap(), r);
+    // The shape check refuses such a recording as evidence of 6.18's behaviour.
+    assert!(check_shape(&r).unwrap_err().contains("not probed"));
+}

@@ -1,6 +1,9 @@
 //! `biosim bench dontcache`: buffered writes with and without `RWF_DONTCACHE`
 //! (kernel-semantics.md §6.3) on this machine's filesystem: throughput and what `cachestat(2)`
 //! says is left in the page cache after `fdatasync()`, as medians of interleaved rounds.
+//! `--live` runs it on ext4 and on a scratch XFS beside the block device and the seed's
+//! experiment ([`super::dontcache_live`]); `--calibrate` measures the page cache's per-page costs
+//! ([`super::dontcache_costs`]).
 
 use super::bench_common::{io_err, BenchError};
 use super::stats::median;
