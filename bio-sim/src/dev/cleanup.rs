@@ -435,6 +435,25 @@ mod tests {
     }
 
     #[test]
+    fn an_umount_of_a_directory_that_is_no_mount_point_fails_naming_it() {
+        // umount2() of a plain directory changes nothing (EINVAL as root, EPERM otherwise): the
+        // action runs, reports the failure with its path, and the directory stays.
+        let dir = tempfile::tempdir().unwrap();
+        let r = Restore::register(RestoreAction::Umount {
+            path: dir.path().to_owned(),
+        })
+        .unwrap();
+        let e = r.run().unwrap_err();
+        assert!(e.to_string().contains("Umount"), "{e}");
+        assert!(
+            e.to_string().contains(&dir.path().display().to_string()),
+            "{e}"
+        );
+        drop(r);
+        assert!(dir.path().is_dir());
+    }
+
+    #[test]
     fn a_temp_file_is_created_new_and_removed_on_drop() {
         let dir = tempfile::tempdir().unwrap();
         let a = TempFile::create_in(dir.path(), "t").unwrap();
