@@ -156,4 +156,35 @@ mod tests {
             "an unknown RWF bit"
         );
     }
+
+    /// Through `pwritev2()`/`preadv2()`: refused before any folio is made on the baseline, taken
+    /// on v7.
+    #[test]
+    fn pwritev2_with_rwf_dontcache_is_refused_before_touching_the_cache() {
+        use crate::block::complete_in_task::Variant;
+        use crate::mm::testing::Rig;
+        let data = vec![1; 4096];
+        let r = Rig::with(DontcacheDesign::Baseline, WritebackPath::Iomap, |c| {
+            c.with_nr_pages(8)
+        });
+        let cx = r.task();
+        assert_eq!(
+            blkdev_write_iter(&r.mapping, &cx, 0, &data, RWF_DONTCACHE).err(),
+            Some(Errno::EOPNOTSUPP)
+        );
+        let mut buf = vec![0; 4096];
+        assert_eq!(
+            blkdev_read_iter(&r.mapping, &cx, 0, &mut buf, RWF_DONTCACHE).err(),
+            Some(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(r.mapping.stats().folios_added, 0);
+        let r = Rig::with(
+            DontcacheDesign::Bio(Variant::V7),
+            WritebackPath::Iomap,
+            |c| c.with_nr_pages(8),
+        );
+        let cx = r.task();
+        let p = blkdev_write_iter(&r.mapping, &cx, 0, &data, RWF_DONTCACHE).unwrap();
+        assert_eq!((p.written, p.submit.len()), (4096, 1), "written and kicked");
+    }
 }

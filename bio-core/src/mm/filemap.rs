@@ -235,6 +235,67 @@ pub struct PageCacheStats {
     pub memcg_usage: u64,
 }
 
+impl PageCacheStats {
+    /// The work done since `before` (an earlier snapshot of the same mapping): every counter's
+    /// difference, and the gauges (`nr_*`, `peak_cached`, `memcg_usage`) as they are now.
+    pub fn since(&self, before: &PageCacheStats) -> PageCacheStats {
+        let mut d = *self;
+        macro_rules! diff {
+            ($($f:ident),* $(,)?) => { $( d.$f = self.$f.saturating_sub(before.$f); )* };
+        }
+        diff!(
+            copied_to_user_pages,
+            copied_to_user_bytes,
+            copied_from_user_pages,
+            copied_from_user_bytes,
+            folios_added,
+            folios_deleted,
+            readahead_pages,
+            readahead_async,
+            read_folio_calls,
+            read_bios,
+            read_pages,
+            read_bios_flagged,
+            reads_ended_in_task,
+            reads_ended_in_irq,
+            read_errors,
+            zeroed_unwritten_pages,
+            activated,
+            reclaim_runs,
+            reclaim_scanned,
+            reclaim_evicted,
+            reclaim_writeback_started,
+            reclaim_throttled,
+            reclaim_skipped_busy,
+            reclaim_deactivated,
+            memcg_blocked,
+            writeback_pages,
+            writeback_bios,
+            writeback_bios_flagged,
+            merged_regular_folios,
+            merged_regular_ended_in_task,
+            wq_ioends,
+            unwritten_ioends,
+            writeback_errors,
+            end_dropbehind_calls,
+            end_dropbehind_atomic,
+            dropbehind_invalidated,
+            dropbehind_invalidated_read,
+            dropbehind_invalidated_write,
+            skipped_not_in_task,
+            skipped_locked,
+            skipped_dirty_or_writeback,
+            v3_handed,
+            v3_invalidated,
+            v3_skipped_locked,
+            v3_skipped_dirty_or_writeback,
+            v3_gone,
+            invalidated_pages,
+        );
+        d
+    }
+}
+
 /// The dropbehind outcome counters of the first model (finding 11's message reads them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DropbehindStats {
@@ -410,8 +471,11 @@ const FIRST_PFN: u64 = 0x10_0000;
 
 impl AddressSpace {
     /// An empty page cache for a block device on `kernel`, configured by `config`.
+    ///
+    /// A mapping whose ioends may complete on the filesystem's workqueue (XFS's design, or holes)
+    /// allocates it here, as the filesystem does at mount (`xfs_init_mount_workqueues()`).
     pub fn new(kernel: &UntrackedArc<Kernel>, config: PageCacheConfig) -> UntrackedArc<Self> {
-        UntrackedArc::new_cyclic(|this| AddressSpace {
+        let mapping = UntrackedArc::new_cyclic(|this| AddressSpace {
             inner: Mutex::new(Mapping {
                 folios: BTreeMap::new(),
                 lru: Lru::default(),
@@ -428,7 +492,11 @@ impl AddressSpace {
             kernel: UntrackedArc::clone(kernel),
             conv_wq: OnceLock::new(),
             this: this.clone(),
-        })
+        });
+        if mapping.config.design.xfs_wq_completion() || mapping.config.track_unwritten {
+            mapping.conv_wq();
+        }
+        mapping
     }
 
     /// The configuration.

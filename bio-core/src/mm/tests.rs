@@ -472,3 +472,36 @@ fn v3_hook_gets_irq_completions_with_a_reference_reclaim_respects() {
     r.disk.submit(p.submit);
     r.settle();
 }
+
+/// The mapping and a folio reference cross threads (a threaded runtime, RFC v3's per-CPU batch).
+#[test]
+fn the_mapping_is_send_and_sync_and_a_folio_ref_is_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<super::filemap::AddressSpace>();
+    send::<FolioRef>();
+}
+
+/// `since()` is the work between two snapshots; the gauges are the later snapshot's. Catches a
+/// delta that subtracts a gauge (the footprint would read 0) or forgets a counter.
+#[test]
+fn stats_since_subtracts_counters_and_keeps_gauges() {
+    let r = rig(
+        DontcacheDesign::Bio(Variant::V7),
+        WritebackPath::Iomap,
+        None,
+    );
+    r.pwrite(0, &pattern(4, 1), NONE).unwrap();
+    let before = r.mapping.stats();
+    r.pwrite(4 * PAGE_SIZE as u64, &pattern(2, 1), NONE)
+        .unwrap();
+    let d = r.mapping.stats().since(&before);
+    assert_eq!((d.folios_added, d.copied_from_user_pages), (2, 2));
+    assert_eq!((d.nr_cached, d.nr_dirty, d.peak_cached), (6, 6, 6));
+    let zero = r.mapping.stats().since(&r.mapping.stats());
+    assert_eq!(
+        zero.folios_added + zero.copied_from_user_bytes + zero.writeback_pages,
+        0
+    );
+    assert_eq!(zero.nr_cached, 6);
+}
