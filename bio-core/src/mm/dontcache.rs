@@ -110,6 +110,14 @@ impl DontcacheDesign {
         matches!(self, Self::V3 | Self::Bio(_))
     }
 
+    /// `blkdev_write_begin()` calls `block_write_begin_iocb()`, which passes `FGP_DONTCACHE` for an
+    /// `IOCB_DONTCACHE` write (patches 3-4/4 of the series, RFC v3's 2/2). Without it a
+    /// buffer_head write never makes a dropbehind folio (`block_write_begin()` has no kiocb); the
+    /// iomap path (`iomap_write_begin()`) always passes it.
+    pub fn block_write_begin_iocb(&self) -> bool {
+        matches!(self, Self::V3 | Self::Bio(_))
+    }
+
     /// Whether this is a fixed design on `path`: one where no DONTCACHE folio is left behind by
     /// a writeback completed in IRQ context. Not [`DontcacheDesign::Baseline`]; XFS's workqueue
     /// only on iomap (XFS has no buffer_head path); RFC v3 with its hook configured (see

@@ -188,6 +188,11 @@ pub struct PageCacheStats {
     pub merged_regular_folios: u64,
     /// Of those, the ones whose `folio_end_writeback()` ran in task context.
     pub merged_regular_ended_in_task: u64,
+    /// Writeback ioends (bios) whose folios' `folio_end_writeback()` ran in task context
+    /// (deferred by `BIO_COMPLETE_IN_TASK`, or on the filesystem's workqueue).
+    pub writeback_ended_in_task: u64,
+    /// ... that ran outside task context (the device IRQ).
+    pub writeback_ended_in_irq: u64,
     /// Ioends completed on the filesystem's workqueue (`xfs_end_io()`).
     pub wq_ioends: u64,
     /// `IOMAP_IOEND_UNWRITTEN` ioends (writes into holes).
@@ -274,6 +279,8 @@ impl PageCacheStats {
             writeback_bios_flagged,
             merged_regular_folios,
             merged_regular_ended_in_task,
+            writeback_ended_in_task,
+            writeback_ended_in_irq,
             wq_ioends,
             unwritten_ioends,
             writeback_errors,
@@ -671,7 +678,9 @@ impl AddressSpace {
     /// `generic_perform_write()` then `generic_write_sync()`: copies `data` into the folios at
     /// `pos` (`write_begin` = `__filemap_get_folio(FGP_WRITEBEGIN | FGP_DONTCACHE)`, copy,
     /// `write_end` dirties), charging new folios to the memcg. A new folio gets
-    /// `PG_dropbehind` under `IOCB_DONTCACHE`; an existing one touched without it loses the flag.
+    /// `PG_dropbehind` under `IOCB_DONTCACHE` (on the buffer_head path only with
+    /// `block_write_begin_iocb()`, [`DontcacheDesign::block_write_begin_iocb`]); an existing one
+    /// touched without it loses the flag.
     /// With `IOCB_DONTCACHE`, `filemap_fdatawrite_range_kick()` starts writeback of what was
     /// written before returning (its bios are in `submit`).
     ///
@@ -697,6 +706,10 @@ impl AddressSpace {
         }
         let end = size.min(pos + data.len() as u64);
         let dontcache = flags.dontcache();
+        // FGP_DONTCACHE reaches __filemap_get_folio() only where write_begin has the kiocb.
+        let fgp_dontcache = dontcache
+            && (self.config.path == WritebackPath::Iomap
+                || self.config.design.block_write_begin_iocb());
         let mut m = self.inner.lock();
         let mut cur = pos;
         while cur < end {
@@ -717,7 +730,7 @@ impl AddressSpace {
                     break;
                 }
                 Some(_) => {
-                    if !dontcache {
+                    if !fgp_dontcache {
                         // __filemap_get_folio(): a normal access wants the folio kept.
                         m.folios.get_mut(&index).expect("cached").flags.dropbehind = false;
                     }
@@ -738,7 +751,7 @@ impl AddressSpace {
                         cx,
                         index,
                         FolioFlags {
-                            dropbehind: dontcache,
+                            dropbehind: fgp_dontcache,
                             ..FolioFlags::default()
                         },
                     );

@@ -144,6 +144,9 @@ impl AddressSpace {
             }
             if cx.in_task() {
                 m.stats.merged_regular_ended_in_task += merged_regular;
+                m.stats.writeback_ended_in_task += 1;
+            } else {
+                m.stats.writeback_ended_in_irq += 1;
             }
         }
         for (index, pfn) in folios {
