@@ -202,7 +202,8 @@ pub struct PageCacheStats {
     /// `folio_end_dropbehind()` calls on dropbehind folios.
     pub end_dropbehind_calls: u64,
     /// ... of which ran where sleeping is not allowed (`!may_sleep()`: hardirq, softirq, atomic
-    /// task context). Zero on the fixed designs.
+    /// task context), plus RFC v3 work invalidations ([`FolioRef::end_dropbehind`]) there. Zero on
+    /// the fixed designs.
     pub end_dropbehind_atomic: u64,
     /// Folios `filemap_end_dropbehind()` removed, every side.
     pub dropbehind_invalidated: u64,
@@ -889,6 +890,10 @@ impl AddressSpace {
     /// [`FolioRef::end_dropbehind`]: RFC v3's work on one batched folio.
     pub(crate) fn folio_ref_end_dropbehind(&self, r: &FolioRef, cx: &Cpu) -> bool {
         let mut m = self.inner.lock();
+        if !cx.may_sleep() {
+            // RFC v3: "must be called from task context".
+            m.stats.end_dropbehind_atomic += 1;
+        }
         let Some(f) = m.folios.get(&r.index).filter(|f| f.pfn == r.pfn) else {
             m.stats.v3_gone += 1;
             return false;
