@@ -110,6 +110,15 @@ fn data_survives_reclaim_under_a_small_memcg_limit() {
                     assert!(s.reclaim_evicted > 0, "{what}");
                     assert!(s.reclaim_writeback_started > 0, "{what}");
                 }
+                // The twin: without the limit the same run never reclaims, so the counters
+                // above are not positive by construction.
+                if design == DontcacheDesign::Baseline && flags == NONE {
+                    let r = rig(design, path, None);
+                    write_fsync_drop_read(&r, flags, 200, 9);
+                    let s = r.mapping.stats();
+                    assert_eq!((s.reclaim_runs, s.reclaim_evicted), (0, 0), "{s:?}");
+                    assert!(s.peak_cached > LIMIT);
+                }
                 assert!(
                     r.kernel.reports().is_empty(),
                     "{what}: {:?}",
