@@ -265,8 +265,9 @@ pub struct PageCacheConfig {
     /// (mpage).
     pub max_bio_pages: u64,
     /// Accept `RWF_DONTCACHE` on the block device even without `FOP_DONTCACHE` (a measurement
-    /// knob for [`DontcacheDesign::Baseline`] and [`DontcacheDesign::XfsWorkqueue`]: what the
-    /// kernel would do if the check were not there).
+    /// knob for [`DontcacheDesign::Baseline`]: what the kernel would do if the check were not
+    /// there). For [`DontcacheDesign::XfsWorkqueue`] it stands for XFS's own file operations,
+    /// which have `FOP_DONTCACHE` since 6.15 (`xfs_file_operations`).
     pub force_dontcache: bool,
     /// A file model's holes: blocks are unwritten extents until their first writeback completes;
     /// an ioend over them is `IOMAP_IOEND_UNWRITTEN` (not merged with written blocks) and completes

@@ -19,7 +19,7 @@ use crate::workqueue::PoolId;
 use std::collections::{HashMap, VecDeque};
 
 /// A memory disk: bios queue until [`IrqDisk::complete_all`] completes them in hardirq.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct IrqDisk {
     pages: Mutex<HashMap<u64, Vec<u8>>>,
     queue: Mutex<VecDeque<Box<Bio>>>,
@@ -30,7 +30,11 @@ pub struct IrqDisk {
 impl IrqDisk {
     /// An empty (zeroed) disk.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            pages: Mutex::new(HashMap::new()),
+            queue: Mutex::new(VecDeque::new()),
+            fail_next: Mutex::new(0),
+        }
     }
 
     /// Queues bios (`submit_bio()`).
@@ -104,6 +108,12 @@ impl IrqDisk {
                 Completion::Task => bio_endio(bio, cx),
             }
         }
+    }
+}
+
+impl Default for IrqDisk {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
