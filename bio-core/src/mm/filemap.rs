@@ -540,7 +540,8 @@ impl AddressSpace {
     /// dropbehind folio. With `IOCB_DONTCACHE` new folios get `PG_dropbehind`
     /// (`ractl.dropbehind`).
     ///
-    /// Errors: `EIO` when a folio's read failed and nothing was copied; `ENOMEM` when the memcg is
+    /// Errors: `EIO` when the `->read_folio()` the read waited for failed and nothing was copied
+    /// (a failed readahead is retried once with `->read_folio()` first); `ENOMEM` when the memcg is
     /// full, nothing can be freed and nothing is in flight that could free it.
     pub fn filemap_read(
         &self,
@@ -600,10 +601,19 @@ impl AddressSpace {
                     p.blocked = Some(Blocked::FolioLocked(index));
                     break;
                 }
-                // A read that failed: filemap_read_folio() returned -EIO.
-                if cur == pos {
-                    return Err(Errno::EIO);
+                let f = m.folios.get_mut(&index).expect("cached");
+                if std::mem::take(&mut f.read_error) {
+                    // The ->read_folio() this read waited for failed: filemap_read_folio()'s
+                    // -EIO (a short read if something was copied).
+                    if cur == pos {
+                        return Err(Errno::EIO);
+                    }
+                    break;
                 }
+                // filemap_update_page(): a failed readahead is retried with ->read_folio().
+                let pfn = f.pfn;
+                self.start_read_folio(&mut m, cx, index, pfn, &mut p.submit);
+                p.blocked = Some(Blocked::FolioLocked(index));
                 break;
             }
             if fl.readahead {
@@ -724,8 +734,16 @@ impl AddressSpace {
                     break;
                 }
                 Some(fl) if !fl.uptodate && !full => {
-                    // A failed read: read it again.
-                    let pfn = m.folios[&index].pfn;
+                    let f = m.folios.get_mut(&index).expect("cached");
+                    if std::mem::take(&mut f.read_error) {
+                        // The block read of write_begin failed.
+                        if cur == pos {
+                            return Err(Errno::EIO);
+                        }
+                        break;
+                    }
+                    // A failed readahead: read it again.
+                    let pfn = f.pfn;
                     self.start_read_folio(&mut m, cx, index, pfn, &mut p.submit);
                     p.blocked = Some(Blocked::FolioLocked(index));
                     break;
@@ -783,7 +801,14 @@ impl AddressSpace {
 
     /// `folio_end_read()` of a read bio's folio: the data arrived (`Some`) or the read failed;
     /// the folio is unlocked either way.
-    pub(crate) fn folio_end_read(&self, cx: &Cpu, index: u64, pfn: u64, data: Option<&[u8]>) {
+    pub(crate) fn folio_end_read(
+        &self,
+        cx: &Cpu,
+        index: u64,
+        pfn: u64,
+        data: Option<&[u8]>,
+        sync: bool,
+    ) {
         let mut m = self.inner.lock();
         if cx.in_task() {
             m.stats.reads_ended_in_task += 1;
@@ -803,7 +828,10 @@ impl AddressSpace {
                 f.data[..n].copy_from_slice(&d[..n]);
                 f.flags.uptodate = true;
             }
-            None => m.stats.read_errors += 1,
+            None => {
+                f.read_error = sync;
+                m.stats.read_errors += 1;
+            }
         }
         m.reads_in_flight -= 1;
     }

@@ -541,3 +541,36 @@ fn stats_since_subtracts_counters_and_keeps_gauges() {
     );
     assert_eq!(zero.nr_cached, 6);
 }
+
+/// A failed readahead is retried with `->read_folio()`; a failed `->read_folio()` is the reader's
+/// `EIO`, once, and the next read succeeds. Catches a readahead error returned as `EIO` (the
+/// kernel retries), an error that never clears (`EIO` forever) and one that is swallowed.
+#[test]
+fn read_errors_are_retried_once_then_eio() {
+    for path in WritebackPath::ALL {
+        let r = rig(DontcacheDesign::Bio(Variant::V7), path, None);
+        let data = pattern(4, 5);
+        r.pwrite(0, &data, NONE).unwrap();
+        r.fsync();
+        r.drop_caches();
+        r.disk.fail_next(1); // the readahead bio
+        assert_eq!(
+            r.pread(0, data.len(), NONE).unwrap(),
+            data,
+            "{path}: retried"
+        );
+        r.drop_caches();
+        r.disk.fail_next(2); // the readahead bio and the retry
+        assert_eq!(
+            r.pread(0, data.len(), NONE),
+            Err(crate::errno::Errno::EIO),
+            "{path}"
+        );
+        assert_eq!(
+            r.pread(0, data.len(), NONE).unwrap(),
+            data,
+            "{path}: the error is spent"
+        );
+        assert!(r.mapping.stats().read_errors >= 3);
+    }
+}
