@@ -119,6 +119,9 @@ pub struct SyncProgress {
     /// `Some`: the range still has writeback in flight (or folios dirtied while under writeback);
     /// complete it and call again. `None`: the range is clean and on the device.
     pub blocked: Option<Blocked>,
+    /// With `blocked == None`: `filemap_check_errors()`'s `EIO` when a writeback bio of the
+    /// mapping failed since the last check (`AS_EIO`, cleared by reporting it).
+    pub error: Option<Errno>,
 }
 
 /// Work counters of one mapping (monotonic, except the `nr_*`/`memcg_usage` gauges). bio-core
@@ -341,6 +344,8 @@ pub(crate) struct Mapping {
     pub(crate) next_pfn: u64,
     /// `ip->i_ioend_list`.
     pub(crate) ioend_list: Vec<QueuedIoend>,
+    /// `AS_EIO`: a writeback bio failed (`mapping_set_error()`).
+    pub(crate) as_eio: bool,
 }
 
 /// `struct address_space`: one block device's page cache, with its memcg and readahead state
@@ -495,6 +500,7 @@ impl AddressSpace {
                 extra_refs: 0,
                 next_pfn: FIRST_PFN,
                 ioend_list: Vec::new(),
+                as_eio: false,
             }),
             config,
             kernel: UntrackedArc::clone(kernel),

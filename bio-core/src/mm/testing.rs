@@ -267,18 +267,26 @@ impl Rig {
         panic!("pwrite did not finish");
     }
 
-    /// `fsync()`, driven until the whole device is clean and on the disk.
-    pub fn fsync(&self) {
+    /// `fsync()`, driven until the whole device is clean and on the disk; `EIO` if writeback
+    /// failed.
+    pub fn try_fsync(&self) -> Result<(), Errno> {
         let cx = self.task();
         for _ in 0..MAX_STEPS {
             let p = self.mapping.fsync(&cx);
             self.disk.submit(p.submit);
             if p.blocked.is_none() {
-                return;
+                return p.error.map_or(Ok(()), Err);
             }
             self.settle();
         }
         panic!("fsync did not finish");
+    }
+
+    /// [`Rig::try_fsync`] that must succeed.
+    pub fn fsync(&self) {
+        if let Err(e) = self.try_fsync() {
+            panic!("fsync failed: {e}");
+        }
     }
 
     /// `POSIX_FADV_DONTNEED` of the whole device.

@@ -574,3 +574,17 @@ fn read_errors_are_retried_once_then_eio() {
         assert!(r.mapping.stats().read_errors >= 3);
     }
 }
+
+/// A failed writeback bio is `fsync`'s `EIO`, reported once (`AS_EIO`). Catches a swallowed
+/// writeback error and one reported forever.
+#[test]
+fn a_failed_writeback_is_fsyncs_eio_once() {
+    for path in WritebackPath::ALL {
+        let r = rig(DontcacheDesign::Bio(Variant::V7), path, None);
+        r.pwrite(0, &pattern(2, 1), NONE).unwrap();
+        r.disk.fail_next(1);
+        assert_eq!(r.try_fsync(), Err(crate::errno::Errno::EIO), "{path}");
+        assert_eq!(r.try_fsync(), Ok(()), "{path}");
+        assert_eq!(r.mapping.stats().writeback_errors, 1);
+    }
+}
