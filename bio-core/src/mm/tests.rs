@@ -648,6 +648,16 @@ mod mixed_ops {
             Just(DontcacheDesign::XfsWorkqueue),
             Just(DontcacheDesign::Bio(Variant::V7)),
             Just(DontcacheDesign::Bio(Variant::V6)),
+            Just(DontcacheDesign::Bio(Variant::V6_REVIEW)),
+            Just(DontcacheDesign::V3),
+        ]
+    }
+
+    fn completion() -> impl Strategy<Value = Completion> {
+        prop_oneof![
+            Just(Completion::Hardirq),
+            Just(Completion::AtomicTask),
+            Just(Completion::Task),
         ]
     }
 
@@ -665,14 +675,16 @@ mod mixed_ops {
             bh in any::<bool>(),
             limit in prop::option::of(6u64..40),
             holes in any::<bool>(),
+            ctx in completion(),
             ops in prop::collection::vec(op(), 1..40),
         ) {
             let path = if bh { WritebackPath::BufferHead } else { WritebackPath::Iomap };
-            let r = Rig::with(design, path, |c| {
+            let mut r = Rig::with(design, path, |c| {
                 let c = c.with_nr_pages(PAGES).with_force_dontcache();
                 let c = if holes { c.with_unwritten() } else { c };
                 match limit { Some(l) => c.with_limit(l), None => c }
             });
+            r.completion = ctx;
             let size = (PAGES * PAGE_SIZE as u64) as usize;
             let mut shadow = vec![0u8; size];
             for op in ops {
