@@ -1,0 +1,69 @@
+//! The oracle's checks on a run of the [driver](super::driver), after all writeback completed:
+//! what `folio_end_writeback()` → `folio_end_dropbehind()` (mm/filemap.c) must have done on a
+//! design that fixes the IRQ-completion gap, and what the kernel before the series does instead.
+
+use super::driver::RunResult;
+use bio_core::mm::dontcache::DontcacheDesign;
+
+/// A check's verdict: `Err` says what was wrong, with the counts.
+pub type Verdict = Result<(), String>;
+
+/// On a fixed design (every one but `baseline`): no folio still marked `PG_dropbehind` is left
+/// clean and idle in the cache once its writeback completed.
+pub fn no_dropbehind_survives_writeback(run: &RunResult) -> Verdict {
+    match run.left_behind {
+        0 => Ok(()),
+        n => Err(format!(
+            "{n} dropbehind folios survived their completed writeback (folio_end_dropbehind() \
+             skipped {} of them outside task context)",
+            run.stats.skipped_not_in_task
+        )),
+    }
+}
+
+/// On a fixed design: `folio_end_dropbehind()` never ran in atomic context (it would have
+/// skipped the folio, `!in_task()`), and no invalidation ran there.
+pub fn end_dropbehind_in_task_only(run: &RunResult) -> Verdict {
+    let s = &run.stats;
+    if s.skipped_not_in_task == 0 && s.invalidated_in_atomic == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "folio_end_dropbehind() ran in atomic context {} times (invalidations there: {})",
+        s.skipped_not_in_task, s.invalidated_in_atomic
+    ))
+}
+
+/// On `baseline` with DONTCACHE forced: the folios whose writeback completed in the interrupt
+/// are exactly the ones left behind (the kernel's silent skip), and there are some.
+pub fn baseline_leaves_irq_completed(run: &RunResult) -> Verdict {
+    let s = &run.stats;
+    if run.left_behind > 0 && run.left_behind <= s.skipped_not_in_task {
+        return Ok(());
+    }
+    Err(format!(
+        "baseline left {} dropbehind folios after {} IRQ-context folio_end_dropbehind() skips; \
+         expected some, all from those skips",
+        run.left_behind, s.skipped_not_in_task
+    ))
+}
+
+/// Every check that applies to a DONTCACHE run on `design`.
+pub fn check_dontcache_run(design: &DontcacheDesign, run: &RunResult) -> Vec<(&'static str, Verdict)> {
+    let integrity = if run.corrupt_bytes == 0 {
+        Ok(())
+    } else {
+        Err(format!("{} bytes read differ from the device", run.corrupt_bytes))
+    };
+    let mut out = vec![("data integrity", integrity)];
+    match design {
+        DontcacheDesign::Baseline => {
+            out.push(("baseline leaves IRQ-completed folios", baseline_leaves_irq_completed(run)))
+        }
+        _ => {
+            out.push(("no dropbehind folio survives writeback", no_dropbehind_survives_writeback(run)));
+            out.push(("folio_end_dropbehind in task context only", end_dropbehind_in_task_only(run)));
+        }
+    }
+    out
+}
