@@ -7,6 +7,7 @@ pub mod blk_core;
 mod blk_status;
 mod blk_types;
 pub mod complete_in_task;
+pub mod fops;
 pub mod trace;
 
 pub use bio::{

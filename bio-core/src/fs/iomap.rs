@@ -1,111 +1,231 @@
-//! `fs/iomap/ioend.c`: the writeback bio of a buffered-write filesystem, with patch 2/4 of the
-//! series ("iomap: use BIO_COMPLETE_IN_TASK for dropbehind writeback").
+//! `fs/iomap/buffered-io.c` and `fs/iomap/ioend.c`: the block device's mapping without buffer
+//! heads (`CONFIG_BUFFER_HEAD=n`): `iomap_writepages()` builds ioends, `iomap_readahead()` and
+//! `iomap_read_folio()` the read bios; with patch 2/4 of the series ("iomap: use
+//! BIO_COMPLETE_IN_TASK for dropbehind writeback").
 //!
-//! `iomap_add_to_ioend()` adds each dirty folio to the ioend's bio and, after the patch, sets
-//! `BIO_COMPLETE_IN_TASK` when the folio is dropbehind, so the completion
-//! (`iomap_finish_ioend_buffered()` → `folio_end_writeback()`) runs where
-//! `folio_end_dropbehind()` can invalidate. The patch also removes XFS's own
-//! `IOMAP_IOEND_DONTCACHE` workqueue detour, which the block layer now provides for everyone.
+//! `iomap_add_to_ioend()` starts a new ioend unless the folio is contiguous with the current one
+//! and has the same `IOMAP_IOEND_NOMERGE_FLAGS` (`iomap_can_add_to_ioend()`):
+//!
+//! - before the patch (baseline, XFS, RFC v3) a dropbehind folio gets `IOMAP_IOEND_DONTCACHE`,
+//!   which is in the NOMERGE flags: dontcache and regular folios never share a bio; XFS sends a
+//!   `DONTCACHE` ioend to its workqueue ([`crate::fs::xfs_aops`]), the block device completes it in
+//!   the IRQ;
+//! - after it, `IOMAP_IOEND_DONTCACHE` is gone and the ioend's bio gets `BIO_COMPLETE_IN_TASK`
+//!   when a dropbehind folio is added: regular folios merged into that bio are deferred with it
+//!   (counted: `merged_regular_folios`).
+//!
+//! `IOMAP_IOEND_UNWRITTEN` (a write into a hole of the file model) is a NOMERGE flag in every
+//! kernel and always completes on the filesystem's workqueue (unwritten extent conversion).
 
-use crate::block::complete_in_task::Variant;
+// Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
+// `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
+#![allow(clippy::vec_box)]
+
 use crate::block::{Bio, BioEndIo, BioFlag, ReqOp};
-use crate::mm::filemap::{AddressSpace, PAGE_SIZE};
-use crate::sync::UntrackedArc;
-use crate::Kernel;
+use crate::kernel::Cpu;
+use crate::mm::filemap::{AddressSpace, Mapping, PAGE_SECTORS};
+use crate::mm::page_writeback::WbFolio;
 
-/// Sectors per page.
-const PAGE_SECTORS: u64 = (PAGE_SIZE / 512) as u64;
+/// `IOMAP_IOEND_SHARED`.
+pub const IOMAP_IOEND_SHARED: u16 = 1 << 0;
+/// `IOMAP_IOEND_UNWRITTEN`: the ioend covers unwritten extents (needs conversion at completion).
+pub const IOMAP_IOEND_UNWRITTEN: u16 = 1 << 1;
+/// `IOMAP_IOEND_BOUNDARY`.
+pub const IOMAP_IOEND_BOUNDARY: u16 = 1 << 2;
+/// `IOMAP_IOEND_DIRECT`.
+pub const IOMAP_IOEND_DIRECT: u16 = 1 << 3;
+/// `IOMAP_IOEND_DONTCACHE`: the ioend holds dropbehind folios (6.15 to the series' patch 2/4).
+pub const IOMAP_IOEND_DONTCACHE: u16 = 1 << 4;
 
-/// Writeback of `mapping`'s dirty folios in `[first, last]` (`iomap_writepages()`): each run of
-/// consecutive folios becomes one write bio at sector `index * 8` (the file's blocks map 1:1 onto
-/// the device, as for a block device's own page cache), flagged `BIO_COMPLETE_IN_TASK` when a
-/// folio in it is dropbehind and the variant has the patch ([`Variant::fs_flag`]). Each bio's
-/// `bi_end_io` ends writeback on its folios. The caller submits the bios.
-pub fn iomap_writepages(
-    kernel: &Kernel,
-    mapping: &UntrackedArc<AddressSpace>,
-    first: u64,
+/// `IOMAP_IOEND_NOMERGE_FLAGS` before patch 2/4.
+pub const IOMAP_IOEND_NOMERGE_FLAGS: u16 =
+    IOMAP_IOEND_SHARED | IOMAP_IOEND_UNWRITTEN | IOMAP_IOEND_DIRECT | IOMAP_IOEND_DONTCACHE;
+
+/// `IOMAP_IOEND_NOMERGE_FLAGS` after patch 2/4 (`IOMAP_IOEND_DONTCACHE` removed).
+pub const IOMAP_IOEND_NOMERGE_FLAGS_SERIES: u16 =
+    IOMAP_IOEND_SHARED | IOMAP_IOEND_UNWRITTEN | IOMAP_IOEND_DIRECT;
+
+/// `struct iomap_ioend` being built: its bio and folios.
+struct Ioend {
+    bio: Box<Bio>,
+    io_flags: u16,
+    folios: Vec<(u64, u64)>,
+    regular: u64,
     last: u64,
-    variant: &Variant,
+}
+
+/// `iomap_writepages()` → `iomap_add_to_ioend()` for each folio (ascending), then
+/// `iomap_ioend_writeback_submit()`: the bios to submit, one per ioend, each at most
+/// `max_bio_pages` long. Each bio's `bi_end_io` is `iomap_writepage_end_bio` (ends writeback in
+/// its context) or, for an ioend that needs it, `xfs_end_bio` (queues it to the workqueue).
+pub(crate) fn iomap_writepages(
+    mapping: &AddressSpace,
+    m: &mut Mapping,
+    _cx: &Cpu,
+    folios: Vec<WbFolio>,
 ) -> Vec<Box<Bio>> {
-    let mut bios: Vec<(Box<Bio>, Vec<u64>)> = Vec::new();
-    for (index, data, dropbehind) in mapping.start_writeback(first, last) {
-        let contiguous = bios
-            .last()
-            .is_some_and(|(_, idx)| idx.last() == Some(&(index - 1)));
-        if !contiguous {
-            bios.push((
-                kernel.bio_alloc(ReqOp::Write, index * PAGE_SECTORS),
-                Vec::new(),
-            ));
+    let design = mapping.config.design;
+    let nomerge = if design.ioend_dontcache() {
+        IOMAP_IOEND_NOMERGE_FLAGS
+    } else {
+        IOMAP_IOEND_NOMERGE_FLAGS_SERIES
+    };
+    let max = mapping.config.max_bio_pages.max(1) as usize;
+    let mut ioends: Vec<Ioend> = Vec::new();
+    for f in folios {
+        let mut io_flags = 0;
+        if f.unwritten {
+            io_flags |= IOMAP_IOEND_UNWRITTEN;
         }
-        let (bio, idx) = bios.last_mut().expect("pushed above");
-        bio.add_data(data); // bio_add_folio()
-        idx.push(index);
-        if dropbehind && variant.fs_flag {
-            bio.set_flag(BioFlag::CompleteInTask);
+        if f.dropbehind && design.ioend_dontcache() {
+            io_flags |= IOMAP_IOEND_DONTCACHE;
+        }
+        // iomap_can_add_to_ioend().
+        let can_add = ioends.last().is_some_and(|e| {
+            (e.io_flags & nomerge) == (io_flags & nomerge)
+                && e.last + 1 == f.index
+                && e.folios.len() < max
+        });
+        if !can_add {
+            let mut bio = mapping
+                .kernel
+                .bio_alloc(ReqOp::Write, f.index * PAGE_SECTORS);
+            bio.bi_bdev = Some(mapping.config.dev);
+            ioends.push(Ioend {
+                bio,
+                io_flags,
+                folios: Vec::new(),
+                regular: 0,
+                last: f.index,
+            });
+        }
+        let e = ioends.last_mut().expect("pushed above");
+        e.io_flags |= io_flags;
+        e.bio.add_data(f.data); // bio_add_folio()
+        e.folios.push((f.index, f.pfn));
+        e.last = f.index;
+        if f.dropbehind {
+            // Patch 2/4: `if (folio_test_dropbehind(folio)) bio_set_flag(bio, BIO_COMPLETE_IN_TASK)`.
+            if design.fs_flag() {
+                e.bio.set_flag(BioFlag::CompleteInTask);
+            }
+        } else {
+            e.regular += 1;
         }
     }
-    bios.into_iter()
-        .map(|(bio, idx)| {
-            let m = UntrackedArc::clone(mapping);
-            bio.with_end_io(BioEndIo::new("iomap_writepage_end_bio", move |_bio, cx| {
-                // iomap_finish_ioend_buffered(): every folio of the ioend.
-                for i in &idx {
-                    m.folio_end_writeback(*i, cx);
-                }
-            }))
+    let this = mapping.arc();
+    ioends
+        .into_iter()
+        .map(|e| {
+            let flagged = e.bio.flagged(BioFlag::CompleteInTask);
+            let merged_regular = if flagged { e.regular } else { 0 };
+            m.stats.writeback_bios += 1;
+            if flagged {
+                m.stats.writeback_bios_flagged += 1;
+                m.stats.merged_regular_folios += merged_regular;
+            }
+            let unwritten = e.io_flags & IOMAP_IOEND_UNWRITTEN != 0;
+            if unwritten {
+                m.stats.unwritten_ioends += 1;
+            }
+            // xfs_ioend_needs_wq_completion(): unwritten, or (before patch 2/4) dontcache.
+            let needs_wq = unwritten
+                || (e.io_flags & IOMAP_IOEND_DONTCACHE != 0 && design.xfs_wq_completion());
+            let mapping = this.clone();
+            let folios = e.folios;
+            let end_io = if needs_wq {
+                BioEndIo::new("xfs_end_bio", move |bio, cx| {
+                    mapping.xfs_end_bio(
+                        cx,
+                        folios.clone(),
+                        bio.status().is_ok(),
+                        unwritten,
+                        merged_regular,
+                    )
+                })
+            } else {
+                BioEndIo::new("iomap_writepage_end_bio", move |bio, cx| {
+                    mapping.finish_ioend(
+                        cx,
+                        &folios,
+                        bio.status().is_ok(),
+                        unwritten,
+                        merged_regular,
+                    )
+                })
+            };
+            e.bio.with_end_io(end_io)
         })
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::block::bio_endio;
-    use crate::kernel::{CpuId, KernelConfig};
-
-    #[test]
-    fn runs_become_bios_and_only_dropbehind_bios_are_flagged() {
-        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
-        let m = UntrackedArc::new(AddressSpace::new());
-        for i in [0, 1, 2, 5] {
-            m.write_page(i, &[1], i != 5);
+/// Read bios for a run of new locked folios: one per `max_bio_pages`, each segment a page the
+/// device fills; `bi_end_io` (`name`) ends the read of each folio.
+pub(crate) fn read_bios(
+    mapping: &AddressSpace,
+    m: &mut Mapping,
+    run: &[(u64, u64)],
+    name: &'static str,
+) -> Vec<Box<Bio>> {
+    let max = mapping.config.max_bio_pages.max(1) as usize;
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < run.len() {
+        // Split where the run is not contiguous or the bio is full.
+        let mut end = start + 1;
+        while end < run.len() && end - start < max && run[end].0 == run[end - 1].0 + 1 {
+            end += 1;
         }
-        let bios = iomap_writepages(&k, &m, 0, 10, &Variant::V7);
-        let shape: Vec<(u64, u32, bool)> = bios
-            .iter()
-            .map(|b| {
-                (
-                    b.bi_iter.bi_sector,
-                    b.bi_iter.bi_size,
-                    b.flagged(BioFlag::CompleteInTask),
-                )
-            })
-            .collect();
-        assert_eq!(shape, [(0, 3 * 4096, true), (40, 4096, false)]);
-        let cx = k.cpu(CpuId(0)).unwrap();
-        for b in bios {
-            bio_endio(b, &cx);
-        }
-        assert_eq!(
-            m.stats().dropped,
-            3,
-            "ended in task context: the dropbehind folios went"
-        );
-        assert_eq!(m.nr_cached(), 1);
-        // Before the series: no flag, and the device IRQ ends writeback in hardirq.
-        let mut before = Variant::V7;
-        before.fs_flag = false;
-        for i in [0, 1] {
-            m.write_page(i, &[2], true);
-        }
-        let bios = iomap_writepages(&k, &m, 0, 1, &before);
-        assert!(!bios[0].flagged(BioFlag::CompleteInTask));
-        for b in bios {
-            cx.with_hardirq(|cx| bio_endio(b, cx));
-        }
-        assert_eq!(m.dropbehind_left(), [0, 1], "left in the cache");
-        assert_eq!(m.stats().skipped_not_in_task, 2);
+        let part: Vec<(u64, u64)> = run[start..end].to_vec();
+        out.push(read_bio(mapping, m, part, name));
+        start = end;
     }
+    out
+}
+
+/// One read bio over `folios` (contiguous), ending with `folio_end_read()` on each.
+pub(crate) fn read_bio(
+    mapping: &AddressSpace,
+    m: &mut Mapping,
+    folios: Vec<(u64, u64)>,
+    name: &'static str,
+) -> Box<Bio> {
+    let mut bio = mapping
+        .kernel
+        .bio_alloc(ReqOp::Read, folios[0].0 * PAGE_SECTORS);
+    bio.bi_bdev = Some(mapping.config.dev);
+    for _ in &folios {
+        bio.add_data(vec![0; crate::mm::filemap::PAGE_SIZE]);
+    }
+    m.stats.read_bios += 1;
+    m.stats.read_pages += folios.len() as u64;
+    let this = mapping.arc();
+    bio.with_end_io(BioEndIo::new(name, move |bio, cx| {
+        let ok = bio.status().is_ok();
+        for (seg, (index, pfn)) in bio.bi_io_vec.iter().zip(&folios) {
+            this.folio_end_read(cx, *index, *pfn, ok.then_some(&seg.data[..]));
+        }
+    }))
+}
+
+/// `iomap_readahead()`: the run's read bios (`iomap_read_end_io`). Reads never get
+/// `BIO_COMPLETE_IN_TASK` (patch 2/4 is writeback only).
+pub(crate) fn iomap_readahead(
+    mapping: &AddressSpace,
+    m: &mut Mapping,
+    _cx: &Cpu,
+    run: &[(u64, u64)],
+) -> Vec<Box<Bio>> {
+    read_bios(mapping, m, run, "iomap_read_end_io")
+}
+
+/// `iomap_read_folio()`: one folio's read bio.
+pub(crate) fn iomap_read_folio(
+    mapping: &AddressSpace,
+    m: &mut Mapping,
+    _cx: &Cpu,
+    index: u64,
+    pfn: u64,
+) -> Box<Bio> {
+    read_bio(mapping, m, vec![(index, pfn)], "iomap_read_end_io")
 }

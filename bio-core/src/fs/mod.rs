@@ -1,5 +1,8 @@
-//! The filesystem side of the task-completion series: where submitters set
-//! `BIO_COMPLETE_IN_TASK` (`fs/buffer.c`, patch 3/4; `fs/iomap/ioend.c`, patch 2/4).
+//! The filesystem side of the page cache: the block device's address-space operations with and
+//! without buffer heads (`fs/buffer.c` + `fs/mpage.c`, `fs/iomap/`), where the series sets
+//! `BIO_COMPLETE_IN_TASK` (patches 2/4 and 3/4), and XFS's own ioend workqueue completion
+//! (`fs/xfs/xfs_aops.c`) that patch 2/4 replaces.
 
 pub mod buffer;
 pub mod iomap;
+pub mod xfs_aops;

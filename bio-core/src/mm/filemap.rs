@@ -1,37 +1,302 @@
-//! `mm/filemap.c` and `include/linux/page-flags.h`: the folios of one file's page cache
-//! (`struct address_space`), with the `PG_dropbehind` flag `RWF_DONTCACHE` sets, and the
-//! writeback completion that is supposed to drop them (kernel-semantics.md §6.3).
+//! `mm/filemap.c`: the page cache of one mapping (`struct address_space`) — here the block
+//! device's own, as when a database opens `/dev/loopN` buffered: sectors map 1:1, page index `i`
+//! is sectors `8i..8i+7`.
 //!
-//! `folio_end_writeback()` calls `folio_end_dropbehind()`, which invalidates the folio only
-//! `if (in_task() && folio_trylock(folio))`: a writeback bio completed in interrupt context (the
-//! buffer_head and block-device paths) leaves a DONTCACHE folio in the cache, silently. That gap
-//! is why the seed series moves those completions to task context (`BIO_COMPLETE_IN_TASK`).
+//! - Buffered reads: [`AddressSpace::filemap_read`] copies uptodate folios to the user and starts
+//!   readahead for missing ones (`page_cache_sync_ra()`, [`super::readahead`]); after the copy,
+//!   `filemap_end_dropbehind_read()` drops a `PG_dropbehind` folio in the reader's task.
+//! - Buffered writes: [`AddressSpace::generic_perform_write`] (`FGP_WRITEBEGIN | FGP_DONTCACHE`),
+//!   then `generic_write_sync()`: `IOCB_DONTCACHE` kicks writeback of the range before returning
+//!   (`filemap_fdatawrite_range_kick()`).
+//! - `fsync`: [`AddressSpace::filemap_write_and_wait_range`].
+//! - Writeback completion: `folio_end_writeback()` → `folio_end_dropbehind()`, which invalidates
+//!   only `if (in_task() && folio_trylock(folio))` — or, on RFC v3, hands an IRQ completion to
+//!   `folio_end_dropbehind_irq()` ([`super::dontcache::DropbehindIrq`]).
+//! - Tracepoints `mm_filemap_add_to_page_cache` and `mm_filemap_delete_from_page_cache`, in 6.18's
+//!   format (`dev %d:%d ino %lx pfn=0x%lx ofs=%lu order=%u`).
 //!
-//! One folio is one 4 KiB page here (order-0 folios); indices are page indices.
+//! **Step-wise**: nothing here sleeps. An operation that would wait returns what it waits for
+//! ([`Blocked`]) together with the bios the caller must submit; the caller completes them with
+//! `bio_endio()` in the context it chooses (a device IRQ) and calls again. No time is modelled:
+//! the work done is counted in [`PageCacheStats`], which the simulation driver prices.
+//!
+//! Every folio is one 4 KiB page (order 0).
 
-use crate::kernel::Cpu;
-use crate::sync::Mutex;
-use std::collections::BTreeMap;
+// Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
+// `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
+#![allow(clippy::vec_box)]
+
+use super::dontcache::{DontcacheDesign, FolioRef, PageCacheConfig, WritebackPath};
+use super::folio::Folio;
+pub use super::folio::FolioFlags;
+use super::memcontrol::MemCgroup;
+use super::readahead::FileRaState;
+use super::swap::Lru;
+use crate::block::Bio;
+use crate::errno::Errno;
+use crate::kernel::{Cpu, Kernel};
+use crate::sync::{Mutex, UntrackedArc, UntrackedWeak};
+use crate::workqueue::{WorkStruct, Workqueue, WQ_MEM_RECLAIM, WQ_PERCPU};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 
 /// `PAGE_SIZE`.
 pub const PAGE_SIZE: usize = 4096;
 
-/// The `PG_*` bits of `folio->flags` (`include/linux/page-flags.h`) that this model uses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FolioFlags {
-    /// `PG_uptodate`.
-    pub uptodate: bool,
-    /// `PG_dirty`.
-    pub dirty: bool,
-    /// `PG_writeback`.
-    pub writeback: bool,
-    /// `PG_dropbehind`: drop from the cache once clean (`RWF_DONTCACHE`).
-    pub dropbehind: bool,
-    /// `PG_locked`.
-    pub locked: bool,
+/// Sectors per page (`PAGE_SECTORS`).
+pub const PAGE_SECTORS: u64 = (PAGE_SIZE / 512) as u64;
+
+/// The `IOCB_*` flags of a `struct kiocb` (`include/linux/fs.h`) this model reads; they share the
+/// values of the `RWF_*` flags they come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct IocbFlags(pub u32);
+
+impl IocbFlags {
+    /// No flags: a plain buffered read or write.
+    pub const NONE: IocbFlags = IocbFlags(0);
+    /// `IOCB_NOWAIT` (= `RWF_NOWAIT`). Accepted, not modelled further.
+    pub const IOCB_NOWAIT: IocbFlags = IocbFlags(0x8);
+    /// `IOCB_DONTCACHE` (= `RWF_DONTCACHE`): drop the folios once the I/O is done.
+    pub const IOCB_DONTCACHE: IocbFlags = IocbFlags(0x80);
+
+    /// Whether `IOCB_DONTCACHE` is set.
+    pub fn dontcache(self) -> bool {
+        self.0 & Self::IOCB_DONTCACHE.0 != 0
+    }
 }
 
-/// What happened to folios at writeback completion (simulator counters).
+impl std::ops::BitOr for IocbFlags {
+    type Output = IocbFlags;
+    fn bitor(self, rhs: IocbFlags) -> IocbFlags {
+        IocbFlags(self.0 | rhs.0)
+    }
+}
+
+/// What a step-wise operation waits for before it can go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocked {
+    /// The folio at this index is locked by a read in flight (`folio_wait_locked()` in
+    /// `filemap_update_page()`, `folio_lock()` in `write_begin`): wait for its read bio.
+    FolioLocked(u64),
+    /// `fsync` waits for this folio's writeback (`folio_wait_writeback()`).
+    Writeback(u64),
+    /// The memcg is at its limit and reclaim found nothing it can free now (only dirty, writeback,
+    /// locked or referenced folios): `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`. Wait for any
+    /// completion of this mapping's I/O (or the work holding folio references) and call again.
+    Memcg,
+}
+
+/// What [`AddressSpace::filemap_read`] did.
+#[derive(Debug, Default)]
+pub struct ReadProgress {
+    /// Bytes copied to the user's buffer, from its start. Less than asked with `blocked == None`
+    /// is the end of the device (or a full memcg with nothing in flight: the next call says
+    /// `ENOMEM`).
+    pub copied: usize,
+    /// Read bios (readahead, `->read_folio()`) and reclaim's writeback bios, to submit.
+    pub submit: Vec<Box<Bio>>,
+    /// What the read waits for before it can copy more.
+    pub blocked: Option<Blocked>,
+}
+
+/// What [`AddressSpace::generic_perform_write`] did.
+#[derive(Debug, Default)]
+pub struct WriteProgress {
+    /// Bytes copied from the user's buffer into the cache, from its start.
+    pub written: usize,
+    /// Writeback bios (`IOCB_DONTCACHE`'s kick, reclaim) and read bios (a partial write over a
+    /// block not cached), to submit.
+    pub submit: Vec<Box<Bio>>,
+    /// What the write waits for before it can copy more.
+    pub blocked: Option<Blocked>,
+}
+
+/// What [`AddressSpace::filemap_write_and_wait_range`] did.
+#[derive(Debug, Default)]
+pub struct SyncProgress {
+    /// Writeback bios to submit.
+    pub submit: Vec<Box<Bio>>,
+    /// `Some`: the range still has writeback in flight (or folios dirtied while under writeback);
+    /// complete it and call again. `None`: the range is clean and on the device.
+    pub blocked: Option<Blocked>,
+}
+
+/// Work counters of one mapping (monotonic, except the `nr_*`/`memcg_usage` gauges). bio-core
+/// counts work; the simulation driver prices it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageCacheStats {
+    /// Pages `copy_folio_to_iter()` copied to the user (a partial page counts once).
+    pub copied_to_user_pages: u64,
+    /// Bytes copied to the user.
+    pub copied_to_user_bytes: u64,
+    /// Pages `copy_folio_from_iter_atomic()` copied from the user.
+    pub copied_from_user_pages: u64,
+    /// Bytes copied from the user.
+    pub copied_from_user_bytes: u64,
+    /// `__filemap_add_folio()` calls (`mm_filemap_add_to_page_cache`).
+    pub folios_added: u64,
+    /// `__filemap_remove_folio()` calls (`mm_filemap_delete_from_page_cache`).
+    pub folios_deleted: u64,
+    /// Folios readahead created (`page_cache_ra_unbounded()`).
+    pub readahead_pages: u64,
+    /// `page_cache_async_ra()` calls triggered by a `PG_readahead` folio.
+    pub readahead_async: u64,
+    /// `->read_folio()` calls (no readahead, or a failed read retried).
+    pub read_folio_calls: u64,
+    /// Read bios built.
+    pub read_bios: u64,
+    /// Pages in read bios.
+    pub read_pages: u64,
+    /// Read bios flagged `BIO_COMPLETE_IN_TASK` (buffer_head reads on v6 as posted).
+    pub read_bios_flagged: u64,
+    /// Read completions (`folio_end_read()`) that ran in task context.
+    pub reads_ended_in_task: u64,
+    /// Read completions that ran outside task context (the device IRQ).
+    pub reads_ended_in_irq: u64,
+    /// Read bios that failed.
+    pub read_errors: u64,
+    /// Folios of unwritten blocks zero-filled without I/O (`iomap_readahead()` on an unwritten
+    /// extent).
+    pub zeroed_unwritten_pages: u64,
+    /// `folio_mark_accessed()` promotions to the active list.
+    pub activated: u64,
+    /// `try_to_free_mem_cgroup_pages()` calls.
+    pub reclaim_runs: u64,
+    /// Folios `shrink_folio_list()` looked at.
+    pub reclaim_scanned: u64,
+    /// Clean folios reclaim evicted (`__remove_mapping()`).
+    pub reclaim_evicted: u64,
+    /// Dirty folios reclaim marked `PG_reclaim` and started writeback on.
+    pub reclaim_writeback_started: u64,
+    /// Folios under reclaim-started writeback reclaim met again: cgroup v1 would wait for them
+    /// (`folio_wait_writeback()`, `reclaim_throttle()`).
+    pub reclaim_throttled: u64,
+    /// Folios reclaim skipped: locked or with extra references.
+    pub reclaim_skipped_busy: u64,
+    /// Folios `shrink_active_list()` moved to the inactive list.
+    pub reclaim_deactivated: u64,
+    /// Charges that found the memcg full with nothing to free now ([`Blocked::Memcg`]).
+    pub memcg_blocked: u64,
+    /// Pages `folio_start_writeback()` put under writeback.
+    pub writeback_pages: u64,
+    /// Writeback bios built.
+    pub writeback_bios: u64,
+    /// Writeback bios flagged `BIO_COMPLETE_IN_TASK`.
+    pub writeback_bios_flagged: u64,
+    /// Regular (not dropbehind) folios in flagged writeback bios: iomap without
+    /// `IOMAP_IOEND_DONTCACHE` merges them, and their completion is deferred with the bio's.
+    pub merged_regular_folios: u64,
+    /// Of those, the ones whose `folio_end_writeback()` ran in task context.
+    pub merged_regular_ended_in_task: u64,
+    /// Ioends completed on the filesystem's workqueue (`xfs_end_io()`).
+    pub wq_ioends: u64,
+    /// `IOMAP_IOEND_UNWRITTEN` ioends (writes into holes).
+    pub unwritten_ioends: u64,
+    /// Writeback bios that failed.
+    pub writeback_errors: u64,
+    /// `folio_end_dropbehind()` calls on dropbehind folios.
+    pub end_dropbehind_calls: u64,
+    /// ... of which ran where sleeping is not allowed (`!may_sleep()`: hardirq, softirq, atomic
+    /// task context). Zero on the fixed designs.
+    pub end_dropbehind_atomic: u64,
+    /// Folios `filemap_end_dropbehind()` removed, every side.
+    pub dropbehind_invalidated: u64,
+    /// ... after a read's copy (`filemap_end_dropbehind_read()`).
+    pub dropbehind_invalidated_read: u64,
+    /// ... at writeback completion (`folio_end_writeback()`, including RFC v3's work).
+    pub dropbehind_invalidated_write: u64,
+    /// `folio_end_dropbehind()` skipped the folio: `!in_task()`.
+    pub skipped_not_in_task: u64,
+    /// ... `folio_trylock()` failed.
+    pub skipped_locked: u64,
+    /// `filemap_end_dropbehind()` skipped the folio: dirty or under writeback.
+    pub skipped_dirty_or_writeback: u64,
+    /// Folios handed to RFC v3's `folio_end_dropbehind_irq()`.
+    pub v3_handed: u64,
+    /// ... invalidated by [`FolioRef::end_dropbehind`].
+    pub v3_invalidated: u64,
+    /// ... skipped there: `folio_trylock()` failed.
+    pub v3_skipped_locked: u64,
+    /// ... skipped there: dirty or under writeback again.
+    pub v3_skipped_dirty_or_writeback: u64,
+    /// ... no longer in the mapping by then.
+    pub v3_gone: u64,
+    /// Folios `invalidate_mapping_pages()` evicted.
+    pub invalidated_pages: u64,
+    /// Folios cached now.
+    pub nr_cached: u64,
+    /// The most folios ever cached at once.
+    pub peak_cached: u64,
+    /// Dirty folios now.
+    pub nr_dirty: u64,
+    /// Folios under writeback now.
+    pub nr_writeback: u64,
+    /// Pages charged to the memcg now.
+    pub memcg_usage: u64,
+}
+
+impl PageCacheStats {
+    /// The work done since `before` (an earlier snapshot of the same mapping): every counter's
+    /// difference, and the gauges (`nr_*`, `peak_cached`, `memcg_usage`) as they are now.
+    pub fn since(&self, before: &PageCacheStats) -> PageCacheStats {
+        let mut d = *self;
+        macro_rules! diff {
+            ($($f:ident),* $(,)?) => { $( d.$f = self.$f.saturating_sub(before.$f); )* };
+        }
+        diff!(
+            copied_to_user_pages,
+            copied_to_user_bytes,
+            copied_from_user_pages,
+            copied_from_user_bytes,
+            folios_added,
+            folios_deleted,
+            readahead_pages,
+            readahead_async,
+            read_folio_calls,
+            read_bios,
+            read_pages,
+            read_bios_flagged,
+            reads_ended_in_task,
+            reads_ended_in_irq,
+            read_errors,
+            zeroed_unwritten_pages,
+            activated,
+            reclaim_runs,
+            reclaim_scanned,
+            reclaim_evicted,
+            reclaim_writeback_started,
+            reclaim_throttled,
+            reclaim_skipped_busy,
+            reclaim_deactivated,
+            memcg_blocked,
+            writeback_pages,
+            writeback_bios,
+            writeback_bios_flagged,
+            merged_regular_folios,
+            merged_regular_ended_in_task,
+            wq_ioends,
+            unwritten_ioends,
+            writeback_errors,
+            end_dropbehind_calls,
+            end_dropbehind_atomic,
+            dropbehind_invalidated,
+            dropbehind_invalidated_read,
+            dropbehind_invalidated_write,
+            skipped_not_in_task,
+            skipped_locked,
+            skipped_dirty_or_writeback,
+            v3_handed,
+            v3_invalidated,
+            v3_skipped_locked,
+            v3_skipped_dirty_or_writeback,
+            v3_gone,
+            invalidated_pages,
+        );
+        d
+    }
+}
+
+/// The dropbehind outcome counters of the first model (finding 11's message reads them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DropbehindStats {
     /// Folios `filemap_end_dropbehind()` removed from the cache.
@@ -42,106 +307,675 @@ pub struct DropbehindStats {
     pub skipped_locked: u64,
 }
 
-/// `struct address_space`: one file's page cache.
-#[derive(Debug, Default)]
-pub struct AddressSpace {
-    inner: Mutex<Mapping>,
+/// One ioend waiting on `ip->i_ioend_list` for the filesystem's workqueue.
+#[derive(Debug)]
+pub(crate) struct QueuedIoend {
+    pub(crate) folios: Vec<(u64, u64)>,
+    pub(crate) ok: bool,
+    pub(crate) unwritten: bool,
+    pub(crate) merged_regular: u64,
 }
 
-#[derive(Debug, Default)]
-struct Mapping {
-    folios: BTreeMap<u64, (FolioFlags, Vec<u8>)>,
-    stats: DropbehindStats,
+/// The mapping's state under its lock (`mapping->i_pages` and what hangs off it).
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    pub(crate) folios: BTreeMap<u64, Folio>,
+    pub(crate) lru: Lru,
+    pub(crate) memcg: MemCgroup,
+    pub(crate) ra: FileRaState,
+    pub(crate) stats: PageCacheStats,
+    /// With [`PageCacheConfig::track_unwritten`]: the blocks whose data reached the device.
+    pub(crate) written: Option<BTreeSet<u64>>,
+    /// Reads in flight (locked, not uptodate folios).
+    pub(crate) reads_in_flight: u64,
+    /// Extra folio references held (`folio_get()`), e.g. by RFC v3's batch.
+    pub(crate) extra_refs: u64,
+    pub(crate) next_pfn: u64,
+    /// `ip->i_ioend_list`.
+    pub(crate) ioend_list: Vec<QueuedIoend>,
 }
+
+/// `struct address_space`: one block device's page cache, with its memcg and readahead state
+/// (one open file). Made with [`AddressSpace::new`]; shared as an `UntrackedArc`.
+#[derive(Debug)]
+pub struct AddressSpace {
+    pub(crate) inner: Mutex<Mapping>,
+    pub(crate) config: PageCacheConfig,
+    pub(crate) kernel: UntrackedArc<Kernel>,
+    /// The filesystem's per-CPU completion workqueue (`xfs-conv`) and the inode's
+    /// `i_ioend_work`, made on first use.
+    pub(crate) conv_wq: OnceLock<(Workqueue, WorkStruct)>,
+    pub(crate) this: UntrackedWeak<AddressSpace>,
+}
+
+impl Mapping {
+    /// `filemap_add_folio()`: a new folio at `index` with `flags`, on the inactive LRU
+    /// (`folio_add_lru()`), traced. The caller charged the memcg. Returns the folio's pfn.
+    pub(crate) fn add_folio(
+        &mut self,
+        cfg: &PageCacheConfig,
+        cx: &Cpu,
+        index: u64,
+        flags: FolioFlags,
+    ) -> u64 {
+        let pfn = self.next_pfn;
+        self.next_pfn += 1;
+        let mut f = Folio::new(pfn);
+        f.flags = flags;
+        f.flags.active = false;
+        f.lru_seq = self.lru.add_head(index, false);
+        if f.flags.dirty {
+            self.stats.nr_dirty += 1;
+        }
+        let old = self.folios.insert(index, f);
+        debug_assert!(old.is_none(), "a folio is added where none is cached");
+        self.stats.folios_added += 1;
+        self.stats.nr_cached = self.folios.len() as u64;
+        self.stats.peak_cached = self.stats.peak_cached.max(self.stats.nr_cached);
+        mm_filemap_add_to_page_cache(cx, cfg, pfn, index);
+        pfn
+    }
+
+    /// `__filemap_remove_folio()` + `mem_cgroup_uncharge()`: the folio leaves the mapping and the
+    /// LRU, traced.
+    pub(crate) fn delete_folio(
+        &mut self,
+        cfg: &PageCacheConfig,
+        cx: &Cpu,
+        index: u64,
+    ) -> Option<Folio> {
+        let f = self.folios.remove(&index)?;
+        self.lru.del(f.lru_seq, f.flags.active);
+        self.memcg.uncharge(1);
+        if f.flags.dirty {
+            self.stats.nr_dirty -= 1;
+        }
+        if f.flags.writeback {
+            self.stats.nr_writeback -= 1;
+        }
+        self.stats.folios_deleted += 1;
+        self.stats.nr_cached = self.folios.len() as u64;
+        mm_filemap_delete_from_page_cache(cx, cfg, f.pfn, index);
+        Some(f)
+    }
+
+    /// `folio_mark_dirty()`.
+    pub(crate) fn mark_dirty(&mut self, index: u64) {
+        if let Some(f) = self.folios.get_mut(&index) {
+            if !f.flags.dirty {
+                f.flags.dirty = true;
+                self.stats.nr_dirty += 1;
+            }
+        }
+    }
+
+    /// Whether something this mapping waits for is in flight: a completion will come that may
+    /// make room (reads, writeback, extra references some work will put).
+    pub(crate) fn io_in_flight(&self) -> bool {
+        self.reads_in_flight > 0 || self.stats.nr_writeback > 0 || self.extra_refs > 0
+    }
+
+    /// Whether `index` is an unwritten block (a hole of the file model).
+    pub(crate) fn unwritten(&self, index: u64) -> bool {
+        self.written.as_ref().is_some_and(|w| !w.contains(&index))
+    }
+
+    fn snapshot(&self) -> PageCacheStats {
+        let mut s = self.stats;
+        s.nr_cached = self.folios.len() as u64;
+        s.memcg_usage = self.memcg.usage_pages;
+        s
+    }
+}
+
+/// `trace_mm_filemap_add_to_page_cache()` (include/trace/events/filemap.h).
+fn mm_filemap_add_to_page_cache(cx: &Cpu, cfg: &PageCacheConfig, pfn: u64, index: u64) {
+    if !cfg.filemap_events {
+        return;
+    }
+    crate::ktrace!(
+        cx,
+        target: "filemap",
+        "mm_filemap_add_to_page_cache",
+        "dev {}:{} ino {:x} pfn=0x{:x} ofs={} order={}",
+        cfg.dev.0,
+        cfg.dev.1,
+        cfg.ino,
+        pfn,
+        index * PAGE_SIZE as u64,
+        0
+    );
+}
+
+/// `trace_mm_filemap_delete_from_page_cache()` (include/trace/events/filemap.h).
+fn mm_filemap_delete_from_page_cache(cx: &Cpu, cfg: &PageCacheConfig, pfn: u64, index: u64) {
+    if !cfg.filemap_events {
+        return;
+    }
+    crate::ktrace!(
+        cx,
+        target: "filemap",
+        "mm_filemap_delete_from_page_cache",
+        "dev {}:{} ino {:x} pfn=0x{:x} ofs={} order={}",
+        cfg.dev.0,
+        cfg.dev.1,
+        cfg.ino,
+        pfn,
+        index * PAGE_SIZE as u64,
+        0
+    );
+}
+
+/// The first simulated pfn (an arbitrary, kernel-looking number).
+const FIRST_PFN: u64 = 0x10_0000;
 
 impl AddressSpace {
-    /// An empty page cache.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A buffered write of one page (`generic_perform_write()` →
-    /// `__filemap_get_folio(FGP_WRITEBEGIN | (dontcache ? FGP_DONTCACHE : 0))`): the folio is
-    /// found or created, filled and dirtied. A new folio gets `PG_dropbehind` under
-    /// `FGP_DONTCACHE`; an existing folio touched without it loses the flag (a normal access
-    /// wants the page kept) [derived from `__filemap_get_folio()` in 6.14+].
-    pub fn write_page(&self, index: u64, data: &[u8], dontcache: bool) {
-        let mut m = self.inner.lock();
-        let (f, buf) = m.folios.entry(index).or_insert_with(|| {
-            (
-                FolioFlags {
-                    dropbehind: dontcache,
-                    ..FolioFlags::default()
-                },
-                vec![0; PAGE_SIZE],
-            )
+    /// An empty page cache for a block device on `kernel`, configured by `config`.
+    ///
+    /// A mapping whose ioends may complete on the filesystem's workqueue (XFS's design, or holes)
+    /// allocates it here, as the filesystem does at mount (`xfs_init_mount_workqueues()`).
+    pub fn new(kernel: &UntrackedArc<Kernel>, config: PageCacheConfig) -> UntrackedArc<Self> {
+        let mapping = UntrackedArc::new_cyclic(|this| AddressSpace {
+            inner: Mutex::new(Mapping {
+                folios: BTreeMap::new(),
+                lru: Lru::default(),
+                memcg: MemCgroup::new(config.limit_pages),
+                ra: FileRaState::new(config.ra_pages),
+                stats: PageCacheStats::default(),
+                written: config.track_unwritten.then(BTreeSet::new),
+                reads_in_flight: 0,
+                extra_refs: 0,
+                next_pfn: FIRST_PFN,
+                ioend_list: Vec::new(),
+            }),
+            config,
+            kernel: UntrackedArc::clone(kernel),
+            conv_wq: OnceLock::new(),
+            this: this.clone(),
         });
-        if !dontcache {
-            f.dropbehind = false;
+        if mapping.config.design.xfs_wq_completion() || mapping.config.track_unwritten {
+            mapping.conv_wq();
         }
-        let n = data.len().min(PAGE_SIZE);
-        buf[..n].copy_from_slice(&data[..n]);
-        f.uptodate = true;
-        f.dirty = true;
+        mapping
     }
 
-    /// `folio_clear_dirty_for_io()` + `folio_start_writeback()` on every dirty folio in
-    /// `[first, last]`, as writeback (`writeback_iter()`) does. Returns `(index, data, dropbehind)`
-    /// of each, in order, for the caller to build bios from.
-    pub fn start_writeback(&self, first: u64, last: u64) -> Vec<(u64, Vec<u8>, bool)> {
-        let mut m = self.inner.lock();
-        m.folios
-            .range_mut(first..=last)
-            .filter(|(_, (f, _))| f.dirty && !f.writeback)
-            .map(|(i, (f, data))| {
-                f.dirty = false;
-                f.writeback = true;
-                (*i, data.clone(), f.dropbehind)
-            })
-            .collect()
+    /// The configuration.
+    pub fn config(&self) -> &PageCacheConfig {
+        &self.config
     }
 
-    /// `folio_end_writeback()`: clears `PG_writeback`, then `folio_end_dropbehind()`.
-    pub fn folio_end_writeback(&self, index: u64, cx: &Cpu) {
+    /// The design.
+    pub fn design(&self) -> DontcacheDesign {
+        self.config.design
+    }
+
+    /// The writeback path.
+    pub fn path(&self) -> WritebackPath {
+        self.config.path
+    }
+
+    /// The kernel the mapping lives in.
+    pub fn kernel(&self) -> &UntrackedArc<Kernel> {
+        &self.kernel
+    }
+
+    pub(crate) fn arc(&self) -> UntrackedArc<AddressSpace> {
+        self.this
+            .upgrade()
+            .expect("an AddressSpace is only used through its Arc")
+    }
+
+    /// `filemap_read()`: copies `buf.len()` bytes at `pos` to `buf` from uptodate folios.
+    /// A missing folio starts readahead (`page_cache_sync_ra()`, or `->read_folio()` without
+    /// readahead) and the read blocks on it; a `PG_readahead` folio starts the next window
+    /// (`page_cache_async_ra()`). After each copy `filemap_end_dropbehind_read()` drops a
+    /// dropbehind folio. With `IOCB_DONTCACHE` new folios get `PG_dropbehind`
+    /// (`ractl.dropbehind`).
+    ///
+    /// Errors: `EIO` when a folio's read failed and nothing was copied; `ENOMEM` when the memcg is
+    /// full, nothing can be freed and nothing is in flight that could free it.
+    pub fn filemap_read(
+        &self,
+        cx: &Cpu,
+        pos: u64,
+        buf: &mut [u8],
+        flags: IocbFlags,
+    ) -> Result<ReadProgress, Errno> {
+        let mut p = ReadProgress::default();
+        let size = self.config.nr_pages * PAGE_SIZE as u64;
+        if buf.is_empty() || pos >= size {
+            return Ok(p);
+        }
+        let end = size.min(pos + buf.len() as u64);
+        let dontcache = flags.dontcache();
         let mut m = self.inner.lock();
-        let Some((f, _)) = m.folios.get_mut(&index) else {
+        let mut cur = pos;
+        let mut last_marked = None;
+        while cur < end {
+            let index = cur / PAGE_SIZE as u64;
+            let off = (cur % PAGE_SIZE as u64) as usize;
+            let n = (PAGE_SIZE - off).min((end - cur) as usize);
+            let last = (end - 1) / PAGE_SIZE as u64;
+            let Some(fl) = m.folios.get(&index).map(|f| f.flags) else {
+                let created = if self.config.ra_pages == 0 {
+                    self.filemap_create_folio(&mut m, cx, index, dontcache, &mut p.submit)
+                } else {
+                    self.page_cache_sync_ra(
+                        &mut m,
+                        cx,
+                        index,
+                        last - index + 1,
+                        dontcache,
+                        &mut p.submit,
+                    )
+                };
+                if created == 0 {
+                    if m.io_in_flight() || !p.submit.is_empty() {
+                        m.stats.memcg_blocked += 1;
+                        p.blocked = Some(Blocked::Memcg);
+                        break;
+                    }
+                    if cur == pos {
+                        return Err(Errno::ENOMEM);
+                    }
+                    break;
+                }
+                // A zero-filled unwritten block is uptodate at once: go round again.
+                if m.folios.get(&index).is_some_and(|f| f.flags.uptodate) {
+                    continue;
+                }
+                p.blocked = Some(Blocked::FolioLocked(index));
+                break;
+            };
+            if !fl.uptodate {
+                if fl.locked {
+                    p.blocked = Some(Blocked::FolioLocked(index));
+                    break;
+                }
+                // A read that failed: filemap_read_folio() returned -EIO.
+                if cur == pos {
+                    return Err(Errno::EIO);
+                }
+                break;
+            }
+            if fl.readahead {
+                // The read batch holds a reference on the folio (filemap_get_read_batch()), so
+                // the readahead's reclaim cannot take it.
+                m.folios.get_mut(&index).expect("cached").extra_refs += 1;
+                self.page_cache_async_ra(
+                    &mut m,
+                    cx,
+                    index,
+                    last - index + 1,
+                    dontcache,
+                    &mut p.submit,
+                );
+                m.folios.get_mut(&index).expect("cached").extra_refs -= 1;
+            }
+            let f = m.folios.get(&index).expect("looked up above");
+            let at = (cur - pos) as usize;
+            buf[at..at + n].copy_from_slice(&f.data[off..off + n]);
+            m.stats.copied_to_user_pages += 1;
+            m.stats.copied_to_user_bytes += n as u64;
+            if last_marked != Some(index) {
+                self.folio_mark_accessed(&mut m, index);
+                last_marked = Some(index);
+            }
+            cur += n as u64;
+            m.ra.prev_pos = Some(cur);
+            self.filemap_end_dropbehind_read(&mut m, cx, index);
+        }
+        p.copied = (cur - pos) as usize;
+        Ok(p)
+    }
+
+    /// `filemap_end_dropbehind_read()`: after the copy, a `PG_dropbehind` folio that is clean, not
+    /// under writeback and not locked is dropped (`filemap_end_dropbehind()`), in the reader's task.
+    fn filemap_end_dropbehind_read(&self, m: &mut Mapping, cx: &Cpu, index: u64) {
+        let Some(f) = m.folios.get(&index) else {
             return;
         };
-        f.writeback = false;
-        if !f.dropbehind {
+        if !f.flags.dropbehind {
             return;
         }
-        // folio_end_dropbehind(): only in task context, and only if the folio lock is free.
+        if f.flags.writeback || f.flags.dirty {
+            m.stats.skipped_dirty_or_writeback += 1;
+            return;
+        }
+        if f.flags.locked {
+            m.stats.skipped_locked += 1;
+            return;
+        }
+        if self.filemap_end_dropbehind(m, cx, index) {
+            m.stats.dropbehind_invalidated_read += 1;
+        }
+    }
+
+    /// `filemap_end_dropbehind()` on a folio the caller "locked": a dirty or writeback folio
+    /// stays; otherwise `folio_test_clear_dropbehind()` + `folio_unmap_invalidate()` remove it.
+    /// Returns whether it was removed.
+    pub(crate) fn filemap_end_dropbehind(&self, m: &mut Mapping, cx: &Cpu, index: u64) -> bool {
+        let Some(f) = m.folios.get_mut(&index) else {
+            return false;
+        };
+        if f.flags.dirty || f.flags.writeback {
+            m.stats.skipped_dirty_or_writeback += 1;
+            return false;
+        }
+        f.flags.dropbehind = false;
+        m.delete_folio(&self.config, cx, index);
+        m.stats.dropbehind_invalidated += 1;
+        true
+    }
+
+    /// `generic_perform_write()` then `generic_write_sync()`: copies `data` into the folios at
+    /// `pos` (`write_begin` = `__filemap_get_folio(FGP_WRITEBEGIN | FGP_DONTCACHE)`, copy,
+    /// `write_end` dirties), charging new folios to the memcg. A new folio gets
+    /// `PG_dropbehind` under `IOCB_DONTCACHE`; an existing one touched without it loses the flag.
+    /// With `IOCB_DONTCACHE`, `filemap_fdatawrite_range_kick()` starts writeback of what was
+    /// written before returning (its bios are in `submit`).
+    ///
+    /// A write that covers part of a block not cached reads the block first
+    /// (`__block_write_begin()`/`iomap_write_begin()`: [`Blocked::FolioLocked`]).
+    ///
+    /// Errors: `ENOSPC` at or beyond the end of the device (`blkdev_write_iter()`); `ENOMEM` as
+    /// for reads.
+    pub fn generic_perform_write(
+        &self,
+        cx: &Cpu,
+        pos: u64,
+        data: &[u8],
+        flags: IocbFlags,
+    ) -> Result<WriteProgress, Errno> {
+        let mut p = WriteProgress::default();
+        let size = self.config.nr_pages * PAGE_SIZE as u64;
+        if data.is_empty() {
+            return Ok(p);
+        }
+        if pos >= size {
+            return Err(Errno::ENOSPC);
+        }
+        let end = size.min(pos + data.len() as u64);
+        let dontcache = flags.dontcache();
+        let mut m = self.inner.lock();
+        let mut cur = pos;
+        while cur < end {
+            let index = cur / PAGE_SIZE as u64;
+            let off = (cur % PAGE_SIZE as u64) as usize;
+            let n = (PAGE_SIZE - off).min((end - cur) as usize);
+            let full = n == PAGE_SIZE;
+            match m.folios.get(&index).map(|f| f.flags) {
+                Some(fl) if fl.locked => {
+                    p.blocked = Some(Blocked::FolioLocked(index));
+                    break;
+                }
+                Some(fl) if !fl.uptodate && !full => {
+                    // A failed read: read it again.
+                    let pfn = m.folios[&index].pfn;
+                    self.start_read_folio(&mut m, cx, index, pfn, &mut p.submit);
+                    p.blocked = Some(Blocked::FolioLocked(index));
+                    break;
+                }
+                Some(_) => {
+                    if !dontcache {
+                        // __filemap_get_folio(): a normal access wants the folio kept.
+                        m.folios.get_mut(&index).expect("cached").flags.dropbehind = false;
+                    }
+                }
+                None => {
+                    if self.try_charge(&mut m, cx, 1, &mut p.submit) == 0 {
+                        if m.io_in_flight() || !p.submit.is_empty() {
+                            m.stats.memcg_blocked += 1;
+                            p.blocked = Some(Blocked::Memcg);
+                        } else if cur == pos {
+                            return Err(Errno::ENOMEM);
+                        }
+                        break;
+                    }
+                    let needs_read = !full && !m.unwritten(index);
+                    let pfn = m.add_folio(
+                        &self.config,
+                        cx,
+                        index,
+                        FolioFlags {
+                            dropbehind: dontcache,
+                            ..FolioFlags::default()
+                        },
+                    );
+                    if needs_read {
+                        self.start_read_folio(&mut m, cx, index, pfn, &mut p.submit);
+                        p.blocked = Some(Blocked::FolioLocked(index));
+                        break;
+                    }
+                }
+            }
+            let f = m.folios.get_mut(&index).expect("cached");
+            f.data[off..off + n].copy_from_slice(&data[(cur - pos) as usize..][..n]);
+            f.flags.uptodate = true;
+            m.mark_dirty(index);
+            m.stats.copied_from_user_pages += 1;
+            m.stats.copied_from_user_bytes += n as u64;
+            cur += n as u64;
+        }
+        p.written = (cur - pos) as usize;
+        if dontcache && p.written > 0 {
+            let first = pos / PAGE_SIZE as u64;
+            let last = (cur - 1) / PAGE_SIZE as u64;
+            let bios = self.start_writeback_range(&mut m, cx, first, last);
+            p.submit.extend(bios);
+        }
+        Ok(p)
+    }
+
+    /// `folio_end_read()` of a read bio's folio: the data arrived (`Some`) or the read failed;
+    /// the folio is unlocked either way.
+    pub(crate) fn folio_end_read(&self, cx: &Cpu, index: u64, pfn: u64, data: Option<&[u8]>) {
+        let mut m = self.inner.lock();
+        if cx.in_task() {
+            m.stats.reads_ended_in_task += 1;
+        } else {
+            m.stats.reads_ended_in_irq += 1;
+        }
+        let Some(f) = m.folios.get_mut(&index).filter(|f| f.pfn == pfn) else {
+            return;
+        };
+        if !f.flags.locked {
+            return;
+        }
+        f.flags.locked = false;
+        match data {
+            Some(d) => {
+                let n = d.len().min(PAGE_SIZE);
+                f.data[..n].copy_from_slice(&d[..n]);
+                f.flags.uptodate = true;
+            }
+            None => m.stats.read_errors += 1,
+        }
+        m.reads_in_flight -= 1;
+    }
+
+    /// `folio_end_writeback()`: clears `PG_writeback` (a `PG_reclaim` folio is rotated to the
+    /// inactive tail, `folio_rotate_reclaimable()`), then `folio_end_dropbehind()` — except on
+    /// RFC v3 outside task context, where the folio goes to `folio_end_dropbehind_irq()` with an
+    /// extra reference.
+    pub fn folio_end_writeback(&self, cx: &Cpu, index: u64, pfn: u64) {
+        let handoff = {
+            let mut m = self.inner.lock();
+            let Some(f) = m.folios.get_mut(&index).filter(|f| f.pfn == pfn) else {
+                return;
+            };
+            if !f.flags.writeback {
+                return;
+            }
+            f.flags.writeback = false;
+            let reclaim = std::mem::take(&mut f.flags.reclaim);
+            let dropbehind = f.flags.dropbehind;
+            m.stats.nr_writeback -= 1;
+            if reclaim {
+                self.folio_rotate_reclaimable(&mut m, index);
+            }
+            if !dropbehind {
+                return;
+            }
+            if self.config.design == DontcacheDesign::V3 && !cx.in_task() {
+                match &self.config.dropbehind_irq {
+                    Some(hook) => {
+                        m.folios.get_mut(&index).expect("cached").extra_refs += 1;
+                        m.extra_refs += 1;
+                        m.stats.v3_handed += 1;
+                        Some((
+                            UntrackedArc::clone(hook),
+                            FolioRef {
+                                mapping: self.arc(),
+                                index,
+                                pfn,
+                            },
+                        ))
+                    }
+                    None => {
+                        m.stats.skipped_not_in_task += 1;
+                        None
+                    }
+                }
+            } else {
+                self.folio_end_dropbehind(&mut m, cx, index);
+                None
+            }
+        };
+        if let Some((hook, folio)) = handoff {
+            hook.folio_end_dropbehind_irq(folio, cx);
+        }
+    }
+
+    /// `folio_end_dropbehind()`: `if (in_task() && folio_trylock(folio)) {
+    /// filemap_end_dropbehind(folio); folio_unlock(folio); }` — silently nothing otherwise.
+    fn folio_end_dropbehind(&self, m: &mut Mapping, cx: &Cpu, index: u64) {
+        let Some(f) = m.folios.get(&index) else {
+            return;
+        };
+        if !f.flags.dropbehind {
+            return;
+        }
+        m.stats.end_dropbehind_calls += 1;
+        if !cx.may_sleep() {
+            m.stats.end_dropbehind_atomic += 1;
+        }
         if !cx.in_task() {
             m.stats.skipped_not_in_task += 1;
             return;
         }
-        if f.locked {
+        if f.flags.locked {
             m.stats.skipped_locked += 1;
             return;
         }
-        // filemap_end_dropbehind(): a folio dirtied again or under writeback stays.
-        if f.dirty || f.writeback {
-            return;
+        if self.filemap_end_dropbehind(m, cx, index) {
+            m.stats.dropbehind_invalidated_write += 1;
         }
-        // folio_test_clear_dropbehind() + folio_unmap_invalidate().
-        m.folios.remove(&index);
-        m.stats.dropped += 1;
     }
 
-    /// Locks or unlocks a folio (`folio_lock()`/`folio_unlock()`, e.g. a concurrent reader).
-    pub fn set_locked(&self, index: u64, locked: bool) {
-        if let Some((f, _)) = self.inner.lock().folios.get_mut(&index) {
-            f.locked = locked;
+    /// [`FolioRef::end_dropbehind`]: RFC v3's work on one batched folio.
+    pub(crate) fn folio_ref_end_dropbehind(&self, r: &FolioRef, cx: &Cpu) -> bool {
+        let mut m = self.inner.lock();
+        let Some(f) = m.folios.get(&r.index).filter(|f| f.pfn == r.pfn) else {
+            m.stats.v3_gone += 1;
+            return false;
+        };
+        if f.flags.locked {
+            m.stats.v3_skipped_locked += 1;
+            return false;
         }
+        if !f.flags.dropbehind {
+            // Cleared by a normal access meanwhile: nothing to do (filemap_end_dropbehind()'s
+            // folio_test_clear_dropbehind() fails).
+            return false;
+        }
+        if f.flags.dirty || f.flags.writeback {
+            m.stats.v3_skipped_dirty_or_writeback += 1;
+        }
+        if self.filemap_end_dropbehind(&mut m, cx, r.index) {
+            m.stats.v3_invalidated += 1;
+            m.stats.dropbehind_invalidated_write += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// `folio_put()` of an extra reference ([`FolioRef`]'s drop).
+    pub(crate) fn folio_put(&self, index: u64, pfn: u64) {
+        let mut m = self.inner.lock();
+        m.extra_refs = m.extra_refs.saturating_sub(1);
+        if let Some(f) = m.folios.get_mut(&index).filter(|f| f.pfn == pfn) {
+            f.extra_refs = f.extra_refs.saturating_sub(1);
+        }
+    }
+
+    /// `folio_get()` on a cached folio: a reference reclaim respects. `None` if not cached.
+    pub fn folio_get(&self, index: u64) -> Option<FolioRef> {
+        let mut m = self.inner.lock();
+        let f = m.folios.get_mut(&index)?;
+        f.extra_refs += 1;
+        let pfn = f.pfn;
+        m.extra_refs += 1;
+        Some(FolioRef {
+            mapping: self.arc(),
+            index,
+            pfn,
+        })
+    }
+
+    /// `folio_trylock()` on a cached folio (a concurrent holder of the folio lock). Returns
+    /// whether it took the lock.
+    pub fn folio_trylock(&self, index: u64) -> bool {
+        let mut m = self.inner.lock();
+        match m.folios.get_mut(&index) {
+            Some(f) if !f.flags.locked => {
+                f.flags.locked = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `folio_unlock()` of a lock taken with [`AddressSpace::folio_trylock`].
+    pub fn folio_unlock(&self, index: u64) {
+        if let Some(f) = self.inner.lock().folios.get_mut(&index) {
+            f.flags.locked = false;
+        }
+    }
+
+    /// `invalidate_mapping_pages()` of pages `first..=last` (`POSIX_FADV_DONTNEED`,
+    /// `drop_caches`): evicts every clean, unlocked folio without writeback or extra references
+    /// (`mapping_evict_folio()`). Returns how many.
+    pub fn invalidate_mapping_pages(&self, cx: &Cpu, first: u64, last: u64) -> u64 {
+        let mut m = self.inner.lock();
+        let victims: Vec<u64> = m
+            .folios
+            .range(first..=last)
+            .filter(|(_, f)| {
+                let fl = f.flags;
+                !fl.dirty && !fl.writeback && !fl.locked && f.extra_refs == 0
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        for i in &victims {
+            m.delete_folio(&self.config, cx, *i);
+        }
+        m.stats.invalidated_pages += victims.len() as u64;
+        victims.len() as u64
     }
 
     /// The folio's flags, if it is cached.
     pub fn folio(&self, index: u64) -> Option<FolioFlags> {
-        self.inner.lock().folios.get(&index).map(|(f, _)| *f)
+        self.inner.lock().folios.get(&index).map(|f| f.flags)
     }
 
-    /// Cached folios.
+    /// The folio's bytes, if it is cached.
+    pub fn folio_data(&self, index: u64) -> Option<Vec<u8>> {
+        self.inner.lock().folios.get(&index).map(|f| f.data.clone())
+    }
+
+    /// Folios cached now.
     pub fn nr_cached(&self) -> usize {
         self.inner.lock().folios.len()
     }
@@ -153,76 +987,42 @@ impl AddressSpace {
             .lock()
             .folios
             .iter()
-            .filter(|(_, (f, _))| f.dropbehind && !f.dirty && !f.writeback)
+            .filter(|(_, f)| f.flags.dropbehind && !f.flags.dirty && !f.flags.writeback)
             .map(|(i, _)| *i)
             .collect()
     }
 
-    /// The counters.
-    pub fn stats(&self) -> DropbehindStats {
-        self.inner.lock().stats
+    /// The counters, with the gauges filled in.
+    pub fn stats(&self) -> PageCacheStats {
+        self.inner.lock().snapshot()
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernel::{CpuId, KernelConfig};
-    use crate::Kernel;
-
-    #[test]
-    fn a_dontcache_folio_is_dropped_only_when_writeback_ends_in_task_context() {
-        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
-        let cx = k.cpu(CpuId(0)).unwrap();
-        let m = AddressSpace::new();
-        for i in 0..3 {
-            m.write_page(i, &[i as u8; 16], true);
+    /// The dropbehind outcome counters of the first model.
+    pub fn dropbehind_stats(&self) -> DropbehindStats {
+        let s = self.stats();
+        DropbehindStats {
+            dropped: s.dropbehind_invalidated,
+            skipped_not_in_task: s.skipped_not_in_task,
+            skipped_locked: s.skipped_locked + s.v3_skipped_locked,
         }
-        m.write_page(3, &[3; 16], false);
-        let wb = m.start_writeback(0, 10);
-        assert_eq!(
-            wb.iter().map(|w| (w.0, w.2)).collect::<Vec<_>>(),
-            [(0, true), (1, true), (2, true), (3, false)]
-        );
-        cx.with_hardirq(|cx| m.folio_end_writeback(0, cx));
-        m.set_locked(1, true);
-        m.folio_end_writeback(1, &cx);
-        m.folio_end_writeback(2, &cx);
-        m.folio_end_writeback(3, &cx);
-        assert_eq!(
-            m.dropbehind_left(),
-            [0, 1],
-            "hardirq and a locked folio leave it cached"
-        );
-        assert!(m.folio(2).is_none(), "task context drops it");
-        assert_eq!(
-            m.folio(3).map(|f| f.writeback),
-            Some(false),
-            "a normal folio stays"
-        );
-        assert_eq!(
-            m.stats(),
-            DropbehindStats {
-                dropped: 1,
-                skipped_not_in_task: 1,
-                skipped_locked: 1
-            }
-        );
     }
 
-    #[test]
-    fn a_normal_write_clears_dropbehind_and_a_redirtied_folio_stays() {
-        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
-        let cx = k.cpu(CpuId(0)).unwrap();
-        let m = AddressSpace::new();
-        m.write_page(0, &[1], true);
-        m.write_page(0, &[2], false);
-        assert_eq!(m.folio(0).map(|f| f.dropbehind), Some(false));
-        m.write_page(1, &[1], true);
-        m.start_writeback(1, 1);
-        m.write_page(1, &[2], true); // dirtied again while under writeback
-        m.folio_end_writeback(1, &cx);
-        assert!(m.folio(1).is_some_and(|f| f.dirty && f.dropbehind));
-        assert_eq!(m.stats().dropped, 0);
+    /// The per-CPU completion workqueue of the filesystem (`alloc_workqueue("xfs-conv/%s",
+    /// WQ_MEM_RECLAIM | WQ_PERCPU, 0)`) and the inode's `i_ioend_work` (`xfs_end_io`), made on
+    /// first use.
+    pub(crate) fn conv_wq(&self) -> &(Workqueue, WorkStruct) {
+        self.conv_wq.get_or_init(|| {
+            let wq = self
+                .kernel
+                .alloc_workqueue("xfs-conv", WQ_MEM_RECLAIM | WQ_PERCPU, 0)
+                .expect("valid workqueue flags");
+            let weak = self.this.clone();
+            let work = self.kernel.init_work("xfs_end_io", move |cx, _work| {
+                if let Some(mapping) = weak.upgrade() {
+                    mapping.xfs_end_io(cx);
+                }
+            });
+            (wq, work)
+        })
     }
 }

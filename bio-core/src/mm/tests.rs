@@ -1,0 +1,507 @@
+//! The page cache driven end to end on the [`Rig`](super::testing::Rig): data integrity on every
+//! design and path, the dropbehind outcome of each design, the two paths' flag decisions, and the
+//! tracepoints. Each check names the broken version it catches; where that is cheap, a twin test
+//! runs the broken configuration and shows the check fire.
+
+use super::dontcache::{DontcacheDesign, DropbehindIrq, FolioRef, WritebackPath};
+use super::filemap::{IocbFlags, PAGE_SIZE};
+use super::testing::{Completion, Rig};
+use crate::block::complete_in_task::Variant;
+use crate::kernel::trace::tests::capture;
+use crate::kernel::Cpu;
+use crate::sync::{Mutex, UntrackedArc};
+
+const DC: IocbFlags = IocbFlags::IOCB_DONTCACHE;
+const NONE: IocbFlags = IocbFlags::NONE;
+
+/// A byte pattern that differs per page and per offset, so a page read back from the wrong place
+/// or a stale copy shows.
+fn pattern(pages: u64, seed: u8) -> Vec<u8> {
+    (0..pages as usize * PAGE_SIZE)
+        .map(|i| (i / PAGE_SIZE) as u8 ^ (i % 251) as u8 ^ seed)
+        .collect()
+}
+
+fn rig(design: DontcacheDesign, path: WritebackPath, limit: Option<u64>) -> Rig {
+    Rig::with(design, path, |c| {
+        let c = c.with_nr_pages(1024).with_force_dontcache();
+        match limit {
+            Some(l) => c.with_limit(l),
+            None => c,
+        }
+    })
+}
+
+/// Write (in 48 KiB chunks and one unaligned piece), fsync, drop the cache, read back (in
+/// 1 MiB-ish pieces), verify — through the cache and on the disk. Catches any path that loses or
+/// misplaces data: a read bio filled into the wrong folio, a writeback bio with stale bytes, an
+/// eviction of a dirty folio, a read-modify-write that skips the read.
+fn write_fsync_drop_read(r: &Rig, flags: IocbFlags, pages: u64, seed: u8) {
+    let data = pattern(pages, seed);
+    for chunk in data.chunks(12 * PAGE_SIZE).enumerate() {
+        let pos = (chunk.0 * 12 * PAGE_SIZE) as u64;
+        assert_eq!(r.pwrite(pos, chunk.1, flags), Ok(chunk.1.len()));
+        r.settle();
+    }
+    // An unaligned overwrite in the middle (partial pages: read-modify-write).
+    let mut expect = data.clone();
+    let patch = vec![seed ^ 0xa5; 5000];
+    let at = 3 * PAGE_SIZE + 100;
+    expect[at..at + patch.len()].copy_from_slice(&patch);
+    r.drop_caches();
+    assert_eq!(r.pwrite(at as u64, &patch, flags), Ok(patch.len()));
+    r.fsync();
+    let s = r.mapping.stats();
+    assert_eq!(
+        (s.nr_dirty, s.nr_writeback),
+        (0, 0),
+        "fsync left dirty or writeback folios"
+    );
+    for i in 0..pages {
+        let page = &expect[i as usize * PAGE_SIZE..][..PAGE_SIZE];
+        assert_eq!(r.disk.page(i), page, "disk page {i}");
+    }
+    r.drop_caches();
+    let mut back = Vec::new();
+    let len = expect.len();
+    let mut pos = 0;
+    while pos < len {
+        let n = (260 * PAGE_SIZE - 7).min(len - pos);
+        back.extend(r.pread(pos as u64, n, flags).expect("read"));
+        pos += n;
+    }
+    assert!(back == expect, "read back differs");
+}
+
+#[test]
+fn data_survives_write_fsync_drop_read_on_every_design_and_path() {
+    for design in DontcacheDesign::all() {
+        for path in WritebackPath::ALL {
+            for flags in [NONE, DC] {
+                let r = rig(design, path, None);
+                write_fsync_drop_read(&r, flags, 80, 3);
+                assert!(
+                    r.kernel.reports().is_empty(),
+                    "{design}/{path}: {:?}",
+                    r.kernel.reports().all()
+                );
+            }
+        }
+    }
+}
+
+/// Under a 24-page memcg limit the same run must reclaim: evict clean folios and start writeback
+/// of dirty ones (normal writes), and never exceed the limit. Catches a reclaim that frees dirty
+/// folios (data lost: the integrity check fails), one that never runs (the counters stay 0, the
+/// peak exceeds the limit) and a charge that ignores the limit.
+#[test]
+fn data_survives_reclaim_under_a_small_memcg_limit() {
+    const LIMIT: u64 = 24;
+    for design in DontcacheDesign::all() {
+        for path in WritebackPath::ALL {
+            for flags in [NONE, DC] {
+                let r = rig(design, path, Some(LIMIT));
+                write_fsync_drop_read(&r, flags, 200, 9);
+                let s = r.mapping.stats();
+                let what = format!("{design}/{path}/{flags:?}: {s:?}");
+                assert!(s.peak_cached <= LIMIT, "{what}");
+                assert!(s.memcg_usage <= LIMIT, "{what}");
+                if flags == NONE {
+                    assert!(s.reclaim_evicted > 0, "{what}");
+                    assert!(s.reclaim_writeback_started > 0, "{what}");
+                }
+                assert!(
+                    r.kernel.reports().is_empty(),
+                    "{what}: {:?}",
+                    r.kernel.reports().all()
+                );
+            }
+        }
+    }
+}
+
+/// A DONTCACHE write of `pages`, its writeback completed by the disk in `ctx` and the deferred
+/// work run: the folios left behind and the stats.
+fn dontcache_write_outcome(
+    design: DontcacheDesign,
+    path: WritebackPath,
+    ctx: Completion,
+    pages: u64,
+) -> (Vec<u64>, super::filemap::PageCacheStats) {
+    let mut r = rig(design, path, None);
+    r.completion = ctx;
+    let data = pattern(pages, 1);
+    assert_eq!(r.pwrite(0, &data, DC), Ok(data.len()));
+    assert!(
+        r.disk.in_flight() > 0,
+        "the DONTCACHE kick started writeback"
+    );
+    r.settle();
+    (r.mapping.dropbehind_left(), r.mapping.stats())
+}
+
+/// On every fixed design no dropbehind folio survives its writeback completed in hardirq, and
+/// `folio_end_dropbehind()` never ran in atomic context. Catches a design whose completion stays
+/// in the IRQ (the baseline below, finding 11's twin below) and one that defers to a context
+/// that is still atomic.
+#[test]
+fn no_dropbehind_folio_survives_writeback_on_the_fixed_designs() {
+    let fixed = [
+        (DontcacheDesign::Bio(Variant::V7), WritebackPath::Iomap),
+        (DontcacheDesign::Bio(Variant::V7), WritebackPath::BufferHead),
+        (DontcacheDesign::Bio(Variant::V6), WritebackPath::Iomap),
+        (DontcacheDesign::Bio(Variant::V6), WritebackPath::BufferHead),
+        (
+            DontcacheDesign::Bio(Variant::V6_REVIEW),
+            WritebackPath::BufferHead,
+        ),
+        (DontcacheDesign::Bio(Variant::V5), WritebackPath::Iomap),
+        (DontcacheDesign::XfsWorkqueue, WritebackPath::Iomap),
+    ];
+    for (design, path) in fixed {
+        assert!(design.is_fixed(path));
+        for ctx in [Completion::Hardirq, Completion::AtomicTask] {
+            let (left, s) = dontcache_write_outcome(design, path, ctx, 40);
+            let what = format!("{design}/{path}/{ctx:?}: {s:?}");
+            assert_eq!(left, Vec::<u64>::new(), "{what}");
+            assert_eq!(s.nr_cached, 0, "{what}");
+            assert_eq!(s.dropbehind_invalidated_write, 40, "{what}");
+            assert_eq!(s.end_dropbehind_atomic, 0, "{what}");
+            assert_eq!(s.end_dropbehind_calls, 40, "{what}");
+        }
+    }
+}
+
+/// The twins: the baseline (forced DONTCACHE) and finding 11's regression (v7 without patch 2/4's
+/// flag) leave every IRQ-completed folio cached, and the checks above see it.
+#[test]
+fn the_baseline_and_the_unflagged_twin_leave_irq_completed_folios_cached() {
+    let twin = DontcacheDesign::Bio(Variant {
+        fs_flag: false,
+        ..Variant::V7
+    });
+    for design in [DontcacheDesign::Baseline, twin] {
+        for path in WritebackPath::ALL {
+            assert!(!design.is_fixed(path));
+            let (left, s) = dontcache_write_outcome(design, path, Completion::Hardirq, 40);
+            assert_eq!(left, (0..40).collect::<Vec<_>>(), "{design}/{path}");
+            assert_eq!(s.skipped_not_in_task, 40, "{design}/{path}");
+            assert_eq!(
+                s.end_dropbehind_atomic, 40,
+                "{design}/{path}: the atomic-context count fires"
+            );
+            assert_eq!(s.dropbehind_invalidated, 0);
+        }
+    }
+    // XFS's workqueue does nothing for the buffer_head path (XFS has none).
+    let (left, _) = dontcache_write_outcome(
+        DontcacheDesign::XfsWorkqueue,
+        WritebackPath::BufferHead,
+        Completion::Hardirq,
+        8,
+    );
+    assert_eq!(left.len(), 8);
+    // Completed in atomic task context, the baseline's in_task() test passes: the folios go, but
+    // folio_end_dropbehind() ran where it may not sleep, and the atomic count says so.
+    let (left, s) = dontcache_write_outcome(
+        DontcacheDesign::Baseline,
+        WritebackPath::Iomap,
+        Completion::AtomicTask,
+        8,
+    );
+    assert!(left.is_empty());
+    assert_eq!(s.end_dropbehind_atomic, 8);
+}
+
+/// The buffer_head path with `->read_folio()` (no readahead): a DONTCACHE read of dropbehind folios
+/// goes through `submit_bh_wbc()`. v6 as posted flags it (the read completion is deferred to the
+/// worker); the gated variants never do. Catches a gate that is missing (v7 deferring reads) and
+/// one applied where it was not posted (v6 not deferring).
+#[test]
+fn buffer_head_reads_are_deferred_only_on_v6_as_posted() {
+    for (variant, deferred) in [
+        (Variant::V6, true),
+        (Variant::V5, true),
+        (Variant::V6_REVIEW, false),
+        (Variant::V7, false),
+    ] {
+        let r = Rig::with(
+            DontcacheDesign::Bio(variant),
+            WritebackPath::BufferHead,
+            |c| c.with_nr_pages(64).with_ra_pages(0),
+        );
+        let data = pattern(16, 7);
+        r.pwrite(0, &data, NONE).unwrap();
+        r.fsync();
+        r.drop_caches();
+        assert_eq!(r.pread(0, data.len(), DC).unwrap(), data, "{variant}");
+        let s = r.mapping.stats();
+        let n = if deferred { 16 } else { 0 };
+        assert_eq!(s.read_bios_flagged, n, "{variant}: {s:?}");
+        assert_eq!(s.reads_ended_in_task, n, "{variant}: {s:?}");
+        assert_eq!(s.reads_ended_in_irq, 16 - n, "{variant}: {s:?}");
+        assert_eq!(
+            s.nr_cached, 0,
+            "{variant}: the reader dropped them after the copy"
+        );
+        assert_eq!(s.dropbehind_invalidated_read, 16);
+    }
+}
+
+/// Readahead reads (mpage, iomap) are never flagged, on any variant.
+#[test]
+fn readahead_reads_are_never_flagged() {
+    for path in WritebackPath::ALL {
+        let r = rig(DontcacheDesign::Bio(Variant::V6), path, None);
+        r.pwrite(0, &pattern(64, 2), NONE).unwrap();
+        r.fsync();
+        r.drop_caches();
+        r.pread(0, 64 * PAGE_SIZE, DC).unwrap();
+        let s = r.mapping.stats();
+        assert_eq!(
+            (s.read_bios_flagged, s.reads_ended_in_task),
+            (0, 0),
+            "{path}: {s:?}"
+        );
+        assert!(s.readahead_pages >= 64, "{path}: {s:?}");
+    }
+}
+
+/// Regular dirty folios 0..8 and redirtied dropbehind folios 8..16 written back together (fsync).
+/// Returns the fsync's bios as (pages, flagged) and the stats after completion.
+fn merged_writeback(design: DontcacheDesign) -> (Vec<(u64, bool)>, super::filemap::PageCacheStats) {
+    use crate::block::BioFlag;
+    let r = rig(design, WritebackPath::Iomap, None);
+    r.pwrite(0, &pattern(8, 1), NONE).unwrap();
+    r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 2), DC).unwrap();
+    // Written again while the kick's writeback is in flight: dirty again, the kick skips them.
+    r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 3), DC).unwrap();
+    r.settle();
+    let cx = r.task();
+    let p = r.mapping.fsync(&cx);
+    let shape = p
+        .submit
+        .iter()
+        .map(|b| (b.sectors() / 8, b.flagged(BioFlag::CompleteInTask)))
+        .collect();
+    r.disk.submit(p.submit);
+    r.settle();
+    r.fsync();
+    (shape, r.mapping.stats())
+}
+
+/// iomap after patch 2/4 merges regular folios into the dropbehind folios' flagged bio and defers
+/// them with it (counted); XFS's `IOMAP_IOEND_DONTCACHE` NOMERGE rule never merges them. Catches
+/// a series iomap that keeps the NOMERGE flag (no merging, count 0) and an XFS that merges.
+#[test]
+fn iomap_defers_merged_regular_writes_on_bio_designs_and_xfs_never_merges_them() {
+    for v in Variant::ALL {
+        let (shape, s) = merged_writeback(DontcacheDesign::Bio(v));
+        assert_eq!(shape, [(16, true)], "{v}: one ioend, flagged");
+        assert_eq!(s.merged_regular_folios, 8, "{v}");
+        assert_eq!(
+            s.merged_regular_ended_in_task, 8,
+            "{v}: deferred from the IRQ with the bio"
+        );
+        assert!(s.dropbehind_left_is_zero(), "{v}");
+    }
+    for design in [
+        DontcacheDesign::XfsWorkqueue,
+        DontcacheDesign::Baseline,
+        DontcacheDesign::V3,
+    ] {
+        let (shape, s) = merged_writeback(design);
+        assert_eq!(shape, [(8, false), (8, false)], "{design}: two ioends");
+        assert_eq!(s.merged_regular_folios, 0, "{design}");
+        assert_eq!(s.merged_regular_ended_in_task, 0, "{design}");
+    }
+}
+
+impl super::filemap::PageCacheStats {
+    /// Test helper: every cached folio is gone (the 8 dropbehind ones dropped, regular ones kept).
+    fn dropbehind_left_is_zero(&self) -> bool {
+        self.nr_cached == 8
+    }
+}
+
+/// XFS's completion runs `xfs_end_io` on the `xfs-conv` workqueue (visible in the workqueue
+/// tracepoints), and the filemap tracepoints print 6.18's format.
+#[test]
+fn xfs_completion_and_filemap_events_show_in_the_trace() {
+    let events = capture(|| {
+        let _ = dontcache_write_outcome(
+            DontcacheDesign::XfsWorkqueue,
+            WritebackPath::Iomap,
+            Completion::Hardirq,
+            2,
+        );
+    });
+    let msgs: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+    assert!(
+        msgs.iter().any(|m| m.starts_with("workqueue_queue_work:")
+            && m.contains("function=xfs_end_io workqueue=xfs-conv")),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.contains(&"mm_filemap_add_to_page_cache: dev 7:0 ino 0 pfn=0x100000 ofs=0 order=0"),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.contains(
+            &"mm_filemap_delete_from_page_cache: dev 7:0 ino 0 pfn=0x100001 ofs=4096 order=0"
+        ),
+        "{msgs:#?}"
+    );
+    let adds = events
+        .iter()
+        .filter(|e| e.tracepoint == "mm_filemap_add_to_page_cache")
+        .count();
+    let dels = events
+        .iter()
+        .filter(|e| e.tracepoint == "mm_filemap_delete_from_page_cache")
+        .count();
+    assert_eq!((adds, dels), (2, 2));
+    let del = events
+        .iter()
+        .find(|e| e.tracepoint == "mm_filemap_delete_from_page_cache")
+        .unwrap();
+    assert!(
+        del.comm
+            .as_deref()
+            .is_some_and(|c| c.starts_with("kworker/1")),
+        "{del:?}: deleted in the worker on the IRQ's CPU"
+    );
+}
+
+/// A file model with holes (ext4 and XFS alike complete unwritten-extent ioends on a workqueue):
+/// on the baseline, DONTCACHE writes into holes are dropped and overwrites are kept — what the
+/// live ext4 shows (0 of 65,536 vs all). Catches unwritten ioends completed in the IRQ (holes kept
+/// too) and overwrites sent to the workqueue (overwrites dropped too).
+#[test]
+fn holes_are_dropped_and_overwrites_kept_on_the_baseline() {
+    let r = Rig::with(DontcacheDesign::Baseline, WritebackPath::Iomap, |c| {
+        c.with_nr_pages(256).with_unwritten().with_force_dontcache()
+    });
+    r.pwrite(0, &pattern(32, 1), DC).unwrap();
+    r.settle();
+    let s = r.mapping.stats();
+    assert_eq!(
+        (s.nr_cached, s.unwritten_ioends > 0, s.wq_ioends > 0),
+        (0, true, true),
+        "{s:?}"
+    );
+    r.pwrite(0, &pattern(32, 2), DC).unwrap();
+    r.settle();
+    assert_eq!(
+        r.mapping.dropbehind_left().len(),
+        32,
+        "overwrites completed in the IRQ stay"
+    );
+    // Reading a hole never touches the disk: zeroes, no read bio.
+    let before = r.mapping.stats().read_bios;
+    assert_eq!(
+        r.pread(100 * PAGE_SIZE as u64, PAGE_SIZE, NONE).unwrap(),
+        vec![0; PAGE_SIZE]
+    );
+    assert_eq!(r.mapping.stats().read_bios, before);
+}
+
+/// A stand-in for RFC v3's batch: keeps the references, as `folio_end_dropbehind_irq()` does.
+#[derive(Default)]
+struct KeepRefs(Mutex<Vec<FolioRef>>);
+
+impl DropbehindIrq for KeepRefs {
+    fn folio_end_dropbehind_irq(&self, folio: FolioRef, cx: &Cpu) {
+        assert!(!cx.in_task(), "only IRQ completions are handed over");
+        self.0.lock().push(folio);
+    }
+}
+
+/// The V3 seam: IRQ completions hand the folio over with a reference (reclaim skips it), and
+/// [`FolioRef::end_dropbehind`] in task context drops it. Catches a hook called in task context,
+/// a reference reclaim ignores, and a FolioRef that leaks its reference.
+#[test]
+fn v3_hook_gets_irq_completions_with_a_reference_reclaim_respects() {
+    let hook = UntrackedArc::new(KeepRefs::default());
+    let r = Rig::with(DontcacheDesign::V3, WritebackPath::BufferHead, |c| {
+        c.with_nr_pages(64)
+            .with_dropbehind_irq(hook.clone())
+            .with_limit(8)
+    });
+    r.pwrite(0, &pattern(4, 1), DC).unwrap();
+    r.settle();
+    let s = r.mapping.stats();
+    assert_eq!(
+        (s.v3_handed, s.nr_cached, s.end_dropbehind_calls),
+        (4, 4, 0),
+        "{s:?}"
+    );
+    // Reclaim under the limit cannot take the referenced folios: 4 more fit, then none.
+    r.pwrite(8 * PAGE_SIZE as u64, &pattern(4, 2), NONE)
+        .unwrap();
+    r.fsync();
+    let cx = r.task();
+    let p = r
+        .mapping
+        .generic_perform_write(&cx, 20 * PAGE_SIZE as u64, &pattern(1, 3), NONE)
+        .unwrap();
+    assert_eq!(
+        p.written, PAGE_SIZE,
+        "a clean regular folio was evicted for it"
+    );
+    assert!(
+        r.mapping.stats().reclaim_skipped_busy >= 4,
+        "{:?}",
+        r.mapping.stats()
+    );
+    assert!(
+        (0..4).all(|i| r.mapping.folio(i).is_some()),
+        "the referenced folios stay"
+    );
+    let refs: Vec<FolioRef> = std::mem::take(&mut *hook.0.lock());
+    for f in refs {
+        assert!(f.end_dropbehind(&cx));
+    }
+    let s = r.mapping.stats();
+    assert_eq!(
+        (s.v3_invalidated, s.dropbehind_invalidated_write),
+        (4, 4),
+        "{s:?}"
+    );
+    assert!((0..4).all(|i| r.mapping.folio(i).is_none()));
+    r.disk.submit(p.submit);
+    r.settle();
+}
+
+/// The mapping and a folio reference cross threads (a threaded runtime, RFC v3's per-CPU batch).
+#[test]
+fn the_mapping_is_send_and_sync_and_a_folio_ref_is_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<super::filemap::AddressSpace>();
+    send::<FolioRef>();
+}
+
+/// `since()` is the work between two snapshots; the gauges are the later snapshot's. Catches a
+/// delta that subtracts a gauge (the footprint would read 0) or forgets a counter.
+#[test]
+fn stats_since_subtracts_counters_and_keeps_gauges() {
+    let r = rig(
+        DontcacheDesign::Bio(Variant::V7),
+        WritebackPath::Iomap,
+        None,
+    );
+    r.pwrite(0, &pattern(4, 1), NONE).unwrap();
+    let before = r.mapping.stats();
+    r.pwrite(4 * PAGE_SIZE as u64, &pattern(2, 1), NONE)
+        .unwrap();
+    let d = r.mapping.stats().since(&before);
+    assert_eq!((d.folios_added, d.copied_from_user_pages), (2, 2));
+    assert_eq!((d.nr_cached, d.nr_dirty, d.peak_cached), (6, 6, 6));
+    let zero = r.mapping.stats().since(&r.mapping.stats());
+    assert_eq!(
+        zero.folios_added + zero.copied_from_user_bytes + zero.writeback_pages,
+        0
+    );
+    assert_eq!(zero.nr_cached, 6);
+}
