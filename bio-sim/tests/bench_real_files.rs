@@ -151,3 +151,62 @@ fn bad_parameters_are_refused_with_their_name() {
         .to_string()
         .contains("unknown workload `seqwrite`"));
 }
+
+#[test]
+fn the_calibration_measures_every_cost_it_prints() {
+    use bio_sim::perf::dontcache_costs::{calibrate, CalibrateConfig, PageCosts};
+    let d = dir();
+    let c = calibrate(&CalibrateConfig {
+        dir: d.path().to_owned(),
+        size: 8 << 20,
+        rounds: 2,
+        limit: 16 << 20,
+        reclaim: false, // the live part is bio-sim/tests/dontcache_live.rs's (opt-in)
+    })
+    .unwrap();
+    for (name, v) in &c.rounds {
+        match *name {
+            "irq_ns" | "reclaim_evict_ns" | "reclaim_scan_ns" => {
+                assert!(v.is_empty(), "{name} is not measured here: {v:?}")
+            }
+            _ => {
+                assert_eq!(v.len(), 2, "{name}: one value per round");
+                assert!(
+                    v.iter().all(|x| x.is_finite() && *x >= 0.0),
+                    "{name}: {v:?}"
+                );
+            }
+        }
+    }
+    // A cached read copies: it costs something (a measurement that timed nothing would be 0 in
+    // every round).
+    assert!(
+        c.rounds[0].1.iter().any(|&x| x > 0.0),
+        "copy_ns: {:?}",
+        c.rounds[0]
+    );
+    let text = c.to_string();
+    for (name, committed) in PageCosts::MEASURED.fields() {
+        assert!(committed > 0.0, "PageCosts::MEASURED.{name} is committed");
+        assert!(text.contains(name), "{text}");
+    }
+    assert!(
+        text.contains("reclaim not measured: not asked for"),
+        "{text}"
+    );
+    assert_eq!(c.medians().irq_ns, PageCosts::MEASURED.irq_ns);
+    assert_eq!(
+        std::fs::read_dir(d.path()).unwrap().count(),
+        0,
+        "the file is removed"
+    );
+    let e = calibrate(&CalibrateConfig {
+        dir: d.path().to_owned(),
+        size: 1 << 20,
+        rounds: 1,
+        limit: 16 << 20,
+        reclaim: false,
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("at least 4M"), "{e}");
+}

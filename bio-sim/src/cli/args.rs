@@ -300,6 +300,27 @@ pub struct BenchDontcacheArgs {
     /// Rounds.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub rounds: u64,
+    /// The live companion (root for the block device, XFS and the memory cgroup; else one-line
+    /// skips): RWF_DONTCACHE on /dev/loopN, ext4 and a scratch XFS, and the seed's experiment.
+    #[arg(long, conflicts_with_all = ["calibrate", "replay"])]
+    pub live: bool,
+    /// Measure the page cache's per-page costs and print them beside PageCosts::MEASURED.
+    #[arg(long, conflicts_with = "replay")]
+    pub calibrate: bool,
+    /// Print a recorded live run (tests/recordings/dontcache-live-6.18.json) as --live printed it.
+    #[arg(long, value_name = "FILE.json")]
+    pub replay: Option<std::path::PathBuf>,
+    /// With --live: also write the run to DIR/dontcache-live-<kernel>.json and the tracepoint
+    /// formats to DIR/tracefs-<kernel>-filemap/.
+    #[arg(long, value_name = "DIR", requires = "live")]
+    pub record: Option<std::path::PathBuf>,
+    /// With --live or --calibrate: the cgroup v1 memory limit (K, M, G; at least 16M; default
+    /// 256M for --live, half of --size for --calibrate).
+    #[arg(long)]
+    pub limit: Option<String>,
+    /// With --live: seconds per leg of the seed experiment.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=120))]
+    pub seconds: u32,
 }
 
 /// `biosim loop`.

@@ -5,7 +5,6 @@ use super::args::BenchCommand;
 /// Runs `biosim bench`.
 pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
     use crate::perf::bench_common::parse_size;
-    use crate::perf::dontcache::{dontcache_bench, DontcacheConfig};
     use crate::perf::loop_bench::{loop_bench, Engine, LoopBenchConfig, Workload};
     match cmd {
         BenchCommand::Loop(a) => {
@@ -20,14 +19,7 @@ pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             };
             print!("{}", loop_bench(&cfg)?);
         }
-        BenchCommand::Dontcache(a) => {
-            let cfg = DontcacheConfig {
-                dir: a.dir,
-                size: parse_size(&a.size).map_err(|e| format!("--size: {e}"))?,
-                rounds: a.rounds as usize,
-            };
-            print!("{}", dontcache_bench(&cfg)?);
-        }
+        BenchCommand::Dontcache(a) => dontcache(a)?,
         BenchCommand::Explore(a) => {
             use crate::perf::explore_bench::{explore_bench, ExploreBenchConfig};
             print!(
@@ -42,4 +34,88 @@ pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+/// `biosim bench dontcache`: the real-file rows, or `--live`, `--calibrate`, `--replay`.
+fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::perf::bench_common::parse_size;
+    use crate::perf::dontcache::{dontcache_bench, DontcacheConfig};
+    use crate::perf::dontcache_costs::{calibrate, CalibrateConfig};
+    use crate::perf::dontcache_live::{live_run, save_formats, LiveConfig, LiveReport};
+    if let Some(path) = &a.replay {
+        print!("{}", LiveReport::load(path)?);
+        return Ok(());
+    }
+    let size = parse_size(&a.size).map_err(|e| format!("--size: {e}"))?;
+    let limit = match &a.limit {
+        Some(l) => {
+            let v = parse_size(l).map_err(|e| format!("--limit: {e}"))?;
+            if v < (16 << 20) || !v.is_multiple_of(1 << 20) {
+                return Err(
+                    format!("--limit {l}: must be a whole number of MiB, at least 16M").into(),
+                );
+            }
+            v
+        }
+        None if a.calibrate => (size / 2).max(16 << 20) / (1 << 20) * (1 << 20),
+        None => 256 << 20,
+    };
+    if a.calibrate {
+        let cfg = CalibrateConfig {
+            dir: a.dir,
+            size,
+            rounds: a.rounds as usize,
+            limit,
+            reclaim: true,
+        };
+        print!("{}", calibrate(&cfg)?);
+        return Ok(());
+    }
+    if a.live {
+        if let Some(dir) = &a.record {
+            if !dir.is_dir() {
+                return Err(format!("--record {}: not a directory", dir.display()).into());
+            }
+        }
+        let report = live_run(&LiveConfig {
+            dir: a.dir,
+            size,
+            rounds: a.rounds as usize,
+            limit,
+            seconds: a.seconds,
+        })?;
+        print!("{report}");
+        if let Some(dir) = &a.record {
+            let file = dir.join(format!(
+                "dontcache-live-{}.json",
+                kernel_series(&report.kernel)
+            ));
+            let text = serde_json::to_string_pretty(&report.to_json())? + "\n";
+            std::fs::write(&file, text)
+                .map_err(|e| format!("--record: write {}: {e}", file.display()))?;
+            println!("recorded: {}", file.display());
+            let fdir = dir.join(format!("tracefs-{}-filemap", kernel_series(&report.kernel)));
+            match save_formats(&fdir) {
+                Ok(files) => println!(
+                    "tracepoint formats: {} files in {}",
+                    files.len(),
+                    fdir.display()
+                ),
+                Err(why) => println!("skipped: tracepoint formats: {why}"),
+            }
+        }
+        return Ok(());
+    }
+    let cfg = DontcacheConfig {
+        dir: a.dir,
+        size,
+        rounds: a.rounds as usize,
+    };
+    print!("{}", dontcache_bench(&cfg)?);
+    Ok(())
+}
+
+/// `6.18.44-fc` -> `6.18`: the series a recording is named after.
+fn kernel_series(release: &str) -> String {
+    release.split('.').take(2).collect::<Vec<_>>().join(".")
 }

@@ -16,8 +16,9 @@
 //!
 //! The same handler first undoes what a live-kernel run changed ([`Restore`]): it writes a value to
 //! a sysfs/tracefs file (`1` to `cpuN/online`, `-1` to `cpuN/hotplug/fail`, `0` to `tracing_on`),
-//! detaches a loop device (`ioctl(LOOP_CLR_FD)`) or removes a tracefs instance (`rmdir(2)`), newest
-//! first, with `open(2)`, `write(2)`, `ioctl(2)`, `rmdir(2)` and `close(2)` only. A [`Restore`] also runs its action when it drops, so an error or
+//! detaches a loop device (`ioctl(LOOP_CLR_FD)`), removes a tracefs instance or a cgroup
+//! (`rmdir(2)`) or unmounts a file system (`umount2(2)`), newest first, with `open(2)`, `write(2)`,
+//! `ioctl(2)`, `rmdir(2)`, `umount2(2)` and `close(2)` only. A [`Restore`] also runs its action when it drops, so an error or
 //! an unwinding panic restores the machine too.
 //!
 //! [`TempFile::create_in`] creates the file with `O_CREAT|O_EXCL` (never someone else's file) with
@@ -117,6 +118,12 @@ pub enum RestoreAction {
         /// The directory.
         path: PathBuf,
     },
+    /// `umount2(path, MNT_DETACH)`: a file system a live run mounted (fs/namespace.c
+    /// `do_umount()`; lazy, so a busy mount is still detached from the tree at once).
+    Umount {
+        /// The mount point.
+        path: PathBuf,
+    },
 }
 
 /// Publishes `raw` in the first free (null) slot of `table`; its index, or `None` if all are taken.
@@ -140,10 +147,12 @@ struct RawRestore {
     /// Registration order: the handler runs the newest first.
     seq: u64,
     path: *mut libc::c_char,
-    /// The bytes to write, or null for `LOOP_CLR_FD` and `rmdir`.
+    /// The bytes to write, or null for `LOOP_CLR_FD`, `rmdir` and `umount2`.
     value: *mut libc::c_char,
     /// `rmdir(path)` instead of opening it.
     rmdir: bool,
+    /// `umount2(path, MNT_DETACH)` instead of opening it.
+    umount: bool,
 }
 
 static RESTORES: [AtomicPtr<RawRestore>; SLOTS] =
@@ -160,6 +169,9 @@ unsafe fn perform(r: *const RawRestore) -> bool {
         let r = &*r;
         if r.rmdir {
             return libc::rmdir(r.path) == 0;
+        }
+        if r.umount {
+            return libc::umount2(r.path, libc::MNT_DETACH) == 0;
         }
         let fd = libc::open(r.path, libc::O_WRONLY | libc::O_CLOEXEC);
         if fd < 0 {
@@ -222,9 +234,12 @@ impl Restore {
         install();
         let (path, value) = match &action {
             RestoreAction::Write { path, value } => (path, Some(value.as_str())),
-            RestoreAction::LoopClrFd { path } | RestoreAction::Rmdir { path } => (path, None),
+            RestoreAction::LoopClrFd { path }
+            | RestoreAction::Rmdir { path }
+            | RestoreAction::Umount { path } => (path, None),
         };
         let rmdir = matches!(action, RestoreAction::Rmdir { .. });
+        let umount = matches!(action, RestoreAction::Umount { .. });
         let nul = |what: &str| io::Error::other(format!("{what} with a NUL byte: {action:?}"));
         let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| nul("a path"))?;
         let c_value = match value {
@@ -236,6 +251,7 @@ impl Restore {
             path: c_path.into_raw(),
             value: c_value,
             rmdir,
+            umount,
         }));
         if let Some(i) = claim_slot(&RESTORES, raw) {
             return Ok(Restore {
@@ -280,10 +296,10 @@ impl Drop for Restore {
 
 /// Blocks [`SIGNALS`] on this thread until dropped (a signal that arrives meanwhile is delivered
 /// when they are unblocked).
-struct Blocked(libc::sigset_t);
+pub(crate) struct Blocked(libc::sigset_t);
 
 impl Blocked {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         // SAFETY: plain sigset manipulation on owned values.
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();

@@ -2,9 +2,11 @@
 //! (kernel-semantics.md §6.3) on this machine's filesystem: throughput and what `cachestat(2)`
 //! says is left in the page cache after `fdatasync()`, as medians of interleaved rounds.
 
-use super::bench_common::{io_err, BenchError, RemoveOnDrop};
+use super::bench_common::{io_err, BenchError};
 use super::stats::median;
+use crate::dev::aligned::AlignedBuf;
 use crate::dev::backing::{BackingFile, OpenOptions, RwFlags};
+use crate::dev::cleanup::TempFile;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -156,10 +158,10 @@ pub fn dontcache_bench(cfg: &DontcacheConfig) -> Result<DontcacheReport, BenchEr
             cfg.dir.display()
         )));
     }
-    let path = cfg
-        .dir
-        .join(format!("biosim-dontcache-bench-{}.dat", std::process::id()));
-    let _cleanup = RemoveOnDrop(path.clone());
+    // A TempFile: removed on an error, a panic and on Ctrl-C too.
+    let tmp = TempFile::create_in(&cfg.dir, "biosim-dontcache-bench")
+        .map_err(|e| BenchError::Param(format!("--dir {}: {e}", cfg.dir.display())))?;
+    let path = tmp.path().to_owned();
     let file = BackingFile::open(
         &path,
         &OpenOptions {
@@ -170,7 +172,9 @@ pub fn dontcache_bench(cfg: &DontcacheConfig) -> Result<DontcacheReport, BenchEr
     )?;
     let supported = file.supports_dontcache();
     let mut rows = dontcache_rows(supported);
-    let chunk = vec![0x3c_u8; 1 << 20];
+    // Page-aligned, as an application's buffer is (a misaligned one slows the kernel's copy).
+    let mut chunk = AlignedBuf::new(1 << 20);
+    chunk.fill(0x3c);
     let write_all = |flags: RwFlags| -> Result<(), BenchError> {
         let mut off = 0;
         while off < cfg.size {

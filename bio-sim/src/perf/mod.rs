@@ -5,6 +5,9 @@
 //! - [`latency`]: completion latency and worker wake-ups per bio of one batcher variant.
 //! - [`loop_bench`]: `biosim bench loop`: the loop model over a real `O_DIRECT` file against raw I/O.
 //! - [`dontcache`]: `biosim bench dontcache`: buffered writes with and without `RWF_DONTCACHE`.
+//! - [`dontcache_live`]: `bench dontcache --live`: the block device, ext4 and XFS, and the seed's
+//!   experiment under a cgroup v1 memory limit, on the running kernel; recordings and replay.
+//! - [`dontcache_costs`]: `bench dontcache --calibrate`: the page cache's per-page costs.
 //! - [`explore_bench`]: `biosim bench explore`: `biosim explore`'s cases per second on one and two
 //!   threads, time to find and shrink finding 1, the long clean campaigns.
 //! - [`bench_common`]: the real-file benches' error, size parsing and scratch-file cleanup.
@@ -13,6 +16,8 @@
 pub mod bench_common;
 pub mod deferral;
 pub mod dontcache;
+pub mod dontcache_costs;
+pub mod dontcache_live;
 pub mod explore_bench;
 pub mod latency;
 pub mod loop_bench;

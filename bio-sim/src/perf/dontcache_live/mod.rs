@@ -1,0 +1,560 @@
+//! `biosim bench dontcache --live`: `RWF_DONTCACHE` (mm/filemap.c, include/linux/fs.h
+//! `kiocb_set_rw_flags()`) on the running kernel, side by side with what 6.18's code predicts:
+//!
+//! - [`bdev`]: a loop device opened buffered (block/fops.c `def_blk_fops`): refused without
+//!   patch 4/4's `FOP_DONTCACHE`.
+//! - ext4 (the `--dir` file system) and a scratch [`xfs`] on a loop device: DONTCACHE writes into
+//!   holes and over written blocks, pages left cached after `fdatasync()` (`cachestat(2)`).
+//! - [`seed`]: the seed's write and read experiments under a cgroup v1 memory limit ([`memcg`]).
+//! - the live tracepoint formats of `filemap:mm_filemap_add_to_page_cache`,
+//!   `filemap:mm_filemap_delete_from_page_cache` and `writeback:writeback_dirty_folio`, read (not
+//!   enabled) from tracefs.
+//!
+//! A run is a [`LiveReport`]; [`LiveReport::to_json`] / [`LiveReport::from_json`] make and read the
+//! committed recording (`tests/recordings/dontcache-live-6.18.json`), and `--replay FILE` prints a
+//! recording exactly as the live run printed it. Parts that need root print a one-line skip.
+
+pub mod bdev;
+pub mod memcg;
+pub mod seed;
+pub mod xfs;
+
+use super::bench_common::BenchError;
+use super::dontcache::{dontcache_bench, DontcacheConfig, DontcacheReport};
+use bdev::{errno_name, parse_errno, BdevProbe};
+use seed::{Leg, SeedRun};
+use serde_json::{json, Value};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The tracepoints whose live formats a run reads: `(system, event)`.
+pub const FORMAT_EVENTS: [(&str, &str); 3] = [
+    ("filemap", "mm_filemap_add_to_page_cache"),
+    ("filemap", "mm_filemap_delete_from_page_cache"),
+    ("writeback", "writeback_dirty_folio"),
+];
+
+/// `--live`'s parameters.
+#[derive(Debug, Clone)]
+pub struct LiveConfig {
+    /// The ext4 (or other) directory of the real-file rows and the backing files.
+    pub dir: PathBuf,
+    /// Bytes written per file-system row.
+    pub size: u64,
+    /// Rounds of the file-system rows.
+    pub rounds: usize,
+    /// The cgroup's memory limit of the seed experiment.
+    pub limit: u64,
+    /// Seconds per seed-experiment leg.
+    pub seconds: u32,
+}
+
+/// One part of a live run: done, or skipped with a one-line reason.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part<T> {
+    /// Measured.
+    Done(T),
+    /// Not measured, and why.
+    Skipped(String),
+}
+
+/// One file system's holes/overwrite rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FsRows {
+    /// `ext4`, `xfs`.
+    pub fs: String,
+    /// Where it ran (the directory, or the loop device for the scratch XFS).
+    pub on: String,
+    /// Pages per write.
+    pub pages: u64,
+    /// `(mode, holes, MB/s median, cached pages median)`.
+    pub rows: Vec<FsRow>,
+}
+
+/// A row of [`FsRows`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FsRow {
+    /// `buffered` or `dontcache`.
+    pub mode: String,
+    /// Holes (allocating writes) or overwrites.
+    pub holes: bool,
+    /// Median MB/s of write + fdatasync.
+    pub mbps: f64,
+    /// Median pages cached after fdatasync.
+    pub cached: u64,
+}
+
+/// A live run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveReport {
+    /// `uname -r`.
+    pub kernel: String,
+    /// CPUs and memory.
+    pub machine: String,
+    /// The block-device probe.
+    pub bdev: Part<BdevProbe>,
+    /// ext4, XFS.
+    pub fs: Vec<Part<FsRows>>,
+    /// The seed experiments.
+    pub seed: Vec<Part<SeedRun>>,
+}
+
+/// What 6.18's code leaves cached after a DONTCACHE write + `fdatasync()`, and why: the
+/// prediction each live row is printed beside.
+pub fn predicted_6_18(fs: &str, mode: &str, holes: bool) -> (&'static str, &'static str) {
+    match (fs, mode, holes) {
+        (_, "buffered", _) => ("all", "no dropbehind"),
+        ("ext4", _, true) => (
+            "none",
+            "unwritten-extent conversion worker: folio_end_writeback() in task",
+        ),
+        ("ext4", _, false) => (
+            "all",
+            "ext4_end_bio() in IRQ: folio_end_dropbehind() skips (!in_task())",
+        ),
+        ("xfs", _, _) => (
+            "none",
+            "IOMAP_IOEND_DONTCACHE -> xfs_end_io() on the xfs-conv workqueue",
+        ),
+        _ => ("?", "no prediction for this file system"),
+    }
+}
+
+fn fs_rows(fs: &str, on: String, r: &DontcacheReport) -> FsRows {
+    FsRows {
+        fs: fs.into(),
+        on,
+        pages: r.config.size.div_ceil(4096),
+        rows: r
+            .results
+            .iter()
+            .map(|x| FsRow {
+                mode: x.mode.into(),
+                holes: x.fresh,
+                mbps: super::stats::median(&x.mbps),
+                cached: r.cached(x.mode, x.fresh).unwrap_or(0.0) as u64,
+            })
+            .collect(),
+    }
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    format!("{cpus} CPUs, {} MiB RAM", mem / 1024)
+}
+
+/// Why the live parts cannot run here (not root), or `None`.
+pub fn why_not_root() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    (unsafe { libc::geteuid() } != 0).then(|| "needs root".to_string())
+}
+
+/// Runs everything live. Parts that cannot run are [`Part::Skipped`]; a failure of a part that
+/// ran is an error (after its cleanup).
+pub fn live_run(cfg: &LiveConfig) -> Result<LiveReport, BenchError> {
+    if cfg.seconds == 0 || cfg.seconds as usize > memcg::MAX_SECS {
+        return Err(BenchError::Param(format!(
+            "--seconds {}: must be 1..={}",
+            cfg.seconds,
+            memcg::MAX_SECS
+        )));
+    }
+    if cfg.limit < (16 << 20) || !cfg.limit.is_multiple_of(1 << 20) {
+        return Err(BenchError::Param(format!(
+            "--limit {}: must be a whole number of MiB, at least 16M",
+            cfg.limit
+        )));
+    }
+    let root = why_not_root();
+    // One live session at a time (tracefs, loop devices, cgroups): the lock the calibrations use.
+    let _lock = match root {
+        None => Some(
+            crate::calibrate::tracefs::lock_live().map_err(|e| BenchError::Io {
+                what: "take the live lock".into(),
+                path: crate::calibrate::tracefs::LIVE_LOCK.into(),
+                source: e,
+            })?,
+        ),
+        Some(_) => None,
+    };
+    let fail = |what: &str| {
+        let what = what.to_owned();
+        move |e: String| BenchError::Machine(format!("{what}: {e}"))
+    };
+    let bdev = match &root {
+        Some(why) => Part::Skipped(format!("block device: {why} (loop devices)")),
+        None => Part::Done(bdev::probe(&cfg.dir).map_err(fail("block device probe"))?),
+    };
+    let fcfg = |dir: PathBuf| DontcacheConfig {
+        dir,
+        size: cfg.size,
+        rounds: cfg.rounds,
+    };
+    let ext4 = dontcache_bench(&fcfg(cfg.dir.clone()))?;
+    let mut fs = vec![Part::Done(fs_rows(
+        "ext4",
+        cfg.dir.display().to_string(),
+        &ext4,
+    ))];
+    let mut seed = Vec::new();
+    let memcg_ok = memcg::own_memcg();
+    match &memcg_ok {
+        Ok(_) => {
+            for r in seed::seed_runs(&cfg.dir, "ext4", cfg.limit, cfg.seconds)
+                .map_err(fail("seed experiment on ext4"))?
+            {
+                seed.push(Part::Done(r));
+            }
+        }
+        Err(why) => seed.push(Part::Skipped(format!("seed experiment: {why}"))),
+    }
+    let xfs_ok = root
+        .clone()
+        .map_or_else(xfs::mkfs_available, |w| Err(format!("{w} (mkfs, mount)")));
+    match xfs_ok {
+        Ok(()) => {
+            // Room for the seed's 4x-limit file and the rows' file, plus the log.
+            let bytes = (4 * cfg.limit + cfg.size + (512 << 20)).max(1 << 30);
+            let x = xfs::ScratchXfs::create(&cfg.dir, bytes).map_err(fail("scratch XFS"))?;
+            let dev = x.device();
+            let r = dontcache_bench(&fcfg(x.dir().to_owned()))?;
+            fs.push(Part::Done(fs_rows("xfs", format!("{dev} (mkfs.xfs)"), &r)));
+            if memcg_ok.is_ok() {
+                for r in seed::seed_runs(x.dir(), "xfs", cfg.limit, cfg.seconds)
+                    .map_err(fail("seed experiment on XFS"))?
+                {
+                    seed.push(Part::Done(r));
+                }
+            }
+            x.finish().map_err(fail("scratch XFS"))?;
+        }
+        Err(why) => fs.push(Part::Skipped(format!("xfs: {why}"))),
+    }
+    Ok(LiveReport {
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map_or_else(|_| "?".into(), |s| s.trim().to_owned()),
+        machine: machine(),
+        bdev,
+        fs,
+        seed,
+    })
+}
+
+/// Reads the live formats of [`FORMAT_EVENTS`] from tracefs (reading only: nothing is enabled)
+/// and writes each to `out/EVENT.format`. Skips (with the reason) when tracefs is not mounted.
+pub fn save_formats(out: &Path) -> Result<Vec<PathBuf>, String> {
+    let top = Path::new(crate::calibrate::tracefs::TRACEFS).join("events");
+    if !top.is_dir() {
+        return Err(format!("{} not found (tracefs not mounted)", top.display()));
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("mkdir {}: {e}", out.display()))?;
+    let mut written = Vec::new();
+    for (sys, ev) in FORMAT_EVENTS {
+        let src = top.join(sys).join(ev).join("format");
+        let Ok(text) = std::fs::read_to_string(&src) else {
+            continue; // not in this kernel: nothing to record
+        };
+        let dst = out.join(format!("{ev}.format"));
+        std::fs::write(&dst, text).map_err(|e| format!("write {}: {e}", dst.display()))?;
+        written.push(dst);
+    }
+    Ok(written)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Printing
+// ---------------------------------------------------------------------------------------------
+
+fn mib(b: u64) -> u64 {
+    b >> 20
+}
+
+fn write_leg_table(f: &mut fmt::Formatter<'_>, r: &SeedRun) -> fmt::Result {
+    writeln!(
+        f,
+        "===== {} ({}, memcg v1 limit {} MiB, range {} MiB) =====",
+        r.op.to_uppercase(),
+        r.fs,
+        mib(r.limit),
+        mib(r.range)
+    )?;
+    writeln!(f, " sec   normal MB/s  dontcache MB/s")?;
+    writeln!(f, "----  ------------  --------------")?;
+    let n = r.normal.per_sec.len().max(r.dontcache.per_sec.len());
+    let cell = |v: Option<&f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.1}"));
+    for i in 0..n {
+        writeln!(
+            f,
+            "{:>4}  {:>12}  {:>14}",
+            i + 1,
+            cell(r.normal.per_sec.get(i)),
+            cell(r.dontcache.per_sec.get(i))
+        )?;
+    }
+    writeln!(f, "----  ------------  --------------")?;
+    let pct = (r.ratio() - 1.0) * 100.0;
+    writeln!(
+        f,
+        " avg  {:>12.1}  {:>14.1}  ({pct:+.0}%, ratio {:.2})",
+        r.normal.avg(),
+        r.dontcache.avg(),
+        r.ratio()
+    )?;
+    let leg = |l: &Leg| {
+        format!(
+            "{:.0} ns sys/page, peak {} MiB, limit hit {}x, {} pages cached after",
+            l.sys_ns_per_page,
+            mib(l.peak_bytes),
+            l.failcnt,
+            l.cached_after
+        )
+    };
+    writeln!(f, "  normal:    {}", leg(&r.normal))?;
+    writeln!(f, "  dontcache: {}", leg(&r.dontcache))?;
+    let sys = if r.normal.sys_ns_per_page > 0.0 {
+        r.dontcache.sys_ns_per_page / r.normal.sys_ns_per_page
+    } else {
+        0.0
+    };
+    writeln!(f, "  sys CPU per page, dontcache / normal: {sys:.2}")
+}
+
+impl fmt::Display for LiveReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "RWF_DONTCACHE on the live kernel: Linux {} ({})",
+            self.kernel, self.machine
+        )?;
+        match &self.bdev {
+            Part::Done(b) => {
+                writeln!(
+                    f,
+                    "block device {} opened buffered (def_blk_fops): plain read {}, DONTCACHE read {}, DONTCACHE write {}",
+                    b.dev,
+                    errno_name(b.plain_read),
+                    errno_name(b.dontcache_read),
+                    errno_name(b.dontcache_write)
+                )?;
+                if b.dontcache_read == Some(libc::EOPNOTSUPP) {
+                    writeln!(
+                        f,
+                        "  no FOP_DONTCACHE in def_blk_fops: kiocb_set_rw_flags() refuses the flag (patch 4/4 adds it)"
+                    )?;
+                }
+            }
+            Part::Skipped(why) => writeln!(f, "skipped: {why}")?,
+        }
+        for p in &self.fs {
+            match p {
+                Part::Done(fr) => {
+                    writeln!(
+                        f,
+                        "{} on {}: write + fdatasync, pages cached after (of {}), medians",
+                        fr.fs, fr.on, fr.pages
+                    )?;
+                    writeln!(
+                        f,
+                        "  {:<10} {:<10} {:>7} {:>8}  {:<5} why (6.18)",
+                        "mode", "blocks", "MB/s", "cached", "pred."
+                    )?;
+                    for r in &fr.rows {
+                        let (pred, why) = predicted_6_18(&fr.fs, &r.mode, r.holes);
+                        writeln!(
+                            f,
+                            "  {:<10} {:<10} {:>7.0} {:>8}  {:<5} {}",
+                            r.mode,
+                            if r.holes { "holes" } else { "overwrite" },
+                            r.mbps,
+                            r.cached,
+                            pred,
+                            why
+                        )?;
+                    }
+                }
+                Part::Skipped(why) => writeln!(f, "skipped: {why}")?,
+            }
+        }
+        for p in &self.seed {
+            match p {
+                Part::Done(r) => write_leg_table(f, r)?,
+                Part::Skipped(why) => writeln!(f, "skipped: {why}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The recording
+// ---------------------------------------------------------------------------------------------
+
+fn part_json<T>(p: &Part<T>, f: impl Fn(&T) -> Value) -> Value {
+    match p {
+        Part::Done(t) => f(t),
+        Part::Skipped(why) => json!({ "skipped": why }),
+    }
+}
+
+fn leg_json(l: &Leg) -> Value {
+    json!({
+        "per_sec_mbps": l.per_sec,
+        "pages": l.pages,
+        "sys_ns_per_page": l.sys_ns_per_page,
+        "peak_bytes": l.peak_bytes,
+        "failcnt": l.failcnt,
+        "cached_after": l.cached_after,
+    })
+}
+
+impl LiveReport {
+    /// The recording: every figure the report prints.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "kernel": self.kernel,
+            "machine": self.machine,
+            "bdev": part_json(&self.bdev, |b| json!({
+                "dev": b.dev,
+                "plain_read": errno_name(b.plain_read),
+                "dontcache_read": errno_name(b.dontcache_read),
+                "dontcache_write": errno_name(b.dontcache_write),
+            })),
+            "fs": self.fs.iter().map(|p| part_json(p, |r| json!({
+                "fs": r.fs, "on": r.on, "pages": r.pages,
+                "rows": r.rows.iter().map(|x| json!({
+                    "mode": x.mode, "holes": x.holes, "mbps": x.mbps, "cached": x.cached,
+                })).collect::<Vec<_>>(),
+            }))).collect::<Vec<_>>(),
+            "seed": self.seed.iter().map(|p| part_json(p, |r| json!({
+                "fs": r.fs, "op": r.op, "limit": r.limit, "range": r.range,
+                "normal": leg_json(&r.normal), "dontcache": leg_json(&r.dontcache),
+            }))).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Reads a recording made by [`LiveReport::to_json`]; errors name the missing or bad field.
+    pub fn from_json(v: &Value) -> Result<LiveReport, String> {
+        let s = |v: &Value, k: &str| -> Result<String, String> {
+            v.get(k)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| format!("`{k}`: missing or not a string"))
+        };
+        let u = |v: &Value, k: &str| -> Result<u64, String> {
+            v.get(k)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| format!("`{k}`: missing or not a whole number"))
+        };
+        let fl = |v: &Value, k: &str| -> Result<f64, String> {
+            v.get(k)
+                .and_then(Value::as_f64)
+                .ok_or_else(|| format!("`{k}`: missing or not a number"))
+        };
+        let arr = |v: &Value, k: &str| -> Result<Vec<Value>, String> {
+            v.get(k)
+                .and_then(Value::as_array)
+                .cloned()
+                .ok_or_else(|| format!("`{k}`: missing or not a list"))
+        };
+        fn part<T>(v: &Value, f: impl Fn(&Value) -> Result<T, String>) -> Result<Part<T>, String> {
+            match v.get("skipped").and_then(Value::as_str) {
+                Some(why) => Ok(Part::Skipped(why.to_owned())),
+                None => f(v).map(Part::Done),
+            }
+        }
+        let errno = |v: &Value, k: &str| -> Result<Option<i32>, String> {
+            let t = s(v, k)?;
+            parse_errno(&t).ok_or_else(|| format!("`{k}`: `{t}` is not an errno name"))
+        };
+        let leg = |v: &Value| -> Result<Leg, String> {
+            Ok(Leg {
+                per_sec: arr(v, "per_sec_mbps")?
+                    .iter()
+                    .map(|x| x.as_f64().ok_or("`per_sec_mbps`: not a number"))
+                    .collect::<Result<_, _>>()?,
+                pages: u(v, "pages")?,
+                sys_ns_per_page: fl(v, "sys_ns_per_page")?,
+                peak_bytes: u(v, "peak_bytes")?,
+                failcnt: u(v, "failcnt")?,
+                cached_after: u(v, "cached_after")?,
+            })
+        };
+        let sub = |v: &Value, k: &str| -> Result<Value, String> {
+            v.get(k).cloned().ok_or_else(|| format!("`{k}`: missing"))
+        };
+        Ok(LiveReport {
+            kernel: s(v, "kernel")?,
+            machine: s(v, "machine")?,
+            bdev: part(&sub(v, "bdev")?, |b| {
+                Ok(BdevProbe {
+                    dev: s(b, "dev")?,
+                    plain_read: errno(b, "plain_read")?,
+                    dontcache_read: errno(b, "dontcache_read")?,
+                    dontcache_write: errno(b, "dontcache_write")?,
+                })
+            })?,
+            fs: arr(v, "fs")?
+                .iter()
+                .map(|p| {
+                    part(p, |r| {
+                        Ok(FsRows {
+                            fs: s(r, "fs")?,
+                            on: s(r, "on")?,
+                            pages: u(r, "pages")?,
+                            rows: arr(r, "rows")?
+                                .iter()
+                                .map(|x| {
+                                    Ok(FsRow {
+                                        mode: s(x, "mode")?,
+                                        holes: x
+                                            .get("holes")
+                                            .and_then(Value::as_bool)
+                                            .ok_or("`holes`: missing or not true/false")?,
+                                        mbps: fl(x, "mbps")?,
+                                        cached: u(x, "cached")?,
+                                    })
+                                })
+                                .collect::<Result<_, String>>()?,
+                        })
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            seed: arr(v, "seed")?
+                .iter()
+                .map(|p| {
+                    part(p, |r| {
+                        Ok(SeedRun {
+                            fs: s(r, "fs")?,
+                            op: s(r, "op")?,
+                            limit: u(r, "limit")?,
+                            range: u(r, "range")?,
+                            normal: leg(&sub(r, "normal")?)?,
+                            dontcache: leg(&sub(r, "dontcache")?)?,
+                        })
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// Reads a recording file; errors name the file.
+    pub fn load(path: &Path) -> Result<LiveReport, BenchError> {
+        let text = std::fs::read_to_string(path).map_err(|e| BenchError::Io {
+            what: "reading the recording".into(),
+            path: path.to_owned(),
+            source: e,
+        })?;
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| BenchError::Param(format!("--replay {}: {e}", path.display())))?;
+        LiveReport::from_json(&v)
+            .map_err(|e| BenchError::Param(format!("--replay {}: {e}", path.display())))
+    }
+}

@@ -1,0 +1,267 @@
+//! `biosim bench dontcache --live`: the committed recording of the live run replays without root
+//! (its shape: the block device refuses RWF_DONTCACHE, ext4 keeps DONTCACHE overwrites, XFS drops
+//! them, the seed tables have their rows) and prints exactly as the report does; a tampered
+//! recording is refused naming the field; bad flags exit 2. With `BIOSIM_LIVE_KERNEL=1`, as root,
+//! the real thing runs and leaves no loop device, mount, cgroup or temporary file behind.
+
+use bio_sim::perf::dontcache_live::seed::SeedRun;
+use bio_sim::perf::dontcache_live::{live_run, LiveConfig, LiveReport, Part};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn recording() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/recordings/dontcache-live-6.18.json")
+}
+
+fn biosim(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_biosim"))
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn seed<'a>(r: &'a LiveReport, fs: &str, op: &str) -> &'a SeedRun {
+    r.seed
+        .iter()
+        .find_map(|p| match p {
+            Part::Done(s) if s.fs == fs && s.op == op => Some(s),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no {op} on {fs} in the recording"))
+}
+
+/// The facts of 6.18 a recording must show; `Err` names the first that does not hold.
+fn check_shape(r: &LiveReport) -> Result<(), String> {
+    let Part::Done(b) = &r.bdev else {
+        return Err("the block device was not probed".into());
+    };
+    if b.plain_read.is_some() {
+        return Err(format!(
+            "a plain read of {} failed: {:?}",
+            b.dev, b.plain_read
+        ));
+    }
+    if b.dontcache_read != Some(libc::EOPNOTSUPP) || b.dontcache_write != Some(libc::EOPNOTSUPP) {
+        return Err(format!("{} accepted RWF_DONTCACHE: {b:?}", b.dev));
+    }
+    for p in &r.fs {
+        let Part::Done(f) = p else {
+            return Err(format!("a file system was skipped: {p:?}"));
+        };
+        for row in &f.rows {
+            let want = match (f.fs.as_str(), row.mode.as_str(), row.holes) {
+                (_, "buffered", _) => f.pages,
+                ("ext4", _, false) => f.pages, // IRQ completion keeps the folios
+                _ => 0,                        // worker/workqueue completion drops them
+            };
+            if row.cached != want {
+                return Err(format!(
+                    "{} {} holes={}: {} pages cached, 6.18 leaves {want}",
+                    f.fs, row.mode, row.holes, row.cached
+                ));
+            }
+        }
+    }
+    for p in &r.seed {
+        let Part::Done(s) = p else {
+            return Err(format!("a seed experiment was skipped: {p:?}"));
+        };
+        for l in [&s.normal, &s.dontcache] {
+            if l.per_sec.is_empty() || l.pages == 0 || l.sys_ns_per_page <= 0.0 {
+                return Err(format!("{} {}: an empty leg {l:?}", s.fs, s.op));
+            }
+            if l.peak_bytes > s.limit + (1 << 20) {
+                return Err(format!(
+                    "{} {}: peak {} over the limit",
+                    s.fs, s.op, l.peak_bytes
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_recorded_live_run_has_the_shape_of_6_18() {
+    let r = LiveReport::load(&recording()).unwrap();
+    assert!(r.kernel.starts_with("6.18"), "{}", r.kernel);
+    check_shape(&r).unwrap();
+    assert_eq!(r.fs.len(), 2, "ext4 and xfs");
+    // XFS drops DONTCACHE overwrites after fdatasync; the seed writes on XFS leave nothing.
+    assert_eq!(seed(&r, "xfs", "writes").dontcache.cached_after, 0);
+    for fs in ["ext4", "xfs"] {
+        for op in ["writes", "reads"] {
+            let s = seed(&r, fs, op);
+            assert_eq!(s.range, if op == "writes" { 4 } else { 2 } * s.limit);
+        }
+    }
+}
+
+#[test]
+fn a_recording_that_departs_from_6_18_is_caught() {
+    // The buggy twins of the shape check: each tampering must be caught.
+    let good = LiveReport::load(&recording()).unwrap();
+    let mut accepted = good.clone();
+    if let Part::Done(b) = &mut accepted.bdev {
+        b.dontcache_write = None;
+    }
+    assert!(check_shape(&accepted).unwrap_err().contains("accepted"));
+    let mut kept = good.clone();
+    if let Part::Done(f) = &mut kept.fs[1] {
+        let row = f
+            .rows
+            .iter_mut()
+            .find(|r| r.mode == "dontcache" && !r.holes)
+            .unwrap();
+        row.cached = f.pages;
+    }
+    assert!(check_shape(&kept)
+        .unwrap_err()
+        .contains("xfs dontcache holes=false"));
+    let mut empty = good;
+    if let Part::Done(s) = &mut empty.seed[0] {
+        s.dontcache.per_sec.clear();
+    }
+    assert!(check_shape(&empty).unwrap_err().contains("empty leg"));
+}
+
+#[test]
+fn the_replay_prints_the_recording_as_the_report_does() {
+    let r = LiveReport::load(&recording()).unwrap();
+    let back = LiveReport::from_json(&r.to_json()).unwrap();
+    assert_eq!(back, r, "to_json/from_json round trip");
+    let (code, out, err) = biosim(&[
+        "bench",
+        "dontcache",
+        "--replay",
+        recording().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, r.to_string());
+    assert!(
+        out.contains("DONTCACHE read EOPNOTSUPP, DONTCACHE write EOPNOTSUPP"),
+        "{out}"
+    );
+    assert!(
+        out.contains("===== WRITES (ext4, memcg v1 limit 256 MiB"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_tampered_recording_is_refused_naming_the_field() {
+    let text = std::fs::read_to_string(recording()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        text.replacen("\"sys_ns_per_page\"", "\"sys_per_page\"", 1),
+    )
+    .unwrap();
+    let (code, _, err) = biosim(&["bench", "dontcache", "--replay", bad.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("`sys_ns_per_page`: missing"), "{err}");
+    std::fs::write(&bad, "{ not json").unwrap();
+    let (code, _, err) = biosim(&["bench", "dontcache", "--replay", bad.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bad.json"), "{err}");
+}
+
+#[test]
+fn bad_flags_exit_2_with_a_message_naming_them() {
+    for (args, want) in [
+        (
+            &["--replay", "/nonexistent/rec.json"][..],
+            "/nonexistent/rec.json",
+        ),
+        (&["--live", "--seconds", "0"][..], "--seconds"),
+        (&["--live", "--limit", "1M"][..], "--limit 1M"),
+        (&["--calibrate", "--limit", "lots"][..], "--limit"),
+        (&["--record", "/tmp"][..], "--live"),
+        (&["--live", "--calibrate"][..], "--calibrate"),
+        (
+            &["--live", "--record", "/nonexistent/dir"][..],
+            "--record /nonexistent/dir",
+        ),
+    ] {
+        let mut all = vec!["bench", "dontcache"];
+        all.extend_from_slice(args);
+        let (code, out, err) = biosim(&all);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// What a live run could leave behind, as lines naming each thing (empty: nothing).
+fn leftovers(dir: &std::path::Path) -> Vec<String> {
+    let mut left = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/sys/block") {
+        for e in rd.flatten() {
+            let f = e.path().join("loop/backing_file");
+            if let Ok(b) = std::fs::read_to_string(&f) {
+                if b.contains("biosim-dontcache") {
+                    left.push(format!("attached: {} -> {}", e.path().display(), b.trim()));
+                }
+            }
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    left.extend(
+        mounts
+            .lines()
+            .filter(|l| l.contains("biosim-dontcache"))
+            .map(|l| format!("mounted: {l}")),
+    );
+    if let Ok(cg) = bio_sim::perf::dontcache_live::memcg::own_memcg() {
+        for e in std::fs::read_dir(cg).into_iter().flatten().flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with("biosim-dontcache")
+            {
+                left.push(format!("cgroup: {}", e.path().display()));
+            }
+        }
+    }
+    for d in [dir.to_path_buf(), std::env::temp_dir()] {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("biosim-dontcache") && n.contains(&format!("-{}-", std::process::id()))
+            {
+                left.push(format!("file: {}", e.path().display()));
+            }
+        }
+    }
+    left
+}
+
+#[test]
+fn live_run_measures_6_18_and_leaves_the_machine_as_found() {
+    if let Some(why) = bio_sim::calibrate::tracefs::live_test_skip_reason() {
+        eprintln!("{why}");
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let r = live_run(&LiveConfig {
+        dir: dir.path().to_owned(),
+        size: 16 << 20,
+        rounds: 1,
+        limit: 32 << 20,
+        seconds: 1,
+    })
+    .unwrap();
+    println!("{r}");
+    assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    assert_eq!(
+        std::fs::read_to_string("/sys/kernel/tracing/tracing_on")
+            .unwrap_or_else(|_| "0".into())
+            .trim(),
+        "0"
+    );
+    check_shape(&r).unwrap();
+}
