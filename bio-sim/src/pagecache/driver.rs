@@ -11,20 +11,24 @@
 //! (`Kernel::raise_irq` + `Event::Irq`), and `bio_endio()` runs in them; deferred completions
 //! run in `Event::Worker` steps.
 
+// Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to device to
+// `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
+#![allow(clippy::vec_box)]
+
 use super::cpu_time::{CpuClocks, CpuTime, Runner};
 use super::nvme_device::{NvmeDevice, NvmeModel};
-use super::page_costs_estimate::PageCosts;
 use super::seed_presets::Workload;
 use super::workload_pattern::{range_pattern, PAGE};
+use crate::perf::dontcache_costs::PageCosts;
 use crate::runtime::deterministic::{DetConfig, DetRuntime};
 use crate::runtime::Event;
-use bio_core::block::complete_in_task::{bio_complete_init, BatcherObserver, Variant};
+use bio_core::block::complete_in_task::{bio_complete_init, BatcherObserver};
 use bio_core::block::{bio_endio, Bio, BioFlag};
+use bio_core::errno::Errno;
 use bio_core::kernel::CpuId;
-use bio_core::mm::dontcache::{DontcacheDesign, PageCacheConfig, WritebackPath};
-use bio_core::mm::filemap::AddressSpace;
-use bio_core::mm::stats::PageCacheStats;
-use bio_core::{Cpu, Errno, Kernel, KernelConfig};
+use bio_core::mm::dontcache::{DontcacheDesign, DropbehindIrq, PageCacheConfig, WritebackPath};
+use bio_core::mm::filemap::{AddressSpace, PageCacheStats};
+use bio_core::{Cpu, Kernel, KernelConfig};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,7 +42,7 @@ pub enum Twin {
 }
 
 /// One run's parameters.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DriverConfig {
     /// The design.
     pub design: DontcacheDesign,
@@ -72,11 +76,29 @@ pub struct DriverConfig {
     pub task_cpu: u32,
     /// A broken machine.
     pub twin: Option<Twin>,
+    /// RFC v3's `folio_end_dropbehind_irq()` for [`DontcacheDesign::V3`] (bio-core's
+    /// `mm/dropbehind_v3.rs` behind A's `DropbehindIrq` seam). Without it a V3 mapping's IRQ
+    /// completions skip the invalidation as `baseline`'s do.
+    pub dropbehind_irq: Option<Arc<dyn DropbehindIrq>>,
+}
+
+impl std::fmt::Debug for DriverConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverConfig")
+            .field("design", &self.design.name())
+            .field("path", &self.path)
+            .field("workload", &self.workload)
+            .field("dontcache", &self.dontcache)
+            .field("limit_bytes", &self.limit_bytes)
+            .field("range_bytes", &self.range_bytes)
+            .field("dropbehind_irq", &self.dropbehind_irq.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl DriverConfig {
     /// A run of `workload` on `design` x `path` with the defaults: 2 CPUs, the task on CPU0,
-    /// [`NvmeModel::DEFAULT`], [`PageCosts::ESTIMATED`], 1 MiB syscalls, one simulated second.
+    /// [`NvmeModel::DEFAULT`], [`PageCosts::MEASURED`], 1 MiB syscalls, one simulated second.
     pub fn new(design: DontcacheDesign, path: WritebackPath, workload: Workload) -> Self {
         Self {
             design,
@@ -90,11 +112,12 @@ impl DriverConfig {
             duration_ns: 1_000_000_000,
             max_ios: None,
             device: NvmeModel::DEFAULT,
-            costs: PageCosts::ESTIMATED,
+            costs: PageCosts::MEASURED,
             capture: false,
             nr_cpus: 2,
             task_cpu: 0,
             twin: None,
+            dropbehind_irq: None,
         }
     }
 }
@@ -151,6 +174,8 @@ pub struct RunResult {
     pub trace: Option<String>,
     /// The ftrace-format trace, if captured.
     pub ftrace: Option<String>,
+    /// Whether the V3 design had its `folio_end_dropbehind_irq()` hook.
+    pub v3_hook: bool,
 }
 
 impl RunResult {
@@ -223,7 +248,7 @@ impl Machine {
     /// Boots the machine: the kernel (with the batcher of the design's version for the bio-level
     /// designs), the runtime, the block device's mapping, the device.
     pub fn boot(cfg: DriverConfig) -> Result<Self, DriverError> {
-        if cfg.io_bytes == 0 || cfg.io_bytes % PAGE != 0 {
+        if cfg.io_bytes == 0 || !cfg.io_bytes.is_multiple_of(PAGE) {
             return Err(DriverError::Config(format!(
                 "io size {} is not a positive multiple of 4096",
                 cfg.io_bytes
@@ -246,10 +271,7 @@ impl Machine {
         let kernel =
             Kernel::new(kconfig, cfg.nr_cpus).map_err(|e| DriverError::Boot(e.to_string()))?;
         let deferred = Arc::new(DeferCount::default());
-        let variant = match cfg.design {
-            DontcacheDesign::Bio(v) => v,
-            _ => Variant::V7,
-        };
+        let variant = cfg.design.boot_variant();
         let observer: Arc<dyn BatcherObserver> = deferred.clone();
         bio_complete_init(&kernel, variant, Some(observer))
             .map_err(|e| DriverError::Boot(e.to_string()))?;
@@ -295,17 +317,16 @@ impl Machine {
         ns.round() as u64
     }
 
-    fn cpu(&self, cpu: u32) -> &Cpu {
-        self.rt.cpu(CpuId(cpu)).expect("the machine's CPUs exist")
-    }
-
     /// Submits `bios` to the device at `at` from `cpu`.
     fn submit(&mut self, bios: Vec<Box<Bio>>, cpu: u32, at: u64) {
-        for mut bio in bios {
-            if self.cfg.twin == Some(Twin::DropsCompleteInTask) {
+        let mut bios = bios;
+        if self.cfg.twin == Some(Twin::DropsCompleteInTask) {
+            for bio in bios.iter_mut() {
                 bio.clear_flag(BioFlag::CompleteInTask);
             }
-            self.dev.submit(bio, CpuId(cpu), at);
+        }
+        if !bios.is_empty() {
+            self.dev.submit_plugged(bios, CpuId(cpu), at);
         }
     }
 
@@ -340,7 +361,9 @@ impl Machine {
                 } else {
                     0
                 };
-            let end = self.clocks.preempt(on as usize, self.now, ns, Runner::Worker);
+            let end = self
+                .clocks
+                .preempt(on as usize, self.now, ns, Runner::Worker);
             // Writeback a kworker started (v3's drain does none; fs completions may).
             let _ = end;
         }
@@ -352,10 +375,11 @@ impl Machine {
         if done.is_empty() {
             return false;
         }
-        // One interrupt per CPU per instant (interrupt coalescing of what completed together).
+        // One interrupt per CPU per instant (what completed together shares the vector's
+        // interrupt, as NVMe's completion-queue processing reaps every posted entry).
         let mut by_cpu: BTreeMap<u32, Vec<Box<Bio>>> = BTreeMap::new();
         for f in done {
-            by_cpu.entry(f.cpu.0).or_default().push(f.bio);
+            by_cpu.entry(f.cpu.0).or_default().extend(f.bios);
         }
         for (cpu, bios) in by_cpu {
             let handler = Box::new(move |cx: &Cpu| {
@@ -364,11 +388,7 @@ impl Machine {
                 }
             });
             let before = self.stats();
-            if let Ok(target) = self
-                .rt
-                .kernel()
-                .raise_irq(CpuId(cpu), "nvme0q1", handler)
-            {
+            if let Ok(target) = self.rt.kernel().raise_irq(CpuId(cpu), "nvme0q1", handler) {
                 while self.rt.step(Event::Irq(target)).is_ok() {}
             }
             let after = self.stats();
@@ -419,18 +439,22 @@ impl Machine {
             }
             let t_task = task_at.map(|t| t.max(self.clocks.free_at(cpu as usize)));
             let t_dev = self.dev.next_completion();
-            let Some(t) = [t_task, t_dev].into_iter().flatten().min() else {
+            // A waiting task with nothing in flight may wait for a delayed work (v5/v6's
+            // one-jiffy batch): the next tick fires it.
+            let t_tick = (task_at.is_none() && t_dev.is_none() && self.timers_pending() > 0)
+                .then_some(self.next_tick);
+            let Some(t) = [t_task, t_dev, t_tick].into_iter().flatten().min() else {
                 return Err(DriverError::Stuck { at_ns: self.now });
             };
             while second_end <= t {
                 res.per_second.push(this_second);
-                res.footprint.push(self.stats().cached());
+                res.footprint.push(self.stats().nr_cached);
                 this_second = 0;
                 second_end += 1_000_000_000;
             }
             self.tick_until(t);
             self.now = self.now.max(t);
-            if t_dev == Some(t) {
+            if t_dev == Some(t) || (t_tick == Some(t) && t_task.is_none()) {
                 self.complete_due();
                 if task_at.is_none() {
                     task_at = Some(self.now);
@@ -461,14 +485,26 @@ impl Machine {
                 Syscall::Read { pos, done } => self
                     .rt
                     .on_cpu(CpuId(cpu), "preadv2", |cx| {
-                        kernel_calls::read(&mapping, cx, pos + done as u64, &mut buf[done..], ph.dontcache)
+                        kernel_calls::read(
+                            &mapping,
+                            cx,
+                            pos + done as u64,
+                            &mut buf[done..],
+                            ph.dontcache,
+                        )
                     })
                     .expect("the task's CPU exists"),
                 Syscall::Write { pos, done, pass } => {
                     let data = range_pattern(pos + done as u64, io - done, |_| pass);
                     self.rt
                         .on_cpu(CpuId(cpu), "pwritev2", |cx| {
-                            kernel_calls::write(&mapping, cx, pos + done as u64, &data, ph.dontcache)
+                            kernel_calls::write(
+                                &mapping,
+                                cx,
+                                pos + done as u64,
+                                &data,
+                                ph.dontcache,
+                            )
                         })
                         .expect("the task's CPU exists")
                 }
@@ -508,7 +544,10 @@ impl Machine {
                 res.elapsed_ns = end - start_ns;
             } else {
                 call = Some(match c {
-                    Syscall::Read { pos, .. } => Syscall::Read { pos, done: done_now },
+                    Syscall::Read { pos, .. } => Syscall::Read {
+                        pos,
+                        done: done_now,
+                    },
                     Syscall::Write { pos, pass, .. } => Syscall::Write {
                         pos,
                         done: done_now,
@@ -518,7 +557,7 @@ impl Machine {
             }
             idle_steps = if progress == 0 { idle_steps + 1 } else { 0 };
             task_at = if blocked && progress == 0 {
-                if self.dev.in_flight() == 0 && !self.work_pending() {
+                if self.dev.in_flight() == 0 && !self.work_pending() && self.timers_pending() == 0 {
                     return Err(DriverError::Stuck { at_ns: end });
                 }
                 None
@@ -530,7 +569,16 @@ impl Machine {
         }
         if this_second > 0 || res.per_second.is_empty() {
             res.per_second.push(this_second);
-            res.footprint.push(self.stats().cached());
+            res.footprint.push(self.stats().nr_cached);
+        }
+        // The table has one row per second of the phase: what the last syscall moved after the
+        // end (it started before) is not a second of its own.
+        if ph.until_ns != u64::MAX {
+            let rows = (ph.until_ns.saturating_sub(start_ns))
+                .div_ceil(1_000_000_000)
+                .max(1) as usize;
+            res.per_second.truncate(rows);
+            res.footprint.truncate(rows);
         }
         Ok(())
     }
@@ -540,35 +588,43 @@ impl Machine {
     pub fn fsync(&mut self) -> Result<(), DriverError> {
         let cpu = self.cfg.task_cpu;
         let mapping = Arc::clone(&self.mapping);
-        let before = self.stats();
-        let bios = self
-            .rt
-            .on_cpu(CpuId(cpu), "fsync", |cx| kernel_calls::fsync(&mapping, cx))
-            .expect("the task's CPU exists");
-        let after = self.stats();
-        let ns = self.price(&before, &after);
-        let end = self.clocks.run(cpu as usize, self.now, ns, Runner::Task);
-        self.submit(bios, cpu, end);
-        self.drain()
+        for _ in 0..1000 {
+            let before = self.stats();
+            let (bios, waiting) = self
+                .rt
+                .on_cpu(CpuId(cpu), "fsync", |cx| kernel_calls::fsync(&mapping, cx))
+                .expect("the task's CPU exists");
+            let after = self.stats();
+            let ns = self.price(&before, &after);
+            let end = self.clocks.run(cpu as usize, self.now, ns, Runner::Task);
+            self.submit(bios, cpu, end);
+            self.drain()?;
+            if !waiting {
+                return Ok(());
+            }
+        }
+        Err(DriverError::Stuck { at_ns: self.now })
     }
 
     /// `echo 1 > /proc/sys/vm/drop_caches` for the device's mapping: every clean, idle folio goes.
     pub fn drop_caches(&mut self) {
         let cpu = self.cfg.task_cpu;
         let mapping = Arc::clone(&self.mapping);
-        self.rt
-            .on_cpu(CpuId(cpu), "drop_caches", |cx| kernel_calls::drop_caches(&mapping, cx));
+        self.rt.on_cpu(CpuId(cpu), "drop_caches", |cx| {
+            kernel_calls::drop_caches(&mapping, cx)
+        });
     }
 
     /// The measurements at the end (after [`Machine::drain`]).
     pub fn finish(&mut self, res: &mut RunResult) {
         let stats = self.stats();
-        res.final_cached = stats.cached();
-        res.peak_cached = stats.peak_cached();
+        res.final_cached = stats.nr_cached;
+        res.peak_cached = stats.peak_cached;
         res.left_behind = kernel_calls::left_behind(&self.mapping);
         res.deferred = self.deferred.0.load(Ordering::Relaxed);
         res.stats = stats;
         res.cpu_time = self.clocks.time.clone();
+        res.v3_hook = self.cfg.dropbehind_irq.is_some();
         if self.cfg.capture {
             res.trace = Some(self.rt.trace_text());
             res.ftrace = Some(crate::report::ftrace::record::write_trace(
@@ -680,6 +736,7 @@ pub fn integrity_run(cfg: DriverConfig) -> Result<RunResult, DriverError> {
 /// The calls into bio-core's page cache (Seam 1), in one place.
 mod kernel_calls {
     use super::*;
+    use bio_core::block::fops::{blkdev_read_iter, blkdev_write_iter, RWF_DONTCACHE};
 
     /// Work counted between two snapshots, in units [`PageCosts`] prices.
     #[derive(Debug, Default)]
@@ -692,18 +749,24 @@ mod kernel_calls {
         pub written_back: u64,
     }
 
+    /// The block device's own mapping (`bdev->bd_mapping`) of the run's design and path, sized to
+    /// the range, under the run's memcg limit.
     pub fn bdev_mapping(
         kernel: &Arc<Kernel>,
         cfg: &DriverConfig,
     ) -> Result<Arc<AddressSpace>, DriverError> {
-        let pc = PageCacheConfig {
-            design: cfg.design,
-            path: cfg.path,
-            limit_pages: cfg.limit_bytes.map(|b| b / PAGE as u64),
-            force_dontcache: cfg.force_dontcache,
-            ..PageCacheConfig::default()
-        };
-        AddressSpace::bdev(kernel, pc).map_err(|e| DriverError::Boot(e.to_string()))
+        let mut pc = PageCacheConfig::new(cfg.design, cfg.path)
+            .with_nr_pages(cfg.range_bytes.div_ceil(PAGE as u64));
+        if let Some(l) = cfg.limit_bytes {
+            pc = pc.with_limit(l / PAGE as u64);
+        }
+        if cfg.force_dontcache {
+            pc = pc.with_force_dontcache();
+        }
+        if let Some(hook) = &cfg.dropbehind_irq {
+            pc = pc.with_dropbehind_irq(Arc::clone(hook));
+        }
+        Ok(AddressSpace::new(kernel, pc))
     }
 
     pub fn stats(m: &AddressSpace) -> PageCacheStats {
@@ -711,13 +774,22 @@ mod kernel_calls {
     }
 
     pub fn work_delta(a: &PageCacheStats, b: &PageCacheStats) -> Work {
+        let d = b.since(a);
         Work {
-            copied: b.pages_copied - a.pages_copied,
-            added: b.folios_added - a.folios_added,
-            scanned: b.reclaim_scanned - a.reclaim_scanned,
-            evicted: b.reclaim_evicted - a.reclaim_evicted,
-            invalidated: b.dropbehind_invalidated() - a.dropbehind_invalidated(),
-            written_back: b.pages_written_back - a.pages_written_back,
+            copied: d.copied_to_user_pages + d.copied_from_user_pages,
+            added: d.folios_added,
+            scanned: d.reclaim_scanned,
+            evicted: d.reclaim_evicted,
+            invalidated: d.dropbehind_invalidated + d.invalidated_pages,
+            written_back: d.writeback_pages,
+        }
+    }
+
+    fn rwf(dontcache: bool) -> u32 {
+        if dontcache {
+            RWF_DONTCACHE
+        } else {
+            0
         }
     }
 
@@ -729,8 +801,8 @@ mod kernel_calls {
         buf: &mut [u8],
         dontcache: bool,
     ) -> Result<(usize, Vec<Box<Bio>>, bool), Errno> {
-        let p = m.filemap_read(cx, pos, buf, dontcache)?;
-        Ok((p.copied, p.submit, p.blocked_on.is_some()))
+        let p = blkdev_read_iter(m, cx, pos, buf, rwf(dontcache))?;
+        Ok((p.copied, p.submit, p.blocked.is_some()))
     }
 
     /// One step of `pwritev2()`.
@@ -741,20 +813,21 @@ mod kernel_calls {
         data: &[u8],
         dontcache: bool,
     ) -> Result<(usize, Vec<Box<Bio>>, bool), Errno> {
-        let p = m.generic_perform_write(cx, pos, data, dontcache)?;
+        let p = blkdev_write_iter(m, cx, pos, data, rwf(dontcache))?;
         Ok((p.written, p.submit, p.blocked.is_some()))
     }
 
-    /// `filemap_write_and_wait_range()`'s first half: the writeback bios of every dirty folio.
-    pub fn fsync(m: &AddressSpace, cx: &Cpu) -> Vec<Box<Bio>> {
-        m.filemap_fdatawrite(cx)
+    /// One step of `fsync()`: (bios to submit, still waiting).
+    pub fn fsync(m: &AddressSpace, cx: &Cpu) -> (Vec<Box<Bio>>, bool) {
+        let p = m.fsync(cx);
+        (p.submit, p.blocked.is_some())
     }
 
     pub fn drop_caches(m: &AddressSpace, cx: &Cpu) {
-        m.invalidate_mapping_pages(cx);
+        m.invalidate_mapping_pages(cx, 0, u64::MAX);
     }
 
     pub fn left_behind(m: &AddressSpace) -> u64 {
-        m.dropbehind_left_behind()
+        m.dropbehind_left().len() as u64
     }
 }

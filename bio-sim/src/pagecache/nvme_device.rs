@@ -1,7 +1,10 @@
 //! An NVMe-like block device (`drivers/nvme/host/pci.c` seen from the block layer): a queue that
-//! transfers at a fixed bandwidth after a fixed command latency, and completes each bio with an
-//! interrupt on the CPU that submitted it (one MSI-X vector per CPU, as `nvme_pci_map_queues()`
-//! maps them). The data lives in memory, sparse, so everything written can be read back and
+//! transfers at a fixed bandwidth after a fixed command latency, and completes each request with
+//! an interrupt on the CPU that submitted it (one MSI-X vector per CPU, as `nvme_pci_map_queues()`
+//! maps them). Bios submitted together that are contiguous and of the same direction are merged
+//! into one request up to `max_request_bytes`, as the plug's `blk_attempt_plug_merge()` does (so
+//! buffer_head's one-bio-per-block writeback does not cost one interrupt per 4 KiB); the
+//! request's completion (`blk_mq_end_request()` → `blk_update_request()`) ends each of its bios. The data lives in memory, sparse, so everything written can be read back and
 //! verified; a block never written reads as [`page_pattern`]`(block, 0)`, as if the disk had been
 //! filled before the run.
 
@@ -21,6 +24,8 @@ pub struct NvmeModel {
     pub bandwidth: f64,
     /// Command latency from submission to the start of the transfer, in ns.
     pub latency_ns: u64,
+    /// The largest request a merge builds (`max_sectors_kb`).
+    pub max_request_bytes: u64,
 }
 
 impl NvmeModel {
@@ -28,6 +33,7 @@ impl NvmeModel {
     pub const DEFAULT: NvmeModel = NvmeModel {
         bandwidth: 3.2e9,
         latency_ns: 20_000,
+        max_request_bytes: 512 << 10,
     };
 
     /// ns to transfer `bytes`.
@@ -36,15 +42,16 @@ impl NvmeModel {
     }
 }
 
-/// A bio in flight: when it completes and on which CPU's interrupt.
+/// A request in flight: when it completes and on which CPU's interrupt.
 #[derive(Debug)]
 pub struct InFlight {
     /// Completion time (ns).
     pub done_ns: u64,
     /// The submitting CPU, whose vector the completion interrupt comes in on.
     pub cpu: CpuId,
-    /// The bio, its data already transferred (a read's pages filled).
-    pub bio: Box<Bio>,
+    /// The request's bios, their data already transferred (a read's pages filled).
+    #[allow(clippy::vec_box)]
+    pub bios: Vec<Box<Bio>>,
 }
 
 /// The device: media contents, the queue's busy time, the bios in flight.
@@ -77,16 +84,69 @@ impl NvmeDevice {
         self.model.unwrap_or(NvmeModel::DEFAULT)
     }
 
-    /// `submit_bio()` at `now_ns` from `cpu`: reads are filled from the media, writes stored, both
-    /// when the transfer is scheduled (the data path is not what is timed). Returns the bio's
-    /// completion time.
-    pub fn submit(&mut self, mut bio: Box<Bio>, cpu: CpuId, now_ns: u64) -> u64 {
-        let bytes = u64::from(bio.bi_iter.bi_size).max(bio.data_len() as u64);
+    /// `submit_bio()` of `bios` at `now_ns` from `cpu`, under one plug: contiguous bios of the
+    /// same direction merge into requests. Reads are filled from the media, writes stored, when
+    /// the transfer is scheduled (the data path is not what is timed). Returns the requests'
+    /// completion times.
+    #[allow(clippy::vec_box)]
+    pub fn submit_plugged(&mut self, bios: Vec<Box<Bio>>, cpu: CpuId, now_ns: u64) -> Vec<u64> {
+        let mut done = Vec::new();
+        let mut req: Vec<Box<Bio>> = Vec::new();
+        let mut req_bytes = 0u64;
+        for bio in bios {
+            let bytes = Self::bio_bytes(&bio);
+            let merges = req.last().is_some_and(|last| {
+                last.op() == bio.op()
+                    && last.bi_iter.bi_sector + Self::bio_bytes(last) / SECTOR_SIZE
+                        == bio.bi_iter.bi_sector
+                    && req_bytes + bytes <= self.model().max_request_bytes
+            });
+            if !merges && !req.is_empty() {
+                done.push(self.issue(std::mem::take(&mut req), req_bytes, cpu, now_ns));
+                req_bytes = 0;
+            }
+            req_bytes += bytes;
+            req.push(bio);
+        }
+        if !req.is_empty() {
+            done.push(self.issue(req, req_bytes, cpu, now_ns));
+        }
+        done
+    }
+
+    /// One bio on its own.
+    pub fn submit(&mut self, bio: Box<Bio>, cpu: CpuId, now_ns: u64) -> u64 {
+        let bytes = Self::bio_bytes(&bio);
+        self.issue(vec![bio], bytes, cpu, now_ns)
+    }
+
+    fn bio_bytes(bio: &Bio) -> u64 {
+        u64::from(bio.bi_iter.bi_size).max(bio.data_len() as u64)
+    }
+
+    #[allow(clippy::vec_box)]
+    fn issue(&mut self, mut bios: Vec<Box<Bio>>, bytes: u64, cpu: CpuId, now_ns: u64) -> u64 {
         let start = now_ns
             .saturating_add(self.model().latency_ns)
             .max(self.busy_until);
         let done = start + self.model().transfer_ns(bytes);
         self.busy_until = done;
+        for bio in bios.iter_mut() {
+            self.transfer(bio);
+        }
+        self.submitted += 1;
+        self.inflight.insert(
+            (done, self.submitted),
+            InFlight {
+                done_ns: done,
+                cpu,
+                bios,
+            },
+        );
+        done
+    }
+
+    fn transfer(&mut self, bio: &mut Bio) {
         let first = bio.bi_iter.bi_sector * SECTOR_SIZE;
         if bio.op() == ReqOp::Write {
             let data = bio.data();
@@ -97,6 +157,10 @@ impl NvmeDevice {
         } else {
             let mut off = first;
             for v in bio.bi_io_vec.iter_mut() {
+                if v.data.is_empty() {
+                    // A segment without a buffer stands for one page (the folio's).
+                    v.data = vec![0; 4096];
+                }
                 let len = v.data.len();
                 let mut filled = 0;
                 while filled < len {
@@ -106,18 +170,8 @@ impl NvmeDevice {
                     off += n as u64;
                 }
             }
-            self.bytes_read += bytes;
+            self.bytes_read += Self::bio_bytes(bio);
         }
-        self.submitted += 1;
-        self.inflight.insert(
-            (done, self.submitted),
-            InFlight {
-                done_ns: done,
-                cpu,
-                bio,
-            },
-        );
-        done
     }
 
     fn store(&mut self, off: u64, chunk: &[u8]) {
@@ -171,7 +225,7 @@ impl NvmeDevice {
         done.into_values().collect()
     }
 
-    /// Bios in flight.
+    /// Requests in flight.
     pub fn in_flight(&self) -> usize {
         self.inflight.len()
     }
@@ -186,6 +240,7 @@ mod tests {
         let mut d = NvmeDevice::new(NvmeModel {
             bandwidth: 4096.0 * 1e6, // one page per µs
             latency_ns: 10_000,
+            max_request_bytes: 8192,
         });
         let w = Bio::new(1, ReqOp::Write, 8).with_data(vec![7; 8192]);
         assert_eq!(d.submit(w, CpuId(0), 0), 10_000 + 2_000);
@@ -198,7 +253,7 @@ mod tests {
         assert_eq!(d.complete_until(12_000).len(), 1);
         let done = d.complete_until(20_000);
         assert_eq!(done[0].cpu, CpuId(1));
-        assert_eq!(done[0].bio.data(), vec![7; 8192]);
+        assert_eq!(done[0].bios[0].data(), vec![7; 8192]);
         assert_eq!(d.read_media(4096 + 100, 10), vec![7; 10]);
         let mut p0 = [0u8; 4096];
         page_pattern(0, 0, &mut p0);
@@ -208,5 +263,16 @@ mod tests {
             "never written: pass 0"
         );
         assert_eq!(d.in_flight(), 0);
+        // Under a plug, contiguous writes merge up to 8 KiB: three 4 KiB bios, two requests.
+        let bios = (0..3)
+            .map(|i| Bio::new(10 + i, ReqOp::Write, 100 + 8 * i).with_data(vec![1; 4096]))
+            .collect();
+        let t = d.submit_plugged(bios, CpuId(0), 100_000);
+        assert_eq!(t, vec![112_000, 113_000]);
+        let done = d.complete_until(200_000);
+        assert_eq!(
+            done.iter().map(|r| r.bios.len()).collect::<Vec<_>>(),
+            vec![2, 1]
+        );
     }
 }

@@ -5,10 +5,9 @@
 //! that priced it all.
 
 use super::driver::{run, DriverConfig, DriverError, RunResult};
-use super::page_costs_estimate::PageCosts;
 use super::seed_presets::{SeedPreset, Workload};
 use super::seed_table::{average_mb, ratio, seed_table};
-use bio_core::block::complete_in_task::Variant;
+use crate::perf::dontcache_costs::PageCosts;
 use bio_core::mm::dontcache::{DontcacheDesign, WritebackPath};
 use std::fmt::Write as _;
 
@@ -38,31 +37,20 @@ impl SeedBenchConfig {
             paths: vec![WritebackPath::Iomap, WritebackPath::BufferHead],
             seconds: preset.seconds,
             limit_bytes: preset.limit_bytes,
-            costs: PageCosts::ESTIMATED,
+            costs: PageCosts::MEASURED,
         }
     }
 }
 
-/// The name the CLI and the tables use for `d`.
+/// The name the CLI and the tables use for `d` ([`DontcacheDesign::name`]).
 pub fn design_name(d: &DontcacheDesign) -> String {
-    match d {
-        DontcacheDesign::Baseline => "baseline".to_owned(),
-        DontcacheDesign::XfsWorkqueue => "xfs-wq".to_owned(),
-        DontcacheDesign::V3 => "v3".to_owned(),
-        DontcacheDesign::Bio(v) => v.name.to_owned(),
-    }
+    d.name().to_owned()
 }
 
 /// Every design: baseline, xfs-wq, v3, then the bio-level versions (posted and registered
 /// modules).
 pub fn all_designs() -> Vec<DontcacheDesign> {
-    let mut out = vec![
-        DontcacheDesign::Baseline,
-        DontcacheDesign::XfsWorkqueue,
-        DontcacheDesign::V3,
-    ];
-    out.extend(Variant::all().into_iter().map(DontcacheDesign::Bio));
-    out
+    DontcacheDesign::all()
 }
 
 /// `--design NAME|all`.
@@ -70,14 +58,9 @@ pub fn parse_designs(name: &str) -> Result<Vec<DontcacheDesign>, String> {
     if name == "all" {
         return Ok(all_designs());
     }
-    all_designs()
-        .into_iter()
-        .find(|d| design_name(d) == name)
+    DontcacheDesign::parse(name)
         .map(|d| vec![d])
-        .ok_or_else(|| {
-            let names: Vec<String> = all_designs().iter().map(design_name).collect();
-            format!("unknown design '{name}' (known: {}, all)", names.join(", "))
-        })
+        .map_err(|e| format!("{e}, or all"))
 }
 
 /// The name of a path.
@@ -112,7 +95,7 @@ pub struct DesignRow {
     /// With it (forced on a design that refuses it).
     pub dontcache: RunResult,
     /// The error the unforced DONTCACHE syscall got, if the bdev refused it.
-    pub refused: Option<bio_core::Errno>,
+    pub refused: Option<bio_core::errno::Errno>,
 }
 
 impl DesignRow {
@@ -211,9 +194,10 @@ impl std::fmt::Display for SeedBenchReport {
             cfg.seconds
         );
         let _ = writeln!(out, "per-page costs:");
-        for l in cfg.costs.lines() {
-            let _ = writeln!(out, "  {l}");
+        for (name, ns) in cfg.costs.fields() {
+            let _ = writeln!(out, "  {name:<20} {ns:>7.0} ns");
         }
+        let _ = writeln!(out, "  source: {}", cfg.costs.source);
         for r in &self.rows {
             let name = design_name(&r.design);
             let path = path_name(r.path);
@@ -251,8 +235,12 @@ impl std::fmt::Display for SeedBenchReport {
             );
             let _ = writeln!(
                 out,
-                "dropbehind folios left cached after writeback: {}",
-                r.dontcache.left_behind
+                "dropbehind folios left cached after writeback: {}{}",
+                r.dontcache.left_behind,
+                match p.workload {
+                    Workload::Reads => " (reads: the readahead window past the last read)",
+                    Workload::Writes => "",
+                }
             );
             let s = &r.dontcache.stats;
             let _ = writeln!(
@@ -260,7 +248,7 @@ impl std::fmt::Display for SeedBenchReport {
                 "completions deferred to task context: normal {}, dontcache {} (regular folios merged into flagged bios: {})",
                 r.normal.deferred,
                 r.dontcache.deferred,
-                s.merged_regular
+                s.merged_regular_folios
             );
             for (label, x) in [("normal", &r.normal), ("dontcache", &r.dontcache)] {
                 let s = &x.stats;
@@ -269,9 +257,9 @@ impl std::fmt::Display for SeedBenchReport {
                     "reclaim ({label}): scanned {} evicted {} writeback started {} throttled {}; invalidated {}",
                     s.reclaim_scanned,
                     s.reclaim_evicted,
-                    s.reclaim_writeback,
+                    s.reclaim_writeback_started,
                     s.reclaim_throttled,
-                    s.dropbehind_invalidated()
+                    s.dropbehind_invalidated
                 );
             }
         }
@@ -298,4 +286,24 @@ impl std::fmt::Display for SeedBenchReport {
         }
         f.write_str(&out)
     }
+}
+
+/// One 16 KiB `pwritev2(RWF_DONTCACHE)` (4 folios; forced on a design whose bdev refuses it) on
+/// `design` x `path`, run until its writeback completed and every deferred completion ran, as an
+/// ftrace-format trace (docs/dontcache.md quotes these).
+pub fn traced_write(
+    design: DontcacheDesign,
+    path: WritebackPath,
+    costs: &PageCosts,
+) -> Result<String, DriverError> {
+    let mut c = DriverConfig::new(design, path, Workload::Writes);
+    c.io_bytes = 16 << 10;
+    c.range_bytes = 16 << 10;
+    c.max_ios = Some(1);
+    c.dontcache = true;
+    c.force_dontcache = true;
+    c.capture = true;
+    c.costs = *costs;
+    let r = run(c)?;
+    Ok(r.ftrace.unwrap_or_default())
 }
