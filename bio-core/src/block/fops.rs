@@ -62,10 +62,10 @@ impl FileOperations {
     }
 }
 
-/// `def_blk_fops` of the design in `config`: `FOP_BUFFER_RASYNC | FOP_BUFFER_WASYNC`, plus
-/// `FOP_DONTCACHE` with patch 4/4 (the bio-level series) or RFC v3, or when forced.
+/// `def_blk_fops` of the design in `config`: `FOP_BUFFER_RASYNC`, plus `FOP_DONTCACHE` with
+/// patch 4/4 (the bio-level series) or RFC v3, or when forced.
 pub fn def_blk_fops(config: &PageCacheConfig) -> FileOperations {
-    let mut fop_flags = FOP_BUFFER_RASYNC | FOP_BUFFER_WASYNC;
+    let mut fop_flags = FOP_BUFFER_RASYNC;
     if config.design.bdev_fop_dontcache() || config.force_dontcache {
         fop_flags |= FOP_DONTCACHE;
     }

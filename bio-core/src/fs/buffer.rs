@@ -107,7 +107,8 @@ pub(crate) fn block_read_full_folio(
     pfn: u64,
     dropbehind: bool,
 ) -> Box<Bio> {
-    let mut bio = crate::fs::iomap::read_bio(mapping, m, vec![(index, pfn)], "end_bio_bh_io_sync");
+    let mut bio =
+        crate::fs::iomap::read_bio(mapping, m, vec![(index, pfn)], "end_bio_bh_io_sync", true);
     if submit_bh_wbc_design(&mut bio, dropbehind, &mapping.config.design) {
         m.stats.read_bios_flagged += 1;
     }

@@ -177,18 +177,21 @@ pub(crate) fn read_bios(
             end += 1;
         }
         let part: Vec<(u64, u64)> = run[start..end].to_vec();
-        out.push(read_bio(mapping, m, part, name));
+        out.push(read_bio(mapping, m, part, name, false));
         start = end;
     }
     out
 }
 
-/// One read bio over `folios` (contiguous), ending with `folio_end_read()` on each.
+/// One read bio over `folios` (contiguous), ending with `folio_end_read()` on each. `sync`: a
+/// `->read_folio()` the reader waits for, whose failure is its `-EIO` (a readahead failure is
+/// not an error: the reader retries with `->read_folio()`).
 pub(crate) fn read_bio(
     mapping: &AddressSpace,
     m: &mut Mapping,
     folios: Vec<(u64, u64)>,
     name: &'static str,
+    sync: bool,
 ) -> Box<Bio> {
     let mut bio = mapping
         .kernel
@@ -203,7 +206,7 @@ pub(crate) fn read_bio(
     bio.with_end_io(BioEndIo::new(name, move |bio, cx| {
         let ok = bio.status().is_ok();
         for (seg, (index, pfn)) in bio.bi_io_vec.iter().zip(&folios) {
-            this.folio_end_read(cx, *index, *pfn, ok.then_some(&seg.data[..]));
+            this.folio_end_read(cx, *index, *pfn, ok.then_some(&seg.data[..]), sync);
         }
     }))
 }
@@ -227,5 +230,5 @@ pub(crate) fn iomap_read_folio(
     index: u64,
     pfn: u64,
 ) -> Box<Bio> {
-    read_bio(mapping, m, vec![(index, pfn)], "iomap_read_end_io")
+    read_bio(mapping, m, vec![(index, pfn)], "iomap_read_end_io", true)
 }

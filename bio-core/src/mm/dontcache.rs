@@ -110,6 +110,14 @@ impl DontcacheDesign {
         matches!(self, Self::V3 | Self::Bio(_))
     }
 
+    /// `blkdev_write_begin()` calls `block_write_begin_iocb()`, which passes `FGP_DONTCACHE` for an
+    /// `IOCB_DONTCACHE` write (patches 3-4/4 of the series, RFC v3's 2/2). Without it a
+    /// buffer_head write never makes a dropbehind folio (`block_write_begin()` has no kiocb); the
+    /// iomap path (`iomap_write_begin()`) always passes it.
+    pub fn block_write_begin_iocb(&self) -> bool {
+        matches!(self, Self::V3 | Self::Bio(_))
+    }
+
     /// Whether this is a fixed design on `path`: one where no DONTCACHE folio is left behind by
     /// a writeback completed in IRQ context. Not [`DontcacheDesign::Baseline`]; XFS's workqueue
     /// only on iomap (XFS has no buffer_head path); RFC v3 with its hook configured (see
@@ -257,8 +265,9 @@ pub struct PageCacheConfig {
     /// (mpage).
     pub max_bio_pages: u64,
     /// Accept `RWF_DONTCACHE` on the block device even without `FOP_DONTCACHE` (a measurement
-    /// knob for [`DontcacheDesign::Baseline`] and [`DontcacheDesign::XfsWorkqueue`]: what the
-    /// kernel would do if the check were not there).
+    /// knob for [`DontcacheDesign::Baseline`]: what the kernel would do if the check were not
+    /// there). For [`DontcacheDesign::XfsWorkqueue`] it stands for XFS's own file operations,
+    /// which have `FOP_DONTCACHE` since 6.15 (`xfs_file_operations`).
     pub force_dontcache: bool,
     /// A file model's holes: blocks are unwritten extents until their first writeback completes;
     /// an ioend over them is `IOMAP_IOEND_UNWRITTEN` (not merged with written blocks) and completes

@@ -119,6 +119,9 @@ pub struct SyncProgress {
     /// `Some`: the range still has writeback in flight (or folios dirtied while under writeback);
     /// complete it and call again. `None`: the range is clean and on the device.
     pub blocked: Option<Blocked>,
+    /// With `blocked == None`: `filemap_check_errors()`'s `EIO` when a writeback bio of the
+    /// mapping failed since the last check (`AS_EIO`, cleared by reporting it).
+    pub error: Option<Errno>,
 }
 
 /// Work counters of one mapping (monotonic, except the `nr_*`/`memcg_usage` gauges). bio-core
@@ -188,6 +191,11 @@ pub struct PageCacheStats {
     pub merged_regular_folios: u64,
     /// Of those, the ones whose `folio_end_writeback()` ran in task context.
     pub merged_regular_ended_in_task: u64,
+    /// Writeback ioends (bios) whose folios' `folio_end_writeback()` ran in task context
+    /// (deferred by `BIO_COMPLETE_IN_TASK`, or on the filesystem's workqueue).
+    pub writeback_ended_in_task: u64,
+    /// ... that ran outside task context (the device IRQ).
+    pub writeback_ended_in_irq: u64,
     /// Ioends completed on the filesystem's workqueue (`xfs_end_io()`).
     pub wq_ioends: u64,
     /// `IOMAP_IOEND_UNWRITTEN` ioends (writes into holes).
@@ -197,7 +205,8 @@ pub struct PageCacheStats {
     /// `folio_end_dropbehind()` calls on dropbehind folios.
     pub end_dropbehind_calls: u64,
     /// ... of which ran where sleeping is not allowed (`!may_sleep()`: hardirq, softirq, atomic
-    /// task context). Zero on the fixed designs.
+    /// task context), plus RFC v3 work invalidations ([`FolioRef::end_dropbehind`]) there. Zero on
+    /// the fixed designs.
     pub end_dropbehind_atomic: u64,
     /// Folios `filemap_end_dropbehind()` removed, every side.
     pub dropbehind_invalidated: u64,
@@ -274,6 +283,8 @@ impl PageCacheStats {
             writeback_bios_flagged,
             merged_regular_folios,
             merged_regular_ended_in_task,
+            writeback_ended_in_task,
+            writeback_ended_in_irq,
             wq_ioends,
             unwritten_ioends,
             writeback_errors,
@@ -333,6 +344,8 @@ pub(crate) struct Mapping {
     pub(crate) next_pfn: u64,
     /// `ip->i_ioend_list`.
     pub(crate) ioend_list: Vec<QueuedIoend>,
+    /// `AS_EIO`: a writeback bio failed (`mapping_set_error()`).
+    pub(crate) as_eio: bool,
 }
 
 /// `struct address_space`: one block device's page cache, with its memcg and readahead state
@@ -487,6 +500,7 @@ impl AddressSpace {
                 extra_refs: 0,
                 next_pfn: FIRST_PFN,
                 ioend_list: Vec::new(),
+                as_eio: false,
             }),
             config,
             kernel: UntrackedArc::clone(kernel),
@@ -532,7 +546,8 @@ impl AddressSpace {
     /// dropbehind folio. With `IOCB_DONTCACHE` new folios get `PG_dropbehind`
     /// (`ractl.dropbehind`).
     ///
-    /// Errors: `EIO` when a folio's read failed and nothing was copied; `ENOMEM` when the memcg is
+    /// Errors: `EIO` when the `->read_folio()` the read waited for failed and nothing was copied
+    /// (a failed readahead is retried once with `->read_folio()` first); `ENOMEM` when the memcg is
     /// full, nothing can be freed and nothing is in flight that could free it.
     pub fn filemap_read(
         &self,
@@ -592,10 +607,19 @@ impl AddressSpace {
                     p.blocked = Some(Blocked::FolioLocked(index));
                     break;
                 }
-                // A read that failed: filemap_read_folio() returned -EIO.
-                if cur == pos {
-                    return Err(Errno::EIO);
+                let f = m.folios.get_mut(&index).expect("cached");
+                if std::mem::take(&mut f.read_error) {
+                    // The ->read_folio() this read waited for failed: filemap_read_folio()'s
+                    // -EIO (a short read if something was copied).
+                    if cur == pos {
+                        return Err(Errno::EIO);
+                    }
+                    break;
                 }
+                // filemap_update_page(): a failed readahead is retried with ->read_folio().
+                let pfn = f.pfn;
+                self.start_read_folio(&mut m, cx, index, pfn, &mut p.submit);
+                p.blocked = Some(Blocked::FolioLocked(index));
                 break;
             }
             if fl.readahead {
@@ -671,7 +695,9 @@ impl AddressSpace {
     /// `generic_perform_write()` then `generic_write_sync()`: copies `data` into the folios at
     /// `pos` (`write_begin` = `__filemap_get_folio(FGP_WRITEBEGIN | FGP_DONTCACHE)`, copy,
     /// `write_end` dirties), charging new folios to the memcg. A new folio gets
-    /// `PG_dropbehind` under `IOCB_DONTCACHE`; an existing one touched without it loses the flag.
+    /// `PG_dropbehind` under `IOCB_DONTCACHE` (on the buffer_head path only with
+    /// `block_write_begin_iocb()`, [`DontcacheDesign::block_write_begin_iocb`]); an existing one
+    /// touched without it loses the flag.
     /// With `IOCB_DONTCACHE`, `filemap_fdatawrite_range_kick()` starts writeback of what was
     /// written before returning (its bios are in `submit`).
     ///
@@ -697,6 +723,10 @@ impl AddressSpace {
         }
         let end = size.min(pos + data.len() as u64);
         let dontcache = flags.dontcache();
+        // FGP_DONTCACHE reaches __filemap_get_folio() only where write_begin has the kiocb.
+        let fgp_dontcache = dontcache
+            && (self.config.path == WritebackPath::Iomap
+                || self.config.design.block_write_begin_iocb());
         let mut m = self.inner.lock();
         let mut cur = pos;
         while cur < end {
@@ -710,14 +740,22 @@ impl AddressSpace {
                     break;
                 }
                 Some(fl) if !fl.uptodate && !full => {
-                    // A failed read: read it again.
-                    let pfn = m.folios[&index].pfn;
+                    let f = m.folios.get_mut(&index).expect("cached");
+                    if std::mem::take(&mut f.read_error) {
+                        // The block read of write_begin failed.
+                        if cur == pos {
+                            return Err(Errno::EIO);
+                        }
+                        break;
+                    }
+                    // A failed readahead: read it again.
+                    let pfn = f.pfn;
                     self.start_read_folio(&mut m, cx, index, pfn, &mut p.submit);
                     p.blocked = Some(Blocked::FolioLocked(index));
                     break;
                 }
                 Some(_) => {
-                    if !dontcache {
+                    if !fgp_dontcache {
                         // __filemap_get_folio(): a normal access wants the folio kept.
                         m.folios.get_mut(&index).expect("cached").flags.dropbehind = false;
                     }
@@ -738,7 +776,7 @@ impl AddressSpace {
                         cx,
                         index,
                         FolioFlags {
-                            dropbehind: dontcache,
+                            dropbehind: fgp_dontcache,
                             ..FolioFlags::default()
                         },
                     );
@@ -769,7 +807,14 @@ impl AddressSpace {
 
     /// `folio_end_read()` of a read bio's folio: the data arrived (`Some`) or the read failed;
     /// the folio is unlocked either way.
-    pub(crate) fn folio_end_read(&self, cx: &Cpu, index: u64, pfn: u64, data: Option<&[u8]>) {
+    pub(crate) fn folio_end_read(
+        &self,
+        cx: &Cpu,
+        index: u64,
+        pfn: u64,
+        data: Option<&[u8]>,
+        sync: bool,
+    ) {
         let mut m = self.inner.lock();
         if cx.in_task() {
             m.stats.reads_ended_in_task += 1;
@@ -789,7 +834,10 @@ impl AddressSpace {
                 f.data[..n].copy_from_slice(&d[..n]);
                 f.flags.uptodate = true;
             }
-            None => m.stats.read_errors += 1,
+            None => {
+                f.read_error = sync;
+                m.stats.read_errors += 1;
+            }
         }
         m.reads_in_flight -= 1;
     }
@@ -876,6 +924,10 @@ impl AddressSpace {
     /// [`FolioRef::end_dropbehind`]: RFC v3's work on one batched folio.
     pub(crate) fn folio_ref_end_dropbehind(&self, r: &FolioRef, cx: &Cpu) -> bool {
         let mut m = self.inner.lock();
+        if !cx.may_sleep() {
+            // RFC v3: "must be called from task context".
+            m.stats.end_dropbehind_atomic += 1;
+        }
         let Some(f) = m.folios.get(&r.index).filter(|f| f.pfn == r.pfn) else {
             m.stats.v3_gone += 1;
             return false;

@@ -43,6 +43,9 @@ pub(crate) struct Folio {
     pub(crate) pfn: u64,
     /// The folio's position on its LRU list (see [`super::swap::Lru`]).
     pub(crate) lru_seq: i64,
+    /// Its last `->read_folio()` failed: the `-EIO` `filemap_read_folio()` returns to the one
+    /// waiting for it (not a folio flag; the kernel passes it back on the stack).
+    pub(crate) read_error: bool,
 }
 
 impl Folio {
@@ -54,6 +57,7 @@ impl Folio {
             extra_refs: 0,
             pfn,
             lru_seq: 0,
+            read_error: false,
         }
     }
 }

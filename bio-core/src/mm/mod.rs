@@ -10,6 +10,36 @@
 //! - [`page_writeback`] (`mm/page-writeback.c`): writeback of a range, `fsync`.
 //! - [`dontcache`]: the designs compared, the writeback paths and the configuration.
 //! - [`testing`]: a memory disk whose completions arrive as device IRQs, for tests.
+//!
+//! The calls are step-wise: each returns the bios to submit and what it waits for. A driver
+//! submits them, completes them where a device would (hardirq), runs the deferred work, and
+//! calls again:
+//!
+//! ```
+//! use bio_core::block::complete_in_task::{bio_complete_init, Variant};
+//! use bio_core::block::fops::{blkdev_write_iter, RWF_DONTCACHE};
+//! use bio_core::mm::dontcache::{DontcacheDesign, PageCacheConfig, WritebackPath};
+//! use bio_core::mm::filemap::AddressSpace;
+//! use bio_core::mm::testing::{run_deferred, IrqDisk};
+//! use bio_core::{CpuId, Kernel, KernelConfig};
+//!
+//! let design = DontcacheDesign::Bio(Variant::V7);
+//! let kernel = Kernel::new(KernelConfig::default(), 2).unwrap();
+//! bio_complete_init(&kernel, design.boot_variant(), None).unwrap();
+//! let config = PageCacheConfig::new(design, WritebackPath::Iomap).with_limit(64);
+//! let mapping = AddressSpace::new(&kernel, config);
+//! let (task, irq) = (kernel.cpu(CpuId(0)).unwrap(), kernel.cpu(CpuId(1)).unwrap());
+//! let disk = IrqDisk::new();
+//!
+//! // pwritev2(RWF_DONTCACHE) of 16 pages: copied, and writeback kicked before it returns.
+//! let p = blkdev_write_iter(&mapping, &task, 0, &[7; 16 * 4096], RWF_DONTCACHE).unwrap();
+//! assert_eq!((p.written, p.blocked), (16 * 4096, None));
+//! disk.submit(p.submit);
+//! disk.complete_all(&irq); // bio_endio() in hardirq: BIO_COMPLETE_IN_TASK defers it
+//! run_deferred(&kernel); // bio_complete_work_fn: folio_end_writeback() in task context
+//! assert_eq!(mapping.stats().nr_cached, 0);
+//! assert_eq!(disk.page(3), vec![7; 4096]);
+//! ```
 
 pub mod dontcache;
 pub mod filemap;

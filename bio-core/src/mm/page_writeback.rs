@@ -11,6 +11,7 @@
 use super::dontcache::WritebackPath;
 use super::filemap::{AddressSpace, Blocked, Mapping, SyncProgress, PAGE_SIZE};
 use crate::block::Bio;
+use crate::errno::Errno;
 use crate::fs::{buffer, iomap};
 use crate::kernel::Cpu;
 
@@ -111,7 +112,13 @@ impl AddressSpace {
             .range(first..=last)
             .find(|(_, f)| f.flags.writeback || f.flags.dirty)
             .map(|(i, _)| Blocked::Writeback(*i));
-        SyncProgress { submit, blocked }
+        // filemap_check_errors(): reported once the wait is over.
+        let error = (blocked.is_none() && std::mem::take(&mut m.as_eio)).then_some(Errno::EIO);
+        SyncProgress {
+            submit,
+            blocked,
+            error,
+        }
     }
 
     /// `vfs_fsync()` of the whole device.
@@ -136,6 +143,7 @@ impl AddressSpace {
             let mut m = self.inner.lock();
             if !ok {
                 m.stats.writeback_errors += 1;
+                m.as_eio = true; // mapping_set_error()
             }
             if unwritten && ok {
                 if let Some(w) = m.written.as_mut() {
@@ -144,6 +152,9 @@ impl AddressSpace {
             }
             if cx.in_task() {
                 m.stats.merged_regular_ended_in_task += merged_regular;
+                m.stats.writeback_ended_in_task += 1;
+            } else {
+                m.stats.writeback_ended_in_irq += 1;
             }
         }
         for (index, pfn) in folios {

@@ -19,7 +19,7 @@ use crate::workqueue::PoolId;
 use std::collections::{HashMap, VecDeque};
 
 /// A memory disk: bios queue until [`IrqDisk::complete_all`] completes them in hardirq.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct IrqDisk {
     pages: Mutex<HashMap<u64, Vec<u8>>>,
     queue: Mutex<VecDeque<Box<Bio>>>,
@@ -30,7 +30,11 @@ pub struct IrqDisk {
 impl IrqDisk {
     /// An empty (zeroed) disk.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            pages: Mutex::new(HashMap::new()),
+            queue: Mutex::new(VecDeque::new()),
+            fail_next: Mutex::new(0),
+        }
     }
 
     /// Queues bios (`submit_bio()`).
@@ -104,6 +108,12 @@ impl IrqDisk {
                 Completion::Task => bio_endio(bio, cx),
             }
         }
+    }
+}
+
+impl Default for IrqDisk {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -257,18 +267,26 @@ impl Rig {
         panic!("pwrite did not finish");
     }
 
-    /// `fsync()`, driven until the whole device is clean and on the disk.
-    pub fn fsync(&self) {
+    /// `fsync()`, driven until the whole device is clean and on the disk; `EIO` if writeback
+    /// failed.
+    pub fn try_fsync(&self) -> Result<(), Errno> {
         let cx = self.task();
         for _ in 0..MAX_STEPS {
             let p = self.mapping.fsync(&cx);
             self.disk.submit(p.submit);
             if p.blocked.is_none() {
-                return;
+                return p.error.map_or(Ok(()), Err);
             }
             self.settle();
         }
         panic!("fsync did not finish");
+    }
+
+    /// [`Rig::try_fsync`] that must succeed.
+    pub fn fsync(&self) {
+        if let Err(e) = self.try_fsync() {
+            panic!("fsync failed: {e}");
+        }
     }
 
     /// `POSIX_FADV_DONTNEED` of the whole device.
