@@ -48,6 +48,21 @@ pub fn baseline_leaves_irq_completed(run: &RunResult) -> Verdict {
     ))
 }
 
+/// On buffer_head before patches 3-4/4: `blkdev_write_begin()` calls `block_write_begin()`,
+/// which has no kiocb, so a forced DONTCACHE write makes ordinary folios: none is dropbehind,
+/// `folio_end_dropbehind()` never has one to look at, and the written folios stay cached.
+pub fn no_dropbehind_made(run: &RunResult) -> Verdict {
+    let s = &run.stats;
+    if s.end_dropbehind_calls == 0 && run.left_behind == 0 && run.final_cached > 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "expected plain folios: {} folio_end_dropbehind() calls on dropbehind folios, {} left \
+         dropbehind, {} cached",
+        s.end_dropbehind_calls, run.left_behind, run.final_cached
+    ))
+}
+
 /// Every check that applies to a DONTCACHE run on `design` x `path`: on a fixed design
 /// ([`DontcacheDesign::is_fixed`]) nothing survives and nothing ends in atomic context; on the
 /// others (`baseline`; `xfs-wq` on buffer_head, which XFS does not have) the IRQ-completed folios
@@ -75,10 +90,15 @@ pub fn check_dontcache_run(
             "folio_end_dropbehind in task context only",
             end_dropbehind_in_task_only(run),
         ));
-    } else {
+    } else if path == WritebackPath::Iomap || design.block_write_begin_iocb() {
         out.push((
             "IRQ-completed folios stay, as the kernel leaves them",
             baseline_leaves_irq_completed(run),
+        ));
+    } else {
+        out.push((
+            "no dropbehind folio without block_write_begin_iocb()",
+            no_dropbehind_made(run),
         ));
     }
     out
