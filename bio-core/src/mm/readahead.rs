@@ -174,6 +174,10 @@ impl AddressSpace {
         let mark = (lookahead > 0).then(|| (start + nr).saturating_sub(lookahead));
         let mut run: Vec<(u64, u64)> = Vec::new();
         let mut created = 0;
+        // The readahead control holds a reference on each folio it adds until read_pages() is
+        // done with it, so reclaim run by a later charge of the same window cannot take it (a
+        // zero-filled unwritten folio is clean and unlocked at once).
+        let mut pinned = Vec::new();
         for index in start..end {
             if m.folios.contains_key(&index) {
                 self.read_pages(m, cx, std::mem::take(&mut run), submit);
@@ -197,6 +201,8 @@ impl AddressSpace {
             );
             m.stats.readahead_pages += 1;
             created += 1;
+            m.folios.get_mut(&index).expect("just added").extra_refs += 1;
+            pinned.push(index);
             if unwritten {
                 // iomap_readahead() on an unwritten extent: folio_zero_range(), no I/O.
                 m.stats.zeroed_unwritten_pages += 1;
@@ -207,6 +213,11 @@ impl AddressSpace {
             }
         }
         self.read_pages(m, cx, run, submit);
+        for index in pinned {
+            if let Some(f) = m.folios.get_mut(&index) {
+                f.extra_refs -= 1;
+            }
+        }
         created
     }
 

@@ -69,8 +69,16 @@ impl IrqDisk {
 
     /// [`IrqDisk::complete_all`] with `bio_endio()` called in `ctx`.
     pub fn complete_all_in(&self, cx: &Cpu, ctx: Completion) -> usize {
+        self.complete_some_in(cx, ctx, usize::MAX)
+    }
+
+    /// Completes at most `max` queued bios, oldest first, with `bio_endio()` in `ctx`.
+    pub fn complete_some_in(&self, cx: &Cpu, ctx: Completion, max: usize) -> usize {
         let mut n = 0;
         loop {
+            if n == max {
+                return n;
+            }
             let Some(mut bio) = self.queue.lock().pop_front() else {
                 return n;
             };
@@ -176,7 +184,7 @@ pub struct Rig {
 }
 
 /// A bound on the steps of one call, so a driver bug fails a test instead of hanging it.
-const MAX_STEPS: usize = 100_000;
+const MAX_STEPS: usize = 10_000;
 
 impl Rig {
     /// Boots 2 CPUs with `design`'s variant (`bio_complete_init()`) and makes the mapping.
@@ -221,6 +229,14 @@ impl Rig {
             }
         }
         panic!("the rig did not settle");
+    }
+
+    /// Completes at most `n` bios in flight (in the rig's context on the IRQ CPU) and runs the
+    /// deferred work once.
+    pub fn settle_some(&self, n: usize) {
+        let irq = self.kernel.cpu(self.irq_cpu).expect("CPU1 exists");
+        self.disk.complete_some_in(&irq, self.completion, n);
+        run_deferred(&self.kernel);
     }
 
     /// `pread()` of `len` bytes at `pos` with `flags`, driven to the end (short at the end of
