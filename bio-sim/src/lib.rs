@@ -29,6 +29,7 @@ pub mod demo;
 pub mod dev;
 pub mod explore;
 pub mod machine;
+pub mod pagecache;
 pub mod perf;
 pub mod report;
 pub mod runtime;

@@ -315,12 +315,32 @@ pub struct BenchDontcacheArgs {
     #[arg(long, value_name = "DIR", requires = "live")]
     pub record: Option<std::path::PathBuf>,
     /// With --live or --calibrate: the cgroup v1 memory limit (K, M, G; at least 16M; default
-    /// 256M for --live, half of --size for --calibrate).
+    /// 256M for --live, half of --size for --calibrate). With --preset: the simulated cache
+    /// (memcg) limit (at least 4M; the preset's own otherwise).
     #[arg(long)]
     pub limit: Option<String>,
-    /// With --live: seconds per leg of the seed experiment.
+    /// With --live: seconds per leg of the seed experiment. With --preset: simulated seconds per
+    /// run (the table's rows).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=120))]
     pub seconds: u32,
+    /// The seed's experiment in the simulation instead of the real file: seed-reads (a range
+    /// twice the cache limit read in 1 MiB preads) or seed-writes (1 MiB pwrites under a small
+    /// memcg limit), normal vs RWF_DONTCACHE, printed like the cover letter's tables.
+    #[arg(long, conflicts_with_all = ["dir", "size", "rounds", "live", "calibrate", "replay"])]
+    pub preset: Option<String>,
+    /// With --preset: the design (baseline, xfs-wq, v3, v5, v6, v6-review, v7, a registered
+    /// module) or all.
+    #[arg(long, default_value = "all", requires = "preset")]
+    pub design: String,
+    /// With --preset: the bdev mapping's writeback path (iomap = CONFIG_BUFFER_HEAD=n,
+    /// buffer-head = CONFIG_BUFFER_HEAD=y) or both.
+    #[arg(long, default_value = "both", requires = "preset")]
+    pub path: String,
+    /// With --preset, one --design and one --path: instead of the tables, one 16 KiB
+    /// pwritev2(RWF_DONTCACHE) (forced on a bdev that refuses it) until its folios are gone or
+    /// left, traced in the kernel's ftrace format, written to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE", requires = "preset")]
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// `biosim loop`.

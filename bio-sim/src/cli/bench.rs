@@ -19,6 +19,11 @@ pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             };
             print!("{}", loop_bench(&cfg)?);
         }
+        BenchCommand::Dontcache(a) if a.preset.is_some() => {
+            if let Some(report) = seed_preset_bench(&a)? {
+                print!("{report}");
+            }
+        }
         BenchCommand::Dontcache(a) => dontcache(a)?,
         BenchCommand::Explore(a) => {
             use crate::perf::explore_bench::{explore_bench, ExploreBenchConfig};
@@ -118,4 +123,43 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
 /// `6.18.44-fc` -> `6.18`: the series a recording is named after.
 fn kernel_series(release: &str) -> String {
     release.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// `biosim bench dontcache --preset ...`: the seed's experiment in the simulation
+/// ([`crate::pagecache::seed_bench`]).
+fn seed_preset_bench(
+    a: &super::args::BenchDontcacheArgs,
+) -> Result<Option<crate::pagecache::seed_bench::SeedBenchReport>, Box<dyn std::error::Error>> {
+    use crate::pagecache::seed_bench::{parse_designs, parse_paths, seed_bench, SeedBenchConfig};
+    use crate::pagecache::seed_presets::SeedPreset;
+    use crate::perf::bench_common::parse_size;
+    let name = a.preset.as_deref().unwrap_or_default();
+    let preset = SeedPreset::by_name(name).map_err(|e| format!("--preset: {e}"))?;
+    let mut cfg = SeedBenchConfig::new(preset);
+    cfg.designs = parse_designs(&a.design).map_err(|e| format!("--design: {e}"))?;
+    cfg.paths = parse_paths(&a.path).map_err(|e| format!("--path: {e}"))?;
+    cfg.seconds = u64::from(a.seconds);
+    if let Some(l) = &a.limit {
+        let bytes = parse_size(l).map_err(|e| format!("--limit: {e}"))?;
+        if bytes < 4 << 20 {
+            return Err(format!("--limit: {l} is below the 4M the 1 MiB syscalls need").into());
+        }
+        cfg.limit_bytes = bytes;
+    }
+    if let Some(out) = &a.trace {
+        let (Ok([design]), Ok([path])) = (
+            <[_; 1]>::try_from(cfg.designs.clone()),
+            <[_; 1]>::try_from(cfg.paths.clone()),
+        ) else {
+            return Err("--trace: needs one --design and one --path".into());
+        };
+        let trace = crate::pagecache::seed_bench::traced_write(design, path, &cfg.costs)?;
+        if out.as_os_str() == "-" {
+            print!("{trace}");
+        } else {
+            std::fs::write(out, trace).map_err(|e| format!("--trace {}: {e}", out.display()))?;
+        }
+        return Ok(None);
+    }
+    Ok(Some(seed_bench(&cfg)?))
 }

@@ -1,0 +1,833 @@
+//! The discrete-event driver: one workload task doing 1 MiB `preadv2()`/`pwritev2()` (with or
+//! without `RWF_DONTCACHE`) on a block device's own page cache (`def_blk_fops` over
+//! `mm/filemap.c`, bio-core's `mm`), over the [NVMe-like device](super::nvme_device), on the
+//! [deterministic runtime](crate::runtime::deterministic), with its own nanosecond clock.
+//!
+//! Time: the task's syscalls, the device's interrupts and the kworkers cost what the page cache
+//! counted (bio-core's `PageCacheStats` deltas) priced by [`PageCosts`]; each runs on a CPU
+//! ([`CpuClocks`]): an interrupt or kworker on the task's CPU delays it. jiffies advance with the
+//! clock (`Event::Tick` at every `1/HZ`), so the posted versions' one-jiffy delayed work fires
+//! when it would. Completions come in as hard interrupts on the submitting CPU
+//! (`Kernel::raise_irq` + `Event::Irq`), and `bio_endio()` runs in them; deferred completions
+//! run in `Event::Worker` steps.
+
+// Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to device to
+// `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
+#![allow(clippy::vec_box)]
+
+use super::cpu_time::{CpuClocks, CpuTime, Runner};
+use super::nvme_device::{NvmeDevice, NvmeModel};
+use super::seed_presets::Workload;
+use super::workload_pattern::{range_pattern, PAGE};
+use crate::perf::dontcache_costs::PageCosts;
+use crate::runtime::deterministic::{DetConfig, DetRuntime};
+use crate::runtime::Event;
+use bio_core::block::complete_in_task::{bio_complete_init, BatcherObserver};
+use bio_core::block::{bio_endio, Bio, BioFlag};
+use bio_core::errno::Errno;
+use bio_core::kernel::CpuId;
+use bio_core::mm::dontcache::{DontcacheDesign, DropbehindIrq, PageCacheConfig, WritebackPath};
+use bio_core::mm::filemap::{AddressSpace, PageCacheStats};
+use bio_core::{Cpu, Kernel, KernelConfig};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A deliberately broken machine, for the oracle's buggy twins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Twin {
+    /// The device driver clones each bio without its flags (a stacking driver that forgets
+    /// `BIO_COMPLETE_IN_TASK`): every completion runs `bi_end_io` in the interrupt.
+    DropsCompleteInTask,
+}
+
+/// One run's parameters.
+#[derive(Clone)]
+pub struct DriverConfig {
+    /// The design.
+    pub design: DontcacheDesign,
+    /// The bdev mapping's writeback path.
+    pub path: WritebackPath,
+    /// Reads or writes.
+    pub workload: Workload,
+    /// `RWF_DONTCACHE` on every syscall.
+    pub dontcache: bool,
+    /// Accept `RWF_DONTCACHE` on a bdev that refuses it (`baseline` measured anyway).
+    pub force_dontcache: bool,
+    /// The cache (memcg) limit in bytes.
+    pub limit_bytes: Option<u64>,
+    /// The range the task goes over, in bytes.
+    pub range_bytes: u64,
+    /// Bytes per syscall.
+    pub io_bytes: usize,
+    /// Simulated run time, ns (the task stops starting syscalls then).
+    pub duration_ns: u64,
+    /// Stop after this many syscalls (small traced runs).
+    pub max_ios: Option<u64>,
+    /// The device.
+    pub device: NvmeModel,
+    /// The per-page costs.
+    pub costs: PageCosts,
+    /// Record the runtime's trace (tracepoints included).
+    pub capture: bool,
+    /// Simulated CPUs.
+    pub nr_cpus: u32,
+    /// The CPU the task runs on.
+    pub task_cpu: u32,
+    /// A broken machine.
+    pub twin: Option<Twin>,
+    /// RFC v3's `folio_end_dropbehind_irq()` for [`DontcacheDesign::V3`] (bio-core's
+    /// `mm/dropbehind_v3.rs` behind A's `DropbehindIrq` seam). Without it a V3 mapping's IRQ
+    /// completions skip the invalidation as `baseline`'s do.
+    pub dropbehind_irq: Option<Arc<dyn DropbehindIrq>>,
+}
+
+impl std::fmt::Debug for DriverConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverConfig")
+            .field("design", &self.design.name())
+            .field("path", &self.path)
+            .field("workload", &self.workload)
+            .field("dontcache", &self.dontcache)
+            .field("limit_bytes", &self.limit_bytes)
+            .field("range_bytes", &self.range_bytes)
+            .field("dropbehind_irq", &self.dropbehind_irq.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DriverConfig {
+    /// A run of `workload` on `design` x `path` with the defaults: 2 CPUs, the task on CPU0,
+    /// [`NvmeModel::DEFAULT`], [`PageCosts::MEASURED`], 1 MiB syscalls, one simulated second.
+    pub fn new(design: DontcacheDesign, path: WritebackPath, workload: Workload) -> Self {
+        Self {
+            design,
+            path,
+            workload,
+            dontcache: false,
+            force_dontcache: false,
+            limit_bytes: None,
+            range_bytes: 64 << 20,
+            io_bytes: 1 << 20,
+            duration_ns: 1_000_000_000,
+            max_ios: None,
+            device: NvmeModel::DEFAULT,
+            costs: PageCosts::MEASURED,
+            capture: false,
+            nr_cpus: 2,
+            task_cpu: 0,
+            twin: None,
+            dropbehind_irq: None,
+        }
+    }
+}
+
+/// Why a run could not be made (not a syscall's error: those are results).
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The configuration is unusable.
+    #[error("invalid run: {0}")]
+    Config(String),
+    /// The simulated machine could not boot.
+    #[error("booting the simulated kernel: {0}")]
+    Boot(String),
+    /// Nothing can happen and the task still waits: a lost completion.
+    #[error("stuck at {at_ns} ns: the task waits, no bio is in flight and no work is pending")]
+    Stuck {
+        /// When.
+        at_ns: u64,
+    },
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Default)]
+pub struct RunResult {
+    /// The syscall's error if the bdev refused it (`EOPNOTSUPP` on `baseline` unforced).
+    pub refused: Option<Errno>,
+    /// Bytes the task moved in each simulated second.
+    pub per_second: Vec<u64>,
+    /// Cached folios at the end of each simulated second.
+    pub footprint: Vec<u64>,
+    /// Peak cached folios.
+    pub peak_cached: u64,
+    /// Cached folios when the run (and its writeback) ended.
+    pub final_cached: u64,
+    /// The limit in folios, if any.
+    pub limit_pages: Option<u64>,
+    /// Clean, idle folios still marked dropbehind after all writeback completed.
+    pub left_behind: u64,
+    /// Bios whose completion was deferred to task context (the batcher's count).
+    pub deferred: u64,
+    /// The page cache's counters at the end.
+    pub stats: PageCacheStats,
+    /// Bytes the task moved.
+    pub bytes: u64,
+    /// Syscalls done.
+    pub ios: u64,
+    /// When the last syscall returned (ns).
+    pub elapsed_ns: u64,
+    /// Bytes a read returned that differ from what the device holds (must be 0).
+    pub corrupt_bytes: u64,
+    /// Time per CPU.
+    pub cpu_time: Vec<CpuTime>,
+    /// The runtime's trace, if captured.
+    pub trace: Option<String>,
+    /// The ftrace-format trace, if captured.
+    pub ftrace: Option<String>,
+    /// Whether the V3 design had its `folio_end_dropbehind_irq()` hook.
+    pub v3_hook: bool,
+}
+
+impl RunResult {
+    /// Throughput over the run, bytes per simulated second.
+    pub fn bytes_per_sec(&self) -> f64 {
+        if self.elapsed_ns == 0 {
+            return 0.0;
+        }
+        self.bytes as f64 * 1e9 / self.elapsed_ns as f64
+    }
+}
+
+/// Counts the batcher's deferrals (`__bio_complete_in_task()` calls).
+#[derive(Default)]
+struct DeferCount(AtomicU64);
+
+impl BatcherObserver for DeferCount {
+    fn deferred(&self, _bio: u64, _cx: &Cpu) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The simulated machine of one run.
+pub struct Machine {
+    cfg: DriverConfig,
+    rt: DetRuntime,
+    mapping: Arc<AddressSpace>,
+    dev: NvmeDevice,
+    clocks: CpuClocks,
+    deferred: Arc<DeferCount>,
+    /// Pages written by the workload: their last pass.
+    passes: BTreeMap<u64, u64>,
+    /// ns per jiffy.
+    jiffy_ns: u64,
+    next_tick: u64,
+    now: u64,
+}
+
+impl std::fmt::Debug for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Machine")
+            .field("now", &self.now)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One phase of a run: what the task does and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct Phase {
+    /// Reads or writes.
+    pub workload: Workload,
+    /// `RWF_DONTCACHE` on each syscall.
+    pub dontcache: bool,
+    /// The range in bytes, from offset 0.
+    pub range: u64,
+    /// Start no syscall at or after this time (ns).
+    pub until_ns: u64,
+    /// Stop after this many syscalls.
+    pub max_ios: Option<u64>,
+}
+
+/// What the task is in the middle of.
+#[derive(Debug, Clone, Copy)]
+enum Syscall {
+    Read { pos: u64, done: usize },
+    Write { pos: u64, done: usize, pass: u64 },
+}
+
+impl Machine {
+    /// Boots the machine: the kernel (with the batcher of the design's version for the bio-level
+    /// designs), the runtime, the block device's mapping, the device.
+    pub fn boot(cfg: DriverConfig) -> Result<Self, DriverError> {
+        if cfg.io_bytes == 0 || !cfg.io_bytes.is_multiple_of(PAGE) {
+            return Err(DriverError::Config(format!(
+                "io size {} is not a positive multiple of 4096",
+                cfg.io_bytes
+            )));
+        }
+        if cfg.range_bytes < cfg.io_bytes as u64 {
+            return Err(DriverError::Config(format!(
+                "range {} is smaller than one syscall ({})",
+                cfg.range_bytes, cfg.io_bytes
+            )));
+        }
+        if cfg.task_cpu >= cfg.nr_cpus {
+            return Err(DriverError::Config(format!(
+                "task CPU{} does not exist ({} CPUs)",
+                cfg.task_cpu, cfg.nr_cpus
+            )));
+        }
+        let kconfig = KernelConfig::default();
+        let hz = u64::from(kconfig.hz);
+        let kernel =
+            Kernel::new(kconfig, cfg.nr_cpus).map_err(|e| DriverError::Boot(e.to_string()))?;
+        let deferred = Arc::new(DeferCount::default());
+        let variant = cfg.design.boot_variant();
+        let observer: Arc<dyn BatcherObserver> = deferred.clone();
+        bio_complete_init(&kernel, variant, Some(observer))
+            .map_err(|e| DriverError::Boot(e.to_string()))?;
+        let rt = DetRuntime::new(
+            Arc::clone(&kernel),
+            DetConfig {
+                seed: 0,
+                record_steps: cfg.capture,
+                capture_trace: cfg.capture,
+                irq_window_chance: (0, 1),
+            },
+        );
+        let mapping = kernel_calls::bdev_mapping(&kernel, &cfg)?;
+        Ok(Self {
+            dev: NvmeDevice::new(cfg.device),
+            clocks: CpuClocks::new(cfg.nr_cpus as usize),
+            rt,
+            mapping,
+            deferred,
+            passes: BTreeMap::new(),
+            jiffy_ns: 1_000_000_000 / hz,
+            next_tick: 1_000_000_000 / hz,
+            now: 0,
+            cfg,
+        })
+    }
+
+    /// The page cache's counters now.
+    pub fn stats(&self) -> PageCacheStats {
+        kernel_calls::stats(&self.mapping)
+    }
+
+    /// Prices the work between two counter snapshots, in ns.
+    fn price(&self, before: &PageCacheStats, after: &PageCacheStats) -> u64 {
+        let c = &self.cfg.costs;
+        let d = kernel_calls::work_delta(before, after);
+        let ns = d.copied as f64 * c.copy_ns
+            + d.added as f64 * c.alloc_add_ns
+            + d.scanned as f64 * c.reclaim_scan_ns
+            + d.evicted as f64 * c.reclaim_evict_ns
+            + d.invalidated as f64 * c.invalidate_ns
+            + d.written_back as f64 * c.writeback_submit_ns;
+        ns.round() as u64
+    }
+
+    /// Submits `bios` to the device at `at` from `cpu`.
+    fn submit(&mut self, bios: Vec<Box<Bio>>, cpu: u32, at: u64) {
+        let mut bios = bios;
+        if self.cfg.twin == Some(Twin::DropsCompleteInTask) {
+            for bio in bios.iter_mut() {
+                bio.clear_flag(BioFlag::CompleteInTask);
+            }
+        }
+        if !bios.is_empty() {
+            self.dev.submit_plugged(bios, CpuId(cpu), at);
+        }
+    }
+
+    /// Runs every kworker, softirq and due timer that can run now, each priced on its CPU.
+    fn run_deferred(&mut self) {
+        loop {
+            let next = self.rt.enabled().into_iter().find(|e| {
+                matches!(
+                    e,
+                    Event::Worker { .. }
+                        | Event::Rescuer { .. }
+                        | Event::Softirq(_)
+                        | Event::Timers(_)
+                )
+            });
+            let Some(ev) = next else {
+                return;
+            };
+            let on = match ev {
+                Event::Worker { on, .. } | Event::Rescuer { on, .. } => on.0,
+                Event::Softirq(c) | Event::Timers(c) => c.0,
+                _ => self.cfg.task_cpu,
+            };
+            let before = self.stats();
+            if self.rt.step(ev).is_err() {
+                return;
+            }
+            let after = self.stats();
+            let ns = self.price(&before, &after)
+                + if matches!(ev, Event::Worker { .. } | Event::Rescuer { .. }) {
+                    self.cfg.costs.work_handoff_ns as u64
+                } else {
+                    0
+                };
+            let end = self
+                .clocks
+                .preempt(on as usize, self.now, ns, Runner::Worker);
+            // Writeback a kworker started (v3's drain does none; fs completions may).
+            let _ = end;
+        }
+    }
+
+    /// Delivers the completions due by `now` as interrupts on their CPUs.
+    fn complete_due(&mut self) -> bool {
+        let done = self.dev.complete_until(self.now);
+        if done.is_empty() {
+            return false;
+        }
+        // One interrupt per CPU per instant (what completed together shares the vector's
+        // interrupt, as NVMe's completion-queue processing reaps every posted entry).
+        let mut by_cpu: BTreeMap<u32, Vec<Box<Bio>>> = BTreeMap::new();
+        for f in done {
+            by_cpu.entry(f.cpu.0).or_default().extend(f.bios);
+        }
+        for (cpu, bios) in by_cpu {
+            let handler = Box::new(move |cx: &Cpu| {
+                for bio in bios {
+                    bio_endio(bio, cx);
+                }
+            });
+            let before = self.stats();
+            if let Ok(target) = self.rt.kernel().raise_irq(CpuId(cpu), "nvme0q1", handler) {
+                while self.rt.step(Event::Irq(target)).is_ok() {}
+            }
+            let after = self.stats();
+            let ns = self.price(&before, &after) + self.cfg.costs.irq_ns as u64;
+            self.clocks.preempt(cpu as usize, self.now, ns, Runner::Irq);
+        }
+        self.run_deferred();
+        true
+    }
+
+    /// Advances jiffies to cover `now`, firing what is due.
+    fn tick_until(&mut self, t: u64) {
+        while self.next_tick <= t {
+            self.now = self.now.max(self.next_tick);
+            if self.rt.step(Event::Tick).is_err() {
+                // No timer armed: jiffies still advance (the tick runs whether or not anything
+                // is due), so a later one-jiffy delayed work counts from the right jiffy.
+                self.rt.kernel().advance_jiffies(1);
+            }
+            self.run_deferred();
+            self.next_tick += self.jiffy_ns;
+        }
+    }
+
+    /// Runs one phase of syscalls: `ph.workload` over `[0, ph.range)` in `io_bytes` steps,
+    /// wrapping, until `ph.until_ns` or `ph.max_ios` syscalls. Bytes per simulated second (from
+    /// the phase's start) and the footprint at each second's end go into `res`.
+    pub fn run_phase(&mut self, ph: &Phase, res: &mut RunResult) -> Result<(), DriverError> {
+        let cfg = self.cfg.clone();
+        let cpu = cfg.task_cpu;
+        let io = cfg.io_bytes;
+        let range = ph.range - ph.range % io as u64;
+        let start_ns = self.now;
+        let mut next_pos = 0u64;
+        let mut write_pass = self.passes.values().copied().max().unwrap_or(0) + 1;
+        let mut call: Option<Syscall> = None;
+        let mut buf = vec![0u8; io];
+        // The task is runnable at this time; None while it waits for a completion.
+        let mut task_at: Option<u64> = Some(self.now);
+        let mut second_end = start_ns + 1_000_000_000;
+        let mut this_second = 0u64;
+        let mut ios = 0u64;
+        let mut idle_steps = 0u32;
+        loop {
+            let stop = self.now >= ph.until_ns || ph.max_ios.is_some_and(|m| ios >= m);
+            if stop && call.is_none() {
+                break;
+            }
+            let t_task = task_at.map(|t| t.max(self.clocks.free_at(cpu as usize)));
+            let t_dev = self.dev.next_completion();
+            // A waiting task with nothing in flight may wait for a delayed work (v5/v6's
+            // one-jiffy batch): the next tick fires it.
+            let t_tick = (task_at.is_none() && t_dev.is_none() && self.timers_pending() > 0)
+                .then_some(self.next_tick);
+            let Some(t) = [t_task, t_dev, t_tick].into_iter().flatten().min() else {
+                return Err(DriverError::Stuck { at_ns: self.now });
+            };
+            while second_end <= t {
+                res.per_second.push(this_second);
+                res.footprint.push(self.stats().nr_cached);
+                this_second = 0;
+                second_end += 1_000_000_000;
+            }
+            self.tick_until(t);
+            self.now = self.now.max(t);
+            if t_dev == Some(t) || (t_tick == Some(t) && t_task.is_none()) {
+                self.complete_due();
+                if task_at.is_none() {
+                    task_at = Some(self.now);
+                }
+                continue;
+            }
+            // The task's turn: a new syscall, or the rest of one that waited.
+            let c = *call.get_or_insert_with(|| {
+                let pos = next_pos;
+                next_pos += io as u64;
+                if next_pos >= range {
+                    next_pos = 0;
+                }
+                match ph.workload {
+                    Workload::Reads => Syscall::Read { pos, done: 0 },
+                    Workload::Writes => {
+                        let pass = write_pass;
+                        if next_pos == 0 {
+                            write_pass += 1;
+                        }
+                        Syscall::Write { pos, done: 0, pass }
+                    }
+                }
+            });
+            let before = self.stats();
+            let mapping = Arc::clone(&self.mapping);
+            let step = match c {
+                Syscall::Read { pos, done } => self
+                    .rt
+                    .on_cpu(CpuId(cpu), "preadv2", |cx| {
+                        kernel_calls::read(
+                            &mapping,
+                            cx,
+                            pos + done as u64,
+                            &mut buf[done..],
+                            ph.dontcache,
+                        )
+                    })
+                    .expect("the task's CPU exists"),
+                Syscall::Write { pos, done, pass } => {
+                    let data = range_pattern(pos + done as u64, io - done, |_| pass);
+                    self.rt
+                        .on_cpu(CpuId(cpu), "pwritev2", |cx| {
+                            kernel_calls::write(
+                                &mapping,
+                                cx,
+                                pos + done as u64,
+                                &data,
+                                ph.dontcache,
+                            )
+                        })
+                        .expect("the task's CPU exists")
+                }
+            };
+            let (progress, bios, blocked) = match step {
+                Ok(s) => s,
+                Err(e) => {
+                    res.refused = Some(e);
+                    return Ok(());
+                }
+            };
+            let after = self.stats();
+            let ns = self.price(&before, &after).max(1);
+            let end = self.clocks.run(cpu as usize, t, ns, Runner::Task);
+            self.submit(bios, cpu, end);
+            let done_now = match c {
+                Syscall::Read { done, .. } | Syscall::Write { done, .. } => done + progress,
+            };
+            this_second += progress as u64;
+            res.bytes += progress as u64;
+            if done_now >= io {
+                match c {
+                    Syscall::Read { pos, .. } => {
+                        let want = self.expected(pos, io);
+                        res.corrupt_bytes +=
+                            buf.iter().zip(&want).filter(|(a, b)| a != b).count() as u64;
+                    }
+                    Syscall::Write { pos, pass, .. } => {
+                        for i in 0..(io / PAGE) as u64 {
+                            self.passes.insert(pos / PAGE as u64 + i, pass);
+                        }
+                    }
+                }
+                call = None;
+                ios += 1;
+                res.ios += 1;
+                res.elapsed_ns = end - start_ns;
+            } else {
+                call = Some(match c {
+                    Syscall::Read { pos, .. } => Syscall::Read {
+                        pos,
+                        done: done_now,
+                    },
+                    Syscall::Write { pos, pass, .. } => Syscall::Write {
+                        pos,
+                        done: done_now,
+                        pass,
+                    },
+                });
+            }
+            idle_steps = if progress == 0 { idle_steps + 1 } else { 0 };
+            task_at = if blocked && progress == 0 {
+                if self.dev.in_flight() == 0 && !self.work_pending() && self.timers_pending() == 0 {
+                    return Err(DriverError::Stuck { at_ns: end });
+                }
+                None
+            } else if idle_steps > 10_000 {
+                return Err(DriverError::Stuck { at_ns: end });
+            } else {
+                Some(end)
+            };
+        }
+        if this_second > 0 || res.per_second.is_empty() {
+            res.per_second.push(this_second);
+            res.footprint.push(self.stats().nr_cached);
+        }
+        // The table has one row per second of the phase: what the last syscall moved after the
+        // end (it started before) is not a second of its own.
+        if ph.until_ns != u64::MAX {
+            let rows = (ph.until_ns.saturating_sub(start_ns))
+                .div_ceil(1_000_000_000)
+                .max(1) as usize;
+            res.per_second.truncate(rows);
+            res.footprint.truncate(rows);
+        }
+        Ok(())
+    }
+
+    /// `fsync()` of the whole device: start writeback of every dirty folio, then wait for it
+    /// (step-wise: the bios go to the device, completions come in as interrupts).
+    pub fn fsync(&mut self) -> Result<(), DriverError> {
+        let cpu = self.cfg.task_cpu;
+        let mapping = Arc::clone(&self.mapping);
+        for _ in 0..1000 {
+            let before = self.stats();
+            let (bios, waiting) = self
+                .rt
+                .on_cpu(CpuId(cpu), "fsync", |cx| kernel_calls::fsync(&mapping, cx))
+                .expect("the task's CPU exists");
+            let after = self.stats();
+            let ns = self.price(&before, &after);
+            let end = self.clocks.run(cpu as usize, self.now, ns, Runner::Task);
+            self.submit(bios, cpu, end);
+            self.drain()?;
+            if !waiting {
+                return Ok(());
+            }
+        }
+        Err(DriverError::Stuck { at_ns: self.now })
+    }
+
+    /// `echo 1 > /proc/sys/vm/drop_caches` for the device's mapping: every clean, idle folio goes.
+    pub fn drop_caches(&mut self) {
+        let cpu = self.cfg.task_cpu;
+        let mapping = Arc::clone(&self.mapping);
+        self.rt.on_cpu(CpuId(cpu), "drop_caches", |cx| {
+            kernel_calls::drop_caches(&mapping, cx)
+        });
+    }
+
+    /// The measurements at the end (after [`Machine::drain`]).
+    pub fn finish(&mut self, res: &mut RunResult) {
+        let stats = self.stats();
+        res.final_cached = stats.nr_cached;
+        res.peak_cached = stats.peak_cached;
+        res.left_behind = kernel_calls::left_behind(&self.mapping);
+        res.deferred = self.deferred.0.load(Ordering::Relaxed);
+        res.stats = stats;
+        res.cpu_time = self.clocks.time.clone();
+        res.v3_hook = self.cfg.dropbehind_irq.is_some();
+        if self.cfg.capture {
+            res.trace = Some(self.rt.trace_text());
+            res.ftrace = Some(crate::report::ftrace::record::write_trace(
+                &self.rt.records(),
+                self.cfg.nr_cpus,
+            ));
+        }
+    }
+
+    /// The configured run: the workload for the configured time (or syscalls), then all
+    /// writeback completes.
+    pub fn run(mut self) -> Result<RunResult, DriverError> {
+        let mut res = RunResult {
+            limit_pages: self.cfg.limit_bytes.map(|b| b / PAGE as u64),
+            ..RunResult::default()
+        };
+        let ph = Phase {
+            workload: self.cfg.workload,
+            dontcache: self.cfg.dontcache,
+            range: self.cfg.range_bytes,
+            until_ns: self.cfg.duration_ns,
+            max_ios: self.cfg.max_ios,
+        };
+        self.run_phase(&ph, &mut res)?;
+        self.drain()?;
+        self.finish(&mut res);
+        Ok(res)
+    }
+
+    fn work_pending(&self) -> bool {
+        self.rt.enabled().iter().any(|e| !matches!(e, Event::Tick))
+    }
+
+    /// Lets every bio in flight complete and every deferred completion run (delayed work
+    /// included: jiffies keep advancing).
+    pub fn drain(&mut self) -> Result<(), DriverError> {
+        for _ in 0..100_000 {
+            if let Some(t) = self.dev.next_completion() {
+                self.tick_until(t);
+                self.now = self.now.max(t);
+                self.complete_due();
+                continue;
+            }
+            self.run_deferred();
+            if !self.work_pending() && self.timers_pending() == 0 {
+                return Ok(());
+            }
+            let t = self.next_tick;
+            self.tick_until(t);
+        }
+        Err(DriverError::Stuck { at_ns: self.now })
+    }
+
+    fn timers_pending(&self) -> usize {
+        self.rt.kernel().armed_timers()
+    }
+
+    /// What the device holds (or the workload wrote last) at `pos`.
+    fn expected(&self, pos: u64, len: usize) -> Vec<u8> {
+        range_pattern(pos, len, |i| self.passes.get(&i).copied().unwrap_or(0))
+    }
+}
+
+/// One run.
+pub fn run(cfg: DriverConfig) -> Result<RunResult, DriverError> {
+    Machine::boot(cfg)?.run()
+}
+
+/// Data integrity through the cache: `cfg.workload`'s writes (`cfg.max_ios` syscalls, or twice
+/// over the range), `fsync()`, drop the cache, read the range back with plain reads and compare
+/// with what was written; `corrupt_bytes` counts the differences, and the media is compared too.
+pub fn integrity_run(cfg: DriverConfig) -> Result<RunResult, DriverError> {
+    let io = cfg.io_bytes as u64;
+    let range = cfg.range_bytes - cfg.range_bytes % io.max(1);
+    let mut m = Machine::boot(cfg.clone())?;
+    let mut res = RunResult {
+        limit_pages: cfg.limit_bytes.map(|b| b / PAGE as u64),
+        ..RunResult::default()
+    };
+    let writes = Phase {
+        workload: Workload::Writes,
+        dontcache: cfg.dontcache,
+        range,
+        until_ns: u64::MAX,
+        max_ios: Some(cfg.max_ios.unwrap_or(2 * range / io)),
+    };
+    m.run_phase(&writes, &mut res)?;
+    if res.refused.is_some() {
+        return Ok(res);
+    }
+    m.fsync()?;
+    m.drop_caches();
+    let reads = Phase {
+        workload: Workload::Reads,
+        dontcache: false,
+        range,
+        until_ns: u64::MAX,
+        max_ios: Some(range / io),
+    };
+    m.run_phase(&reads, &mut res)?;
+    m.drain()?;
+    let media = m.dev.read_media(0, range as usize);
+    let want = m.expected(0, range as usize);
+    res.corrupt_bytes += media.iter().zip(&want).filter(|(a, b)| a != b).count() as u64;
+    m.finish(&mut res);
+    Ok(res)
+}
+
+/// The calls into bio-core's page cache (Seam 1), in one place.
+mod kernel_calls {
+    use super::*;
+    use bio_core::block::fops::{blkdev_read_iter, blkdev_write_iter, RWF_DONTCACHE};
+
+    /// Work counted between two snapshots, in units [`PageCosts`] prices.
+    #[derive(Debug, Default)]
+    pub struct Work {
+        pub copied: u64,
+        pub added: u64,
+        pub scanned: u64,
+        pub evicted: u64,
+        pub invalidated: u64,
+        pub written_back: u64,
+    }
+
+    /// The block device's own mapping (`bdev->bd_mapping`) of the run's design and path, sized to
+    /// the range, under the run's memcg limit.
+    pub fn bdev_mapping(
+        kernel: &Arc<Kernel>,
+        cfg: &DriverConfig,
+    ) -> Result<Arc<AddressSpace>, DriverError> {
+        let mut pc = PageCacheConfig::new(cfg.design, cfg.path)
+            .with_nr_pages(cfg.range_bytes.div_ceil(PAGE as u64));
+        if let Some(l) = cfg.limit_bytes {
+            pc = pc.with_limit(l / PAGE as u64);
+        }
+        if cfg.force_dontcache {
+            pc = pc.with_force_dontcache();
+        }
+        if let Some(hook) = &cfg.dropbehind_irq {
+            pc = pc.with_dropbehind_irq(Arc::clone(hook));
+        }
+        Ok(AddressSpace::new(kernel, pc))
+    }
+
+    pub fn stats(m: &AddressSpace) -> PageCacheStats {
+        m.stats()
+    }
+
+    pub fn work_delta(a: &PageCacheStats, b: &PageCacheStats) -> Work {
+        let d = b.since(a);
+        Work {
+            copied: d.copied_to_user_pages + d.copied_from_user_pages,
+            added: d.folios_added,
+            scanned: d.reclaim_scanned,
+            evicted: d.reclaim_evicted,
+            invalidated: d.dropbehind_invalidated + d.invalidated_pages,
+            written_back: d.writeback_pages,
+        }
+    }
+
+    fn rwf(dontcache: bool) -> u32 {
+        if dontcache {
+            RWF_DONTCACHE
+        } else {
+            0
+        }
+    }
+
+    /// One step of `preadv2()`: (bytes copied, bios to submit, waiting).
+    pub fn read(
+        m: &AddressSpace,
+        cx: &Cpu,
+        pos: u64,
+        buf: &mut [u8],
+        dontcache: bool,
+    ) -> Result<(usize, Vec<Box<Bio>>, bool), Errno> {
+        let p = blkdev_read_iter(m, cx, pos, buf, rwf(dontcache))?;
+        Ok((p.copied, p.submit, p.blocked.is_some()))
+    }
+
+    /// One step of `pwritev2()`.
+    pub fn write(
+        m: &AddressSpace,
+        cx: &Cpu,
+        pos: u64,
+        data: &[u8],
+        dontcache: bool,
+    ) -> Result<(usize, Vec<Box<Bio>>, bool), Errno> {
+        let p = blkdev_write_iter(m, cx, pos, data, rwf(dontcache))?;
+        Ok((p.written, p.submit, p.blocked.is_some()))
+    }
+
+    /// One step of `fsync()`: (bios to submit, still waiting).
+    pub fn fsync(m: &AddressSpace, cx: &Cpu) -> (Vec<Box<Bio>>, bool) {
+        let p = m.fsync(cx);
+        (p.submit, p.blocked.is_some())
+    }
+
+    pub fn drop_caches(m: &AddressSpace, cx: &Cpu) {
+        m.invalidate_mapping_pages(cx, 0, u64::MAX);
+    }
+
+    pub fn left_behind(m: &AddressSpace) -> u64 {
+        m.dropbehind_left().len() as u64
+    }
+}

@@ -1,0 +1,278 @@
+//! An NVMe-like block device (`drivers/nvme/host/pci.c` seen from the block layer): a queue that
+//! transfers at a fixed bandwidth after a fixed command latency, and completes each request with
+//! an interrupt on the CPU that submitted it (one MSI-X vector per CPU, as `nvme_pci_map_queues()`
+//! maps them). Bios submitted together that are contiguous and of the same direction are merged
+//! into one request up to `max_request_bytes`, as the plug's `blk_attempt_plug_merge()` does (so
+//! buffer_head's one-bio-per-block writeback does not cost one interrupt per 4 KiB); the
+//! request's completion (`blk_mq_end_request()` → `blk_update_request()`) ends each of its bios. The data lives in memory, sparse, so everything written can be read back and
+//! verified; a block never written reads as [`page_pattern`]`(block, 0)`, as if the disk had been
+//! filled before the run.
+
+use super::workload_pattern::page_pattern;
+use bio_core::block::{Bio, ReqOp};
+use bio_core::kernel::CpuId;
+use std::collections::{BTreeMap, HashMap};
+
+/// Bytes per sector (`SECTOR_SIZE`).
+pub const SECTOR_SIZE: u64 = 512;
+
+/// The device's speed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NvmeModel {
+    /// Transfer bandwidth in bytes per second, shared by reads and writes (one queue's worth of
+    /// media bandwidth: bios transfer one after another).
+    pub bandwidth: f64,
+    /// Command latency from submission to the start of the transfer, in ns.
+    pub latency_ns: u64,
+    /// The largest request a merge builds (`max_sectors_kb`).
+    pub max_request_bytes: u64,
+}
+
+impl NvmeModel {
+    /// A mid-range PCIe 3 NVMe SSD: 3.2 GB/s, 20 µs per command.
+    pub const DEFAULT: NvmeModel = NvmeModel {
+        bandwidth: 3.2e9,
+        latency_ns: 20_000,
+        max_request_bytes: 512 << 10,
+    };
+
+    /// ns to transfer `bytes`.
+    pub fn transfer_ns(&self, bytes: u64) -> u64 {
+        (bytes as f64 * 1e9 / self.bandwidth).ceil() as u64
+    }
+}
+
+/// A request in flight: when it completes and on which CPU's interrupt.
+#[derive(Debug)]
+pub struct InFlight {
+    /// Completion time (ns).
+    pub done_ns: u64,
+    /// The submitting CPU, whose vector the completion interrupt comes in on.
+    pub cpu: CpuId,
+    /// The request's bios, their data already transferred (a read's pages filled).
+    #[allow(clippy::vec_box)]
+    pub bios: Vec<Box<Bio>>,
+}
+
+/// The device: media contents, the queue's busy time, the bios in flight.
+#[derive(Debug, Default)]
+pub struct NvmeDevice {
+    model: Option<NvmeModel>,
+    /// 4 KiB blocks by block number; sparse.
+    blocks: HashMap<u64, Box<[u8; 4096]>>,
+    /// When the media is free again (ns).
+    busy_until: u64,
+    /// In flight, by (completion time, submission number).
+    inflight: BTreeMap<(u64, u64), InFlight>,
+    submitted: u64,
+    /// Bytes read from / written to the media.
+    pub bytes_read: u64,
+    /// Bytes written to the media.
+    pub bytes_written: u64,
+}
+
+impl NvmeDevice {
+    /// An empty device of `model`'s speed.
+    pub fn new(model: NvmeModel) -> Self {
+        Self {
+            model: Some(model),
+            ..Self::default()
+        }
+    }
+
+    fn model(&self) -> NvmeModel {
+        self.model.unwrap_or(NvmeModel::DEFAULT)
+    }
+
+    /// `submit_bio()` of `bios` at `now_ns` from `cpu`, under one plug: contiguous bios of the
+    /// same direction merge into requests. Reads are filled from the media, writes stored, when
+    /// the transfer is scheduled (the data path is not what is timed). Returns the requests'
+    /// completion times.
+    #[allow(clippy::vec_box)]
+    pub fn submit_plugged(&mut self, bios: Vec<Box<Bio>>, cpu: CpuId, now_ns: u64) -> Vec<u64> {
+        let mut done = Vec::new();
+        let mut req: Vec<Box<Bio>> = Vec::new();
+        let mut req_bytes = 0u64;
+        for bio in bios {
+            let bytes = Self::bio_bytes(&bio);
+            let merges = req.last().is_some_and(|last| {
+                last.op() == bio.op()
+                    && last.bi_iter.bi_sector + Self::bio_bytes(last) / SECTOR_SIZE
+                        == bio.bi_iter.bi_sector
+                    && req_bytes + bytes <= self.model().max_request_bytes
+            });
+            if !merges && !req.is_empty() {
+                done.push(self.issue(std::mem::take(&mut req), req_bytes, cpu, now_ns));
+                req_bytes = 0;
+            }
+            req_bytes += bytes;
+            req.push(bio);
+        }
+        if !req.is_empty() {
+            done.push(self.issue(req, req_bytes, cpu, now_ns));
+        }
+        done
+    }
+
+    /// One bio on its own.
+    pub fn submit(&mut self, bio: Box<Bio>, cpu: CpuId, now_ns: u64) -> u64 {
+        let bytes = Self::bio_bytes(&bio);
+        self.issue(vec![bio], bytes, cpu, now_ns)
+    }
+
+    fn bio_bytes(bio: &Bio) -> u64 {
+        u64::from(bio.bi_iter.bi_size).max(bio.data_len() as u64)
+    }
+
+    #[allow(clippy::vec_box)]
+    fn issue(&mut self, mut bios: Vec<Box<Bio>>, bytes: u64, cpu: CpuId, now_ns: u64) -> u64 {
+        let start = now_ns
+            .saturating_add(self.model().latency_ns)
+            .max(self.busy_until);
+        let done = start + self.model().transfer_ns(bytes);
+        self.busy_until = done;
+        for bio in bios.iter_mut() {
+            self.transfer(bio);
+        }
+        self.submitted += 1;
+        self.inflight.insert(
+            (done, self.submitted),
+            InFlight {
+                done_ns: done,
+                cpu,
+                bios,
+            },
+        );
+        done
+    }
+
+    fn transfer(&mut self, bio: &mut Bio) {
+        let first = bio.bi_iter.bi_sector * SECTOR_SIZE;
+        if bio.op() == ReqOp::Write {
+            let data = bio.data();
+            for (i, chunk) in data.chunks(4096).enumerate() {
+                self.store(first + i as u64 * 4096, chunk);
+            }
+            self.bytes_written += data.len() as u64;
+        } else {
+            let mut off = first;
+            for v in bio.bi_io_vec.iter_mut() {
+                if v.data.is_empty() {
+                    // A segment without a buffer stands for one page (the folio's).
+                    v.data = vec![0; 4096];
+                }
+                let len = v.data.len();
+                let mut filled = 0;
+                while filled < len {
+                    let n = (4096 - (off % 4096) as usize).min(len - filled);
+                    self.load(off, &mut v.data[filled..filled + n]);
+                    filled += n;
+                    off += n as u64;
+                }
+            }
+            self.bytes_read += Self::bio_bytes(bio);
+        }
+    }
+
+    fn store(&mut self, off: u64, chunk: &[u8]) {
+        let (blk, at) = (off / 4096, (off % 4096) as usize);
+        let b = self.blocks.entry(blk).or_insert_with(|| {
+            let mut page = Box::new([0u8; 4096]);
+            page_pattern(blk, 0, &mut page[..]);
+            page
+        });
+        let n = chunk.len().min(4096 - at);
+        b[at..at + n].copy_from_slice(&chunk[..n]);
+        if n < chunk.len() {
+            self.store(off + n as u64, &chunk[n..]);
+        }
+    }
+
+    fn load(&self, off: u64, out: &mut [u8]) {
+        let (blk, at) = (off / 4096, (off % 4096) as usize);
+        match self.blocks.get(&blk) {
+            Some(b) => out.copy_from_slice(&b[at..at + out.len()]),
+            None => {
+                let mut page = [0u8; 4096];
+                page_pattern(blk, 0, &mut page);
+                out.copy_from_slice(&page[at..at + out.len()]);
+            }
+        }
+    }
+
+    /// The media's bytes at `off` (for verification).
+    pub fn read_media(&self, off: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0; len];
+        let mut done = 0;
+        while done < len {
+            let o = off + done as u64;
+            let n = (4096 - (o % 4096) as usize).min(len - done);
+            self.load(o, &mut out[done..done + n]);
+            done += n;
+        }
+        out
+    }
+
+    /// When the next bio completes, if any is in flight.
+    pub fn next_completion(&self) -> Option<u64> {
+        self.inflight.keys().next().map(|k| k.0)
+    }
+
+    /// Takes every bio that has completed by `now_ns`, oldest first.
+    pub fn complete_until(&mut self, now_ns: u64) -> Vec<InFlight> {
+        let later = self.inflight.split_off(&(now_ns + 1, 0));
+        let done = std::mem::replace(&mut self.inflight, later);
+        done.into_values().collect()
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_read_back_and_time_is_bandwidth_plus_latency() {
+        let mut d = NvmeDevice::new(NvmeModel {
+            bandwidth: 4096.0 * 1e6, // one page per µs
+            latency_ns: 10_000,
+            max_request_bytes: 8192,
+        });
+        let w = Bio::new(1, ReqOp::Write, 8).with_data(vec![7; 8192]);
+        assert_eq!(d.submit(w, CpuId(0), 0), 10_000 + 2_000);
+        let mut r = Bio::new(2, ReqOp::Read, 8);
+        r.add_data(vec![0; 4096]);
+        r.add_data(vec![0; 4096]);
+        // Queued behind the write: the media is busy until 12 µs.
+        assert_eq!(d.submit(r, CpuId(1), 1_000), 14_000);
+        assert_eq!(d.next_completion(), Some(12_000));
+        assert_eq!(d.complete_until(12_000).len(), 1);
+        let done = d.complete_until(20_000);
+        assert_eq!(done[0].cpu, CpuId(1));
+        assert_eq!(done[0].bios[0].data(), vec![7; 8192]);
+        assert_eq!(d.read_media(4096 + 100, 10), vec![7; 10]);
+        let mut p0 = [0u8; 4096];
+        page_pattern(0, 0, &mut p0);
+        assert_eq!(
+            d.read_media(0, 4),
+            p0[..4].to_vec(),
+            "never written: pass 0"
+        );
+        assert_eq!(d.in_flight(), 0);
+        // Under a plug, contiguous writes merge up to 8 KiB: three 4 KiB bios, two requests.
+        let bios = (0..3)
+            .map(|i| Bio::new(10 + i, ReqOp::Write, 100 + 8 * i).with_data(vec![1; 4096]))
+            .collect();
+        let t = d.submit_plugged(bios, CpuId(0), 100_000);
+        assert_eq!(t, vec![112_000, 113_000]);
+        let done = d.complete_until(200_000);
+        assert_eq!(
+            done.iter().map(|r| r.bios.len()).collect::<Vec<_>>(),
+            vec![2, 1]
+        );
+    }
+}

@@ -1,0 +1,309 @@
+//! `biosim bench dontcache --preset seed-reads|seed-writes`: the seed's experiment on every
+//! design and path in the simulation, printed as the cover letter's tables, then what the tables
+//! do not show: the page-cache footprint, the folios DONTCACHE left behind, the deferred
+//! completions (and the regular ones merged with them), the reclaim work, and the per-page costs
+//! that priced it all.
+
+use super::driver::{run, DriverConfig, DriverError, RunResult};
+use super::seed_presets::{SeedPreset, Workload};
+use super::seed_table::{average_mb, ratio, seed_table};
+use crate::perf::dontcache_costs::PageCosts;
+use bio_core::mm::dontcache::{DontcacheDesign, WritebackPath};
+use std::fmt::Write as _;
+
+/// The bench's parameters.
+#[derive(Debug, Clone)]
+pub struct SeedBenchConfig {
+    /// The experiment.
+    pub preset: SeedPreset,
+    /// The designs, in order.
+    pub designs: Vec<DontcacheDesign>,
+    /// The paths, in order.
+    pub paths: Vec<WritebackPath>,
+    /// Simulated seconds per run.
+    pub seconds: u64,
+    /// The cache limit in bytes.
+    pub limit_bytes: u64,
+    /// The per-page costs.
+    pub costs: PageCosts,
+}
+
+impl SeedBenchConfig {
+    /// `preset` on every design and both paths, with its own limit and length.
+    pub fn new(preset: SeedPreset) -> Self {
+        Self {
+            preset,
+            designs: all_designs(),
+            paths: vec![WritebackPath::Iomap, WritebackPath::BufferHead],
+            seconds: preset.seconds,
+            limit_bytes: preset.limit_bytes,
+            costs: PageCosts::MEASURED,
+        }
+    }
+}
+
+/// The name the CLI and the tables use for `d` ([`DontcacheDesign::name`]).
+pub fn design_name(d: &DontcacheDesign) -> String {
+    d.name().to_owned()
+}
+
+/// Every design: baseline, xfs-wq, v3, then the bio-level versions (posted and registered
+/// modules).
+pub fn all_designs() -> Vec<DontcacheDesign> {
+    DontcacheDesign::all()
+}
+
+/// `--design NAME|all`.
+pub fn parse_designs(name: &str) -> Result<Vec<DontcacheDesign>, String> {
+    if name == "all" {
+        return Ok(all_designs());
+    }
+    DontcacheDesign::parse(name)
+        .map(|d| vec![d])
+        .map_err(|e| format!("{e}, or all"))
+}
+
+/// The name of a path.
+pub fn path_name(p: WritebackPath) -> &'static str {
+    match p {
+        WritebackPath::Iomap => "iomap",
+        WritebackPath::BufferHead => "buffer-head",
+    }
+}
+
+/// `--path iomap|buffer-head|both`.
+pub fn parse_paths(name: &str) -> Result<Vec<WritebackPath>, String> {
+    match name {
+        "iomap" => Ok(vec![WritebackPath::Iomap]),
+        "buffer-head" => Ok(vec![WritebackPath::BufferHead]),
+        "both" => Ok(vec![WritebackPath::Iomap, WritebackPath::BufferHead]),
+        _ => Err(format!(
+            "unknown path '{name}' (known: iomap, buffer-head, both)"
+        )),
+    }
+}
+
+/// One design x path: the normal run, the DONTCACHE run, and (baseline) the refusal.
+#[derive(Debug, Clone)]
+pub struct DesignRow {
+    /// The design.
+    pub design: DontcacheDesign,
+    /// The path.
+    pub path: WritebackPath,
+    /// Without `RWF_DONTCACHE`.
+    pub normal: RunResult,
+    /// With it (forced on a design that refuses it).
+    pub dontcache: RunResult,
+    /// The error the unforced DONTCACHE syscall got, if the bdev refused it.
+    pub refused: Option<bio_core::errno::Errno>,
+}
+
+impl DesignRow {
+    /// Average MB/s (normal, dontcache).
+    pub fn averages(&self) -> (f64, f64) {
+        (
+            average_mb(&self.normal.per_second),
+            average_mb(&self.dontcache.per_second),
+        )
+    }
+
+    /// dontcache / normal.
+    pub fn ratio(&self) -> Option<f64> {
+        let (a, b) = self.averages();
+        ratio(a, b)
+    }
+
+    /// The DONTCACHE run's peak footprint as a fraction of the limit.
+    pub fn dontcache_footprint(&self) -> f64 {
+        match self.dontcache.limit_pages {
+            Some(l) if l > 0 => self.dontcache.peak_cached as f64 / l as f64,
+            _ => 0.0,
+        }
+    }
+}
+
+/// The bench's results.
+#[derive(Debug, Clone)]
+pub struct SeedBenchReport {
+    /// The configuration.
+    pub config: SeedBenchConfig,
+    /// One per design x path.
+    pub rows: Vec<DesignRow>,
+}
+
+fn driver_config(cfg: &SeedBenchConfig, d: DontcacheDesign, p: WritebackPath) -> DriverConfig {
+    let mut c = DriverConfig::new(d, p, cfg.preset.workload);
+    c.limit_bytes = Some(cfg.limit_bytes);
+    c.range_bytes = cfg.limit_bytes * cfg.preset.range_limits;
+    c.io_bytes = cfg.preset.io_bytes;
+    c.duration_ns = cfg.seconds * 1_000_000_000;
+    c.costs = cfg.costs;
+    c
+}
+
+/// Runs the bench.
+pub fn seed_bench(cfg: &SeedBenchConfig) -> Result<SeedBenchReport, DriverError> {
+    let mut rows = Vec::new();
+    for &design in &cfg.designs {
+        for &path in &cfg.paths {
+            let base = driver_config(cfg, design, path);
+            let normal = run(base.clone())?;
+            let mut dc = base.clone();
+            dc.dontcache = true;
+            let mut dontcache = run(dc.clone())?;
+            let refused = dontcache.refused;
+            if refused.is_some() {
+                dc.force_dontcache = true;
+                dontcache = run(dc)?;
+            }
+            rows.push(DesignRow {
+                design,
+                path,
+                normal,
+                dontcache,
+                refused,
+            });
+        }
+    }
+    Ok(SeedBenchReport {
+        config: cfg.clone(),
+        rows,
+    })
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{} MiB", bytes >> 20)
+}
+
+impl std::fmt::Display for SeedBenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cfg = &self.config;
+        let p = &cfg.preset;
+        let mut out = String::new();
+        let what = match p.workload {
+            Workload::Reads => "1 MiB preadv2",
+            Workload::Writes => "1 MiB pwritev2",
+        };
+        let _ = writeln!(
+            out,
+            "{}: {what} over {} with a cache limit of {}, {} simulated s per run, \
+             normal vs RWF_DONTCACHE (simulation: deterministic runtime, NVMe-like device)",
+            p.name,
+            mib(cfg.limit_bytes * p.range_limits),
+            mib(cfg.limit_bytes),
+            cfg.seconds
+        );
+        let _ = writeln!(out, "per-page costs:");
+        for (name, ns) in cfg.costs.fields() {
+            let _ = writeln!(out, "  {name:<20} {ns:>7.0} ns");
+        }
+        let _ = writeln!(out, "  source: {}", cfg.costs.source);
+        for r in &self.rows {
+            let name = design_name(&r.design);
+            let path = path_name(r.path);
+            let _ = writeln!(out);
+            if let Some(e) = r.refused {
+                let _ = writeln!(
+                    out,
+                    "{name} ({path}): RWF_DONTCACHE on the block device: {e:?} (no FOP_DONTCACHE \
+                     in def_blk_fops without patch 4/4); forced on below"
+                );
+            }
+            let title = format!(
+                "===== {} ({name}, {path}{}) =====",
+                p.title,
+                if r.refused.is_some() {
+                    ", dontcache forced"
+                } else {
+                    ""
+                }
+            );
+            out.push_str(&seed_table(
+                &title,
+                &r.normal.per_second,
+                &r.dontcache.per_second,
+            ));
+            let limit = r.dontcache.limit_pages.unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "footprint (folios of {limit}): normal peak {} final {}; dontcache peak {} final {} ({:.1}% of the limit)",
+                r.normal.peak_cached,
+                r.normal.final_cached,
+                r.dontcache.peak_cached,
+                r.dontcache.final_cached,
+                r.dontcache_footprint() * 100.0
+            );
+            let _ = writeln!(
+                out,
+                "dropbehind folios left cached after writeback: {}{}",
+                r.dontcache.left_behind,
+                match p.workload {
+                    Workload::Reads => " (reads: the readahead window past the last read)",
+                    Workload::Writes => "",
+                }
+            );
+            let s = &r.dontcache.stats;
+            let _ = writeln!(
+                out,
+                "completions deferred to task context: normal {}, dontcache {} (regular folios merged into flagged bios: {})",
+                r.normal.deferred,
+                r.dontcache.deferred,
+                s.merged_regular_folios
+            );
+            for (label, x) in [("normal", &r.normal), ("dontcache", &r.dontcache)] {
+                let s = &x.stats;
+                let _ = writeln!(
+                    out,
+                    "reclaim ({label}): scanned {} evicted {} writeback started {} throttled {}; invalidated {}",
+                    s.reclaim_scanned,
+                    s.reclaim_evicted,
+                    s.reclaim_writeback_started,
+                    s.reclaim_throttled,
+                    s.dropbehind_invalidated
+                );
+            }
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "design      path          normal MB/s  dontcache MB/s  ratio  dontcache peak  left"
+        );
+        for r in &self.rows {
+            let (a, b) = r.averages();
+            let _ = writeln!(
+                out,
+                "{:<10}  {:<11}  {:>11.1}  {:>14.1}  {:>5}  {:>13.1}%  {:>4}",
+                design_name(&r.design),
+                path_name(r.path),
+                a,
+                b,
+                r.ratio()
+                    .map(|x| format!("{x:.2}"))
+                    .unwrap_or_else(|| "-".to_owned()),
+                r.dontcache_footprint() * 100.0,
+                r.dontcache.left_behind
+            );
+        }
+        f.write_str(&out)
+    }
+}
+
+/// One 16 KiB `pwritev2(RWF_DONTCACHE)` (4 folios; forced on a design whose bdev refuses it) on
+/// `design` x `path`, run until its writeback completed and every deferred completion ran, as an
+/// ftrace-format trace (docs/dontcache.md quotes these).
+pub fn traced_write(
+    design: DontcacheDesign,
+    path: WritebackPath,
+    costs: &PageCosts,
+) -> Result<String, DriverError> {
+    let mut c = DriverConfig::new(design, path, Workload::Writes);
+    c.io_bytes = 16 << 10;
+    c.range_bytes = 16 << 10;
+    c.max_ios = Some(1);
+    c.dontcache = true;
+    c.force_dontcache = true;
+    c.capture = true;
+    c.costs = *costs;
+    let r = run(c)?;
+    Ok(r.ftrace.unwrap_or_default())
+}

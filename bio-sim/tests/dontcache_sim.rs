@@ -1,0 +1,275 @@
+//! The simulated page cache under the discrete-event driver (bio-sim/src/pagecache): data
+//! integrity through the cache on every design and path (also under a limit that forces
+//! reclaim), the dropbehind oracle and its buggy twins, the seed bench's output shape, and the
+//! CLI's bad input.
+
+use bio_core::mm::dontcache::{DontcacheDesign, WritebackPath};
+use bio_sim::pagecache::driver::{integrity_run, run, DriverConfig, RunResult, Twin};
+use bio_sim::pagecache::dropbehind_oracle::{
+    baseline_leaves_irq_completed, check_dontcache_run, end_dropbehind_in_task_only, fixed_in_run,
+    no_dropbehind_made, no_dropbehind_survives_writeback,
+};
+use bio_sim::pagecache::seed_bench::{all_designs, design_name, path_name};
+use bio_sim::pagecache::seed_presets::Workload;
+use std::process::Command;
+
+const PATHS: [WritebackPath; 2] = [WritebackPath::Iomap, WritebackPath::BufferHead];
+
+/// A small run: 64 KiB syscalls over `range` bytes.
+fn small(
+    design: DontcacheDesign,
+    path: WritebackPath,
+    workload: Workload,
+    range: u64,
+) -> DriverConfig {
+    let mut c = DriverConfig::new(design, path, workload);
+    c.io_bytes = 64 << 10;
+    c.range_bytes = range;
+    c
+}
+
+fn dontcache_writes(design: DontcacheDesign, path: WritebackPath, twin: Option<Twin>) -> RunResult {
+    let mut c = small(design, path, Workload::Writes, 2 << 20);
+    c.dontcache = true;
+    c.force_dontcache = true;
+    c.max_ios = Some(64);
+    c.twin = twin;
+    run(c).expect("the run completes")
+}
+
+#[test]
+fn integrity_on_every_design_and_path_without_and_with_dontcache() {
+    for design in all_designs() {
+        for path in PATHS {
+            for dontcache in [false, true] {
+                let mut c = small(design, path, Workload::Writes, 1 << 20);
+                c.dontcache = dontcache;
+                c.force_dontcache = true;
+                let r = integrity_run(c).expect("the run completes");
+                let what = format!(
+                    "{} {} dontcache={dontcache}",
+                    design_name(&design),
+                    path_name(path)
+                );
+                assert_eq!(r.refused, None, "{what}");
+                assert_eq!(r.corrupt_bytes, 0, "{what}: data read back differs");
+                assert_eq!(r.ios, 2 * 16 + 16, "{what}: 2 write passes + 1 read pass");
+            }
+        }
+    }
+}
+
+#[test]
+fn integrity_under_a_limit_that_forces_reclaim() {
+    for design in all_designs() {
+        for path in PATHS {
+            for dontcache in [false, true] {
+                // 4 MiB written twice through a 1 MiB cache.
+                let mut c = small(design, path, Workload::Writes, 4 << 20);
+                c.limit_bytes = Some(1 << 20);
+                c.dontcache = dontcache;
+                c.force_dontcache = true;
+                let what = format!(
+                    "{} {} dontcache={dontcache}",
+                    design_name(&design),
+                    path_name(path)
+                );
+                let r = integrity_run(c).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(r.corrupt_bytes, 0, "{what}: data read back differs");
+                assert!(
+                    r.peak_cached <= 256,
+                    "{what}: peak {} over the limit",
+                    r.peak_cached
+                );
+                if !dontcache {
+                    assert!(
+                        r.stats.reclaim_evicted > 0,
+                        "{what}: reclaim ran: {:?}",
+                        r.stats
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reads_under_a_limit_are_verified_and_reclaimed() {
+    for path in PATHS {
+        let mut c = small(DontcacheDesign::Baseline, path, Workload::Reads, 4 << 20);
+        c.limit_bytes = Some(1 << 20);
+        c.max_ios = Some(128);
+        let r = run(c).expect("the run completes");
+        assert_eq!(r.corrupt_bytes, 0);
+        assert!(r.stats.reclaim_evicted > 0, "{:?}", r.stats);
+        assert!(r.peak_cached <= 256);
+    }
+}
+
+#[test]
+fn the_oracle_passes_the_fixed_designs() {
+    let mut fixed = 0;
+    for design in all_designs() {
+        for path in PATHS {
+            let r = dontcache_writes(design, path, None);
+            fixed += usize::from(fixed_in_run(&design, path, &r));
+            for (name, v) in check_dontcache_run(&design, path, &r) {
+                assert_eq!(
+                    v,
+                    Ok(()),
+                    "{} {}: {name}",
+                    design_name(&design),
+                    path_name(path)
+                );
+            }
+        }
+    }
+    assert!(fixed >= 9, "the fixed designs were checked: {fixed}");
+}
+
+#[test]
+fn baseline_is_the_buggy_twin_of_the_fixed_designs() {
+    // iomap: the folios are dropbehind and their IRQ completions leave them.
+    let r = dontcache_writes(DontcacheDesign::Baseline, WritebackPath::Iomap, None);
+    assert_eq!(baseline_leaves_irq_completed(&r), Ok(()));
+    let e = no_dropbehind_survives_writeback(&r).unwrap_err();
+    assert!(e.contains("survived their completed writeback"), "{e}");
+    let e = end_dropbehind_in_task_only(&r).unwrap_err();
+    assert!(e.contains("atomic context"), "{e}");
+    // buffer_head: block_write_begin() has no kiocb, the folios are plain and stay.
+    let r = dontcache_writes(DontcacheDesign::Baseline, WritebackPath::BufferHead, None);
+    assert_eq!(no_dropbehind_made(&r), Ok(()));
+    assert!(r.final_cached > 0 && r.left_behind == 0);
+    // ... which a fixed design is not: its folios were dropbehind and are gone.
+    let v7 = dontcache_writes(
+        DontcacheDesign::parse("v7").unwrap(),
+        WritebackPath::BufferHead,
+        None,
+    );
+    assert!(no_dropbehind_made(&v7).is_err());
+}
+
+#[test]
+fn a_driver_that_drops_complete_in_task_is_caught() {
+    let v7 = all_designs()
+        .into_iter()
+        .find(|d| design_name(d) == "v7")
+        .expect("v7");
+    for path in PATHS {
+        let r = dontcache_writes(v7, path, Some(Twin::DropsCompleteInTask));
+        assert!(no_dropbehind_survives_writeback(&r).is_err(), "{r:?}");
+        assert!(end_dropbehind_in_task_only(&r).is_err());
+        // ... and the baseline check, turned round, accepts it: it is the kernel's gap.
+        assert_eq!(baseline_leaves_irq_completed(&r), Ok(()));
+    }
+}
+
+#[test]
+fn baseline_refuses_bdev_dontcache_unless_forced() {
+    for workload in [Workload::Reads, Workload::Writes] {
+        let mut c = small(
+            DontcacheDesign::Baseline,
+            WritebackPath::Iomap,
+            workload,
+            1 << 20,
+        );
+        c.dontcache = true;
+        c.max_ios = Some(4);
+        let r = run(c).expect("the run completes");
+        assert_eq!(r.refused, Some(bio_core::errno::Errno::EOPNOTSUPP));
+        assert_eq!(r.bytes, 0);
+    }
+}
+
+fn biosim(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_biosim"))
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_bench_prints_the_seed_tables() {
+    let (code, out, err) = biosim(&[
+        "bench",
+        "dontcache",
+        "--preset",
+        "seed-writes",
+        "--design",
+        "baseline",
+        "--path",
+        "buffer-head",
+        "--seconds",
+        "1",
+        "--limit",
+        "4M",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for want in [
+        "seed-writes: 1 MiB pwritev2 over 16 MiB with a cache limit of 4 MiB",
+        "per-page costs:",
+        "baseline (buffer-head): RWF_DONTCACHE on the block device: EOPNOTSUPP",
+        "===== WRITES (baseline, buffer-head, dontcache forced) =====",
+        " sec   normal MB/s  dontcache MB/s",
+        "footprint (folios of 1024): normal peak",
+        "dropbehind folios left cached after writeback:",
+        "completions deferred to task context:",
+        "reclaim (normal): scanned",
+        "design      path          normal MB/s  dontcache MB/s  ratio  dontcache peak  left",
+    ] {
+        assert!(out.contains(want), "missing {want:?}:\n{out}");
+    }
+    let table: Vec<&str> = out.lines().skip_while(|l| !l.starts_with(" sec")).collect();
+    assert!(table[2].starts_with("   1  "), "{out}");
+    assert!(
+        table[3].starts_with("----"),
+        "one row per simulated second: {out}"
+    );
+    assert!(
+        table[4].starts_with(" avg  ") && table[4].contains("ratio"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_bench_input_is_exit_2_with_a_clear_message() {
+    for (args, want) in [
+        (
+            vec!["--preset", "seed-x"],
+            "--preset: unknown preset 'seed-x' (known: seed-reads, seed-writes)",
+        ),
+        (
+            vec!["--preset", "seed-reads", "--design", "v9"],
+            "--design: unknown design `v9`",
+        ),
+        (
+            vec!["--preset", "seed-reads", "--path", "nfs"],
+            "--path: unknown path 'nfs' (known: iomap, buffer-head, both)",
+        ),
+        (
+            vec!["--preset", "seed-reads", "--limit", "1M"],
+            "--limit: 1M is below",
+        ),
+        (
+            vec!["--preset", "seed-reads", "--size", "1M"],
+            "cannot be used with",
+        ),
+        (vec!["--design", "v7"], "--preset"),
+        (
+            vec!["--preset", "seed-reads", "--seconds", "0"],
+            "--seconds",
+        ),
+    ] {
+        let mut full = vec!["bench", "dontcache"];
+        full.extend(args.iter().copied());
+        let (code, _, err) = biosim(&full);
+        assert_eq!(code, 2, "{full:?}: {err}");
+        assert!(err.contains(want), "{full:?}: want {want:?} in:\n{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
