@@ -110,10 +110,12 @@ impl DontcacheDesign {
         matches!(self, Self::V3 | Self::Bio(_))
     }
 
-    /// `blkdev_write_begin()` calls `block_write_begin_iocb()`, which passes `FGP_DONTCACHE` for an
-    /// `IOCB_DONTCACHE` write (patches 3-4/4 of the series, RFC v3's 2/2). Without it a
-    /// buffer_head write never makes a dropbehind folio (`block_write_begin()` has no kiocb); the
-    /// iomap path (`iomap_write_begin()`) always passes it.
+    /// Whether the kernel's `blkdev_write_begin()` calls `block_write_begin_iocb()` (patches
+    /// 3-4/4 of the series, RFC v3's 2/2) rather than `block_write_begin()`. Informational only:
+    /// the page cache does not consult it, because block device writes never reach
+    /// `->write_begin` (`blkdev_write_iter()` → `blkdev_buffered_write()` →
+    /// `iomap_file_buffered_write()` → `iomap_get_folio()` passes `FGP_DONTCACHE` with
+    /// `CONFIG_BUFFER_HEAD` on or off; seed 000, patch 4/4's review).
     pub fn block_write_begin_iocb(&self) -> bool {
         matches!(self, Self::V3 | Self::Bio(_))
     }

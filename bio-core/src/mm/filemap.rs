@@ -695,9 +695,11 @@ impl AddressSpace {
     /// `generic_perform_write()` then `generic_write_sync()`: copies `data` into the folios at
     /// `pos` (`write_begin` = `__filemap_get_folio(FGP_WRITEBEGIN | FGP_DONTCACHE)`, copy,
     /// `write_end` dirties), charging new folios to the memcg. A new folio gets
-    /// `PG_dropbehind` under `IOCB_DONTCACHE` (on the buffer_head path only with
-    /// `block_write_begin_iocb()`, [`DontcacheDesign::block_write_begin_iocb`]); an existing one
-    /// touched without it loses the flag.
+    /// `PG_dropbehind` under `IOCB_DONTCACHE` on both paths: a block device write is always
+    /// `blkdev_write_iter()` → `blkdev_buffered_write()` → `iomap_file_buffered_write()`, whose
+    /// `iomap_get_folio()` passes `FGP_DONTCACHE` whatever `CONFIG_BUFFER_HEAD` is
+    /// (`blkdev_write_begin()` is unreachable; seed 000, patch 4/4's review). An existing folio
+    /// touched without the flag loses it.
     /// With `IOCB_DONTCACHE`, `filemap_fdatawrite_range_kick()` starts writeback of what was
     /// written before returning (its bios are in `submit`).
     ///
@@ -723,10 +725,8 @@ impl AddressSpace {
         }
         let end = size.min(pos + data.len() as u64);
         let dontcache = flags.dontcache();
-        // FGP_DONTCACHE reaches __filemap_get_folio() only where write_begin has the kiocb.
-        let fgp_dontcache = dontcache
-            && (self.config.path == WritebackPath::Iomap
-                || self.config.design.block_write_begin_iocb());
+        // iomap_get_folio() passes FGP_DONTCACHE on either path (iomap_file_buffered_write()).
+        let fgp_dontcache = dontcache;
         let mut m = self.inner.lock();
         let mut cur = pos;
         while cur < end {

@@ -195,15 +195,6 @@ fn the_baseline_and_the_unflagged_twin_leave_irq_completed_folios_cached() {
             let (left, s) = dontcache_write_outcome(design, path, Completion::Hardirq, 40);
             assert_eq!(s.nr_cached, 40, "{design}/{path}: every folio stays");
             assert_eq!(s.dropbehind_invalidated, 0);
-            if path == WritebackPath::BufferHead && !design.block_write_begin_iocb() {
-                // 6.18's blkdev_write_begin() has no kiocb: the folios are not even dropbehind.
-                assert_eq!(
-                    (left.len(), s.end_dropbehind_calls),
-                    (0, 0),
-                    "{design}/{path}"
-                );
-                continue;
-            }
             assert_eq!(left, (0..40).collect::<Vec<_>>(), "{design}/{path}");
             assert_eq!(s.skipped_not_in_task, 40, "{design}/{path}");
             assert_eq!(
@@ -212,14 +203,17 @@ fn the_baseline_and_the_unflagged_twin_leave_irq_completed_folios_cached() {
             );
         }
     }
-    // XFS's workqueue does nothing for the buffer_head path (XFS has none).
-    let (_, s) = dontcache_write_outcome(
+    // XFS's workqueue does nothing for the buffer_head path (XFS has none): the write still made
+    // dropbehind folios (iomap_get_folio(FGP_DONTCACHE)), and the IRQ completion leaves them all.
+    let (left, s) = dontcache_write_outcome(
         DontcacheDesign::XfsWorkqueue,
         WritebackPath::BufferHead,
         Completion::Hardirq,
         8,
     );
     assert_eq!(s.nr_cached, 8);
+    assert_eq!(left, (0..8).collect::<Vec<_>>());
+    assert_eq!(s.skipped_not_in_task, 8);
     // Completed in atomic task context, the baseline's in_task() test passes: the folios go, but
     // folio_end_dropbehind() ran where it may not sleep, and the atomic count says so.
     let (left, s) = dontcache_write_outcome(
