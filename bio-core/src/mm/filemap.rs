@@ -487,7 +487,28 @@ impl AddressSpace {
     ///
     /// A mapping whose ioends may complete on the filesystem's workqueue (XFS's design, or holes)
     /// allocates it here, as the filesystem does at mount (`xfs_init_mount_workqueues()`).
+    ///
+    /// A [`DontcacheDesign::V3`] mapping without [`PageCacheConfig::dropbehind_irq`] gets RFC v3's
+    /// batch on `kernel` ([`PageCacheConfig::with_v3_batch`]). Panics if that fails (a second
+    /// V3 mapping on one kernel, or a kernel booted with the gallery's `v3` module: one
+    /// `CPUHP_PAGE_ALLOC` registration); [`AddressSpace::try_new`] returns the error instead.
     pub fn new(kernel: &UntrackedArc<Kernel>, config: PageCacheConfig) -> UntrackedArc<Self> {
+        match Self::try_new(kernel, config) {
+            Ok(m) => m,
+            Err(e) => panic!("AddressSpace::new: {e}"),
+        }
+    }
+
+    /// [`AddressSpace::new`], with the error of setting up RFC v3's batch returned.
+    pub fn try_new(
+        kernel: &UntrackedArc<Kernel>,
+        mut config: PageCacheConfig,
+    ) -> Result<UntrackedArc<Self>, String> {
+        if config.design == DontcacheDesign::V3 && config.dropbehind_irq.is_none() {
+            config = config
+                .with_v3_batch(kernel)
+                .map_err(|e| format!("RFC v3's dropbehind_init(): {e}"))?;
+        }
         let mapping = UntrackedArc::new_cyclic(|this| AddressSpace {
             inner: Mutex::new(Mapping {
                 folios: BTreeMap::new(),
@@ -510,7 +531,12 @@ impl AddressSpace {
         if mapping.config.design.xfs_wq_completion() || mapping.config.track_unwritten {
             mapping.conv_wq();
         }
-        mapping
+        Ok(mapping)
+    }
+
+    /// RFC v3's batch counters ([`DropbehindIrq::v3_counts`]) on a V3 mapping.
+    pub fn v3_counts(&self) -> Option<super::dropbehind_v3::DropbehindV3Counts> {
+        self.config.dropbehind_irq.as_ref()?.v3_counts()
     }
 
     /// The configuration.

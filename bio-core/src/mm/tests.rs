@@ -3,7 +3,8 @@
 //! tracepoints. Each check names the broken version it catches; where that is cheap, a twin test
 //! runs the broken configuration and shows the check fire.
 
-use super::dontcache::{DontcacheDesign, DropbehindIrq, FolioRef, WritebackPath};
+use super::dontcache::{DontcacheDesign, DropbehindIrq, FolioRef, PageCacheConfig, WritebackPath};
+use super::filemap::AddressSpace;
 use super::filemap::{IocbFlags, PAGE_SIZE};
 use super::testing::{Completion, Rig};
 use crate::block::complete_in_task::Variant;
@@ -715,4 +716,89 @@ mod mixed_ops {
             prop_assert!(r.kernel.reports().is_empty(), "{:?}", r.kernel.reports().all());
         }
     }
+}
+
+/// RFC v3 wired for real (the batch [`AddressSpace::new`] sets up): on buffer_head, one bio per
+/// folio, each ended in its own hardirq with the work run after it, every dropbehind folio is
+/// invalidated by `dropbehind_work_fn()` in task context.
+#[test]
+fn v3_on_buffer_head_one_bio_per_irq_leaves_nothing() {
+    let r = rig(DontcacheDesign::V3, WritebackPath::BufferHead, None);
+    assert!(
+        r.mapping.config().dropbehind_irq.is_some(),
+        "wired by new()"
+    );
+    let data = pattern(40, 7);
+    assert_eq!(r.pwrite(0, &data, DC), Ok(data.len()));
+    for _ in 0..1000 {
+        if r.disk.in_flight() == 0 {
+            break;
+        }
+        r.settle_some(1);
+    }
+    let (left, s) = (r.mapping.dropbehind_left(), r.mapping.stats());
+    let c = r.mapping.v3_counts().expect("a V3 batch");
+    assert_eq!(left, Vec::<u64>::new(), "{s:?} {c:?}");
+    assert_eq!((s.nr_cached, s.v3_handed, s.v3_invalidated), (0, 40, 40));
+    assert_eq!((c.added, c.skipped_full, c.ended_by_work), (40, 0, 40));
+    assert_eq!(
+        s.end_dropbehind_atomic, 0,
+        "the work runs where it may sleep"
+    );
+    assert_eq!(r.disk.page(39), data[39 * PAGE_SIZE..].to_vec());
+}
+
+/// RFC v3 on iomap: one ioend's bio of 64 folios ended in one hardirq. The per-CPU batch holds
+/// `PAGEVEC_SIZE` = 31; `folio_end_dropbehind_irq()` skips the invalidation of the other 33,
+/// which stay cached (RFC v3's real behaviour), and the overflow counter says 33.
+#[test]
+fn v3_on_iomap_one_64_folio_bio_in_one_irq_leaves_33() {
+    let r = rig(DontcacheDesign::V3, WritebackPath::Iomap, None);
+    assert_eq!(r.pwrite(0, &pattern(64, 3), DC), Ok(64 * PAGE_SIZE));
+    assert_eq!(r.disk.in_flight(), 1, "one ioend, one bio");
+    r.settle();
+    let (left, s) = (r.mapping.dropbehind_left(), r.mapping.stats());
+    let c = r.mapping.v3_counts().expect("a V3 batch");
+    assert_eq!(left.len(), 64 - 31, "{s:?} {c:?}");
+    assert_eq!(
+        left,
+        (31..64).collect::<Vec<_>>(),
+        "the batch took the first 31"
+    );
+    assert_eq!(c.skipped_full, 33);
+    assert_eq!((c.added, c.ended_by_work, s.v3_invalidated), (31, 31, 31));
+    assert_eq!(s.nr_cached, 33);
+    assert!(!DontcacheDesign::V3.is_fixed(WritebackPath::Iomap));
+    assert!(DontcacheDesign::V3.is_fixed(WritebackPath::BufferHead));
+}
+
+/// The twin of the two above: a V3 mapping whose hook never ends what it keeps (the work does
+/// not run) leaves every IRQ-completed folio, so the zero above is the batch's work.
+#[test]
+fn v3_twin_a_batch_whose_work_never_runs_leaves_them_all() {
+    let hook = UntrackedArc::new(KeepRefs::default());
+    let r = Rig::with(DontcacheDesign::V3, WritebackPath::BufferHead, |c| {
+        c.with_nr_pages(1024)
+            .with_force_dontcache()
+            .with_dropbehind_irq(hook.clone())
+    });
+    r.pwrite(0, &pattern(40, 7), DC).unwrap();
+    for _ in 0..1000 {
+        if r.disk.in_flight() == 0 {
+            break;
+        }
+        r.settle_some(1);
+    }
+    assert_eq!(r.mapping.dropbehind_left(), (0..40).collect::<Vec<_>>());
+    assert_eq!(
+        r.mapping.v3_counts(),
+        None,
+        "the stand-in keeps no counters"
+    );
+    // A second V3 batch on the same kernel is refused: CPUHP_PAGE_ALLOC takes one registration.
+    let cfg = PageCacheConfig::new(DontcacheDesign::V3, WritebackPath::Iomap);
+    let first = AddressSpace::try_new(&r.kernel, cfg.clone());
+    assert!(first.is_ok());
+    let e = AddressSpace::try_new(&r.kernel, cfg).unwrap_err();
+    assert!(e.contains("dropbehind_init"), "{e}");
 }
