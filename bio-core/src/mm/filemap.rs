@@ -479,6 +479,10 @@ fn mm_filemap_delete_from_page_cache(cx: &Cpu, cfg: &PageCacheConfig, pfn: u64, 
     );
 }
 
+/// `MAX_LFS_FILESIZE` on 64-bit (`LLONG_MAX`): the largest size an inode (the bdev's too) may
+/// have.
+pub const MAX_LFS_FILESIZE: u64 = i64::MAX as u64;
+
 /// The first simulated pfn (an arbitrary, kernel-looking number).
 const FIRST_PFN: u64 = 0x10_0000;
 
@@ -489,7 +493,8 @@ impl AddressSpace {
     /// allocates it here, as the filesystem does at mount (`xfs_init_mount_workqueues()`).
     ///
     /// A [`DontcacheDesign::V3`] mapping without [`PageCacheConfig::dropbehind_irq`] gets RFC v3's
-    /// batch on `kernel` ([`PageCacheConfig::with_v3_batch`]). Panics if that fails (a second
+    /// batch on `kernel` ([`PageCacheConfig::with_v3_batch`]). Panics if that fails (a size past
+    /// [`MAX_LFS_FILESIZE`], a second
     /// V3 mapping on one kernel, or a kernel booted with the gallery's `v3` module: one
     /// `CPUHP_PAGE_ALLOC` registration); [`AddressSpace::try_new`] returns the error instead.
     pub fn new(kernel: &UntrackedArc<Kernel>, config: PageCacheConfig) -> UntrackedArc<Self> {
@@ -504,6 +509,13 @@ impl AddressSpace {
         kernel: &UntrackedArc<Kernel>,
         mut config: PageCacheConfig,
     ) -> Result<UntrackedArc<Self>, String> {
+        if config.nr_pages > MAX_LFS_FILESIZE / PAGE_SIZE as u64 {
+            return Err(format!(
+                "nr_pages {} is past MAX_LFS_FILESIZE ({} pages of {PAGE_SIZE} bytes)",
+                config.nr_pages,
+                MAX_LFS_FILESIZE / PAGE_SIZE as u64
+            ));
+        }
         if config.design == DontcacheDesign::V3 && config.dropbehind_irq.is_none() {
             config = config
                 .with_v3_batch(kernel)
@@ -537,6 +549,12 @@ impl AddressSpace {
     /// RFC v3's batch counters ([`DropbehindIrq::v3_counts`]) on a V3 mapping.
     pub fn v3_counts(&self) -> Option<super::dropbehind_v3::DropbehindV3Counts> {
         self.config.dropbehind_irq.as_ref()?.v3_counts()
+    }
+
+    /// `i_size_read()` of the bdev inode: the device size in bytes (`nr_pages` pages; a size
+    /// past `MAX_LFS_FILESIZE` is refused by [`AddressSpace::try_new`]).
+    pub fn i_size(&self) -> u64 {
+        self.config.nr_pages.saturating_mul(PAGE_SIZE as u64)
     }
 
     /// The configuration.
@@ -583,11 +601,11 @@ impl AddressSpace {
         flags: IocbFlags,
     ) -> Result<ReadProgress, Errno> {
         let mut p = ReadProgress::default();
-        let size = self.config.nr_pages * PAGE_SIZE as u64;
+        let size = self.i_size();
         if buf.is_empty() || pos >= size {
             return Ok(p);
         }
-        let end = size.min(pos + buf.len() as u64);
+        let end = size.min(pos.saturating_add(buf.len() as u64));
         let dontcache = flags.dontcache();
         let mut m = self.inner.lock();
         let mut cur = pos;
@@ -742,14 +760,14 @@ impl AddressSpace {
         flags: IocbFlags,
     ) -> Result<WriteProgress, Errno> {
         let mut p = WriteProgress::default();
-        let size = self.config.nr_pages * PAGE_SIZE as u64;
+        let size = self.i_size();
         if data.is_empty() {
             return Ok(p);
         }
         if pos >= size {
             return Err(Errno::ENOSPC);
         }
-        let end = size.min(pos + data.len() as u64);
+        let end = size.min(pos.saturating_add(data.len() as u64));
         let dontcache = flags.dontcache();
         // iomap_get_folio() passes FGP_DONTCACHE on either path (iomap_file_buffered_write()).
         let fgp_dontcache = dontcache;
@@ -1026,6 +1044,10 @@ impl AddressSpace {
     /// `drop_caches`): evicts every clean, unlocked folio without writeback or extra references
     /// (`mapping_evict_folio()`). Returns how many.
     pub fn invalidate_mapping_pages(&self, cx: &Cpu, first: u64, last: u64) -> u64 {
+        if first > last {
+            // An empty range: nothing is invalidated.
+            return 0;
+        }
         let mut m = self.inner.lock();
         let victims: Vec<u64> = m
             .folios

@@ -802,3 +802,54 @@ fn v3_twin_a_batch_whose_work_never_runs_leaves_them_all() {
     let e = AddressSpace::try_new(&r.kernel, cfg).unwrap_err();
     assert!(e.contains("dropbehind_init"), "{e}");
 }
+
+/// Empty and reversed ranges are nothing to do (the kernel's `if (lend < lstart) return 0;`),
+/// not a panic; a size past `MAX_LFS_FILESIZE` is an error naming it; a position near `u64::MAX`
+/// is past the end. Catches a `BTreeMap::range(first..=last)` reached with `first > last` and an
+/// overflowing `nr_pages * PAGE_SIZE` or `pos + len`.
+#[test]
+fn reversed_ranges_and_huge_sizes_do_not_panic() {
+    let r = rig(
+        DontcacheDesign::Bio(Variant::V7),
+        WritebackPath::Iomap,
+        None,
+    );
+    r.pwrite(0, &pattern(4, 9), NONE).unwrap();
+    let cx = r.task();
+    let m = &r.mapping;
+    assert!(m
+        .filemap_fdatawrite_range(&cx, 3 * PAGE_SIZE as u64, 0)
+        .is_empty());
+    let p = m.filemap_write_and_wait_range(&cx, 5, 4);
+    assert!(p.submit.is_empty() && p.blocked.is_none() && p.error.is_none());
+    assert_eq!(m.invalidate_mapping_pages(&cx, 3, 1), 0);
+    assert_eq!(m.stats().nr_dirty, 4, "nothing was written back");
+    let mut buf = vec![0u8; 16];
+    assert_eq!(
+        m.filemap_read(&cx, u64::MAX - 3, &mut buf, NONE)
+            .unwrap()
+            .copied,
+        0
+    );
+    assert_eq!(
+        m.generic_perform_write(&cx, u64::MAX - 3, &buf, NONE)
+            .unwrap_err(),
+        crate::errno::Errno::ENOSPC
+    );
+    // The whole range still works.
+    let p = m.filemap_write_and_wait_range(&cx, 0, u64::MAX);
+    assert_eq!(p.submit.len(), 1);
+    let huge = PageCacheConfig::new(DontcacheDesign::Baseline, WritebackPath::Iomap)
+        .with_nr_pages(u64::MAX);
+    let e = AddressSpace::try_new(&r.kernel, huge).unwrap_err();
+    assert!(e.contains("MAX_LFS_FILESIZE"), "{e}");
+    let max = super::filemap::MAX_LFS_FILESIZE / PAGE_SIZE as u64;
+    let big = AddressSpace::try_new(
+        &r.kernel,
+        PageCacheConfig::new(DontcacheDesign::Baseline, WritebackPath::Iomap).with_nr_pages(max),
+    )
+    .unwrap();
+    assert_eq!(big.i_size(), max * PAGE_SIZE as u64);
+    let p = big.fsync(&cx);
+    assert!(p.submit.is_empty() && p.error.is_none());
+}
