@@ -326,9 +326,12 @@ pub struct PageCacheConfig {
     /// on the filesystem's workqueue (extent conversion, as XFS and ext4 do), and reads of them
     /// are zero-filled without I/O. `false`: a block device, every block is written.
     pub track_unwritten: bool,
-    /// The `dev` the filemap tracepoints print (`inode->i_sb->s_dev`).
+    /// The `dev` the filemap tracepoints print (`inode->i_sb->s_dev`). A simplification: the
+    /// bdev inode's superblock is `blockdev_superblock`, whose `s_dev` is an anonymous dev
+    /// (major 0, a minor of the boot's choosing); biosim prints the device's own number instead.
     pub dev: (u32, u32),
-    /// The `ino` the filemap tracepoints print.
+    /// The `ino` the filemap tracepoints print: `bdev_add()` sets the bdev inode's `i_ino` to
+    /// the `dev_t` (`MKDEV(7, 0)` = `0x700000` for `/dev/loop0`, printed `%lx`).
     pub ino: u64,
     /// `/sys/kernel/tracing/events/filemap/enable`: the mapping fires
     /// `mm_filemap_add_to_page_cache` / `mm_filemap_delete_from_page_cache` (default on).
@@ -361,7 +364,8 @@ impl fmt::Debug for PageCacheConfig {
 
 impl PageCacheConfig {
     /// A block device of 4 GiB (1 Mi pages), no memcg limit, 128 KiB readahead, `io_pages` 256,
-    /// 256-page bios, no forcing, no holes, `dev` 7:0 (`/dev/loop0`'s `i_rdev`), `ino` 0.
+    /// 256-page bios, no forcing, no holes, `dev` 7:0 (`/dev/loop0`'s `i_rdev`), `ino`
+    /// `0x700000` (its `dev_t`, as `bdev_add()` sets it).
     pub fn new(design: DontcacheDesign, path: WritebackPath) -> Self {
         Self {
             design,
@@ -374,7 +378,8 @@ impl PageCacheConfig {
             force_dontcache: false,
             track_unwritten: false,
             dev: (7, 0),
-            ino: 0,
+            // MKDEV(7, 0): the kernel's dev_t has a 20-bit minor (MINORBITS).
+            ino: 7 << 20,
             filemap_events: true,
             dropbehind_irq: None,
         }

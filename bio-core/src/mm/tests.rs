@@ -369,12 +369,14 @@ fn xfs_completion_and_filemap_events_show_in_the_trace() {
         "{msgs:#?}"
     );
     assert!(
-        msgs.contains(&"mm_filemap_add_to_page_cache: dev 7:0 ino 0 pfn=0x100000 ofs=0 order=0"),
+        msgs.contains(
+            &"mm_filemap_add_to_page_cache: dev 7:0 ino 700000 pfn=0x100000 ofs=0 order=0"
+        ),
         "{msgs:#?}"
     );
     assert!(
         msgs.contains(
-            &"mm_filemap_delete_from_page_cache: dev 7:0 ino 0 pfn=0x100001 ofs=4096 order=0"
+            &"mm_filemap_delete_from_page_cache: dev 7:0 ino 700000 pfn=0x100001 ofs=4096 order=0"
         ),
         "{msgs:#?}"
     );
