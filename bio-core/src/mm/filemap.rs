@@ -986,7 +986,10 @@ impl AddressSpace {
             return false;
         }
         if f.flags.dirty || f.flags.writeback {
+            // filemap_end_dropbehind() would skip it too; counted once, here, so that the v3
+            // and the task-context skip counters can be summed.
             m.stats.v3_skipped_dirty_or_writeback += 1;
+            return false;
         }
         if self.filemap_end_dropbehind(&mut m, cx, r.index) {
             m.stats.v3_invalidated += 1;
