@@ -546,7 +546,7 @@ impl AddressSpace {
         Ok(mapping)
     }
 
-    /// RFC v3's batch counters ([`DropbehindIrq::v3_counts`]) on a V3 mapping.
+    /// RFC v3's batch counters ([`DropbehindIrq::v3_counts`](super::dontcache::DropbehindIrq::v3_counts)) on a V3 mapping.
     pub fn v3_counts(&self) -> Option<super::dropbehind_v3::DropbehindV3Counts> {
         self.config.dropbehind_irq.as_ref()?.v3_counts()
     }
