@@ -3,12 +3,19 @@
 //! Each module models a part of the Linux kernel and names the file it models:
 //!
 //! - [`block`]: `struct bio`, `bio_list`, `blk_status_t`, `bio_endio()` and chaining
-//!   (`block/bio.c`, `include/linux/bio.h`, `include/linux/blk_types.h`).
+//!   (`block/bio.c`, `include/linux/bio.h`, `include/linux/blk_types.h`); [`block::fops`]: the
+//!   block device opened buffered (`block/fops.c`: `def_blk_fops` with or without
+//!   `FOP_DONTCACHE`, `blkdev_read_iter()`/`blkdev_write_iter()`, `kiocb_set_rw_flags()`).
 //! - [`drivers`]: block drivers: the loop driver with its NOWAIT series
 //!   (`drivers/block/loop.c`).
 //! - [`errno`]: the error numbers kernel functions return (`include/uapi/asm-generic/errno*.h`).
-//! - [`fs`]: where filesystems set `BIO_COMPLETE_IN_TASK` (`fs/buffer.c`, `fs/iomap/ioend.c`).
-//! - [`mm`]: the page cache's dropbehind folios (`mm/filemap.c`), the `RWF_DONTCACHE` path.
+//! - [`fs`]: the block device's address-space operations, iomap and buffer_head, and where they
+//!   set `BIO_COMPLETE_IN_TASK` (`fs/iomap/`, `fs/buffer.c`, `fs/mpage.c`), and XFS's ioend
+//!   workqueue completion (`fs/xfs/xfs_aops.c`).
+//! - [`mm`]: the page cache above a block device (`mm/filemap.c`, `swap.c`, `vmscan.c`,
+//!   `memcontrol.c`, `readahead.c`, `page-writeback.c`): folios, LRU, memcg limit and reclaim,
+//!   readahead, writeback, `RWF_DONTCACHE`'s dropbehind folios, the designs compared
+//!   (`mm::dontcache`) and RFC v3's per-CPU batch (`mm::dropbehind_v3`).
 //! - [`kernel`]: the kernel config, per-CPU execution contexts (`include/linux/preempt.h`,
 //!   `irqflags.h`, `rcupdate.h`), `might_sleep()` and lockdep's wait-context check, the simulated
 //!   tasks (`kernel::Task`), and what `kernel/trace/` records with each tracepoint (the ftrace

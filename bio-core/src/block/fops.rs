@@ -29,7 +29,10 @@ pub const RWF_NOAPPEND: u32 = 0x0000_0020;
 pub const RWF_ATOMIC: u32 = 0x0000_0040;
 /// `RWF_DONTCACHE`: buffered I/O that drops the cache after reading or writing the data.
 pub const RWF_DONTCACHE: u32 = 0x0000_0080;
-/// `RWF_SUPPORTED`: every flag `kiocb_set_rw_flags()` knows.
+/// `RWF_NOSIGNAL` (6.16): no `SIGPIPE` from a pipe or socket write; nothing for a block device.
+pub const RWF_NOSIGNAL: u32 = 0x0000_0100;
+/// `RWF_SUPPORTED`: every flag `kiocb_set_rw_flags()` knows (include/uapi/linux/fs.h of 6.18,
+/// `RWF_NOSIGNAL` included).
 pub const RWF_SUPPORTED: u32 = RWF_HIPRI
     | RWF_DSYNC
     | RWF_SYNC
@@ -37,7 +40,8 @@ pub const RWF_SUPPORTED: u32 = RWF_HIPRI
     | RWF_APPEND
     | RWF_NOAPPEND
     | RWF_ATOMIC
-    | RWF_DONTCACHE;
+    | RWF_DONTCACHE
+    | RWF_NOSIGNAL;
 
 /// `FOP_BUFFER_RASYNC`: buffered reads may be async (`RWF_NOWAIT`).
 pub const FOP_BUFFER_RASYNC: u32 = 1 << 0;
@@ -76,10 +80,16 @@ pub fn def_blk_fops(config: &PageCacheConfig) -> FileOperations {
 }
 
 /// `kiocb_set_rw_flags()`: the `IOCB_*` flags of a `preadv2()`/`pwritev2()` with `flags`, or
-/// `EOPNOTSUPP` for an unknown flag or for `RWF_DONTCACHE` without `FOP_DONTCACHE`.
+/// `EOPNOTSUPP` for an unknown flag or for `RWF_DONTCACHE` without `FOP_DONTCACHE`, `EINVAL` for
+/// `RWF_APPEND | RWF_NOAPPEND`. `RWF_DSYNC`/`RWF_SYNC` are accepted but not modelled: biosim's
+/// `generic_write_sync()` does not sync the range for them (a caller wanting it calls
+/// [`AddressSpace::filemap_write_and_wait_range`]).
 pub fn kiocb_set_rw_flags(fops: &FileOperations, flags: u32) -> Result<IocbFlags, Errno> {
     if flags & !RWF_SUPPORTED != 0 {
         return Err(Errno::EOPNOTSUPP);
+    }
+    if flags & RWF_APPEND != 0 && flags & RWF_NOAPPEND != 0 {
+        return Err(Errno::EINVAL);
     }
     let mut iocb = IocbFlags::NONE;
     if flags & RWF_NOWAIT != 0 {
@@ -109,7 +119,9 @@ pub fn blkdev_read_iter(
 }
 
 /// `pwritev2(fd, ..., flags)` on the block device: `kiocb_set_rw_flags()`, then
-/// `blkdev_write_iter()` → `generic_perform_write()` + `generic_write_sync()`.
+/// `blkdev_write_iter()` → `generic_perform_write()` + `generic_write_sync()`. A buffered
+/// `RWF_NOWAIT` write is `EOPNOTSUPP` (`blkdev_write_iter()`: `(ki_flags & (IOCB_NOWAIT |
+/// IOCB_DIRECT)) == IOCB_NOWAIT`).
 pub fn blkdev_write_iter(
     mapping: &AddressSpace,
     cx: &Cpu,
@@ -118,6 +130,10 @@ pub fn blkdev_write_iter(
     rwf: u32,
 ) -> Result<WriteProgress, Errno> {
     let flags = kiocb_set_rw_flags(&def_blk_fops(mapping.config()), rwf)?;
+    if rwf & RWF_NOWAIT != 0 {
+        // Every write here is buffered (no IOCB_DIRECT).
+        return Err(Errno::EOPNOTSUPP);
+    }
     mapping.generic_perform_write(cx, pos, data, flags)
 }
 
@@ -151,9 +167,18 @@ mod tests {
         }
         let cfg = PageCacheConfig::new(DontcacheDesign::Baseline, WritebackPath::Iomap);
         assert_eq!(
-            kiocb_set_rw_flags(&def_blk_fops(&cfg), 0x100),
+            kiocb_set_rw_flags(&def_blk_fops(&cfg), 0x200),
             Err(Errno::EOPNOTSUPP),
             "an unknown RWF bit"
+        );
+        assert_eq!(
+            kiocb_set_rw_flags(&def_blk_fops(&cfg), RWF_NOSIGNAL),
+            Ok(IocbFlags::NONE),
+            "RWF_NOSIGNAL is in 6.18's RWF_SUPPORTED"
+        );
+        assert_eq!(
+            kiocb_set_rw_flags(&def_blk_fops(&cfg), RWF_APPEND | RWF_NOAPPEND),
+            Err(Errno::EINVAL)
         );
     }
 
@@ -186,5 +211,14 @@ mod tests {
         let cx = r.task();
         let p = blkdev_write_iter(&r.mapping, &cx, 0, &data, RWF_DONTCACHE).unwrap();
         assert_eq!((p.written, p.submit.len()), (4096, 1), "written and kicked");
+        // A buffered RWF_NOWAIT write is refused (blkdev_write_iter()); a NOWAIT read is not
+        // (def_blk_fops has FOP_BUFFER_RASYNC).
+        let before = r.mapping.stats().folios_added;
+        assert_eq!(
+            blkdev_write_iter(&r.mapping, &cx, 4096, &data, RWF_NOWAIT).err(),
+            Some(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(r.mapping.stats().folios_added, before);
+        assert!(blkdev_read_iter(&r.mapping, &cx, 0, &mut buf, RWF_NOWAIT).is_ok());
     }
 }

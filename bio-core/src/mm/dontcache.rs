@@ -9,9 +9,10 @@
 //!   `mm/dropbehind_v3.rs`), with [`FolioRef`], a folio reference it may keep for later.
 //! - [`PageCacheConfig`]: the mapping's size, memcg limit, readahead window and the above.
 
+use super::dropbehind_v3::{DropbehindBatchV3, DropbehindFolio, DropbehindV3Counts};
 use super::filemap::AddressSpace;
 use crate::block::complete_in_task::Variant;
-use crate::kernel::Cpu;
+use crate::kernel::{Cpu, Kernel};
 use crate::sync::UntrackedArc;
 use std::fmt;
 
@@ -45,12 +46,29 @@ impl DontcacheDesign {
     /// The designs without a bio-level variant, in the order tables list them.
     pub const NON_BIO: [DontcacheDesign; 3] = [Self::Baseline, Self::XfsWorkqueue, Self::V3];
 
-    /// Every design: baseline, xfs-wq, v3, then every variant ([`Variant::all`]: the presets
-    /// and the registered modules).
+    /// Every design: baseline, xfs-wq, v3, then every bio-level variant ([`Variant::all`]: the
+    /// presets and the registered modules) except the gallery's [`Variant::V3`], which stands
+    /// for RFC v3 on the bio seam: the page cache has the folio-level [`DontcacheDesign::V3`]
+    /// itself, so there is one `v3`.
     pub fn all() -> Vec<DontcacheDesign> {
         let mut v = Self::NON_BIO.to_vec();
-        v.extend(Variant::all().into_iter().map(Self::Bio));
+        v.extend(
+            Variant::all()
+                .into_iter()
+                .filter(|v| v.name != Variant::V3.name)
+                .map(Self::Bio),
+        );
         v
+    }
+
+    /// The page-cache design for a gallery [`Variant`]: [`DontcacheDesign::V3`] for the
+    /// gallery's `v3` module (RFC v3 is a folio-level design), else [`DontcacheDesign::Bio`].
+    pub fn of_variant(v: Variant) -> DontcacheDesign {
+        if v.name == Variant::V3.name {
+            Self::V3
+        } else {
+            Self::Bio(v)
+        }
     }
 
     /// The design's name: `baseline`, `xfs-wq`, `v3`, or the variant's (`v7`).
@@ -110,10 +128,12 @@ impl DontcacheDesign {
         matches!(self, Self::V3 | Self::Bio(_))
     }
 
-    /// `blkdev_write_begin()` calls `block_write_begin_iocb()`, which passes `FGP_DONTCACHE` for an
-    /// `IOCB_DONTCACHE` write (patches 3-4/4 of the series, RFC v3's 2/2). Without it a
-    /// buffer_head write never makes a dropbehind folio (`block_write_begin()` has no kiocb); the
-    /// iomap path (`iomap_write_begin()`) always passes it.
+    /// Whether the kernel's `blkdev_write_begin()` calls `block_write_begin_iocb()` (patches
+    /// 3-4/4 of the series, RFC v3's 2/2) rather than `block_write_begin()`. Informational only:
+    /// the page cache does not consult it, because block device writes never reach
+    /// `->write_begin` (`blkdev_write_iter()` → `blkdev_buffered_write()` →
+    /// `iomap_file_buffered_write()` → `iomap_get_folio()` passes `FGP_DONTCACHE` with
+    /// `CONFIG_BUFFER_HEAD` on or off; seed 000, patch 4/4's review).
     pub fn block_write_begin_iocb(&self) -> bool {
         matches!(self, Self::V3 | Self::Bio(_))
     }
@@ -127,7 +147,7 @@ impl DontcacheDesign {
         match self {
             Self::Baseline => false,
             Self::XfsWorkqueue => path == WritebackPath::Iomap,
-            Self::V3 => true,
+            Self::V3 => path == WritebackPath::BufferHead,
             Self::Bio(v) => v.fs_flag,
         }
     }
@@ -189,6 +209,38 @@ impl fmt::Display for WritebackPath {
 pub trait DropbehindIrq: Send + Sync {
     /// `folio_end_dropbehind_irq(folio)`, in the completion's (atomic) context `cx`.
     fn folio_end_dropbehind_irq(&self, folio: FolioRef, cx: &Cpu);
+
+    /// The batch's counters (RFC v3's [`DropbehindBatchV3`]: `skipped_full` is the folios a full
+    /// batch left cached), if the hook keeps them.
+    fn v3_counts(&self) -> Option<DropbehindV3Counts> {
+        None
+    }
+}
+
+/// The page cache's item in RFC v3's batch: the folio with the reference `folio_get()` took.
+impl DropbehindFolio for FolioRef {
+    /// `dropbehind_work_fn()`'s body: `folio_trylock()`, `filemap_end_dropbehind()`,
+    /// `folio_unlock()`, `folio_put()` ([`FolioRef::end_dropbehind`]).
+    fn end(self, cx: &Cpu) {
+        self.end_dropbehind(cx);
+    }
+
+    /// A full batch: `folio_end_dropbehind_irq()` returns, the folio stays cached; only the
+    /// reference `folio_end_writeback()` held is dropped (`folio_put()`).
+    fn skip(self, _cx: &Cpu) {
+        drop(self);
+    }
+}
+
+/// RFC v3's `folio_end_dropbehind_irq()` over the page cache's folios.
+impl DropbehindIrq for DropbehindBatchV3<FolioRef> {
+    fn folio_end_dropbehind_irq(&self, folio: FolioRef, cx: &Cpu) {
+        DropbehindBatchV3::folio_end_dropbehind_irq(self, folio, cx);
+    }
+
+    fn v3_counts(&self) -> Option<DropbehindV3Counts> {
+        Some(self.counts())
+    }
 }
 
 /// A folio with an extra reference (`folio_get()`): reclaim never frees it while the reference
@@ -274,15 +326,19 @@ pub struct PageCacheConfig {
     /// on the filesystem's workqueue (extent conversion, as XFS and ext4 do), and reads of them
     /// are zero-filled without I/O. `false`: a block device, every block is written.
     pub track_unwritten: bool,
-    /// The `dev` the filemap tracepoints print (`inode->i_sb->s_dev`).
+    /// The `dev` the filemap tracepoints print (`inode->i_sb->s_dev`). A simplification: the
+    /// bdev inode's superblock is `blockdev_superblock`, whose `s_dev` is an anonymous dev
+    /// (major 0, a minor of the boot's choosing); biosim prints the device's own number instead.
     pub dev: (u32, u32),
-    /// The `ino` the filemap tracepoints print.
+    /// The `ino` the filemap tracepoints print: `bdev_add()` sets the bdev inode's `i_ino` to
+    /// the `dev_t` (`MKDEV(7, 0)` = `0x700000` for `/dev/loop0`, printed `%lx`).
     pub ino: u64,
     /// `/sys/kernel/tracing/events/filemap/enable`: the mapping fires
     /// `mm_filemap_add_to_page_cache` / `mm_filemap_delete_from_page_cache` (default on).
     pub filemap_events: bool,
-    /// The `folio_end_dropbehind_irq()` of [`DontcacheDesign::V3`]. Without it, a V3 mapping's
-    /// IRQ completions skip the invalidation as the baseline does (counted as not in task).
+    /// The `folio_end_dropbehind_irq()` of [`DontcacheDesign::V3`]. Left `None`,
+    /// [`AddressSpace::new`] sets up RFC v3's batch on the mapping's kernel
+    /// ([`PageCacheConfig::with_v3_batch`]); a test may put its own hook here.
     pub dropbehind_irq: Option<UntrackedArc<dyn DropbehindIrq>>,
 }
 
@@ -308,7 +364,8 @@ impl fmt::Debug for PageCacheConfig {
 
 impl PageCacheConfig {
     /// A block device of 4 GiB (1 Mi pages), no memcg limit, 128 KiB readahead, `io_pages` 256,
-    /// 256-page bios, no forcing, no holes, `dev` 7:0 (`/dev/loop0`'s `i_rdev`), `ino` 0.
+    /// 256-page bios, no forcing, no holes, `dev` 7:0 (`/dev/loop0`'s `i_rdev`), `ino`
+    /// `0x700000` (its `dev_t`, as `bdev_add()` sets it).
     pub fn new(design: DontcacheDesign, path: WritebackPath) -> Self {
         Self {
             design,
@@ -321,7 +378,8 @@ impl PageCacheConfig {
             force_dontcache: false,
             track_unwritten: false,
             dev: (7, 0),
-            ino: 0,
+            // MKDEV(7, 0): the kernel's dev_t has a 20-bit minor (MINORBITS).
+            ino: 7 << 20,
             filemap_events: true,
             dropbehind_irq: None,
         }
@@ -361,6 +419,17 @@ impl PageCacheConfig {
     pub fn without_filemap_events(mut self) -> Self {
         self.filemap_events = false;
         self
+    }
+
+    /// With RFC v3's batch on `kernel`: `dropbehind_init()` from `pagecache_init()`
+    /// ([`DropbehindBatchV3::dropbehind_init_on`]: `system_wq` and `page_alloc_cpu_dead()`'s
+    /// drain at the fixed state `CPUHP_PAGE_ALLOC`). What [`AddressSpace::new`] does for a V3
+    /// mapping without a hook. The batch is the kernel's, one per kernel: a second call on the
+    /// same kernel, or one on a kernel booted with the gallery's `v3` module (which registers
+    /// the state itself), fails with the state's error.
+    pub fn with_v3_batch(self, kernel: &UntrackedArc<Kernel>) -> Result<Self, String> {
+        let batch = DropbehindBatchV3::<FolioRef>::dropbehind_init_on(kernel)?;
+        Ok(self.with_dropbehind_irq(batch))
     }
 
     /// With RFC v3's `folio_end_dropbehind_irq()`.

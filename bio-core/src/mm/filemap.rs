@@ -479,6 +479,10 @@ fn mm_filemap_delete_from_page_cache(cx: &Cpu, cfg: &PageCacheConfig, pfn: u64, 
     );
 }
 
+/// `MAX_LFS_FILESIZE` on 64-bit (`LLONG_MAX`): the largest size an inode (the bdev's too) may
+/// have.
+pub const MAX_LFS_FILESIZE: u64 = i64::MAX as u64;
+
 /// The first simulated pfn (an arbitrary, kernel-looking number).
 const FIRST_PFN: u64 = 0x10_0000;
 
@@ -487,7 +491,36 @@ impl AddressSpace {
     ///
     /// A mapping whose ioends may complete on the filesystem's workqueue (XFS's design, or holes)
     /// allocates it here, as the filesystem does at mount (`xfs_init_mount_workqueues()`).
+    ///
+    /// A [`DontcacheDesign::V3`] mapping without [`PageCacheConfig::dropbehind_irq`] gets RFC v3's
+    /// batch on `kernel` ([`PageCacheConfig::with_v3_batch`]). Panics if that fails (a size past
+    /// [`MAX_LFS_FILESIZE`], a second
+    /// V3 mapping on one kernel, or a kernel booted with the gallery's `v3` module: one
+    /// `CPUHP_PAGE_ALLOC` registration); [`AddressSpace::try_new`] returns the error instead.
     pub fn new(kernel: &UntrackedArc<Kernel>, config: PageCacheConfig) -> UntrackedArc<Self> {
+        match Self::try_new(kernel, config) {
+            Ok(m) => m,
+            Err(e) => panic!("AddressSpace::new: {e}"),
+        }
+    }
+
+    /// [`AddressSpace::new`], with the error of setting up RFC v3's batch returned.
+    pub fn try_new(
+        kernel: &UntrackedArc<Kernel>,
+        mut config: PageCacheConfig,
+    ) -> Result<UntrackedArc<Self>, String> {
+        if config.nr_pages > MAX_LFS_FILESIZE / PAGE_SIZE as u64 {
+            return Err(format!(
+                "nr_pages {} is past MAX_LFS_FILESIZE ({} pages of {PAGE_SIZE} bytes)",
+                config.nr_pages,
+                MAX_LFS_FILESIZE / PAGE_SIZE as u64
+            ));
+        }
+        if config.design == DontcacheDesign::V3 && config.dropbehind_irq.is_none() {
+            config = config
+                .with_v3_batch(kernel)
+                .map_err(|e| format!("RFC v3's dropbehind_init(): {e}"))?;
+        }
         let mapping = UntrackedArc::new_cyclic(|this| AddressSpace {
             inner: Mutex::new(Mapping {
                 folios: BTreeMap::new(),
@@ -510,7 +543,18 @@ impl AddressSpace {
         if mapping.config.design.xfs_wq_completion() || mapping.config.track_unwritten {
             mapping.conv_wq();
         }
-        mapping
+        Ok(mapping)
+    }
+
+    /// RFC v3's batch counters ([`DropbehindIrq::v3_counts`](super::dontcache::DropbehindIrq::v3_counts)) on a V3 mapping.
+    pub fn v3_counts(&self) -> Option<super::dropbehind_v3::DropbehindV3Counts> {
+        self.config.dropbehind_irq.as_ref()?.v3_counts()
+    }
+
+    /// `i_size_read()` of the bdev inode: the device size in bytes (`nr_pages` pages; a size
+    /// past `MAX_LFS_FILESIZE` is refused by [`AddressSpace::try_new`]).
+    pub fn i_size(&self) -> u64 {
+        self.config.nr_pages.saturating_mul(PAGE_SIZE as u64)
     }
 
     /// The configuration.
@@ -557,11 +601,11 @@ impl AddressSpace {
         flags: IocbFlags,
     ) -> Result<ReadProgress, Errno> {
         let mut p = ReadProgress::default();
-        let size = self.config.nr_pages * PAGE_SIZE as u64;
+        let size = self.i_size();
         if buf.is_empty() || pos >= size {
             return Ok(p);
         }
-        let end = size.min(pos + buf.len() as u64);
+        let end = size.min(pos.saturating_add(buf.len() as u64));
         let dontcache = flags.dontcache();
         let mut m = self.inner.lock();
         let mut cur = pos;
@@ -695,9 +739,11 @@ impl AddressSpace {
     /// `generic_perform_write()` then `generic_write_sync()`: copies `data` into the folios at
     /// `pos` (`write_begin` = `__filemap_get_folio(FGP_WRITEBEGIN | FGP_DONTCACHE)`, copy,
     /// `write_end` dirties), charging new folios to the memcg. A new folio gets
-    /// `PG_dropbehind` under `IOCB_DONTCACHE` (on the buffer_head path only with
-    /// `block_write_begin_iocb()`, [`DontcacheDesign::block_write_begin_iocb`]); an existing one
-    /// touched without it loses the flag.
+    /// `PG_dropbehind` under `IOCB_DONTCACHE` on both paths: a block device write is always
+    /// `blkdev_write_iter()` → `blkdev_buffered_write()` → `iomap_file_buffered_write()`, whose
+    /// `iomap_get_folio()` passes `FGP_DONTCACHE` whatever `CONFIG_BUFFER_HEAD` is
+    /// (`blkdev_write_begin()` is unreachable; seed 000, patch 4/4's review). An existing folio
+    /// touched without the flag loses it.
     /// With `IOCB_DONTCACHE`, `filemap_fdatawrite_range_kick()` starts writeback of what was
     /// written before returning (its bios are in `submit`).
     ///
@@ -714,19 +760,17 @@ impl AddressSpace {
         flags: IocbFlags,
     ) -> Result<WriteProgress, Errno> {
         let mut p = WriteProgress::default();
-        let size = self.config.nr_pages * PAGE_SIZE as u64;
+        let size = self.i_size();
         if data.is_empty() {
             return Ok(p);
         }
         if pos >= size {
             return Err(Errno::ENOSPC);
         }
-        let end = size.min(pos + data.len() as u64);
+        let end = size.min(pos.saturating_add(data.len() as u64));
         let dontcache = flags.dontcache();
-        // FGP_DONTCACHE reaches __filemap_get_folio() only where write_begin has the kiocb.
-        let fgp_dontcache = dontcache
-            && (self.config.path == WritebackPath::Iomap
-                || self.config.design.block_write_begin_iocb());
+        // iomap_get_folio() passes FGP_DONTCACHE on either path (iomap_file_buffered_write()).
+        let fgp_dontcache = dontcache;
         let mut m = self.inner.lock();
         let mut cur = pos;
         while cur < end {
@@ -942,7 +986,10 @@ impl AddressSpace {
             return false;
         }
         if f.flags.dirty || f.flags.writeback {
+            // filemap_end_dropbehind() would skip it too; counted once, here, so that the v3
+            // and the task-context skip counters can be summed.
             m.stats.v3_skipped_dirty_or_writeback += 1;
+            return false;
         }
         if self.filemap_end_dropbehind(&mut m, cx, r.index) {
             m.stats.v3_invalidated += 1;
@@ -1000,6 +1047,10 @@ impl AddressSpace {
     /// `drop_caches`): evicts every clean, unlocked folio without writeback or extra references
     /// (`mapping_evict_folio()`). Returns how many.
     pub fn invalidate_mapping_pages(&self, cx: &Cpu, first: u64, last: u64) -> u64 {
+        if first > last {
+            // An empty range: nothing is invalidated.
+            return 0;
+        }
         let mut m = self.inner.lock();
         let victims: Vec<u64> = m
             .folios

@@ -9,6 +9,8 @@
 //! - [`readahead`] (`mm/readahead.c`): the readahead window.
 //! - [`page_writeback`] (`mm/page-writeback.c`): writeback of a range, `fsync`.
 //! - [`dontcache`]: the designs compared, the writeback paths and the configuration.
+//! - [`dropbehind_v3`] (`mm/filemap.c` of RFC v3): the per-CPU `folio_batch` behind
+//!   `folio_end_dropbehind_irq()`; a `DontcacheDesign::V3` mapping sets it up itself.
 //! - [`testing`]: a memory disk whose completions arrive as device IRQs, for tests.
 //!
 //! The calls are step-wise: each returns the bios to submit and what it waits for. A driver

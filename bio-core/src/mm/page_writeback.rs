@@ -38,6 +38,10 @@ impl AddressSpace {
         first: u64,
         last: u64,
     ) -> Vec<Box<Bio>> {
+        if first > last {
+            // An empty range (`lend < lstart`): nothing to write, as the kernel returns 0.
+            return Vec::new();
+        }
         let indices: Vec<u64> = m
             .folios
             .range(first..=last)
@@ -104,6 +108,14 @@ impl AddressSpace {
     /// `start..=end`: starts writeback of the dirty folios and reports the first folio still under
     /// writeback. Call again after completing the bios until `blocked` is `None`.
     pub fn filemap_write_and_wait_range(&self, cx: &Cpu, start: u64, end: u64) -> SyncProgress {
+        if end < start {
+            // filemap_write_and_wait_range(): `if (lend < lstart) return 0;`.
+            return SyncProgress {
+                submit: Vec::new(),
+                blocked: None,
+                error: None,
+            };
+        }
         let (first, last) = (start / PAGE_SIZE as u64, end / PAGE_SIZE as u64);
         let mut m = self.inner.lock();
         let submit = self.start_writeback_range(&mut m, cx, first, last);
@@ -123,7 +135,7 @@ impl AddressSpace {
 
     /// `vfs_fsync()` of the whole device.
     pub fn fsync(&self, cx: &Cpu) -> SyncProgress {
-        let end = (self.config.nr_pages * PAGE_SIZE as u64).saturating_sub(1);
+        let end = self.i_size().saturating_sub(1);
         self.filemap_write_and_wait_range(cx, 0, end)
     }
 

@@ -71,11 +71,16 @@ use super::filemap::{AddressSpace, Mapping};
 
 impl AddressSpace {
     /// `folio_mark_accessed()`: the first access sets `PG_referenced`; a second one on the
-    /// inactive list moves the folio to the active list (`folio_activate()`) and clears it.
+    /// inactive list moves the folio to the active list (`folio_activate()`) and clears it. A
+    /// dropbehind folio is never marked (`if (folio_test_dropbehind(folio)) return;`, added to
+    /// mm/swap.c by the RWF_DONTCACHE series): an uncached access must not promote it.
     pub(crate) fn folio_mark_accessed(&self, m: &mut Mapping, index: u64) {
         let Some(f) = m.folios.get_mut(&index) else {
             return;
         };
+        if f.flags.dropbehind {
+            return;
+        }
         if !f.flags.referenced {
             f.flags.referenced = true;
             return;

@@ -3,7 +3,8 @@
 //! tracepoints. Each check names the broken version it catches; where that is cheap, a twin test
 //! runs the broken configuration and shows the check fire.
 
-use super::dontcache::{DontcacheDesign, DropbehindIrq, FolioRef, WritebackPath};
+use super::dontcache::{DontcacheDesign, DropbehindIrq, FolioRef, PageCacheConfig, WritebackPath};
+use super::filemap::AddressSpace;
 use super::filemap::{IocbFlags, PAGE_SIZE};
 use super::testing::{Completion, Rig};
 use crate::block::complete_in_task::Variant;
@@ -195,15 +196,6 @@ fn the_baseline_and_the_unflagged_twin_leave_irq_completed_folios_cached() {
             let (left, s) = dontcache_write_outcome(design, path, Completion::Hardirq, 40);
             assert_eq!(s.nr_cached, 40, "{design}/{path}: every folio stays");
             assert_eq!(s.dropbehind_invalidated, 0);
-            if path == WritebackPath::BufferHead && !design.block_write_begin_iocb() {
-                // 6.18's blkdev_write_begin() has no kiocb: the folios are not even dropbehind.
-                assert_eq!(
-                    (left.len(), s.end_dropbehind_calls),
-                    (0, 0),
-                    "{design}/{path}"
-                );
-                continue;
-            }
             assert_eq!(left, (0..40).collect::<Vec<_>>(), "{design}/{path}");
             assert_eq!(s.skipped_not_in_task, 40, "{design}/{path}");
             assert_eq!(
@@ -212,14 +204,17 @@ fn the_baseline_and_the_unflagged_twin_leave_irq_completed_folios_cached() {
             );
         }
     }
-    // XFS's workqueue does nothing for the buffer_head path (XFS has none).
-    let (_, s) = dontcache_write_outcome(
+    // XFS's workqueue does nothing for the buffer_head path (XFS has none): the write still made
+    // dropbehind folios (iomap_get_folio(FGP_DONTCACHE)), and the IRQ completion leaves them all.
+    let (left, s) = dontcache_write_outcome(
         DontcacheDesign::XfsWorkqueue,
         WritebackPath::BufferHead,
         Completion::Hardirq,
         8,
     );
     assert_eq!(s.nr_cached, 8);
+    assert_eq!(left, (0..8).collect::<Vec<_>>());
+    assert_eq!(s.skipped_not_in_task, 8);
     // Completed in atomic task context, the baseline's in_task() test passes: the folios go, but
     // folio_end_dropbehind() ran where it may not sleep, and the atomic count says so.
     let (left, s) = dontcache_write_outcome(
@@ -287,8 +282,11 @@ fn readahead_reads_are_never_flagged() {
 }
 
 /// Regular dirty folios 0..8 and redirtied dropbehind folios 8..16 written back together (fsync).
-/// Returns the fsync's bios as (pages, flagged) and the stats after completion.
-fn merged_writeback(design: DontcacheDesign) -> (Vec<(u64, bool)>, super::filemap::PageCacheStats) {
+/// Returns the fsync's bios as (pages, flagged), the stats after completion and the indices
+/// still cached.
+fn merged_writeback(
+    design: DontcacheDesign,
+) -> (Vec<(u64, bool)>, super::filemap::PageCacheStats, Vec<u64>) {
     use crate::block::BioFlag;
     let r = rig(design, WritebackPath::Iomap, None);
     r.pwrite(0, &pattern(8, 1), NONE).unwrap();
@@ -306,7 +304,8 @@ fn merged_writeback(design: DontcacheDesign) -> (Vec<(u64, bool)>, super::filema
     r.disk.submit(p.submit);
     r.settle();
     r.fsync();
-    (shape, r.mapping.stats())
+    let cached = (0..16).filter(|&i| r.mapping.folio(i).is_some()).collect();
+    (shape, r.mapping.stats(), cached)
 }
 
 /// iomap after patch 2/4 merges regular folios into the dropbehind folios' flagged bio and defers
@@ -315,21 +314,25 @@ fn merged_writeback(design: DontcacheDesign) -> (Vec<(u64, bool)>, super::filema
 #[test]
 fn iomap_defers_merged_regular_writes_on_bio_designs_and_xfs_never_merges_them() {
     for v in Variant::ALL {
-        let (shape, s) = merged_writeback(DontcacheDesign::Bio(v));
+        let (shape, s, cached) = merged_writeback(DontcacheDesign::Bio(v));
         assert_eq!(shape, [(16, true)], "{v}: one ioend, flagged");
         assert_eq!(s.merged_regular_folios, 8, "{v}");
         assert_eq!(
             s.merged_regular_ended_in_task, 8,
             "{v}: deferred from the IRQ with the bio"
         );
-        assert!(s.dropbehind_left_is_zero(), "{v}");
+        assert_eq!(
+            cached,
+            (0..8).collect::<Vec<_>>(),
+            "{v}: the 8 regular folios kept, the 8 dropbehind ones dropped"
+        );
     }
     for design in [
         DontcacheDesign::XfsWorkqueue,
         DontcacheDesign::Baseline,
         DontcacheDesign::V3,
     ] {
-        let (shape, s) = merged_writeback(design);
+        let (shape, s, _) = merged_writeback(design);
         assert_eq!(shape, [(8, false), (8, false)], "{design}: two ioends");
         assert_eq!(s.merged_regular_folios, 0, "{design}");
         assert_eq!(s.merged_regular_ended_in_task, 0, "{design}");
@@ -345,13 +348,6 @@ fn iomap_defers_merged_regular_writes_on_bio_designs_and_xfs_never_merges_them()
             "{design}"
         );
         assert_eq!(s.wq_ioends, on_wq, "{design}");
-    }
-}
-
-impl super::filemap::PageCacheStats {
-    /// Test helper: every cached folio is gone (the 8 dropbehind ones dropped, regular ones kept).
-    fn dropbehind_left_is_zero(&self) -> bool {
-        self.nr_cached == 8
     }
 }
 
@@ -374,12 +370,14 @@ fn xfs_completion_and_filemap_events_show_in_the_trace() {
         "{msgs:#?}"
     );
     assert!(
-        msgs.contains(&"mm_filemap_add_to_page_cache: dev 7:0 ino 0 pfn=0x100000 ofs=0 order=0"),
+        msgs.contains(
+            &"mm_filemap_add_to_page_cache: dev 7:0 ino 700000 pfn=0x100000 ofs=0 order=0"
+        ),
         "{msgs:#?}"
     );
     assert!(
         msgs.contains(
-            &"mm_filemap_delete_from_page_cache: dev 7:0 ino 0 pfn=0x100001 ofs=4096 order=0"
+            &"mm_filemap_delete_from_page_cache: dev 7:0 ino 700000 pfn=0x100001 ofs=4096 order=0"
         ),
         "{msgs:#?}"
     );
@@ -721,4 +719,140 @@ mod mixed_ops {
             prop_assert!(r.kernel.reports().is_empty(), "{:?}", r.kernel.reports().all());
         }
     }
+}
+
+/// RFC v3 wired for real (the batch [`AddressSpace::new`] sets up): on buffer_head, one bio per
+/// folio, each ended in its own hardirq with the work run after it, every dropbehind folio is
+/// invalidated by `dropbehind_work_fn()` in task context.
+#[test]
+fn v3_on_buffer_head_one_bio_per_irq_leaves_nothing() {
+    let r = rig(DontcacheDesign::V3, WritebackPath::BufferHead, None);
+    assert!(
+        r.mapping.config().dropbehind_irq.is_some(),
+        "wired by new()"
+    );
+    let data = pattern(40, 7);
+    assert_eq!(r.pwrite(0, &data, DC), Ok(data.len()));
+    for _ in 0..1000 {
+        if r.disk.in_flight() == 0 {
+            break;
+        }
+        r.settle_some(1);
+    }
+    let (left, s) = (r.mapping.dropbehind_left(), r.mapping.stats());
+    let c = r.mapping.v3_counts().expect("a V3 batch");
+    assert_eq!(left, Vec::<u64>::new(), "{s:?} {c:?}");
+    assert_eq!((s.nr_cached, s.v3_handed, s.v3_invalidated), (0, 40, 40));
+    assert_eq!((c.added, c.skipped_full, c.ended_by_work), (40, 0, 40));
+    assert_eq!(
+        s.end_dropbehind_atomic, 0,
+        "the work runs where it may sleep"
+    );
+    assert_eq!(r.disk.page(39), data[39 * PAGE_SIZE..].to_vec());
+}
+
+/// RFC v3 on iomap: one ioend's bio of 64 folios ended in one hardirq. The per-CPU batch holds
+/// `PAGEVEC_SIZE` = 31; `folio_end_dropbehind_irq()` skips the invalidation of the other 33,
+/// which stay cached (RFC v3's real behaviour), and the overflow counter says 33.
+#[test]
+fn v3_on_iomap_one_64_folio_bio_in_one_irq_leaves_33() {
+    let r = rig(DontcacheDesign::V3, WritebackPath::Iomap, None);
+    assert_eq!(r.pwrite(0, &pattern(64, 3), DC), Ok(64 * PAGE_SIZE));
+    assert_eq!(r.disk.in_flight(), 1, "one ioend, one bio");
+    r.settle();
+    let (left, s) = (r.mapping.dropbehind_left(), r.mapping.stats());
+    let c = r.mapping.v3_counts().expect("a V3 batch");
+    assert_eq!(left.len(), 64 - 31, "{s:?} {c:?}");
+    assert_eq!(
+        left,
+        (31..64).collect::<Vec<_>>(),
+        "the batch took the first 31"
+    );
+    assert_eq!(c.skipped_full, 33);
+    assert_eq!((c.added, c.ended_by_work, s.v3_invalidated), (31, 31, 31));
+    assert_eq!(s.nr_cached, 33);
+    assert!(!DontcacheDesign::V3.is_fixed(WritebackPath::Iomap));
+    assert!(DontcacheDesign::V3.is_fixed(WritebackPath::BufferHead));
+}
+
+/// The twin of the two above: a V3 mapping whose hook never ends what it keeps (the work does
+/// not run) leaves every IRQ-completed folio, so the zero above is the batch's work.
+#[test]
+fn v3_twin_a_batch_whose_work_never_runs_leaves_them_all() {
+    let hook = UntrackedArc::new(KeepRefs::default());
+    let r = Rig::with(DontcacheDesign::V3, WritebackPath::BufferHead, |c| {
+        c.with_nr_pages(1024)
+            .with_force_dontcache()
+            .with_dropbehind_irq(hook.clone())
+    });
+    r.pwrite(0, &pattern(40, 7), DC).unwrap();
+    for _ in 0..1000 {
+        if r.disk.in_flight() == 0 {
+            break;
+        }
+        r.settle_some(1);
+    }
+    assert_eq!(r.mapping.dropbehind_left(), (0..40).collect::<Vec<_>>());
+    assert_eq!(
+        r.mapping.v3_counts(),
+        None,
+        "the stand-in keeps no counters"
+    );
+    // A second V3 batch on the same kernel is refused: CPUHP_PAGE_ALLOC takes one registration.
+    let cfg = PageCacheConfig::new(DontcacheDesign::V3, WritebackPath::Iomap);
+    let first = AddressSpace::try_new(&r.kernel, cfg.clone());
+    assert!(first.is_ok());
+    let e = AddressSpace::try_new(&r.kernel, cfg).unwrap_err();
+    assert!(e.contains("dropbehind_init"), "{e}");
+}
+
+/// Empty and reversed ranges are nothing to do (the kernel's `if (lend < lstart) return 0;`),
+/// not a panic; a size past `MAX_LFS_FILESIZE` is an error naming it; a position near `u64::MAX`
+/// is past the end. Catches a `BTreeMap::range(first..=last)` reached with `first > last` and an
+/// overflowing `nr_pages * PAGE_SIZE` or `pos + len`.
+#[test]
+fn reversed_ranges_and_huge_sizes_do_not_panic() {
+    let r = rig(
+        DontcacheDesign::Bio(Variant::V7),
+        WritebackPath::Iomap,
+        None,
+    );
+    r.pwrite(0, &pattern(4, 9), NONE).unwrap();
+    let cx = r.task();
+    let m = &r.mapping;
+    assert!(m
+        .filemap_fdatawrite_range(&cx, 3 * PAGE_SIZE as u64, 0)
+        .is_empty());
+    let p = m.filemap_write_and_wait_range(&cx, 5, 4);
+    assert!(p.submit.is_empty() && p.blocked.is_none() && p.error.is_none());
+    assert_eq!(m.invalidate_mapping_pages(&cx, 3, 1), 0);
+    assert_eq!(m.stats().nr_dirty, 4, "nothing was written back");
+    let mut buf = vec![0u8; 16];
+    assert_eq!(
+        m.filemap_read(&cx, u64::MAX - 3, &mut buf, NONE)
+            .unwrap()
+            .copied,
+        0
+    );
+    assert_eq!(
+        m.generic_perform_write(&cx, u64::MAX - 3, &buf, NONE)
+            .unwrap_err(),
+        crate::errno::Errno::ENOSPC
+    );
+    // The whole range still works.
+    let p = m.filemap_write_and_wait_range(&cx, 0, u64::MAX);
+    assert_eq!(p.submit.len(), 1);
+    let huge = PageCacheConfig::new(DontcacheDesign::Baseline, WritebackPath::Iomap)
+        .with_nr_pages(u64::MAX);
+    let e = AddressSpace::try_new(&r.kernel, huge).unwrap_err();
+    assert!(e.contains("MAX_LFS_FILESIZE"), "{e}");
+    let max = super::filemap::MAX_LFS_FILESIZE / PAGE_SIZE as u64;
+    let big = AddressSpace::try_new(
+        &r.kernel,
+        PageCacheConfig::new(DontcacheDesign::Baseline, WritebackPath::Iomap).with_nr_pages(max),
+    )
+    .unwrap();
+    assert_eq!(big.i_size(), max * PAGE_SIZE as u64);
+    let p = big.fsync(&cx);
+    assert!(p.submit.is_empty() && p.error.is_none());
 }

@@ -9,6 +9,15 @@
 //! `folio_wait_writeback()` is the caller's wait, [`Blocked::Memcg`](super::filemap::Blocked));
 //! locked or referenced-by-someone folios are put back. When the inactive list is smaller than the
 //! active one, `shrink_active_list()` first moves active folios to it (`inactive_is_low()`).
+//!
+//! **Simplifications.** In the kernel `shrink_folio_list()` never pages out a file folio outside
+//! kswapd: it sets `PG_reclaim` and activates the folio, and `shrink_inactive_list()` wakes the
+//! flusher (`wakeup_flusher_threads(WB_REASON_VMSCAN)`) when every folio it took was dirty and
+//! unqueued; the flusher then writes the inode's dirty range. Here reclaim starting the dirty
+//! folio's writeback itself stands for that flusher (same folios, no flusher thread, no delay).
+//! There is no `balance_dirty_pages()` and no background writeback: dirty folios leave only
+//! through reclaim, `fsync` or `RWF_DONTCACHE`'s kick, which the normal (not DONTCACHE) write
+//! figures of the seed-writes preset depend on.
 
 // Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
 // `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.

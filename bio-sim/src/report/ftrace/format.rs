@@ -6,6 +6,7 @@
 //!
 //! The matcher knows the conversions the block, cpuhp, irq, sched, timer and workqueue formats
 //! use: `%d %u %ld %lu %llu` with an optional width or zero padding (`%04u`, `%3d`, `%03d`),
+//! `%x %lx %llx` (lowercase hex digits, no `0x`: filemap's `ino %lx pfn=0x%lx`),
 //! `%s` (any text, the shortest that lets the rest match), `%p` (a hashed pointer: 16 hex digits)
 //! `%ps` (a symbol name, or a pointer when the kernel has no symbol) and `%pS` (a symbol with
 //! its offset, `func+0x1c/0x60`). Any other conversion is
@@ -39,6 +40,11 @@ enum Piece {
     /// A number: signed?, minimum width, zero padded?
     Num {
         signed: bool,
+        width: usize,
+        zero: bool,
+    },
+    /// `%x`/`%lx`/`%llx`: lowercase hex digits, minimum width, zero padded?
+    Hex {
         width: usize,
         zero: bool,
     },
@@ -159,6 +165,7 @@ fn compile(fmt: &str) -> Result<Vec<Piece>, FormatError> {
                 width,
                 zero,
             },
+            "x" | "lx" | "llx" => Piece::Hex { width, zero },
             "s" => Piece::Str,
             "p" => Piece::Ptr,
             "ps" | "pS" => Piece::Sym,
@@ -206,6 +213,26 @@ fn number_len(s: &str, signed: bool, width: usize, zero: bool) -> Option<usize> 
     Some(i)
 }
 
+/// How many bytes at the start of `s` a `%x` conversion takes (`vsnprintf()` prints lowercase
+/// digits), padding as in [`number_len`].
+fn hex_len(s: &str, width: usize, zero: bool) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    if !zero {
+        while i < b.len() && b[i] == b' ' {
+            i += 1;
+        }
+    }
+    let (pad, digits) = (i, i);
+    while i < b.len() && matches!(b[i], b'0'..=b'9' | b'a'..=b'f') {
+        i += 1;
+    }
+    if i == digits || (pad > 0 && i != width) || (zero && i < width) {
+        return None;
+    }
+    Some(i)
+}
+
 fn matches(pieces: &[Piece], s: &str, out: &mut Vec<String>) -> bool {
     let Some((first, rest)) = pieces.split_first() else {
         return s.is_empty();
@@ -228,6 +255,7 @@ fn matches(pieces: &[Piece], s: &str, out: &mut Vec<String>) -> bool {
             width,
             zero,
         } => number_len(s, *signed, *width, *zero).is_some_and(|n| try_len(n, out)),
+        Piece::Hex { width, zero } => hex_len(s, *width, *zero).is_some_and(|n| try_len(n, out)),
         Piece::Ptr => {
             s.len() >= 16
                 && s.as_bytes()[..16].iter().all(u8::is_ascii_hexdigit)
@@ -324,7 +352,29 @@ mod tests {
 
     #[test]
     fn unknown_conversions_and_missing_lines_are_errors() {
-        assert!(EventFormat::parse("name: e\nID: 1\nprint fmt: \"%x\", REC->a\n").is_err());
+        assert!(EventFormat::parse("name: e\nID: 1\nprint fmt: \"%o\", REC->a\n").is_err());
+        assert!(EventFormat::parse("name: e\nID: 1\n").is_err());
+    }
+
+    /// filemap's `%lx`: lowercase hex, no prefix; upper case or an empty field does not match.
+    #[test]
+    fn hex_conversions_read_filemap_fields_back() {
+        let f = fmt("dev %d:%d ino %lx pfn=0x%lx ofs=%lu order=%u");
+        assert_eq!(
+            f.parse_fields("dev 7:0 ino 700000 pfn=0x10a3f ofs=4096 order=0"),
+            Some(
+                vec!["7", "0", "700000", "10a3f", "4096", "0"]
+                    .into_iter()
+                    .map(String::from)
+                    .collect()
+            )
+        );
+        assert!(f
+            .parse_fields("dev 7:0 ino 7000AB pfn=0x1 ofs=0 order=0")
+            .is_none());
+        assert!(f
+            .parse_fields("dev 7:0 ino  pfn=0x1 ofs=0 order=0")
+            .is_none());
         assert!(EventFormat::parse("name: e\nID: 1\n").is_err());
     }
 }
