@@ -7,7 +7,7 @@ use bio_core::mm::dontcache::{DontcacheDesign, WritebackPath};
 use bio_sim::pagecache::driver::{integrity_run, run, DriverConfig, RunResult, Twin};
 use bio_sim::pagecache::dropbehind_oracle::{
     baseline_leaves_irq_completed, check_dontcache_run, end_dropbehind_in_task_only, fixed_in_run,
-    no_dropbehind_made, no_dropbehind_survives_writeback,
+    no_dropbehind_survives_writeback, v3_leaves_only_what_its_batch_skipped,
 };
 use bio_sim::pagecache::seed_bench::{all_designs, design_name, path_name};
 use bio_sim::pagecache::seed_presets::Workload;
@@ -136,17 +136,28 @@ fn baseline_is_the_buggy_twin_of_the_fixed_designs() {
     assert!(e.contains("survived their completed writeback"), "{e}");
     let e = end_dropbehind_in_task_only(&r).unwrap_err();
     assert!(e.contains("atomic context"), "{e}");
-    // buffer_head: block_write_begin() has no kiocb, the folios are plain and stay.
+    // buffer_head: the same (bdev writes take iomap's write path, FGP_DONTCACHE included).
     let r = dontcache_writes(DontcacheDesign::Baseline, WritebackPath::BufferHead, None);
-    assert_eq!(no_dropbehind_made(&r), Ok(()));
-    assert!(r.final_cached > 0 && r.left_behind == 0);
+    assert_eq!(baseline_leaves_irq_completed(&r), Ok(()));
+    assert!(no_dropbehind_survives_writeback(&r).is_err());
     // ... which a fixed design is not: its folios were dropbehind and are gone.
     let v7 = dontcache_writes(
         DontcacheDesign::parse("v7").unwrap(),
         WritebackPath::BufferHead,
         None,
     );
-    assert!(no_dropbehind_made(&v7).is_err());
+    assert!(baseline_leaves_irq_completed(&v7).is_err());
+    // RFC v3 leaves at most the folios its batch took in and did not drop; baseline, whose
+    // folios never reach a batch, fails that check.
+    for path in PATHS {
+        let v3 = dontcache_writes(DontcacheDesign::V3, path, None);
+        assert_eq!(
+            v3_leaves_only_what_its_batch_skipped(&v3),
+            Ok(()),
+            "{path:?}"
+        );
+    }
+    assert!(v3_leaves_only_what_its_batch_skipped(&r).is_err());
 }
 
 #[test]

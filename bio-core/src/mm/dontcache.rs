@@ -140,14 +140,17 @@ impl DontcacheDesign {
 
     /// Whether this is a fixed design on `path`: one where no DONTCACHE folio is left behind by
     /// a writeback completed in IRQ context. Not [`DontcacheDesign::Baseline`]; XFS's workqueue
-    /// only on iomap (XFS has no buffer_head path); RFC v3 with its hook configured (see
-    /// [`PageCacheConfig::dropbehind_irq`]); a bio-level variant without [`Variant::fs_flag`]
+    /// only on iomap (XFS has no buffer_head path); never RFC v3, whose full batch skips the
+    /// invalidation ([`crate::mm::dropbehind_v3`]); a bio-level variant without [`Variant::fs_flag`]
     /// is finding 11's regression twin, not fixed.
     pub fn is_fixed(&self, path: WritebackPath) -> bool {
         match self {
             Self::Baseline => false,
             Self::XfsWorkqueue => path == WritebackPath::Iomap,
-            Self::V3 => path == WritebackPath::BufferHead,
+            // RFC v3 drops a folio only while its CPU's 31-slot batch has room: one interrupt
+            // ending a merged request (buffer_head) or an ioend (iomap) of more dropbehind folios
+            // skips the rest, so it is fixed on neither path in general.
+            Self::V3 => false,
             Self::Bio(v) => v.fs_flag,
         }
     }

@@ -772,7 +772,7 @@ fn v3_on_iomap_one_64_folio_bio_in_one_irq_leaves_33() {
     assert_eq!((c.added, c.ended_by_work, s.v3_invalidated), (31, 31, 31));
     assert_eq!(s.nr_cached, 33);
     assert!(!DontcacheDesign::V3.is_fixed(WritebackPath::Iomap));
-    assert!(DontcacheDesign::V3.is_fixed(WritebackPath::BufferHead));
+    assert!(!DontcacheDesign::V3.is_fixed(WritebackPath::BufferHead));
 }
 
 /// The twin of the two above: a V3 mapping whose hook never ends what it keeps (the work does
