@@ -11,7 +11,7 @@ use crate::dev::aligned::AlignedBuf;
 use crate::dev::backing::{BackingFile, OpenOptions, RwFlags};
 use crate::dev::cleanup::TempFile;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The DONTCACHE benchmark's parameters.
@@ -146,6 +146,32 @@ impl DontcacheResult {
     }
 }
 
+/// A sparse scratch file of `size` bytes in `dir`, opened buffered: a [`TempFile`], so it is
+/// removed on an error, a panic and on Ctrl-C too. `dir` must be a directory (`--dir`).
+pub(crate) fn scratch_file(
+    dir: &Path,
+    name: &str,
+    size: u64,
+) -> Result<(TempFile, BackingFile), BenchError> {
+    if !dir.is_dir() {
+        return Err(BenchError::Param(format!(
+            "--dir {}: not a directory",
+            dir.display()
+        )));
+    }
+    let tmp = TempFile::create_in(dir, name)
+        .map_err(|e| BenchError::Param(format!("--dir {}: {e}", dir.display())))?;
+    let file = BackingFile::open(
+        tmp.path(),
+        &OpenOptions {
+            direct: false,
+            read_only: false,
+            create_size: Some(size),
+        },
+    )?;
+    Ok((tmp, file))
+}
+
 /// Runs the DONTCACHE benchmark: for blocks that are holes (allocating writes) and for blocks
 /// written before (overwrites), a buffered and a `RWF_DONTCACHE` write of the whole size, each
 /// followed by `fdatasync()` and `cachestat()`, starting from a dropped cache; rounds interleave.
@@ -155,24 +181,8 @@ pub fn dontcache_bench(cfg: &DontcacheConfig) -> Result<DontcacheReport, BenchEr
             "rounds must be at least 1 and the size at least 1 MiB".into(),
         ));
     }
-    if !cfg.dir.is_dir() {
-        return Err(BenchError::Param(format!(
-            "--dir {}: not a directory",
-            cfg.dir.display()
-        )));
-    }
-    // A TempFile: removed on an error, a panic and on Ctrl-C too.
-    let tmp = TempFile::create_in(&cfg.dir, "biosim-dontcache-bench")
-        .map_err(|e| BenchError::Param(format!("--dir {}: {e}", cfg.dir.display())))?;
+    let (tmp, file) = scratch_file(&cfg.dir, "biosim-dontcache-bench", cfg.size)?;
     let path = tmp.path().to_owned();
-    let file = BackingFile::open(
-        &path,
-        &OpenOptions {
-            direct: false,
-            read_only: false,
-            create_size: Some(cfg.size),
-        },
-    )?;
     let supported = file.supports_dontcache();
     let mut rows = dontcache_rows(supported);
     // Page-aligned, as an application's buffer is (a misaligned one slows the kernel's copy).

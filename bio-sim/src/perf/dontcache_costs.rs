@@ -33,11 +33,11 @@
 //!   round trip of a two-thread ping-pong, wall time: what queueing a work on an idle worker adds.
 
 use super::bench_common::{io_err, BenchError};
+use super::dontcache::scratch_file;
 use super::dontcache_live::memcg::{self, run_in_child, Job, JobOp, Memcg, Stop};
 use super::stats::median;
 use crate::dev::aligned::AlignedBuf;
-use crate::dev::backing::{BackingFile, OpenOptions, RwFlags};
-use crate::dev::cleanup::TempFile;
+use crate::dev::backing::{BackingFile, RwFlags};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -218,23 +218,8 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, BenchError> {
                 .into(),
         ));
     }
-    if !cfg.dir.is_dir() {
-        return Err(BenchError::Param(format!(
-            "--dir {}: not a directory",
-            cfg.dir.display()
-        )));
-    }
-    let tmp = TempFile::create_in(&cfg.dir, "biosim-dontcache-calibrate")
-        .map_err(|e| BenchError::Param(format!("--dir {}: {e}", cfg.dir.display())))?;
+    let (tmp, file) = scratch_file(&cfg.dir, "biosim-dontcache-calibrate", cfg.size)?;
     let path = tmp.path().to_owned();
-    let file = BackingFile::open(
-        &path,
-        &OpenOptions {
-            direct: false,
-            read_only: false,
-            create_size: Some(cfg.size),
-        },
-    )?;
     let pages = cfg.size / 4096;
     // Page-aligned buffers: a misaligned one makes the copy several times slower (measured here:
     // 2,200 vs 480 ns per cached page), which an application with aligned buffers never pays.
