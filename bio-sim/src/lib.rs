@@ -28,6 +28,7 @@ pub mod cli;
 pub mod demo;
 pub mod dev;
 pub mod explore;
+pub mod fio;
 pub mod machine;
 pub mod pagecache;
 pub mod perf;

@@ -8,4 +8,5 @@ pub mod aligned;
 pub mod backing;
 pub mod cleanup;
 pub mod loop_file;
+pub mod space;
 pub mod uring;
