@@ -4,6 +4,7 @@ use bio_core::block::complete_in_task::{Knob, Variant};
 use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
 use bio_core::kernel::{KernelConfig, PreemptModel};
 use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
 
 /// `--variant`'s help: the names of [`Variant::ALL`].
 fn variant_help() -> String {
@@ -242,6 +243,52 @@ pub enum BenchCommand {
     /// `biosim explore`'s speed: cases/s on v7 with 1 and 2 jobs side by side, the time to find
     /// and shrink finding 1 on v6, and the long clean campaigns on v7 and v6-review.
     Explore(BenchExploreArgs),
+    /// `biosim bench JOBFILE [OPTIONS]`: an fio job file on the simulated loop (or null_blk)
+    /// beside raw I/O and the kernel's loop device (see [`BenchJobArgs`]).
+    #[command(external_subcommand)]
+    Job(Vec<OsString>),
+}
+
+/// `biosim bench JOBFILE`: each job of an fio job file on the simulated devices and the
+/// baselines, interleaved rounds, medians (min–max), CPU per I/O.
+#[derive(Debug, Parser)]
+#[command(name = "biosim bench", no_binary_name = false)]
+pub struct BenchJobArgs {
+    /// The fio job file (docs/jobs/*.fio).
+    pub jobfile: std::path::PathBuf,
+    /// The simulated device: loop (the loop model over the job's file) or null_blk.
+    #[arg(long, default_value = "loop")]
+    pub device: String,
+    /// The loop versions, comma-separated (base, v5-no-hint, v4, v5) or all (base, v5-no-hint, v5).
+    #[arg(long, default_value = "all")]
+    pub variant: String,
+    /// The simulated loop's backing engine: sync or uring (default: from the job's ioengine).
+    #[arg(long)]
+    pub engine: Option<String>,
+    /// Baselines, comma-separated: raw (the job on the file itself), kernel-loop (the kernel's
+    /// loop device over the file; root), or none.
+    #[arg(long, default_value = "raw")]
+    pub compare: String,
+    /// Rounds (each runs every design once, interleaved, order rotated).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: u64,
+    /// Directory for the temporary file of a job without filename= (removed afterwards).
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    pub dir: std::path::PathBuf,
+    /// Also write the figures as JSON to FILE (- for standard output; the table then goes to
+    /// standard error). An existing file is refused.
+    #[arg(long, value_name = "FILE|-")]
+    pub json: Option<std::path::PathBuf>,
+    /// Let a job write into an existing file biosim did not create.
+    #[arg(long)]
+    pub force: bool,
+    /// A null_blk module parameter (--device null_blk), KEY=VAL, repeatable.
+    #[arg(long, value_name = "KEY=VAL")]
+    pub nullb: Vec<String>,
+    /// Run nothing: check every block of each job's existing file (verify=crc32c blocks),
+    /// against the state a killed run saved after its last completed flush.
+    #[arg(long, conflicts_with_all = ["compare", "variant", "json"])]
+    pub verify_only: bool,
 }
 
 /// `biosim bench explore`.

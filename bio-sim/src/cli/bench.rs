@@ -25,6 +25,7 @@ pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         BenchCommand::Dontcache(a) => dontcache(a)?,
+        BenchCommand::Job(argv) => job_bench(argv)?,
         BenchCommand::Explore(a) => {
             use crate::perf::explore_bench::{explore_bench, ExploreBenchConfig};
             print!(
@@ -162,4 +163,116 @@ fn seed_preset_bench(
         return Ok(None);
     }
     Ok(Some(seed_bench(&cfg)?))
+}
+
+/// `biosim bench JOBFILE`: parses the rest of the command line, runs every job of the file and
+/// prints its header before the run and its table after; a verify failure exits 1 (the device
+/// failed, the input was fine), after everything the run made is removed.
+fn job_bench(argv: Vec<std::ffi::OsString>) -> Result<(), Box<dyn std::error::Error>> {
+    use super::args::BenchJobArgs;
+    use crate::perf::job::{design, run::SimEngine, run_job, verify_only, JobBenchConfig};
+    use clap::Parser as _;
+    let a = match BenchJobArgs::try_parse_from(std::iter::once("biosim bench".into()).chain(argv)) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
+    let file = match crate::fio::parse::parse_file(&a.jobfile) {
+        Ok(f) => f,
+        Err(e) if !a.jobfile.exists() && !a.jobfile.to_string_lossy().contains(['/', '.']) => {
+            return Err(format!(
+                "`{}` is neither a bench (loop, dontcache, explore) nor a job file: {e}",
+                a.jobfile.display()
+            )
+            .into())
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if a.verify_only {
+        for job in &file.jobs {
+            match verify_only(job) {
+                Ok(text) => print!("{text}"),
+                Err(e) => return job_failed(e),
+            }
+        }
+        return Ok(());
+    }
+    let nullb = a
+        .nullb
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| format!("--nullb {kv}: expected KEY=VAL"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let engine = match a.engine.as_deref() {
+        None => None,
+        Some("sync") => Some(SimEngine::Sync),
+        Some("uring" | "io_uring") => Some(SimEngine::Uring),
+        Some(e) => {
+            return Err(format!("--engine: unknown engine `{e}` (expected sync or uring)").into())
+        }
+    };
+    let cfg = JobBenchConfig {
+        device: design::parse_device(&a.device)?,
+        variants: design::parse_variants(&a.variant)?,
+        compare: design::parse_compare(&a.compare)?,
+        engine,
+        rounds: a.rounds as usize,
+        dir: a.dir,
+        force: a.force,
+        nullb,
+        progress: true,
+    };
+    let inputs: Vec<&std::path::Path> = std::iter::once(a.jobfile.as_path())
+        .chain(file.jobs.iter().filter_map(|j| j.filename.as_deref()))
+        .collect();
+    let json = a
+        .json
+        .as_deref()
+        .map(|p| super::output::Output::check("--json", p, &inputs))
+        .transpose()?;
+    // With `--json -` standard output is the JSON alone; the human text goes to stderr.
+    let to_stderr = json.as_ref().is_some_and(super::output::Output::is_stdout);
+    let say = |text: &str| {
+        if to_stderr {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+        }
+    };
+    let mut reports = Vec::new();
+    for (i, job) in file.jobs.iter().enumerate() {
+        if i > 0 {
+            say("\n");
+        }
+        let mut head = |h: &str| say(h);
+        match run_job(&cfg, job, &mut head) {
+            Ok(r) => {
+                say(&r.to_string());
+                reports.push(r.to_json());
+            }
+            Err(e) => return job_failed(e),
+        }
+    }
+    if let Some(out) = json {
+        let text = serde_json::to_string_pretty(&serde_json::json!({
+            "jobfile": a.jobfile.display().to_string(),
+            "jobs": reports,
+        }))? + "\n";
+        out.write(&text)?;
+    }
+    Ok(())
+}
+
+/// A job's error: a verify failure exits 1 here (everything the run made is already gone);
+/// anything else goes back to `main` (exit 2).
+fn job_failed(e: crate::perf::job::JobError) -> Result<(), Box<dyn std::error::Error>> {
+    if e.exit_code() == 1 {
+        eprintln!("biosim: {e}");
+        std::process::exit(1);
+    }
+    Err(e.into())
 }

@@ -3,6 +3,8 @@
 //! - [`rig`]: the threaded measurement machine the deferral and latency measurements share.
 //! - [`deferral`]: deferral throughput of the batcher against direct and channel completion.
 //! - [`latency`]: completion latency and worker wake-ups per bio of one batcher variant.
+//! - [`job`]: `biosim bench JOBFILE`: fio job files on the simulated devices beside raw I/O and
+//!   the kernel's own loop device, with CPU per I/O, latency percentiles and verify.
 //! - [`loop_bench`]: `biosim bench loop`: the loop model over a real `O_DIRECT` file against raw I/O.
 //! - [`dontcache`]: `biosim bench dontcache`: buffered writes with and without `RWF_DONTCACHE`.
 //! - [`dontcache_live`]: `bench dontcache --live`: the block device, ext4 and XFS, and the seed's
@@ -19,6 +21,7 @@ pub mod dontcache;
 pub mod dontcache_costs;
 pub mod dontcache_live;
 pub mod explore_bench;
+pub mod job;
 pub mod latency;
 pub mod loop_bench;
 pub mod rig;

@@ -1,0 +1,335 @@
+//! The job runner's figures: each design's rounds reduced to median (min–max), the ratios to raw
+//! taken pair by pair within a round, the table `biosim bench JOBFILE` prints and its `--json`.
+
+use super::run::RunFigures;
+use crate::perf::stats::median;
+use serde_json::{json, Value};
+use std::fmt;
+
+/// A figure over the rounds: median with min and max.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// The median.
+    pub median: f64,
+    /// The smallest.
+    pub min: f64,
+    /// The largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// Of `xs` (all zero for none).
+    pub fn of(xs: &[f64]) -> Spread {
+        if xs.is_empty() {
+            return Spread {
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+            };
+        }
+        Spread {
+            median: median(xs),
+            min: xs.iter().copied().fold(f64::INFINITY, f64::min),
+            max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({ "median": self.median, "min": self.min, "max": self.max })
+    }
+
+    /// `median (min–max)` with `prec` decimals.
+    pub fn show(&self, prec: usize) -> String {
+        format!(
+            "{:.p$} ({:.p$}–{:.p$})",
+            self.median,
+            self.min,
+            self.max,
+            p = prec
+        )
+    }
+}
+
+/// One round of one design, reduced to what the report shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundFigures {
+    /// I/Os completed.
+    pub ios: u64,
+    /// I/Os per second.
+    pub iops: f64,
+    /// MB/s.
+    pub mbps: f64,
+    /// Latency percentiles, µs: p50, p99, p99.9.
+    pub lat_us: [f64; 3],
+    /// Process CPU µs per I/O (getrusage).
+    pub cpu_us: f64,
+    /// Machine CPU µs per I/O (/proc/stat).
+    pub machine_us: Option<f64>,
+    /// The counters, as `name value` pairs (NOWAIT, worker, IRQs, flushes).
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+impl RoundFigures {
+    /// Reduces a run's figures.
+    pub fn from_run(f: &RunFigures) -> RoundFigures {
+        let q = |p: f64| f.latency.value_at_quantile(p) as f64 / 1e3;
+        let mut counters = Vec::new();
+        if let Some(s) = f.loop_stats {
+            counters.push(("nowait_tried", s.nowait_tried as u64));
+            counters.push(("nowait_done", s.nowait_done as u64));
+            counters.push(("nowait_eagain", s.nowait_eagain as u64));
+            counters.push(("hint_skipped", s.hint_skipped as u64));
+            counters.push(("worker_cmds", s.worker_cmds as u64));
+            counters.push(("work_queued", s.work_queued as u64));
+        }
+        if let Some((t, d, e)) = f.raw_nowait {
+            counters.push(("nowait_tried", t));
+            counters.push(("nowait_done", d));
+            counters.push(("nowait_eagain", e));
+        }
+        if let Some(i) = f.irqs {
+            counters.push(("irqs", i));
+        }
+        if f.flushes > 0 {
+            counters.push(("flushes", f.flushes));
+        }
+        RoundFigures {
+            ios: f.ios,
+            iops: f.iops(),
+            mbps: f.mbps(),
+            lat_us: [q(0.5), q(0.99), q(0.999)],
+            cpu_us: f.cpu_us_per_io(),
+            machine_us: f.machine_us_per_io(),
+            counters,
+        }
+    }
+}
+
+/// One design's rounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesignReport {
+    /// The design's name.
+    pub design: String,
+    /// Its rounds, in round order.
+    pub rounds: Vec<RoundFigures>,
+}
+
+impl DesignReport {
+    fn spread(&self, f: impl Fn(&RoundFigures) -> f64) -> Spread {
+        Spread::of(&self.rounds.iter().map(f).collect::<Vec<_>>())
+    }
+
+    fn machine(&self) -> Option<Spread> {
+        let xs: Option<Vec<f64>> = self.rounds.iter().map(|r| r.machine_us).collect();
+        xs.map(|xs| Spread::of(&xs))
+    }
+
+    /// Ratios to `raw` taken round by round (`f(self) / f(raw)` of the same round).
+    fn ratio(&self, raw: &DesignReport, f: impl Fn(&RoundFigures) -> f64) -> Spread {
+        let xs: Vec<f64> = self
+            .rounds
+            .iter()
+            .zip(&raw.rounds)
+            .filter(|(_, r)| f(r) > 0.0)
+            .map(|(d, r)| f(d) / f(r))
+            .collect();
+        Spread::of(&xs)
+    }
+
+    /// Each counter's median over the rounds, in first-seen order.
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        let mut names: Vec<&'static str> = Vec::new();
+        for r in &self.rounds {
+            for (n, _) in &r.counters {
+                if !names.contains(n) {
+                    names.push(n);
+                }
+            }
+        }
+        names
+            .into_iter()
+            .map(|n| {
+                let xs: Vec<f64> = self
+                    .rounds
+                    .iter()
+                    .map(|r| {
+                        r.counters
+                            .iter()
+                            .find(|(m, _)| *m == n)
+                            .map_or(0.0, |(_, v)| *v as f64)
+                    })
+                    .collect();
+                (n, median(&xs))
+            })
+            .collect()
+    }
+}
+
+/// One job's report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobReport {
+    /// The job's name.
+    pub job: String,
+    /// The header printed before the run (job, file, filesystem, designs, rounds).
+    pub header: String,
+    /// Every design, in the order given.
+    pub designs: Vec<DesignReport>,
+    /// Why a design was left out (kernel-loop without root, ...), one line each.
+    pub skipped: Vec<String>,
+    /// The verify pass's summary, if the job verified.
+    pub verified: Option<String>,
+}
+
+impl JobReport {
+    fn raw(&self) -> Option<&DesignReport> {
+        self.designs.iter().find(|d| d.design == "raw")
+    }
+
+    /// The `--json` form.
+    pub fn to_json(&self) -> Value {
+        let raw = self.raw();
+        let designs: Vec<Value> = self
+            .designs
+            .iter()
+            .map(|d| {
+                let mut v = json!({
+                    "design": d.design,
+                    "rounds": d.rounds.len(),
+                    "iops": d.spread(|r| r.iops).json(),
+                    "mb_per_s": d.spread(|r| r.mbps).json(),
+                    "lat_p50_us": d.spread(|r| r.lat_us[0]).json(),
+                    "lat_p99_us": d.spread(|r| r.lat_us[1]).json(),
+                    "lat_p999_us": d.spread(|r| r.lat_us[2]).json(),
+                    "cpu_us_per_io_process": d.spread(|r| r.cpu_us).json(),
+                    "cpu_us_per_io_machine": d.machine().map(|s| s.json()),
+                    "counters": d.counters().into_iter()
+                        .map(|(n, v)| (n.to_owned(), json!(v)))
+                        .collect::<serde_json::Map<_, _>>(),
+                    "per_round": d.rounds.iter().map(|r| json!({
+                        "ios": r.ios, "iops": r.iops, "mb_per_s": r.mbps,
+                        "lat_us": r.lat_us, "cpu_us_per_io_process": r.cpu_us,
+                        "cpu_us_per_io_machine": r.machine_us,
+                    })).collect::<Vec<_>>(),
+                });
+                if let Some(raw) = raw.filter(|r| r.design != d.design) {
+                    v["vs_raw"] = json!({
+                        "iops": d.ratio(raw, |r| r.iops).json(),
+                        "cpu_per_io_process": d.ratio(raw, |r| r.cpu_us).json(),
+                        "cpu_per_io_machine": d.ratio(raw, |r| r.machine_us.unwrap_or(0.0)).json(),
+                    });
+                }
+                v
+            })
+            .collect();
+        json!({
+            "job": self.job,
+            "header": self.header.lines().collect::<Vec<_>>(),
+            "designs": designs,
+            "skipped": self.skipped,
+            "verified": self.verified,
+        })
+    }
+}
+
+impl fmt::Display for JobReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for s in &self.skipped {
+            writeln!(f, "skipped: {s}")?;
+        }
+        let raw = self.raw();
+        writeln!(
+            f,
+            "{:<12} {:>26} {:>22} {:>18} {:>24} {:>24} {:>20} {:>20}  counters (medians)",
+            "design",
+            "IOPS",
+            "MB/s",
+            "p50/p99 µs",
+            "CPU µs/IO (proc)",
+            "CPU µs/IO (machine)",
+            "vs raw IOPS",
+            "vs raw CPU"
+        )?;
+        for d in &self.designs {
+            let lat = format!(
+                "{:.0}/{:.0}",
+                d.spread(|r| r.lat_us[0]).median,
+                d.spread(|r| r.lat_us[1]).median
+            );
+            let (vi, vc) = match raw.filter(|r| r.design != d.design) {
+                Some(raw) => (
+                    d.ratio(raw, |r| r.iops).show(2),
+                    d.ratio(raw, |r| r.cpu_us).show(2),
+                ),
+                None => ("-".to_owned(), "-".to_owned()),
+            };
+            let counters = d
+                .counters()
+                .iter()
+                .map(|(n, v)| format!("{n} {v:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            writeln!(
+                f,
+                "{:<12} {:>26} {:>22} {:>18} {:>24} {:>24} {:>20} {:>20}  {counters}",
+                d.design,
+                d.spread(|r| r.iops).show(0),
+                d.spread(|r| r.mbps).show(1),
+                lat,
+                d.spread(|r| r.cpu_us).show(2),
+                d.machine().map_or("-".to_owned(), |s| s.show(2)),
+                vi,
+                vc
+            )?;
+        }
+        if let Some(v) = &self.verified {
+            writeln!(f, "verify: {v}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(iops: f64, cpu: f64) -> RoundFigures {
+        RoundFigures {
+            ios: 100,
+            iops,
+            mbps: iops * 4096.0 / 1e6,
+            lat_us: [10.0, 20.0, 30.0],
+            cpu_us: cpu,
+            machine_us: Some(cpu * 2.0),
+            counters: vec![("irqs", 100)],
+        }
+    }
+
+    #[test]
+    fn ratios_are_taken_pair_by_pair_within_a_round() {
+        // Raw swings 100 -> 200 between rounds; the design is always half of it.
+        let raw = DesignReport {
+            design: "raw".into(),
+            rounds: vec![round(100.0, 1.0), round(200.0, 1.0), round(150.0, 1.0)],
+        };
+        let d = DesignReport {
+            design: "v5".into(),
+            rounds: vec![round(50.0, 2.0), round(100.0, 2.0), round(75.0, 2.0)],
+        };
+        let r = d.ratio(&raw, |r| r.iops);
+        assert_eq!((r.median, r.min, r.max), (0.5, 0.5, 0.5));
+        let report = JobReport {
+            job: "j".into(),
+            header: "h\n".into(),
+            designs: vec![d, raw],
+            skipped: vec!["kernel-loop: not root".into()],
+            verified: None,
+        };
+        let text = report.to_string();
+        assert!(text.contains("0.50 (0.50–0.50)"), "{text}");
+        assert!(text.contains("2.00 (2.00–2.00)"), "{text}");
+        assert!(text.starts_with("skipped: kernel-loop"), "{text}");
+        let j = report.to_json();
+        assert_eq!(j["designs"][0]["vs_raw"]["iops"]["median"], json!(0.5));
+        assert_eq!(j["designs"][1]["iops"]["min"], json!(100.0));
+    }
+}

@@ -1,0 +1,961 @@
+//! One design running one job once (one round): the clones (fio's `numjobs`), each issuing its
+//! I/Os as the job says, and the figures of that run. Three executors:
+//!
+//! - [`run_sim_loop`]: biosim's loop model on the threaded runtime, one simulated CPU per clone,
+//!   bios submitted from task context with at most `iodepth` in flight per clone (as
+//!   `submit_bio()` from a process doing `io_submit`), completed by `bi_end_io`;
+//! - [`run_raw_sync`]: `psync`/`pvsync2` on the file itself, one thread per clone;
+//! - [`run_raw_uring`]: `io_uring` on the file itself, one ring of `iodepth` per clone.
+//!
+//! The per-I/O path takes no lock shared between clones and allocates nothing the I/O does not
+//! need (a bio owns its data buffer, so the simulated path allocates one per bio; the raw paths
+//! reuse one buffer per slot). Latencies go into a histogram per clone, merged at the end.
+
+use super::cpu::{CpuSnapshot, CpuUsed};
+use super::pattern::Pattern;
+use super::vstate::{FlushSnapshot, VerifyFailure, VerifyState};
+use crate::dev::aligned::AlignedBuf;
+use crate::dev::backing::{BackingFile, RwFlags};
+use crate::dev::loop_file::{FileBacking, UringBacking};
+use crate::dev::uring::{UringEngine, UringOp};
+use crate::fio::job::{IoEngine, JobSpec};
+use crate::fio::verify;
+use crate::perf::bench_common::BenchError;
+use crate::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
+use bio_core::block::{submit_bio_noacct, BioEndIo, BlockDriver, ReqFlags, ReqOp, BLK_STS_OK};
+use bio_core::drivers::block::loop_drv::{
+    LoopBacking, LoopDevice, LoopStats, LoopVariant, LO_FLAGS_DIRECT_IO,
+};
+use bio_core::kernel::CpuId;
+use bio_core::{Cpu, Kernel, KernelConfig};
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The figures of one design's run.
+#[derive(Debug, Clone)]
+pub struct RunFigures {
+    /// Reads and writes completed (flushes not counted).
+    pub ios: u64,
+    /// Bytes read and written.
+    pub bytes: u64,
+    /// Wall time from the first submission to the last completion.
+    pub elapsed: Duration,
+    /// Submit-to-completion latency of every read and write, ns.
+    pub latency: Histogram<u64>,
+    /// CPU time used meanwhile.
+    pub cpu: CpuUsed,
+    /// The loop model's counters (simulated loop only).
+    pub loop_stats: Option<LoopStats>,
+    /// Hard interrupts the simulated machine delivered (simulated designs only).
+    pub irqs: Option<u64>,
+    /// `RWF_NOWAIT` attempts on the raw path: tried, done, `EAGAIN` (retried blocking).
+    pub raw_nowait: Option<(u64, u64, u64)>,
+    /// Flushes completed.
+    pub flushes: u64,
+}
+
+impl RunFigures {
+    /// I/Os per second.
+    pub fn iops(&self) -> f64 {
+        self.ios as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// MB/s (10^6 bytes, as fio's `MB/s`).
+    pub fn mbps(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Process CPU µs per I/O.
+    pub fn cpu_us_per_io(&self) -> f64 {
+        self.cpu.process.as_secs_f64() * 1e6 / self.ios.max(1) as f64
+    }
+
+    /// Machine CPU µs per I/O.
+    pub fn machine_us_per_io(&self) -> Option<f64> {
+        self.cpu
+            .machine
+            .map(|m| m.as_secs_f64() * 1e6 / self.ios.max(1) as f64)
+    }
+}
+
+/// What stops a run early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStop {
+    /// A block failed its verify check (the device failed: exit 1).
+    Verify(VerifyFailure),
+    /// An I/O failed or the machine misbehaved.
+    Failed(String),
+}
+
+/// What every clone of one run shares.
+#[derive(Debug)]
+pub struct RunCtx {
+    /// The job.
+    pub job: JobSpec,
+    /// Blocks of `job.bs` in the region.
+    pub blocks: u64,
+    /// `verify=`'s state.
+    pub verify: Option<Arc<VerifyState>>,
+    /// I/Os completed by all clones (the progress bar reads it).
+    pub completed: Arc<AtomicU64>,
+    stop: AtomicBool,
+    first_stop: Mutex<Option<RunStop>>,
+}
+
+impl RunCtx {
+    /// A context for one run.
+    pub fn new(
+        job: &JobSpec,
+        blocks: u64,
+        verify: Option<Arc<VerifyState>>,
+        completed: Arc<AtomicU64>,
+    ) -> RunCtx {
+        RunCtx {
+            job: job.clone(),
+            blocks,
+            verify,
+            completed,
+            stop: AtomicBool::new(false),
+            first_stop: Mutex::new(None),
+        }
+    }
+
+    fn halt(&self, why: RunStop) {
+        let mut g = self.first_stop.lock();
+        if g.is_none() {
+            *g = Some(why);
+        }
+        self.stop.store(true, Ordering::Release);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Why the run stopped early, if it did.
+    pub fn stop_reason(&self) -> Option<RunStop> {
+        self.first_stop.lock().clone()
+    }
+}
+
+/// One step of a clone.
+enum Step {
+    Io {
+        write: bool,
+        off: u64,
+        /// A write's generation, or the generation a read must reach (verify only).
+        gen: u64,
+    },
+    Flush(Option<FlushSnapshot>),
+}
+
+/// One clone's issuing side: what comes next and when it may be issued.
+struct Issuer {
+    pattern: Pattern,
+    issued: u64,
+    limit: Option<u64>,
+    deadline: Option<Instant>,
+    fsync_every: Option<u64>,
+    writes: u64,
+    flush_due: bool,
+    start: Instant,
+    rate_interval: Option<Duration>,
+    thinktime: Option<Duration>,
+    next_at: Option<Instant>,
+}
+
+impl Issuer {
+    fn new(ctx: &RunCtx, clone: u32, start: Instant) -> Issuer {
+        let job = &ctx.job;
+        // A verify job's clones write disjoint blocks (fio's serialize_overlap for clones).
+        let pattern = if ctx.verify.is_some() && job.rw.writes() {
+            Pattern::strided(
+                job,
+                clone,
+                ctx.blocks,
+                u64::from(clone),
+                u64::from(job.numjobs),
+            )
+        } else {
+            Pattern::new(job, clone, ctx.blocks)
+        };
+        Issuer {
+            pattern,
+            issued: 0,
+            limit: (!job.time_based).then(|| job.ios_per_clone()),
+            deadline: job.runtime.map(|r| start + r),
+            fsync_every: job.fsync.filter(|&n| n > 0),
+            writes: 0,
+            flush_due: false,
+            start,
+            rate_interval: job
+                .rate_iops
+                .filter(|&r| r > 0)
+                .map(|r| Duration::from_secs_f64(1.0 / r as f64)),
+            thinktime: job.thinktime.filter(|t| !t.is_zero()),
+            next_at: None,
+        }
+    }
+
+    /// When the next I/O may be issued (`rate_iops`, `thinktime`), if later than now.
+    fn not_before(&self) -> Option<Instant> {
+        let rate = self
+            .rate_interval
+            .map(|iv| self.start + iv.mul_f64(self.issued as f64));
+        match (rate, self.next_at) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next step, or `None` when the clone is done.
+    fn next(&mut self, ctx: &RunCtx) -> Option<Step> {
+        if self.flush_due {
+            self.flush_due = false;
+            return Some(Step::Flush(
+                ctx.verify.as_ref().and_then(|v| v.begin_flush()),
+            ));
+        }
+        if ctx.stopped()
+            || self.limit.is_some_and(|l| self.issued >= l)
+            || self.deadline.is_some_and(|d| Instant::now() >= d)
+        {
+            return None;
+        }
+        let (mut write, mut off) = self.pattern.next_io();
+        if let Some(v) = &ctx.verify {
+            // Never two writes in flight to one block: skip to one without (the caller has a
+            // free slot, so fewer than iodepth of this clone's blocks are busy; check_job makes
+            // every clone own more blocks than that).
+            let mut tries = self.pattern.blocks();
+            while write && v.write_in_flight(off) && tries > 0 {
+                (write, off) = self.pattern.next_io();
+                tries -= 1;
+            }
+        }
+        self.issued += 1;
+        if let Some(t) = self.thinktime {
+            self.next_at = Some(Instant::now() + t);
+        }
+        let gen = match &ctx.verify {
+            Some(v) if write => v.begin_write(off),
+            Some(v) => v.begin_read(off),
+            None => 0,
+        };
+        if write {
+            self.writes += 1;
+            if self
+                .fsync_every
+                .is_some_and(|n| self.writes.is_multiple_of(n))
+            {
+                self.flush_due = true;
+            }
+        }
+        Some(Step::Io { write, off, gen })
+    }
+}
+
+/// One clone's completion side.
+struct CloneSink {
+    hist: Mutex<Histogram<u64>>,
+    done: AtomicU64,
+    bytes: AtomicU64,
+    flushes: AtomicU64,
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+impl CloneSink {
+    fn new() -> CloneSink {
+        CloneSink {
+            hist: Mutex::new(new_histogram()),
+            done: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+        }
+    }
+
+    /// A read or write completed `t0` ago; `data` is a read's buffer (checked under verify).
+    fn io_done(
+        &self,
+        ctx: &RunCtx,
+        t0: Instant,
+        write: bool,
+        off: u64,
+        gen: u64,
+        data: Option<&[u8]>,
+    ) {
+        let ns = t0.elapsed().as_nanos() as u64;
+        let _ = self.hist.lock().record(ns.max(1));
+        self.done.fetch_add(1, Ordering::Release);
+        self.bytes
+            .fetch_add(u64::from(ctx.job.bs), Ordering::Relaxed);
+        ctx.completed.fetch_add(1, Ordering::Relaxed);
+        if let Some(v) = &ctx.verify {
+            if write {
+                v.write_done(off, gen);
+            } else if let Some(buf) = data {
+                if let Err(f) = v.check_read(buf, off, gen) {
+                    ctx.halt(RunStop::Verify(f));
+                }
+            }
+        }
+    }
+
+    fn flush_done(&self, ctx: &RunCtx, snap: Option<FlushSnapshot>) {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        self.done.fetch_add(1, Ordering::Release);
+        if let (Some(v), Some(s)) = (&ctx.verify, snap) {
+            if let Err(e) = v.flush_done(s) {
+                ctx.halt(RunStop::Failed(format!(
+                    "cannot save the verify state {}: {e}",
+                    v.state_path()
+                        .map_or(String::new(), |p| p.display().to_string())
+                )));
+            }
+        }
+    }
+}
+
+/// Sums the clones' sinks into figures.
+fn collect(sinks: &[Arc<CloneSink>], elapsed: Duration, cpu: CpuUsed) -> RunFigures {
+    let mut latency = new_histogram();
+    let (mut ios, mut bytes, mut flushes) = (0, 0, 0);
+    for s in sinks {
+        let h = s.hist.lock();
+        ios += h.len();
+        let _ = latency.add(&*h);
+        bytes += s.bytes.load(Ordering::Relaxed);
+        flushes += s.flushes.load(Ordering::Relaxed);
+    }
+    RunFigures {
+        ios,
+        bytes,
+        elapsed,
+        latency,
+        cpu,
+        loop_stats: None,
+        irqs: None,
+        raw_nowait: None,
+        flushes,
+    }
+}
+
+/// The `RWF_*` flags the job puts on every raw read and write (`pvsync2`, `io_uring`).
+pub fn raw_flags(job: &JobSpec) -> RwFlags {
+    let mut f = RwFlags::empty();
+    if job.ioengine != IoEngine::Psync {
+        if job.nowait {
+            f |= RwFlags::NOWAIT;
+        }
+        if job.uncached {
+            f |= RwFlags::DONTCACHE;
+        }
+    }
+    f
+}
+
+fn stamp_or_fill(buf: &mut [u8], write: bool, off: u64, gen: u64, verify: bool) {
+    if write && verify {
+        verify::stamp(buf, off, gen);
+    }
+}
+
+/// `psync`/`pvsync2` directly on `file`: one thread per clone, one I/O at a time.
+pub fn run_raw_sync(file: &Arc<BackingFile>, ctx: &Arc<RunCtx>) -> Result<RunFigures, BenchError> {
+    let job = &ctx.job;
+    let flags = raw_flags(job);
+    let tried = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let sinks: Vec<Arc<CloneSink>> = (0..job.numjobs)
+        .map(|_| Arc::new(CloneSink::new()))
+        .collect();
+    let cpu0 = CpuSnapshot::now();
+    let start = Instant::now();
+    let handles: Vec<_> = (0..job.numjobs)
+        .map(|c| {
+            let (file, ctx, sink, tried) = (
+                Arc::clone(file),
+                Arc::clone(ctx),
+                Arc::clone(&sinks[c as usize]),
+                Arc::clone(&tried),
+            );
+            std::thread::Builder::new()
+                .name(format!("biosim-raw{c}"))
+                .spawn(move || raw_sync_clone(&file, &ctx, c, start, flags, &sink, &tried))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| BenchError::Machine(format!("cannot start a raw I/O thread: {e}")))?;
+    for h in handles {
+        h.join()
+            .map_err(|_| BenchError::Machine("a raw I/O thread panicked".into()))?;
+    }
+    let elapsed = start.elapsed();
+    let cpu = cpu0.until(&CpuSnapshot::now());
+    let mut fig = collect(&sinks, elapsed, cpu);
+    if flags.contains(RwFlags::NOWAIT) {
+        fig.raw_nowait = Some((
+            tried[0].load(Ordering::Relaxed),
+            tried[1].load(Ordering::Relaxed),
+            tried[2].load(Ordering::Relaxed),
+        ));
+    }
+    Ok(fig)
+}
+
+fn raw_sync_clone(
+    file: &BackingFile,
+    ctx: &RunCtx,
+    clone: u32,
+    start: Instant,
+    flags: RwFlags,
+    sink: &CloneSink,
+    tried: &[AtomicU64; 3],
+) {
+    let mut iss = Issuer::new(ctx, clone, start);
+    let mut buf = AlignedBuf::new(ctx.job.bs as usize);
+    buf.fill(0xa5);
+    let verify = ctx.verify.is_some();
+    loop {
+        if let Some(t) = iss.not_before() {
+            let now = Instant::now();
+            if t > now {
+                std::thread::sleep(t - now);
+            }
+        }
+        let Some(step) = iss.next(ctx) else { break };
+        match step {
+            Step::Flush(snap) => {
+                if let Err(e) = file.sync_data() {
+                    ctx.halt(RunStop::Failed(format!(
+                        "fsync {}: {e}",
+                        file.path().display()
+                    )));
+                    break;
+                }
+                sink.flush_done(ctx, snap);
+            }
+            Step::Io { write, off, gen } => {
+                stamp_or_fill(&mut buf, write, off, gen, verify);
+                let t0 = Instant::now();
+                let mut r = raw_io(file, &mut buf, write, off, flags);
+                if flags.contains(RwFlags::NOWAIT) {
+                    tried[0].fetch_add(1, Ordering::Relaxed);
+                    if matches!(&r, Err(e) if e.raw_os_error() == Some(libc::EAGAIN)) {
+                        tried[2].fetch_add(1, Ordering::Relaxed);
+                        r = raw_io(
+                            file,
+                            &mut buf,
+                            write,
+                            off,
+                            flags.difference(RwFlags::NOWAIT),
+                        );
+                    } else {
+                        tried[1].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                if let Err(e) = r {
+                    ctx.halt(RunStop::Failed(format!(
+                        "{} of {} at offset {off} on {}: {e}",
+                        if write { "write" } else { "read" },
+                        ctx.job.bs,
+                        file.path().display()
+                    )));
+                    break;
+                }
+                sink.io_done(ctx, t0, write, off, gen, (!write).then_some(&buf[..]));
+            }
+        }
+    }
+}
+
+fn raw_io(
+    file: &BackingFile,
+    buf: &mut [u8],
+    write: bool,
+    off: u64,
+    flags: RwFlags,
+) -> std::io::Result<()> {
+    if write {
+        file.write_all_at(buf, off, flags)
+    } else {
+        file.read_exact_at(buf, off, flags)
+    }
+}
+
+/// What a raw io_uring slot holds while its op is in the ring.
+#[derive(Default)]
+struct Slot {
+    t0: Option<Instant>,
+    write: bool,
+    off: u64,
+    gen: u64,
+    flush: Option<Option<FlushSnapshot>>,
+    /// A flush's slot keeps its buffer here (the op has none).
+    parked: Option<AlignedBuf>,
+}
+
+/// A slot coming back to its clone's submitter.
+enum Back {
+    Free(usize, AlignedBuf),
+    /// A `RWF_NOWAIT` op that returned `EAGAIN`: submit it again without the flag.
+    Retry(usize, AlignedBuf),
+    Failed(String),
+}
+
+/// `io_uring` directly on `file`: one ring of `iodepth` per clone; the clone's thread submits,
+/// the ring's reaper completes.
+pub fn run_raw_uring(file: &Arc<BackingFile>, ctx: &Arc<RunCtx>) -> Result<RunFigures, BenchError> {
+    let job = &ctx.job;
+    let flags = raw_flags(job);
+    let depth = job.iodepth.max(1) as usize;
+    let tried = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let sinks: Vec<Arc<CloneSink>> = (0..job.numjobs)
+        .map(|_| Arc::new(CloneSink::new()))
+        .collect();
+    let mut engines = Vec::new();
+    let mut backs = Vec::new();
+    let mut slot_sets = Vec::new();
+    for sink in &sinks {
+        let slots: Arc<Vec<Mutex<Slot>>> =
+            Arc::new((0..depth).map(|_| Mutex::new(Slot::default())).collect());
+        let (tx, rx) = crossbeam_channel::bounded::<Back>(2 * depth);
+        for i in 0..depth {
+            let mut b = AlignedBuf::new(job.bs as usize);
+            b.fill(0xa5);
+            let _ = tx.send(Back::Free(i, b));
+        }
+        let (sink, ctx2, slots2, tried2) = (
+            Arc::clone(sink),
+            Arc::clone(ctx),
+            Arc::clone(&slots),
+            Arc::clone(&tried),
+        );
+        let nowait = flags.contains(RwFlags::NOWAIT);
+        let engine = UringEngine::new(Arc::clone(file), depth as u32, flags, move |done| {
+            let i = done.token as usize;
+            let mut s = slots2[i].lock();
+            if let Some(snap) = s.flush.take() {
+                let buf = s.parked.take().expect("a flush slot parks its buffer");
+                drop(s);
+                if let Err(e) = done.result {
+                    let _ = tx.send(Back::Failed(format!("fsync: {e}")));
+                } else {
+                    sink.flush_done(&ctx2, snap);
+                }
+                let _ = tx.send(Back::Free(i, buf));
+                return;
+            }
+            let (t0, write, off, gen) = (s.t0, s.write, s.off, s.gen);
+            drop(s);
+            let buf = done.op.into_buf().expect("a read or write has its buffer");
+            match done.result {
+                Err(e) if nowait && e.raw_os_error() == Some(libc::EAGAIN) => {
+                    tried2[2].fetch_add(1, Ordering::Relaxed);
+                    let _ = tx.send(Back::Retry(i, buf));
+                }
+                Err(e) => {
+                    let _ = tx.send(Back::Failed(format!(
+                        "{} at offset {off}: {e}",
+                        if write { "write" } else { "read" }
+                    )));
+                    let _ = tx.send(Back::Free(i, buf));
+                }
+                Ok(_) => {
+                    if nowait {
+                        tried2[1].fetch_add(1, Ordering::Relaxed);
+                    }
+                    if let Some(t0) = t0 {
+                        sink.io_done(&ctx2, t0, write, off, gen, (!write).then_some(&buf[..]));
+                    }
+                    let _ = tx.send(Back::Free(i, buf));
+                }
+            }
+        })
+        .map_err(|e| {
+            BenchError::Machine(format!(
+                "starting io_uring on {}: {e}",
+                file.path().display()
+            ))
+        })?;
+        engines.push(Arc::new(engine));
+        backs.push(rx);
+        slot_sets.push(slots);
+    }
+    let cpu0 = CpuSnapshot::now();
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for (c, ((engine, rx), slots)) in engines.iter().zip(backs).zip(slot_sets).enumerate() {
+        let (engine, ctx, tried) = (Arc::clone(engine), Arc::clone(ctx), Arc::clone(&tried));
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("biosim-rawq{c}"))
+                .spawn(move || {
+                    raw_uring_clone(&engine, &ctx, c as u32, start, depth, &rx, &slots, &tried)
+                })
+                .map_err(|e| BenchError::Machine(format!("cannot start a raw I/O thread: {e}")))?,
+        );
+    }
+    for h in handles {
+        h.join()
+            .map_err(|_| BenchError::Machine("a raw io_uring thread panicked".into()))?;
+    }
+    let elapsed = start.elapsed();
+    let cpu = cpu0.until(&CpuSnapshot::now());
+    for e in engines {
+        if let Ok(e) = Arc::try_unwrap(e) {
+            e.shutdown();
+        }
+    }
+    let mut fig = collect(&sinks, elapsed, cpu);
+    if flags.contains(RwFlags::NOWAIT) {
+        fig.raw_nowait = Some((
+            tried[0].load(Ordering::Relaxed),
+            tried[1].load(Ordering::Relaxed),
+            tried[2].load(Ordering::Relaxed),
+        ));
+    }
+    Ok(fig)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn raw_uring_clone(
+    engine: &UringEngine,
+    ctx: &RunCtx,
+    clone: u32,
+    start: Instant,
+    depth: usize,
+    rx: &crossbeam_channel::Receiver<Back>,
+    slots: &[Mutex<Slot>],
+    tried: &[AtomicU64; 3],
+) {
+    let mut iss = Issuer::new(ctx, clone, start);
+    let verify = ctx.verify.is_some();
+    let nowait = engine.rw_flags().contains(RwFlags::NOWAIT);
+    let mut free_slots = 0usize;
+    let mut finished = false;
+    // Every slot comes back exactly once per op; the clone ends when all `depth` are free and
+    // nothing is left to issue.
+    while !(finished && free_slots == depth) {
+        let back = match rx.recv() {
+            Ok(b) => b,
+            Err(_) => break,
+        };
+        let (i, mut buf) = match back {
+            Back::Failed(why) => {
+                ctx.halt(RunStop::Failed(format!(
+                    "raw io_uring on {}: {why}",
+                    engine.file().path().display()
+                )));
+                continue;
+            }
+            Back::Retry(i, buf) => {
+                let s = slots[i].lock();
+                let (write, off) = (s.write, s.off);
+                drop(s);
+                let op = if write {
+                    UringOp::Write { buf, off }
+                } else {
+                    UringOp::Read { buf, off }
+                };
+                let flags = engine.rw_flags().difference(RwFlags::NOWAIT);
+                if let Err(e) = engine.submit_with_flags(i as u64, op, flags) {
+                    ctx.halt(RunStop::Failed(e.to_string()));
+                    free_slots += 1;
+                    finished = true;
+                }
+                continue;
+            }
+            Back::Free(i, buf) => (i, buf),
+        };
+        if finished {
+            free_slots += 1;
+            continue;
+        }
+        if let Some(t) = iss.not_before() {
+            let now = Instant::now();
+            if t > now {
+                std::thread::sleep(t - now);
+            }
+        }
+        let Some(step) = iss.next(ctx) else {
+            finished = true;
+            free_slots += 1;
+            continue;
+        };
+        let op = match step {
+            Step::Flush(snap) => {
+                let mut s = slots[i].lock();
+                s.flush = Some(snap);
+                s.parked = Some(buf);
+                UringOp::Fsync
+            }
+            Step::Io { write, off, gen } => {
+                stamp_or_fill(&mut buf, write, off, gen, verify);
+                let mut s = slots[i].lock();
+                *s = Slot {
+                    t0: Some(Instant::now()),
+                    write,
+                    off,
+                    gen,
+                    flush: None,
+                    parked: None,
+                };
+                drop(s);
+                if nowait {
+                    tried[0].fetch_add(1, Ordering::Relaxed);
+                }
+                if write {
+                    UringOp::Write { buf, off }
+                } else {
+                    UringOp::Read { buf, off }
+                }
+            }
+        };
+        if let Err(e) = engine.submit(i as u64, op) {
+            ctx.halt(RunStop::Failed(e.to_string()));
+            finished = true;
+            free_slots += 1;
+        }
+    }
+}
+
+/// How the simulated loop device's backing does its I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimEngine {
+    /// [`FileBacking`]: `preadv2`/`pwritev2` where the model issues the I/O.
+    Sync,
+    /// [`UringBacking`]: asynchronous io_uring, completions as interrupts.
+    Uring,
+}
+
+impl SimEngine {
+    /// The engine a job's `ioengine` maps to.
+    pub fn for_job(job: &JobSpec) -> SimEngine {
+        if job.ioengine.is_sync() {
+            SimEngine::Sync
+        } else {
+            SimEngine::Uring
+        }
+    }
+
+    /// The name in the header.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimEngine::Sync => "sync",
+            SimEngine::Uring => "uring",
+        }
+    }
+}
+
+/// biosim's loop model of `variant` over `file` on the threaded runtime, one simulated CPU per
+/// clone.
+pub fn run_sim_loop(
+    file: &Arc<BackingFile>,
+    variant: LoopVariant,
+    engine: SimEngine,
+    ctx: &Arc<RunCtx>,
+) -> Result<RunFigures, BenchError> {
+    let job = &ctx.job;
+    let cpus = job.numjobs;
+    let kernel = Kernel::boot(KernelConfig::default(), cpus, cpus)
+        .map_err(|e| BenchError::Machine(e.to_string()))?;
+    let uring = match engine {
+        SimEngine::Sync => None,
+        SimEngine::Uring => Some(Arc::new(
+            UringBacking::new(Arc::clone(file), (job.iodepth * job.numjobs).max(1))
+                .map_err(|e| BenchError::Machine(format!("starting io_uring: {e}")))?,
+        )),
+    };
+    let extra = if job.uncached && !job.direct {
+        RwFlags::DONTCACHE
+    } else {
+        RwFlags::empty()
+    };
+    let backing: Arc<dyn LoopBacking> = match &uring {
+        Some(u) => Arc::clone(u) as Arc<dyn LoopBacking>,
+        None => Arc::new(FileBacking::with_flags(Arc::clone(file), extra)),
+    };
+    let lo_flags = if job.direct { LO_FLAGS_DIRECT_IO } else { 0 };
+    let lo = LoopDevice::new(&kernel, 0, backing, lo_flags, 0, variant);
+    if let Some(u) = &uring {
+        u.attach(&lo, &kernel).map_err(BenchError::Machine)?;
+    }
+    let rt = ThreadedRuntime::start(
+        Arc::clone(&kernel),
+        ThreadedConfig {
+            wait_timeout: Duration::from_secs(120),
+            ..ThreadedConfig::default()
+        },
+    )?;
+    let dev: Arc<dyn BlockDriver> = lo.clone();
+    let fig = run_sim_clones(&rt, &dev, ctx);
+    let stats = lo.stats();
+    let irqs = rt.stats().total().irqs;
+    let report = rt.shutdown();
+    let mut fig = fig?;
+    if !report.is_clean() && ctx.stop_reason().is_none() {
+        return Err(BenchError::Machine(format!("unclean shutdown: {report:?}")));
+    }
+    if let Some(r) = kernel
+        .reports()
+        .all()
+        .iter()
+        .find(|r| !r.message.contains("lockdep_assert_held"))
+    {
+        return Err(BenchError::Machine(format!(
+            "kernel splat during the run of {}: {}",
+            variant.name, r.message
+        )));
+    }
+    fig.loop_stats = Some(stats);
+    fig.irqs = Some(irqs);
+    Ok(fig)
+}
+
+/// Runs the clones on the simulated CPUs of `rt` against `dev` (any simulated block device).
+pub fn run_sim_clones(
+    rt: &ThreadedRuntime,
+    dev: &Arc<dyn BlockDriver>,
+    ctx: &Arc<RunCtx>,
+) -> Result<RunFigures, BenchError> {
+    let job = &ctx.job;
+    let sinks: Vec<Arc<CloneSink>> = (0..job.numjobs)
+        .map(|_| Arc::new(CloneSink::new()))
+        .collect();
+    let cpu0 = CpuSnapshot::now();
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for c in 0..job.numjobs {
+        let (dev, ctx, sink) = (
+            Arc::clone(dev),
+            Arc::clone(ctx),
+            Arc::clone(&sinks[c as usize]),
+        );
+        handles.push(rt.post_on(CpuId(c), move |cx| {
+            sim_clone(cx, &dev, &ctx, c, start, &sink)
+        })?);
+    }
+    let mut timed_out = false;
+    for h in handles {
+        if !h.wait()? {
+            timed_out = true;
+        }
+    }
+    let elapsed = start.elapsed();
+    let cpu = cpu0.until(&CpuSnapshot::now());
+    if timed_out && ctx.stop_reason().is_none() {
+        return Err(BenchError::Machine(
+            "I/Os did not complete within 120 s".into(),
+        ));
+    }
+    Ok(collect(&sinks, elapsed, cpu))
+}
+
+/// One clone in task context on its simulated CPU: submits bios with at most `iodepth` in
+/// flight, then waits for all of them; `false` if a wait gave up.
+fn sim_clone(
+    cx: &Cpu,
+    dev: &Arc<dyn BlockDriver>,
+    ctx: &Arc<RunCtx>,
+    clone: u32,
+    start: Instant,
+    sink: &Arc<CloneSink>,
+) -> bool {
+    let job = &ctx.job;
+    let depth = u64::from(job.iodepth.max(1));
+    let bs = job.bs as usize;
+    let verify = ctx.verify.is_some();
+    let mut iss = Issuer::new(ctx, clone, start);
+    let mut submitted = 0u64;
+    loop {
+        if let Some(t) = iss.not_before() {
+            if !cx.wait_until("bench: rate_iops/thinktime", &|| Instant::now() >= t) {
+                return false;
+            }
+        }
+        let s2 = Arc::clone(sink);
+        let n = submitted;
+        if !cx.wait_until("bench: a free slot of iodepth", &|| {
+            n < s2.done.load(Ordering::Acquire) + depth
+        }) {
+            return false;
+        }
+        let Some(step) = iss.next(ctx) else { break };
+        submitted += 1;
+        let (s, c) = (Arc::clone(sink), Arc::clone(ctx));
+        let bio = match step {
+            Step::Flush(snap) => {
+                let snap = Mutex::new(snap);
+                // blkdev_issue_flush(): an empty REQ_OP_WRITE | REQ_PREFLUSH bio (REQ_OP_FLUSH
+                // cannot be submitted as a bio; the flush state machine makes it a request).
+                cx.kernel()
+                    .bio_alloc(ReqOp::Write, 0)
+                    .with_flags(ReqFlags::REQ_PREFLUSH)
+                    .with_end_io(BioEndIo::new("submit_bio_wait_endio", move |bio, _| {
+                        if bio.status() != BLK_STS_OK {
+                            c.halt(RunStop::Failed(format!(
+                                "a REQ_PREFLUSH bio (fsync) failed: {:?}",
+                                bio.status()
+                            )));
+                        }
+                        s.flush_done(&c, snap.lock().take());
+                    }))
+            }
+            Step::Io { write, off, gen } => {
+                let mut data = vec![0xa5; bs];
+                stamp_or_fill(&mut data, write, off, gen, verify);
+                let op = if write { ReqOp::Write } else { ReqOp::Read };
+                let t0 = Instant::now();
+                cx.kernel()
+                    .bio_alloc(op, off >> 9)
+                    .with_data(data)
+                    .with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
+                        if bio.status() != BLK_STS_OK {
+                            c.halt(RunStop::Failed(format!(
+                                "a {} bio at offset {off} failed: {:?}",
+                                if write { "write" } else { "read" },
+                                bio.status()
+                            )));
+                        }
+                        let data = (!write && verify).then(|| bio.data());
+                        s.io_done(&c, t0, write, off, gen, data.as_deref());
+                    }))
+            }
+        };
+        submit_bio_noacct(bio, &**dev, cx);
+    }
+    let s2 = Arc::clone(sink);
+    cx.wait_until("bench: all I/Os completed", &|| {
+        s2.done.load(Ordering::Acquire) >= submitted
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fio::job::RwPattern;
+
+    #[test]
+    fn an_issuer_stops_at_number_ios_and_flushes_every_fsync_writes() {
+        let mut job = JobSpec::with_defaults("t", 1);
+        job.rw = RwPattern::RandWrite;
+        job.size = 64 * 4096;
+        job.number_ios = Some(10);
+        job.fsync = Some(4);
+        let ctx = RunCtx::new(&job, 64, None, Arc::default());
+        let mut iss = Issuer::new(&ctx, 0, Instant::now());
+        let mut steps = String::new();
+        while let Some(s) = iss.next(&ctx) {
+            steps.push(match s {
+                Step::Io { .. } => 'w',
+                Step::Flush(_) => 'F',
+            });
+        }
+        assert_eq!(steps, "wwwwFwwwwFww");
+    }
+}
