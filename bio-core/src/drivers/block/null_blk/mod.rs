@@ -102,8 +102,6 @@ pub struct NullBlkConfig {
     pub blocksize: u32,
     /// How timer-mode completions are fired (not a kernel parameter: the runtime's choice).
     pub clock: HrtimerClock,
-    /// Keys set by [`NullBlkConfig::parse_param`], to refuse a repeated one.
-    seen: Vec<String>,
 }
 
 impl Default for NullBlkConfig {
@@ -120,7 +118,6 @@ impl Default for NullBlkConfig {
             discard: false,
             blocksize: 512,
             clock: HrtimerClock::Thread,
-            seen: Vec::new(),
         }
     }
 }
@@ -155,24 +152,38 @@ fn kstrtou64(key: &str, v: &str) -> Result<u64, String> {
 }
 
 impl NullBlkConfig {
+    /// The defaults with `KEY=VALUE` parameters applied in order ([`NullBlkConfig::parse_param`]);
+    /// a parameter given twice (`bs` and `blocksize`, `gb` and `size` count as one) is refused.
+    pub fn from_params<'a>(params: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
+        let mut cfg = NullBlkConfig::default();
+        let mut seen: Vec<&str> = Vec::new();
+        for kv in params {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("null_blk parameter `{kv}`: expected KEY=VALUE"))?;
+            let canon = match k {
+                "blocksize" => "bs",
+                "size" => "gb",
+                k => k,
+            };
+            cfg.parse_param(k, v)?;
+            if seen.contains(&canon) {
+                return Err(format!("null_blk parameter `{k}` given twice"));
+            }
+            seen.push(canon);
+        }
+        Ok(cfg)
+    }
+
     /// Sets one module parameter (or configfs attribute) by its kernel name, as `modprobe
-    /// null_blk KEY=VALUE` would. An unknown name, a repeated one, or a value the kernel's
-    /// setter refuses is an error naming it.
+    /// null_blk KEY=VALUE` would. An unknown name or a value the kernel's setter refuses is an
+    /// error naming it.
     pub fn parse_param(&mut self, key: &str, value: &str) -> Result<(), String> {
         if !NULL_BLK_PARAMS.contains(&key) {
             return Err(format!(
                 "unknown null_blk parameter `{key}` (known: {})",
                 NULL_BLK_PARAMS.join(", ")
             ));
-        }
-        // `bs` and `blocksize`, `gb` and `size` set the same field: either spelling counts.
-        let canon = match key {
-            "blocksize" => "bs",
-            "size" => "gb",
-            k => k,
-        };
-        if self.seen.iter().any(|s| s == canon) {
-            return Err(format!("null_blk parameter `{key}` given twice"));
         }
         let int = |max: u64| -> Result<u64, String> {
             let n = kstrtou64(key, value)?;
@@ -217,7 +228,6 @@ impl NullBlkConfig {
             "size" => self.size_bytes = int(u64::MAX >> 20)? << 20,
             _ => unreachable!("checked against NULL_BLK_PARAMS above"),
         }
-        self.seen.push(canon.to_owned());
         Ok(())
     }
 

@@ -87,16 +87,16 @@ fn parameters_parse_by_kernel_name_and_refuse_unknown_repeated_and_bad_values() 
         c.to_string(),
         "irqmode=2 completion_nsec=5000 queue_mode=2 hw_queue_depth=4 memory_backed=1 discard=1 bs=4096 size=16"
     );
+    let e = NullBlkConfig::from_params(["gb=1", "size=5"]).unwrap_err();
+    assert_eq!(e, "null_blk parameter `size` given twice");
+    assert!(NullBlkConfig::from_params(["bs"])
+        .unwrap_err()
+        .contains("KEY=VALUE"));
     let mut c = NullBlkConfig::default();
     let e = c.parse_param("submit_queues", "2").unwrap_err();
     assert!(
         e.contains("unknown null_blk parameter `submit_queues`") && e.contains("irqmode"),
         "{e}"
-    );
-    c.parse_param("gb", "1").unwrap();
-    assert_eq!(
-        c.parse_param("size", "5").unwrap_err(),
-        "null_blk parameter `size` given twice"
     );
     assert!(c
         .parse_param("irqmode", "3")
