@@ -194,6 +194,9 @@ pub struct ExploreArgs {
     /// stdout, the report then on stderr; refused if FILE exists; see docs/trace.md).
     #[arg(long = "trace", value_name = "FILE")]
     pub trace_out: Option<std::path::PathBuf>,
+    /// Replace an existing output file (never an input file, such as the scenario).
+    #[arg(long)]
+    pub force: bool,
     /// Print one JSON object on stdout instead of the text report.
     #[arg(long)]
     pub json: bool,
@@ -230,6 +233,9 @@ pub struct DiffArgs {
     /// created if missing; refused if either file exists; see docs/trace.md).
     #[arg(long = "trace", value_name = "DIR")]
     pub trace_dir: Option<std::path::PathBuf>,
+    /// Replace an existing output file (never an input file, such as the scenario).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `biosim bench`.
@@ -388,6 +394,9 @@ pub struct BenchDontcacheArgs {
     /// left, traced in the kernel's ftrace format, written to FILE (`-`: stdout).
     #[arg(long, value_name = "FILE", requires = "preset")]
     pub trace: Option<std::path::PathBuf>,
+    /// Replace an existing output file (never an input file, such as the scenario).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `biosim loop`.
@@ -412,6 +421,9 @@ pub struct LoopArgs {
     /// docs/trace.md).
     #[arg(long = "trace", value_name = "FILE", requires = "finding")]
     pub trace_out: Option<std::path::PathBuf>,
+    /// Replace an existing output file (never an input file, such as the scenario).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `biosim run`.
@@ -443,6 +455,9 @@ pub struct RunArgs {
     /// Also write the trace as a Chrome/Perfetto trace (open it at ui.perfetto.dev).
     #[arg(long, value_name = "FILE.json")]
     pub perfetto: Option<std::path::PathBuf>,
+    /// Replace an existing output file (never an input file, such as the scenario).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `biosim findings`.
@@ -473,6 +488,9 @@ pub struct FindingsArgs {
     /// docs/trace.md).
     #[arg(long = "trace", value_name = "FILE", requires = "finding")]
     pub trace_out: Option<std::path::PathBuf>,
+    /// Replace an existing output file (never an input file, such as the scenario).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `biosim states`.

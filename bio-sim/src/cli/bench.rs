@@ -4,13 +4,12 @@ use super::args::BenchCommand;
 
 /// Runs `biosim bench`.
 pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
-    use crate::perf::bench_common::parse_size;
     use crate::perf::loop_bench::{loop_bench, Engine, LoopBenchConfig, Workload};
     match cmd {
         BenchCommand::Loop(a) => {
             let cfg = LoopBenchConfig {
                 dir: a.dir,
-                file_size: parse_size(&a.size).map_err(|e| format!("--size: {e}"))?,
+                file_size: crate::dev::space::parse_block_multiple(&a.size, "--size", 4096)?,
                 ios_per_cpu: a.ios as usize,
                 cpus: a.cpus,
                 rounds: a.rounds as usize,
@@ -52,7 +51,7 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
         print!("{}", LiveReport::load(path)?);
         return Ok(());
     }
-    let size = parse_size(&a.size).map_err(|e| format!("--size: {e}"))?;
+    let size = crate::dev::space::parse_block_multiple(&a.size, "--size", 4096)?;
     let limit = match &a.limit {
         Some(l) => {
             let v = parse_size(l).map_err(|e| format!("--limit: {e}"))?;
@@ -148,6 +147,7 @@ fn seed_preset_bench(
         cfg.limit_bytes = bytes;
     }
     if let Some(out) = &a.trace {
+        let out = super::output::Output::check_with("--trace", out, &[], a.force)?;
         let (Ok([design]), Ok([path])) = (
             <[_; 1]>::try_from(cfg.designs.clone()),
             <[_; 1]>::try_from(cfg.paths.clone()),
@@ -155,11 +155,7 @@ fn seed_preset_bench(
             return Err("--trace: needs one --design and one --path".into());
         };
         let trace = crate::pagecache::seed_bench::traced_write(design, path, &cfg.costs)?;
-        if out.as_os_str() == "-" {
-            print!("{trace}");
-        } else {
-            std::fs::write(out, trace).map_err(|e| format!("--trace {}: {e}", out.display()))?;
-        }
+        out.write(&trace.to_string())?;
         return Ok(None);
     }
     Ok(Some(seed_bench(&cfg)?))

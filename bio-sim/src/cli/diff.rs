@@ -142,6 +142,7 @@ fn write_verdict(out: &mut String, label: &str, side: &Side, has_expect: bool) {
 fn check_trace_dir(
     dir: &std::path::Path,
     input: &std::path::Path,
+    force: bool,
 ) -> Result<std::path::PathBuf, String> {
     if dir.as_os_str() == "-" {
         // Every other `--trace -` is stdout; two traces cannot share it, so say so.
@@ -155,7 +156,12 @@ fn check_trace_dir(
             return Err(format!("--trace {}: not a directory", dir.display()));
         }
         for side in ["A", "B"] {
-            super::output::Output::check("--trace", &dir.join(format!("{side}.trace")), &[input])?;
+            super::output::Output::check_with(
+                "--trace",
+                &dir.join(format!("{side}.trace")),
+                &[input],
+                force,
+            )?;
         }
     } else {
         // A new directory: its parent must exist (the check of a file in it says so).
@@ -169,6 +175,7 @@ fn write_traces(
     dir: &std::path::Path,
     sides: &[(&str, &Side)],
     has_expect: bool,
+    force: bool,
 ) -> Result<(), String> {
     if !dir.is_dir() {
         std::fs::create_dir(dir)
@@ -183,8 +190,13 @@ fn write_traces(
             .clone()
             .with_verdicts(verdict.lines())
             .text();
-        super::output::Output::check("--trace", &dir.join(format!("{label}.trace")), &[])?
-            .write(&text)?;
+        super::output::Output::check_with(
+            "--trace",
+            &dir.join(format!("{label}.trace")),
+            &[],
+            force,
+        )?
+        .write(&text)?;
     }
     Ok(())
 }
@@ -304,7 +316,7 @@ pub fn diff(args: DiffArgs) -> Result<(), Box<dyn Error>> {
     let trace_dir = args
         .trace_dir
         .as_deref()
-        .map(|d| check_trace_dir(d, &args.file))
+        .map(|d| check_trace_dir(d, &args.file, args.force))
         .transpose()?;
     let scenario = Scenario::load(&args.file)?;
     let text = std::fs::read_to_string(&args.file)?;
@@ -312,7 +324,12 @@ pub fn diff(args: DiffArgs) -> Result<(), Box<dyn Error>> {
     let a = run_side(&scenario, &args.a)?;
     let b = run_side(&scenario, &args.b)?;
     if let Some(dir) = &trace_dir {
-        write_traces(dir, &[("A", &a), ("B", &b)], !scenario.expect.is_empty())?;
+        write_traces(
+            dir,
+            &[("A", &a), ("B", &b)],
+            !scenario.expect.is_empty(),
+            args.force,
+        )?;
     }
     let w = usize::from(args.width);
     let file = args.file.display();

@@ -140,7 +140,7 @@ pub fn explore(args: ExploreArgs) -> Result<(), Box<dyn std::error::Error>> {
     let trace_out = args
         .trace_out
         .as_deref()
-        .map(|p| super::output::Output::check("--trace", p, &[]))
+        .map(|p| super::output::Output::check_with("--trace", p, &[], args.force))
         .transpose()?;
     let budget = match (args.cases, args.time) {
         (_, Some(t)) => Budget::Time(t),

@@ -44,8 +44,12 @@ fn one_finding(id: u32, args: &FindingsArgs) -> Result<(), Box<dyn std::error::E
     use crate::checks::findings;
     use crate::checks::Verdict;
     let f = findings::finding(id).ok_or_else(|| format!("no finding {id}"))?;
-    let (trace_out, perfetto) =
-        super::output::check_pair(args.trace_out.as_deref(), args.perfetto.as_deref(), &[])?;
+    let (trace_out, perfetto) = super::output::check_pair_with(
+        args.trace_out.as_deref(),
+        args.perfetto.as_deref(),
+        &[],
+        args.force,
+    )?;
     let name = args.module.map_or(args.variant.as_str(), |m| m.name);
     let (variant, rescuer) = findings::machine_for(f, name, &args.knobs)?;
     let Some(run) = findings::run_check(id, variant, rescuer, true) else {

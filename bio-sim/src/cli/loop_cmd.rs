@@ -26,8 +26,12 @@ fn one_check(id: &str, args: &LoopArgs) -> Result<(), Box<dyn std::error::Error>
         )
     })?;
     let variant = loop_variant_for(c, &args.variant, &args.knobs)?;
-    let (trace_out, perfetto) =
-        super::output::check_pair(args.trace_out.as_deref(), args.perfetto.as_deref(), &[])?;
+    let (trace_out, perfetto) = super::output::check_pair_with(
+        args.trace_out.as_deref(),
+        args.perfetto.as_deref(),
+        &[],
+        args.force,
+    )?;
     let run = run_loop_check(c.id, variant, true)?;
     let say = super::output::Say::for_trace(trace_out.as_ref());
     if !say.to_stderr {

@@ -2,17 +2,18 @@
 //! ([`crate::demo`]).
 
 use super::args::RunArgs;
-use super::output::{check_pair, Say};
+use super::output::{check_pair_with, Say};
 
 /// Runs `biosim run`.
 pub fn run_scenario(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
     let Some(file) = args.file.clone() else {
         return default_run(&args);
     };
-    let (trace_out, perfetto) = check_pair(
+    let (trace_out, perfetto) = check_pair_with(
         args.trace_out.as_deref(),
         args.perfetto.as_deref(),
         &[&file],
+        args.force,
     )?;
     let scenario = crate::scenario::Scenario::load(&file)?;
     let run = scenario.run()?;
@@ -64,8 +65,12 @@ pub fn run_scenario(args: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
 /// `biosim run` without FILE: the default scenario, its summary (or with `--quiet` only the
 /// verdict), exit 1 on any violation. The temporary file is gone before this returns or exits.
 fn default_run(args: &RunArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let (trace_out, perfetto) =
-        check_pair(args.trace_out.as_deref(), args.perfetto.as_deref(), &[])?;
+    let (trace_out, perfetto) = check_pair_with(
+        args.trace_out.as_deref(),
+        args.perfetto.as_deref(),
+        &[],
+        args.force,
+    )?;
     let out = match args.module {
         Some(m) => crate::demo::run_on(m, &args.knobs)?,
         None => crate::demo::run(&args.knobs)?,

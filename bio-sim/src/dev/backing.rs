@@ -313,6 +313,17 @@ pub enum BackingError {
         /// The OS error.
         source: io::Error,
     },
+    /// Growing a regular file to [`OpenOptions::create_size`] would not leave its filesystem
+    /// the space biosim keeps free ([`crate::dev::space::ensure_fits`], `statvfs(3)`).
+    #[error("cannot extend backing file {} to {to} bytes: {reason}", path.display())]
+    NoSpace {
+        /// The path.
+        path: PathBuf,
+        /// The size asked for.
+        to: u64,
+        /// What statvfs said.
+        reason: String,
+    },
     /// A block device smaller than [`OpenOptions::create_size`] (block devices are not resized).
     #[error(
         "backing block device {} has {size} bytes, fewer than the {requested} asked for (a block device cannot be resized)",
@@ -483,6 +494,20 @@ fn check_before_open(path: &Path, opts: &OpenOptions) -> Result<(), BackingError
             path: path.to_path_buf(),
             reason: "create_size needs a writable file, but read_only was asked for",
         });
+    }
+    // The growth is sparse at first, but benches fill it: it must fit before the file is even
+    // created (a block device is never grown; `ensure_file_fits` counts a missing file as 0).
+    if let Some(want) = opts.create_size {
+        let is_bdev = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        if !is_bdev {
+            crate::dev::space::ensure_file_fits(path, want, "free space").map_err(|reason| {
+                BackingError::NoSpace {
+                    path: path.to_path_buf(),
+                    to: want,
+                    reason,
+                }
+            })?;
+        }
     }
     // Refuse directories, fifos and sockets before open(2): opening a fifo could block.
     // A missing (about to be created) or unreadable path is left to open(2) to report.
@@ -1066,5 +1091,23 @@ mod tests {
         assert_eq!(mc.nr_cache, 4);
         // Past the end of the file there is nothing to map.
         assert_eq!(f.cachestat_mincore(1 << 30, 4096).unwrap().nr_cache, 0);
+    }
+
+    #[test]
+    fn a_size_that_does_not_fit_is_refused_before_the_file_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let (avail, _) = crate::dev::space::available(dir.path()).unwrap();
+        let path = dir.path().join("big");
+        let e = BackingFile::open(
+            &path,
+            &OpenOptions {
+                create_size: Some(avail + (1 << 20)),
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(e, BackingError::NoSpace { .. }), "{e}");
+        assert!(e.to_string().contains("does not fit"), "{e}");
+        assert!(!path.exists(), "nothing created");
     }
 }

@@ -285,6 +285,18 @@ impl Restore {
     }
 }
 
+impl Restore {
+    /// Unregisters the action without performing it: for a caller that has undone the change
+    /// itself in a way only it can do safely (a loop device detached through the caller's own
+    /// open descriptor, where opening `/dev/loopN` again could reach a device someone else
+    /// attached meanwhile).
+    pub fn disarm(self) {
+        let _blocked = Blocked::new();
+        RESTORES[self.slot].store(std::ptr::null_mut(), Ordering::Release);
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for Restore {
     fn drop(&mut self) {
         let _blocked = Blocked::new();
@@ -432,6 +444,18 @@ mod tests {
         std::fs::create_dir(&inst).unwrap();
         drop(Restore::register(RestoreAction::Rmdir { path: inst.clone() }).unwrap());
         assert!(!inst.exists(), "the directory is removed on drop");
+        std::fs::write(&attr, "0").unwrap();
+        Restore::register(RestoreAction::Write {
+            path: attr.clone(),
+            value: "1".into(),
+        })
+        .unwrap()
+        .disarm();
+        assert_eq!(
+            std::fs::read_to_string(&attr).unwrap(),
+            "0",
+            "a disarmed restore does nothing"
+        );
     }
 
     #[test]

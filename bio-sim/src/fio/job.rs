@@ -157,6 +157,12 @@ pub struct JobSpec {
     pub fallocate: FallocateMode,
     /// `randseed=`: the seed of the random offsets (fio's default 0x89).
     pub randseed: u64,
+    /// `description=`: free text about the job (fio prints it when the job starts; it is not parsed).
+    pub description: Option<String>,
+    /// `stonewall` (`wait_for_previous`): wait for the jobs before this one to finish. biosim
+    /// runs the jobs of a file one after another, so the parser requires it on every job after
+    /// the first (fio would otherwise run them at the same time and measure something else).
+    pub stonewall: bool,
 }
 
 impl JobSpec {
@@ -188,6 +194,8 @@ impl JobSpec {
             overwrite: false,
             fallocate: FallocateMode::Posix,
             randseed: 0x89,
+            description: None,
+            stonewall: false,
         }
     }
 

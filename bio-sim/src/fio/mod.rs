@@ -13,3 +13,6 @@ pub mod parse;
 pub mod verify;
 
 pub use job::{FallocateMode, IoEngine, JobFile, JobSpec, RwPattern, VerifyKind};
+
+#[cfg(test)]
+mod tests;

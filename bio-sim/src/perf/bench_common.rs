@@ -1,5 +1,5 @@
-//! What the real-file benches share: their error, size parsing (`64M`), and the scratch file that
-//! is removed however the bench ends.
+//! What the real-file benches share: their error and size parsing (`64M`); their scratch file is
+//! [`crate::dev::space::scratch_file`].
 
 use crate::dev::backing::BackingError;
 use crate::runtime::threaded::ThreadedError;
@@ -39,15 +39,6 @@ impl From<ThreadedError> for BenchError {
 pub(super) fn io_err(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> BenchError {
     let (what, path) = (what.to_owned(), path.to_owned());
     move |source| BenchError::Io { what, path, source }
-}
-
-/// The bench's scratch file: removed on drop, so an error or a panic does not leave it behind.
-pub(super) struct RemoveOnDrop(pub(super) PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// Parses a size such as `64M`, `1G`, `4096`, `512K`.

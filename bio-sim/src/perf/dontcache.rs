@@ -8,7 +8,7 @@
 use super::bench_common::{io_err, BenchError};
 use super::stats::median;
 use crate::dev::aligned::AlignedBuf;
-use crate::dev::backing::{BackingFile, OpenOptions, RwFlags};
+use crate::dev::backing::{BackingFile, RwFlags};
 use crate::dev::cleanup::TempFile;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -147,29 +147,14 @@ impl DontcacheResult {
 }
 
 /// A sparse scratch file of `size` bytes in `dir`, opened buffered: a [`TempFile`], so it is
-/// removed on an error, a panic and on Ctrl-C too. `dir` must be a directory (`--dir`).
+/// removed on an error, a panic and on Ctrl-C too; refused before it exists if it does not fit
+/// ([`crate::dev::space::scratch_file`]). `dir` must be a directory (`--dir`).
 pub(crate) fn scratch_file(
     dir: &Path,
     name: &str,
     size: u64,
 ) -> Result<(TempFile, BackingFile), BenchError> {
-    if !dir.is_dir() {
-        return Err(BenchError::Param(format!(
-            "--dir {}: not a directory",
-            dir.display()
-        )));
-    }
-    let tmp = TempFile::create_in(dir, name)
-        .map_err(|e| BenchError::Param(format!("--dir {}: {e}", dir.display())))?;
-    let file = BackingFile::open(
-        tmp.path(),
-        &OpenOptions {
-            direct: false,
-            read_only: false,
-            create_size: Some(size),
-        },
-    )?;
-    Ok((tmp, file))
+    crate::dev::space::scratch_file(dir, name, size, false).map_err(BenchError::Param)
 }
 
 /// Runs the DONTCACHE benchmark: for blocks that are holes (allocating writes) and for blocks
@@ -181,6 +166,8 @@ pub fn dontcache_bench(cfg: &DontcacheConfig) -> Result<DontcacheReport, BenchEr
             "rounds must be at least 1 and the size at least 1 MiB".into(),
         ));
     }
+    crate::dev::space::ensure_block_multiple(cfg.size, 4096, "--size", &cfg.size.to_string())
+        .map_err(BenchError::Param)?;
     let (tmp, file) = scratch_file(&cfg.dir, "biosim-dontcache-bench", cfg.size)?;
     let path = tmp.path().to_owned();
     let supported = file.supports_dontcache();

@@ -11,9 +11,9 @@
 //! filesystem charges for a refused `RWF_NOWAIT` attempt and the serialisation of a single loop
 //! worker; docs/performance.md says how to read them.
 
-use super::bench_common::{io_err, BenchError, RemoveOnDrop};
+use super::bench_common::{io_err, BenchError};
 use super::stats::median;
-use crate::dev::backing::{BackingFile, OpenOptions, RwFlags};
+use crate::dev::backing::{BackingFile, RwFlags};
 use crate::dev::loop_file::{FileBacking, UringBacking};
 use crate::dev::uring::{UringEngine, UringOp};
 use crate::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
@@ -492,25 +492,21 @@ pub fn loop_bench(cfg: &LoopBenchConfig) -> Result<LoopBenchReport, BenchError> 
     if cfg.file_size < (1 << 20) {
         return Err(BenchError::Param("the file must be at least 1 MiB".into()));
     }
-    if !cfg.dir.is_dir() {
-        return Err(BenchError::Param(format!(
-            "--dir {}: not a directory",
-            cfg.dir.display()
-        )));
-    }
-    let file_size = cfg.file_size / BS as u64 * BS as u64;
-    let path = cfg
-        .dir
-        .join(format!("biosim-loop-bench-{}.img", std::process::id()));
-    let _cleanup = RemoveOnDrop(path.clone());
-    let file = Arc::new(BackingFile::open(
-        &path,
-        &OpenOptions {
-            direct: true,
-            read_only: false,
-            create_size: Some(file_size),
-        },
-    )?);
+    // No damage: a whole number of blocks (never rounded), room on the disk, a TempFile
+    // (removed on Ctrl-C/SIGTERM too), O_DIRECT and RWF_NOWAIT where the file lives.
+    let file_size = cfg.file_size;
+    crate::dev::space::ensure_block_multiple(
+        file_size,
+        BS as u64,
+        "--size",
+        &file_size.to_string(),
+    )
+    .map_err(BenchError::Param)?;
+    let (tmp, file) =
+        crate::dev::space::scratch_file(&cfg.dir, "biosim-loop-bench", file_size, true)
+            .map_err(BenchError::Param)?;
+    crate::dev::space::ensure_nowait(&file, &cfg.dir).map_err(BenchError::Param)?;
+    let (path, file) = (tmp.path().to_owned(), Arc::new(file));
     let mut results = Vec::new();
     for &w in &cfg.workloads {
         if w == Workload::RandWriteSparse {

@@ -2,3 +2,4 @@
 
 pub mod blk_mq_trace;
 pub mod loop_drv;
+pub mod null_blk;

@@ -74,6 +74,7 @@ fn one(fd: libc::c_int, write: bool, flags: RwFlags, buf: &mut [u8]) -> Option<i
 /// Attaches a loop device over a 1 MiB sparse temporary file in `dir`, opens `/dev/loopN`
 /// buffered and tries one block with and without `RWF_DONTCACHE`; detaches and removes the file.
 pub fn probe(dir: &Path) -> Result<BdevProbe, String> {
+    crate::dev::space::ensure_fits(dir, 1 << 20, "block device probe file")?;
     let tmp = TempFile::create_in(dir, "biosim-dontcache-bdev").map_err(|e| e.to_string())?;
     let backing = std::fs::File::options()
         .read(true)

@@ -128,6 +128,7 @@ fn leg(
 /// file in `dir` (`fs` names its file system), `seconds` per leg.
 pub fn seed_runs(dir: &Path, fs: &str, limit: u64, seconds: u32) -> Result<Vec<SeedRun>, String> {
     let wrange = 4 * limit;
+    crate::dev::space::ensure_fits(dir, wrange, "seed experiment file")?;
     let tmp = TempFile::create_in(dir, "biosim-dontcache-seed").map_err(|e| e.to_string())?;
     let file = BackingFile::open(
         tmp.path(),

@@ -55,6 +55,7 @@ impl ScratchXfs {
     /// Makes and mounts an XFS of `bytes` (sparse) whose backing file lives in `dir`.
     pub fn create(dir: &Path, bytes: u64) -> Result<ScratchXfs, String> {
         mkfs_available()?;
+        crate::dev::space::ensure_fits(dir, bytes, "scratch XFS image")?;
         let tmp = TempFile::create_in(dir, "biosim-dontcache-xfs").map_err(|e| e.to_string())?;
         let backing = std::fs::File::options()
             .read(true)
