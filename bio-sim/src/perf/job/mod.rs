@@ -150,42 +150,50 @@ fn designs(cfg: &JobBenchConfig) -> (Vec<Design>, Vec<String>) {
 
 /// Why the kernel's loop device cannot be used here, if it cannot.
 fn kernel_loop_unavailable() -> Option<String> {
-    if !cfg!(target_os = "linux") {
-        return Some("needs Linux".into());
+    crate::dev::kernel_loop::why_unavailable()
+}
+
+/// The raw job through the running kernel's loop device over the job's file: attached for this
+/// run only (outside the timed part), so every run starts with the device's page cache empty
+/// and nothing stays attached between runs.
+fn run_kernel_loop(
+    p: &Prepared,
+    job: &JobSpec,
+    ctx: &Arc<RunCtx>,
+) -> Result<run::RunFigures, BenchError> {
+    let lo = crate::dev::kernel_loop::KernelLoop::attach(p.file.path(), job.direct)
+        .map_err(BenchError::Machine)?;
+    if job.direct && lo.direct_io() == Some(false) {
+        return Err(BenchError::Machine(format!(
+            "{}: the kernel did not enable direct I/O on it (lo_can_use_dio() refused {})",
+            lo.dev_path().display(),
+            p.file.path().display()
+        )));
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (LOOP_CONFIGURE on /dev/loop-control)".into());
-    }
-    if !Path::new("/dev/loop-control").exists() {
-        return Some("no /dev/loop-control (the loop driver is not loaded)".into());
-    }
-    Some("this build has no kernel loop device support yet".into())
+    let dev = Arc::new(BackingFile::open(
+        lo.dev_path(),
+        &OpenOptions {
+            direct: job.direct,
+            read_only: !(job.rw.writes()),
+            create_size: None,
+        },
+    )?);
+    let fig = if job.ioengine.is_sync() {
+        run::run_raw_sync(&dev, ctx)
+    } else {
+        run::run_raw_uring(&dev, ctx)
+    };
+    drop(dev);
+    drop(lo);
+    fig
 }
 
 /// The filesystem type of `path`'s filesystem (`statfs(2)`'s `f_type`), by name.
 fn fs_name(path: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt as _;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return "?".into();
-    };
-    // SAFETY: plain old data, filled by statfs.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid C string and out-pointer.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return "?".into();
-    }
-    #[allow(clippy::unnecessary_cast)]
-    match st.f_type as i64 {
-        0xEF53 => "ext4".into(),
-        0x5846_5342 => "xfs".into(),
-        0x9123_683E => "btrfs".into(),
-        0x0102_1994 => "tmpfs".into(),
-        0x794C_7630 => "overlayfs".into(),
-        0x6265_6572 => "sysfs".into(),
-        0x0000_9FA0 => "proc".into(),
-        0x0101_2101 => "devtmpfs".into(),
-        t => format!("{t:#x}"),
+    use crate::dev::space::{fs_magic, fs_name};
+    match fs_magic(path) {
+        Ok(m) => fs_name(m).map_or_else(|| format!("f_type {m:#x}"), str::to_owned),
+        Err(_) => "an unknown filesystem".into(),
     }
 }
 
@@ -299,7 +307,18 @@ fn prepare(cfg: &JobBenchConfig, job: &JobSpec, read_only: bool) -> Result<Prepa
             create_size: created.then_some(job.size),
         },
     )
-    .map_err(|e| JobError::Bench(e.into()))?;
+    .map_err(|e| match e {
+        crate::dev::backing::BackingError::Open { source, .. }
+            if job.direct && source.raw_os_error() == Some(libc::EINVAL) =>
+        {
+            param(format!(
+                "job `{name}`: {}: {} does not support O_DIRECT (direct=1); use --dir or a filename= on a disk filesystem (ext4, xfs, btrfs)",
+                path.display(),
+                crate::dev::space::describe_fs(path.parent().unwrap_or(Path::new(".")))
+            ))
+        }
+        e => JobError::Bench(e.into()),
+    })?;
     let region = if job.size == 0 {
         file.size() / bs * bs
     } else {
@@ -434,6 +453,12 @@ fn header(
         fs_name(p.file.path()),
         p.file.supports_nowait()
     );
+    if !p.file.supports_nowait() {
+        let _ = writeln!(
+            h,
+            "warning: the file refuses RWF_NOWAIT, so the NOWAIT-first versions (v5-no-hint, v5) always fall back to the worker here: their comparison with base does not apply"
+        );
+    }
     let _ = writeln!(
         h,
         "designs: {} (simulated loop backing: {}); {} rounds, interleaved, order rotated; medians (min–max)",
@@ -511,7 +536,8 @@ pub fn run_job(
                 Design::Loop(v) => run::run_sim_loop(&p.file, v, engine, &ctx),
                 Design::Raw if job.ioengine.is_sync() => run::run_raw_sync(&p.file, &ctx),
                 Design::Raw => run::run_raw_uring(&p.file, &ctx),
-                Design::KernelLoop | Design::NullBlk => Err(BenchError::Param(format!(
+                Design::KernelLoop => run_kernel_loop(&p, job, &ctx),
+                Design::NullBlk => Err(BenchError::Param(format!(
                     "design {d} is not available in this build"
                 ))),
             };
