@@ -364,6 +364,9 @@ impl Reader {
                     "`include` of another job file is not supported; put the options here".into(),
                 ));
             }
+            if key.is_empty() {
+                return Err(self.err(line, format!("`{body}` has no option name before `=`")));
+            }
             let Some(opt) = Opt::lookup(key) else {
                 return Err(self.err(
                     line,

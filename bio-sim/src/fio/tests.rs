@@ -644,6 +644,8 @@ fn values_fio_would_expand_or_compute_are_refused() {
     refused("include other.fio", 4, &["`include`"]);
     refused("iodepth=", 4, &["`iodepth=` has an empty value"]);
     refused("size", 4, &["`size` needs a value"]);
+    refused("=4k", 4, &["`=4k` has no option name"]);
+    refused("iodepth=99999999999999999999", 4, &["too large"]);
 }
 
 // ---- cross-checks ----
