@@ -18,7 +18,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 /// The `biosim` binary: parses the command line, installs the trace subscriber, runs the command
-/// and maps an error to exit status 2.
+/// and maps an error to exit status 2, or 1 for a device failure ([`exit_status`]).
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // The gallery provokes kernel splats on purpose and reports them itself.
@@ -37,8 +37,25 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("biosim: error: {}", error_chain(&*e));
-            ExitCode::from(2)
+            ExitCode::from(exit_status(&*e))
         }
+    }
+}
+
+/// The exit status of a failed command: 1 when a real file failed under the run (an I/O error,
+/// e.g. `EFBIG` or `ENOSPC` while it is extended or written), 2 for everything the user can fix
+/// in the command line or its inputs.
+pub fn exit_status(e: &(dyn std::error::Error + 'static)) -> u8 {
+    use crate::dev::backing::BackingError;
+    use crate::perf::bench_common::BenchError;
+    let device = |b: &BackingError| matches!(b, BackingError::Resize { .. });
+    match e.downcast_ref::<BenchError>() {
+        Some(BenchError::Io { .. }) => 1,
+        Some(BenchError::Backing(b)) if device(b) => 1,
+        _ => match e.downcast_ref::<BackingError>() {
+            Some(b) if device(b) => 1,
+            _ => 2,
+        },
     }
 }
 

@@ -184,13 +184,14 @@ pub fn scratch_file(
     prefix: &str,
     size: u64,
     direct: bool,
-) -> Result<(TempFile, BackingFile), String> {
+) -> Result<(TempFile, BackingFile), ScratchError> {
+    let refused = ScratchError::Refused;
     if !dir.is_dir() {
-        return Err(format!("--dir {}: not a directory", dir.display()));
+        return Err(refused(format!("--dir {}: not a directory", dir.display())));
     }
-    ensure_fits(dir, size, "--size")?;
-    let tmp =
-        TempFile::create_in(dir, prefix).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
+    ensure_fits(dir, size, "--size").map_err(refused)?;
+    let tmp = TempFile::create_in(dir, prefix)
+        .map_err(|e| refused(format!("--dir {}: {e}", dir.display())))?;
     let opts = OpenOptions {
         direct,
         read_only: false,
@@ -201,14 +202,34 @@ pub fn scratch_file(
         Err(BackingError::Open { source, .. })
             if direct && source.raw_os_error() == Some(libc::EINVAL) =>
         {
-            Err(format!(
+            Err(refused(format!(
                 "--dir {}: {} does not support O_DIRECT (open with O_DIRECT: {source}); use a \
                  directory on a disk filesystem (ext4, xfs, btrfs)",
                 dir.display(),
                 describe_fs(dir)
-            ))
+            )))
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(ScratchError::Backing(e)),
+    }
+}
+
+/// Why [`scratch_file`] made no file.
+#[derive(Debug, thiserror::Error)]
+pub enum ScratchError {
+    /// The request cannot be met here; the user can fix it (exit 2).
+    #[error("{0}")]
+    Refused(String),
+    /// The file failed while it was opened or extended (`EFBIG` from `ftruncate`: exit 1).
+    #[error(transparent)]
+    Backing(#[from] BackingError),
+}
+
+impl From<ScratchError> for crate::perf::bench_common::BenchError {
+    fn from(e: ScratchError) -> Self {
+        match e {
+            ScratchError::Refused(why) => Self::Param(why),
+            ScratchError::Backing(b) => Self::Backing(b),
+        }
     }
 }
 
@@ -303,14 +324,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (avail, _) = available(dir.path()).unwrap();
         let big = (avail / 4096 + 1) * 4096;
-        let e = scratch_file(dir.path(), "t", big, true).unwrap_err();
+        let e = scratch_file(dir.path(), "t", big, true)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("--size: "), "{e}");
         assert_eq!(
             std::fs::read_dir(dir.path()).unwrap().count(),
             0,
             "nothing created"
         );
-        let e = scratch_file(&dir.path().join("no"), "t", 4096, true).unwrap_err();
+        let e = scratch_file(&dir.path().join("no"), "t", 4096, true)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a directory"), "{e}");
         let (tmp, f) = scratch_file(dir.path(), "t", 1 << 20, true).unwrap();
         assert_eq!(f.size(), 1 << 20);
@@ -344,7 +369,10 @@ mod tests {
                 drop((tmp, f));
                 assert!(!p.exists());
             }
-            Err(e) => assert!(e.contains("tmpfs") && e.contains("O_DIRECT"), "{e}"),
+            Err(e) => {
+                let e = e.to_string();
+                assert!(e.contains("tmpfs") && e.contains("O_DIRECT"), "{e}");
+            }
         }
     }
 }
