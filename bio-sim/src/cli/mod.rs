@@ -42,21 +42,22 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// The exit status of a failed command: 1 when a real file failed under the run (an I/O error,
-/// e.g. `EFBIG` or `ENOSPC` while it is extended or written), 2 for everything the user can fix
-/// in the command line or its inputs.
+/// The exit status of a failed command: 1 when a real file or device failed under the run (an
+/// I/O error somewhere in the error's chain with `EIO`, `ENOSPC`, `EDQUOT` or `EFBIG`: the disk,
+/// the quota or `RLIMIT_FSIZE` ran out), 2 for everything the user can fix in the command line
+/// or its inputs (a missing file, a refused size or directory).
 pub fn exit_status(e: &(dyn std::error::Error + 'static)) -> u8 {
-    use crate::dev::backing::BackingError;
-    use crate::perf::bench_common::BenchError;
-    let device = |b: &BackingError| matches!(b, BackingError::Resize { .. });
-    match e.downcast_ref::<BenchError>() {
-        Some(BenchError::Io { .. }) => 1,
-        Some(BenchError::Backing(b)) if device(b) => 1,
-        _ => match e.downcast_ref::<BackingError>() {
-            Some(b) if device(b) => 1,
-            _ => 2,
-        },
+    const DEVICE: [i32; 4] = [libc::EIO, libc::ENOSPC, libc::EDQUOT, libc::EFBIG];
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.raw_os_error().is_some_and(|n| DEVICE.contains(&n)) {
+                return 1;
+            }
+        }
+        cur = err.source();
     }
+    2
 }
 
 /// `biosim` with a reviewer's modules beside the posted versions: registers each module (so every
@@ -171,5 +172,28 @@ mod tests {
             .to_string();
         assert!(chain.starts_with("cpuhp_setup_state_nocalls("), "{chain}");
         assert_eq!(chain.matches(&source).count(), 1, "{chain}");
+    }
+
+    #[test]
+    fn a_device_failure_exits_1_and_a_bad_input_2() {
+        use super::exit_status;
+        use crate::perf::bench_common::BenchError;
+        let io = |errno| BenchError::Io {
+            what: "writing".into(),
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        assert_eq!(exit_status(&io(libc::EFBIG)), 1);
+        assert_eq!(exit_status(&io(libc::ENOSPC)), 1);
+        // The twin: a missing input is the user's to fix.
+        assert_eq!(exit_status(&io(libc::ENOENT)), 2);
+        assert_eq!(exit_status(&BenchError::Param("--size".into())), 2);
+        let resize = BenchError::Backing(crate::dev::backing::BackingError::Resize {
+            path: "/x".into(),
+            from: 0,
+            to: 1,
+            source: std::io::Error::from_raw_os_error(libc::EFBIG),
+        });
+        assert_eq!(exit_status(&resize), 1, "found through the chain");
     }
 }
