@@ -495,7 +495,7 @@ mod tests {
         let e = Scenario::parse(&body, "t").unwrap_err();
         assert!(
             e.to_string()
-                .contains("t:1:1: `io` needs a `loop` header line"),
+                .contains("t:1:1: `io` needs a `loop` or `null_blk` header line"),
             "{e}"
         );
         let e = Scenario::parse("loop v5 sparse\nio 0 write 256\n", "t").unwrap_err();
