@@ -4,6 +4,7 @@
 //! - [`deferral`]: deferral throughput of the batcher against direct and channel completion.
 //! - [`latency`]: completion latency and worker wake-ups per bio of one batcher variant.
 //! - [`loop_bench`]: `biosim bench loop`: the loop model over a real `O_DIRECT` file against raw I/O.
+//! - [`null_blk_bench`]: `biosim bench null-blk`: null_blk through the whole stack, direct and deferred.
 //! - [`dontcache`]: `biosim bench dontcache`: buffered writes with and without `RWF_DONTCACHE`.
 //! - [`dontcache_live`]: `bench dontcache --live`: the block device, ext4 and XFS, and the seed's
 //!   experiment under a cgroup v1 memory limit, on the running kernel; recordings and replay.
@@ -21,5 +22,6 @@ pub mod dontcache_live;
 pub mod explore_bench;
 pub mod latency;
 pub mod loop_bench;
+pub mod null_blk_bench;
 pub mod rig;
 pub mod stats;
