@@ -441,3 +441,40 @@ fn durability_every_block_flushed_before_a_kill_9_survives_with_at_least_its_gen
     }
     let _ = std::fs::remove_file(&state);
 }
+
+#[test]
+fn null_blk_runs_a_verify_job_memory_backed_and_refuses_an_unknown_parameter_by_name() {
+    let d = dir();
+    let jobs = job_file(
+        d.path(),
+        "nb.fio",
+        "[global]\nbs=4k\nsize=1m\nio_size=64k\nstonewall\n[rw]\nrw=randrw\nioengine=io_uring\niodepth=4\nnumjobs=2\nverify=crc32c\n",
+    );
+    let j = jobs.to_str().unwrap();
+    for irqmode in ["0", "1", "2"] {
+        let (code, stdout, stderr) = text(&biosim(&[
+            "bench",
+            j,
+            "--device",
+            "null_blk",
+            "--compare",
+            "none",
+            "--rounds",
+            "1",
+            "--nullb",
+            &format!("irqmode={irqmode}"),
+        ]));
+        assert_eq!(code, 0, "irqmode={irqmode}: {stderr}");
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with("null_blk "))
+            .unwrap_or_else(|| panic!("{stdout}"));
+        assert!(row.contains("tag_waits"), "{row}");
+        assert!(stdout.contains("verify: every read checked"), "{stdout}");
+    }
+    let (code, _, stderr) = text(&biosim(&[
+        "bench", j, "--device", "null_blk", "--nullb", "bogus=1",
+    ]));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("`bogus`"), "{stderr}");
+}

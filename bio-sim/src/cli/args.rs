@@ -249,6 +249,10 @@ pub enum BenchCommand {
     /// `biosim explore`'s speed: cases/s on v7 with 1 and 2 jobs side by side, the time to find
     /// and shrink finding 1 on v6, and the long clean campaigns on v7 and v6-review.
     Explore(BenchExploreArgs),
+    /// null_blk (irqmode none, softirq, timer) through the whole simulated stack on the threaded
+    /// runtime: bios/s and CPU ns per bio, direct beside BIO_COMPLETE_IN_TASK deferral.
+    #[command(name = "null-blk")]
+    NullBlk(BenchNullBlkArgs),
     /// `biosim bench JOBFILE [OPTIONS]`: an fio job file on the simulated loop (or null_blk)
     /// beside raw I/O and the kernel's loop device (see [`BenchJobArgs`]).
     #[command(external_subcommand)]
@@ -295,6 +299,32 @@ pub struct BenchJobArgs {
     /// against the state a killed run saved after its last completed flush.
     #[arg(long, conflicts_with_all = ["compare", "variant", "json"])]
     pub verify_only: bool,
+}
+
+/// `biosim bench null-blk`.
+#[derive(Debug, Args)]
+pub struct BenchNullBlkArgs {
+    /// Simulated CPUs, each submitting.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub cpus: u32,
+    /// 4 KiB reads per CPU per round.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub bios: u64,
+    /// Rounds (each runs every row once, interleaved).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: u64,
+    /// none, softirq, timer (or 0, 1, 2), comma-separated, or all.
+    #[arg(long, default_value = "all")]
+    pub irqmode: String,
+    /// null_blk's completion_nsec (the timer mode's delay).
+    #[arg(long, default_value_t = 10_000)]
+    pub completion_nsec: u64,
+    /// null_blk's hw_queue_depth.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub hw_queue_depth: u32,
+    /// The batcher variant of the deferred rows.
+    #[arg(long, default_value = "v7")]
+    pub variant: String,
 }
 
 /// `biosim bench explore`.

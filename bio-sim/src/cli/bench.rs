@@ -25,6 +25,7 @@ pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
         }
         BenchCommand::Dontcache(a) => dontcache(a)?,
         BenchCommand::Job(argv) => job_bench(argv)?,
+        BenchCommand::NullBlk(a) => null_blk(a)?,
         BenchCommand::Explore(a) => {
             use crate::perf::explore_bench::{explore_bench, ExploreBenchConfig};
             print!(
@@ -38,6 +39,23 @@ pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
+    Ok(())
+}
+
+/// `biosim bench null-blk`.
+fn null_blk(a: super::args::BenchNullBlkArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::perf::null_blk_bench::{null_blk_bench, parse_irqmodes, NullBlkBenchConfig};
+    use bio_core::block::complete_in_task::Variant;
+    let cfg = NullBlkBenchConfig {
+        cpus: a.cpus,
+        bios_per_cpu: a.bios,
+        rounds: a.rounds as usize,
+        irqmodes: parse_irqmodes(&a.irqmode)?,
+        completion_nsec: a.completion_nsec,
+        hw_queue_depth: a.hw_queue_depth,
+        variant: Variant::parse_name(&a.variant, &[]).map_err(|e| format!("--variant: {e}"))?,
+    };
+    print!("{}", null_blk_bench(&cfg)?);
     Ok(())
 }
 

@@ -18,7 +18,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 /// The `biosim` binary: parses the command line, installs the trace subscriber, runs the command
-/// and maps an error to exit status 2.
+/// and maps an error to exit status 2, or 1 for a device failure ([`exit_status`]).
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // The gallery provokes kernel splats on purpose and reports them itself.
@@ -37,9 +37,27 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("biosim: error: {}", error_chain(&*e));
-            ExitCode::from(2)
+            ExitCode::from(exit_status(&*e))
         }
     }
+}
+
+/// The exit status of a failed command: 1 when a real file or device failed under the run (an
+/// I/O error somewhere in the error's chain with `EIO`, `ENOSPC`, `EDQUOT` or `EFBIG`: the disk,
+/// the quota or `RLIMIT_FSIZE` ran out), 2 for everything the user can fix in the command line
+/// or its inputs (a missing file, a refused size or directory).
+pub fn exit_status(e: &(dyn std::error::Error + 'static)) -> u8 {
+    const DEVICE: [i32; 4] = [libc::EIO, libc::ENOSPC, libc::EDQUOT, libc::EFBIG];
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.raw_os_error().is_some_and(|n| DEVICE.contains(&n)) {
+                return 1;
+            }
+        }
+        cur = err.source();
+    }
+    2
 }
 
 /// `biosim` with a reviewer's modules beside the posted versions: registers each module (so every
@@ -154,5 +172,28 @@ mod tests {
             .to_string();
         assert!(chain.starts_with("cpuhp_setup_state_nocalls("), "{chain}");
         assert_eq!(chain.matches(&source).count(), 1, "{chain}");
+    }
+
+    #[test]
+    fn a_device_failure_exits_1_and_a_bad_input_2() {
+        use super::exit_status;
+        use crate::perf::bench_common::BenchError;
+        let io = |errno| BenchError::Io {
+            what: "writing".into(),
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        assert_eq!(exit_status(&io(libc::EFBIG)), 1);
+        assert_eq!(exit_status(&io(libc::ENOSPC)), 1);
+        // The twin: a missing input is the user's to fix.
+        assert_eq!(exit_status(&io(libc::ENOENT)), 2);
+        assert_eq!(exit_status(&BenchError::Param("--size".into())), 2);
+        let resize = BenchError::Backing(crate::dev::backing::BackingError::Resize {
+            path: "/x".into(),
+            from: 0,
+            to: 1,
+            source: std::io::Error::from_raw_os_error(libc::EFBIG),
+        });
+        assert_eq!(exit_status(&resize), 1, "found through the chain");
     }
 }

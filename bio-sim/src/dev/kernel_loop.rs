@@ -400,6 +400,15 @@ mod tests {
             wait_unbound(index),
             "/dev/loop{index} still bound after drop"
         );
+        // The twin: without LO_FLAGS_DIRECT_IO the readback says buffered.
+        let mut lo = KernelLoop::attach(tmp.path(), false).unwrap();
+        assert_eq!(lo.direct_io(), Some(false));
+        let index = lo.index();
+        lo.detach().unwrap();
+        assert!(
+            wait_unbound(index),
+            "/dev/loop{index} still bound after detach"
+        );
     }
 
     /// Not a test on its own: the child the SIGTERM test spawns (ignored, and it does nothing
@@ -424,48 +433,50 @@ mod tests {
     }
 
     #[test]
-    fn sigterm_of_a_process_holding_a_device_detaches_it_and_removes_its_file() {
+    fn sigterm_or_sigint_of_a_process_holding_a_device_detaches_it_and_removes_its_file() {
         if let Some(why) = live_test_skip_reason() {
             eprintln!("{why}");
             return;
         }
         let _lock = crate::calibrate::tracefs::lock_live().unwrap();
         let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "dev::kernel_loop::tests::child_holding_a_device",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = std::io::BufReader::new(child.stdout.take().unwrap());
-        // libtest prints `test NAME ... ` before the child's own line, on the same line.
-        let line = out
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|l| l.split_once("attached ").map(|(_, rest)| rest.to_owned()));
-        let Some(line) = line else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the child did not attach a device");
-        };
-        let mut words = line.split(' ');
-        let index: u32 = words.next().unwrap().parse().unwrap();
-        let file = PathBuf::from(words.next().unwrap());
-        assert!(KernelLoop::is_bound(index) && file.exists());
-        // SAFETY: kill on the child's pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let status = child.wait().unwrap();
-        assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
-        assert!(
-            wait_unbound(index),
-            "/dev/loop{index} still bound after SIGTERM"
-        );
-        assert!(!file.exists(), "{} left behind", file.display());
+        for sig in [libc::SIGTERM, libc::SIGINT] {
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--ignored",
+                    "--exact",
+                    "dev::kernel_loop::tests::child_holding_a_device",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, dir.path())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let out = std::io::BufReader::new(child.stdout.take().unwrap());
+            // libtest prints `test NAME ... ` before the child's own line, on the same line.
+            let line = out
+                .lines()
+                .map_while(Result::ok)
+                .find_map(|l| l.split_once("attached ").map(|(_, rest)| rest.to_owned()));
+            let Some(line) = line else {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the child did not attach a device");
+            };
+            let mut words = line.split(' ');
+            let index: u32 = words.next().unwrap().parse().unwrap();
+            let file = PathBuf::from(words.next().unwrap());
+            assert!(KernelLoop::is_bound(index) && file.exists());
+            // SAFETY: kill on the child's pid.
+            unsafe { libc::kill(child.id() as i32, sig) };
+            let status = child.wait().unwrap();
+            assert_eq!(status.signal(), Some(sig), "{status:?}");
+            assert!(
+                wait_unbound(index),
+                "/dev/loop{index} still bound after signal {sig}"
+            );
+            assert!(!file.exists(), "{} left behind", file.display());
+        }
     }
 }

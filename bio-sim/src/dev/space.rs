@@ -184,13 +184,14 @@ pub fn scratch_file(
     prefix: &str,
     size: u64,
     direct: bool,
-) -> Result<(TempFile, BackingFile), String> {
+) -> Result<(TempFile, BackingFile), ScratchError> {
+    let refused = ScratchError::Refused;
     if !dir.is_dir() {
-        return Err(format!("--dir {}: not a directory", dir.display()));
+        return Err(refused(format!("--dir {}: not a directory", dir.display())));
     }
-    ensure_fits(dir, size, "--size")?;
-    let tmp =
-        TempFile::create_in(dir, prefix).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
+    ensure_fits(dir, size, "--size").map_err(refused)?;
+    let tmp = TempFile::create_in(dir, prefix)
+        .map_err(|e| refused(format!("--dir {}: {e}", dir.display())))?;
     let opts = OpenOptions {
         direct,
         read_only: false,
@@ -201,14 +202,50 @@ pub fn scratch_file(
         Err(BackingError::Open { source, .. })
             if direct && source.raw_os_error() == Some(libc::EINVAL) =>
         {
-            Err(format!(
+            Err(refused(format!(
                 "--dir {}: {} does not support O_DIRECT (open with O_DIRECT: {source}); use a \
                  directory on a disk filesystem (ext4, xfs, btrfs)",
                 dir.display(),
                 describe_fs(dir)
-            ))
+            )))
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(ScratchError::Backing(e)),
+    }
+}
+
+/// For a run that can go on buffered (or without the NOWAIT-first path) where [`ensure_nowait`]
+/// would refuse: the warning to print, naming the directory and the filesystem; `None` where
+/// the kernel takes `RWF_NOWAIT`. (Measured on 6.18: ext4 takes it for direct reads and buffered
+/// reads, answers `EAGAIN` for a direct write into a hole, and refuses buffered writes with
+/// `EOPNOTSUPP` in `ext4_buffered_write_iter()`; tmpfs refuses every one.)
+pub fn nowait_warning(file: &BackingFile, dir: &Path) -> Option<String> {
+    (!file.supports_nowait()).then(|| {
+        format!(
+            "warning: --dir {}: {} refuses RWF_NOWAIT (FMODE_NOWAIT is off): every NOWAIT attempt \
+             falls back at once, so the NOWAIT comparison does not apply to this run",
+            dir.display(),
+            describe_fs(dir)
+        )
+    })
+}
+
+/// Why [`scratch_file`] made no file.
+#[derive(Debug, thiserror::Error)]
+pub enum ScratchError {
+    /// The request cannot be met here; the user can fix it (exit 2).
+    #[error("{0}")]
+    Refused(String),
+    /// The file failed while it was opened or extended (`EFBIG` from `ftruncate`: exit 1).
+    #[error(transparent)]
+    Backing(#[from] BackingError),
+}
+
+impl From<ScratchError> for crate::perf::bench_common::BenchError {
+    fn from(e: ScratchError) -> Self {
+        match e {
+            ScratchError::Refused(why) => Self::Param(why),
+            ScratchError::Backing(b) => Self::Backing(b),
+        }
     }
 }
 
@@ -303,18 +340,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (avail, _) = available(dir.path()).unwrap();
         let big = (avail / 4096 + 1) * 4096;
-        let e = scratch_file(dir.path(), "t", big, true).unwrap_err();
+        let e = scratch_file(dir.path(), "t", big, true)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("--size: "), "{e}");
         assert_eq!(
             std::fs::read_dir(dir.path()).unwrap().count(),
             0,
             "nothing created"
         );
-        let e = scratch_file(&dir.path().join("no"), "t", 4096, true).unwrap_err();
+        let e = scratch_file(&dir.path().join("no"), "t", 4096, true)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a directory"), "{e}");
         let (tmp, f) = scratch_file(dir.path(), "t", 1 << 20, true).unwrap();
         assert_eq!(f.size(), 1 << 20);
-        assert!(ensure_nowait(&f, dir.path()).is_ok() || !f.supports_nowait());
+        // The twin of the tmpfs case: a filesystem that takes RWF_NOWAIT passes both checks.
+        assert_eq!(ensure_nowait(&f, dir.path()).is_ok(), f.supports_nowait());
+        assert_eq!(
+            nowait_warning(&f, dir.path()).is_none(),
+            f.supports_nowait()
+        );
         drop((tmp, f));
         assert_eq!(
             std::fs::read_dir(dir.path()).unwrap().count(),
@@ -336,6 +382,8 @@ mod tests {
         match scratch_file(shm, "biosim-space-test", 1 << 20, true) {
             Ok((tmp, f)) => {
                 let e = ensure_nowait(&f, shm).unwrap_err();
+                let w = nowait_warning(&f, shm).expect("a warning on tmpfs");
+                assert!(w.contains("does not apply") && w.contains("tmpfs"), "{w}");
                 assert!(
                     e.contains("--dir /dev/shm: tmpfs (f_type 0x01021994)"),
                     "{e}"
@@ -344,7 +392,10 @@ mod tests {
                 drop((tmp, f));
                 assert!(!p.exists());
             }
-            Err(e) => assert!(e.contains("tmpfs") && e.contains("O_DIRECT"), "{e}"),
+            Err(e) => {
+                let e = e.to_string();
+                assert!(e.contains("tmpfs") && e.contains("O_DIRECT"), "{e}");
+            }
         }
     }
 }

@@ -25,6 +25,15 @@
 //! shutdown, which waits for everything in flight. A panicking callback does not lose the other
 //! completions: the panic is caught, the reaper carries on, and [`UringEngine::shutdown`]
 //! re-raises the first one.
+//!
+//! ## Batches
+//!
+//! Each time the reaper wakes it takes every CQE the ring holds in one go (liburing's
+//! `io_uring_peek_batch_cqe()`), a *batch*. [`UringEngine::new_batched`] hands the whole batch to
+//! one callback, so a consumer can raise one interrupt per batch instead of one per completion,
+//! as an NVMe controller's interrupt coalescing (the "Interrupt Coalescing" feature, FID 08h:
+//! Aggregation Threshold and Time) or a NIC's NAPI poll does. [`UringStats`] counts the batches
+//! and their sizes ([`UringEngine::stats`] reads them while the engine runs).
 
 use super::aligned::AlignedBuf;
 use super::backing::{BackingFile, RwFlags};
@@ -128,18 +137,72 @@ pub enum SubmitErrorReason {
     BadOffset,
 }
 
-/// What an engine did, returned by [`UringEngine::shutdown`].
+/// The buckets of [`UringStats::batch_hist`]: batch sizes 1, 2–3, 4–7, ..., 64–127, ≥ 128.
+pub const BATCH_BUCKETS: usize = 8;
+
+/// What an engine did, returned by [`UringEngine::shutdown`] (and read live by
+/// [`UringEngine::stats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct UringStats {
     /// Ops accepted by [`UringEngine::submit`].
     pub submitted: u64,
-    /// Completion callbacks run (equal to `submitted` after shutdown).
+    /// Ops completed (equal to `submitted` after shutdown).
     pub completed: u64,
     /// Of those, completions with an error.
     pub failed: u64,
+    /// Batches of I/O CQEs reaped from the ring: each is one wake-up of the reaper that found
+    /// completions, and one call of a [`UringEngine::new_batched`] callback.
+    pub batches: u64,
+    /// I/O CQEs reaped in those batches (not counting the engine's own eventfd poll, nor ops
+    /// failed without reaching the ring after a fatal error).
+    pub cqes: u64,
+    /// The largest batch.
+    pub max_batch: u64,
+    /// Batches by size: bucket `i` counts sizes `2^i ..= 2^(i+1) - 1`, the last one everything
+    /// from 128 up.
+    pub batch_hist: [u64; BATCH_BUCKETS],
+}
+
+impl UringStats {
+    /// CQEs per batch (0 before the first batch).
+    pub fn mean_batch(&self) -> f64 {
+        if self.batches == 0 {
+            0.0
+        } else {
+            self.cqes as f64 / self.batches as f64
+        }
+    }
+
+    /// The histogram bucket of a batch of `n` (≥ 1) CQEs.
+    pub fn bucket(n: usize) -> usize {
+        (usize::BITS - 1 - n.max(1).leading_zeros()).min(BATCH_BUCKETS as u32 - 1) as usize
+    }
+}
+
+impl fmt::Display for UringStats {
+    /// `4096 CQEs in 1201 batches (mean 3.4, max 17)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} CQEs in {} batches (mean {:.1}, max {})",
+            self.cqes,
+            self.batches,
+            self.mean_batch(),
+            self.max_batch
+        )
+    }
 }
 
 type Callback = Box<dyn Fn(UringCompletion) + Send + Sync + 'static>;
+type BatchCallback = Box<dyn Fn(Vec<UringCompletion>) + Send + Sync + 'static>;
+
+/// How the reaper hands completions over.
+enum Deliver {
+    /// One call per completion ([`UringEngine::new`]); a panic loses only its own completion.
+    Each(Callback),
+    /// One call per reaped batch ([`UringEngine::new_batched`]).
+    Batch(BatchCallback),
+}
 type PanicPayload = Box<dyn Any + Send + 'static>;
 
 /// The largest queue depth: the ring has `entries + 1` SQEs, rounded up to a power of two, and the
@@ -165,6 +228,10 @@ struct Shared {
     submitted: AtomicU64,
     completed: AtomicU64,
     failed: AtomicU64,
+    batches: AtomicU64,
+    cqes: AtomicU64,
+    max_batch: AtomicU64,
+    batch_hist: [AtomicU64; BATCH_BUCKETS],
     /// Set by the submitter that writes the eventfd, cleared by the reaper after reading it:
     /// submitters skip the `write(2)` while a wake-up is already pending.
     wake_pending: AtomicBool,
@@ -177,7 +244,7 @@ struct Shared {
 }
 
 /// An asynchronous I/O engine for one [`BackingFile`]: a ring of `entries` SQEs and one reaper
-/// thread that calls the completion callback for each CQE, in completion order. See the
+/// thread that calls the completion callback for each CQE (or for each batch of CQEs), in completion order. See the
 /// [module documentation](self) for the design.
 ///
 /// `Send + Sync`: any thread may [`submit`](UringEngine::submit). Dropping the engine is
@@ -287,6 +354,34 @@ impl UringEngine {
         rw_flags: RwFlags,
         on_complete: impl Fn(UringCompletion) + Send + Sync + 'static,
     ) -> io::Result<UringEngine> {
+        Self::start(
+            file,
+            entries,
+            rw_flags,
+            Deliver::Each(Box::new(on_complete)),
+        )
+    }
+
+    /// [`UringEngine::new`] with one callback per *batch*: every CQE the reaper found in the ring
+    /// at one wake-up, in completion order (see the [module documentation](self#batches)). Every
+    /// accepted op is in exactly one batch. A panicking callback loses nothing either: the ops of
+    /// its batch count as completed (the callback owned them), and the panic is re-raised by
+    /// [`UringEngine::shutdown`].
+    pub fn new_batched(
+        file: Arc<BackingFile>,
+        entries: u32,
+        rw_flags: RwFlags,
+        on_batch: impl Fn(Vec<UringCompletion>) + Send + Sync + 'static,
+    ) -> io::Result<UringEngine> {
+        Self::start(file, entries, rw_flags, Deliver::Batch(Box::new(on_batch)))
+    }
+
+    fn start(
+        file: Arc<BackingFile>,
+        entries: u32,
+        rw_flags: RwFlags,
+        deliver: Deliver,
+    ) -> io::Result<UringEngine> {
         if entries == 0 || entries > MAX_ENTRIES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -303,6 +398,10 @@ impl UringEngine {
             submitted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            cqes: AtomicU64::new(0),
+            max_batch: AtomicU64::new(0),
+            batch_hist: Default::default(),
             wake_pending: AtomicBool::new(false),
             gate: RwLock::new(true),
             idle_lock: Mutex::new(()),
@@ -316,7 +415,7 @@ impl UringEngine {
             fd: types::Fd(file.as_raw_fd()),
             file: Arc::clone(&file),
             shared: Arc::clone(&shared),
-            on_complete: Box::new(on_complete),
+            deliver,
             slab: Vec::new(),
             free: Vec::new(),
             queued: VecDeque::new(),
@@ -448,11 +547,17 @@ impl UringEngine {
         }
     }
 
-    fn stats(&self) -> UringStats {
+    /// What the engine did so far (the batch counters are exact once the reaper is idle).
+    pub fn stats(&self) -> UringStats {
+        let sh = &self.shared;
         UringStats {
-            submitted: self.shared.submitted.load(Ordering::Acquire),
-            completed: self.shared.completed.load(Ordering::Acquire),
-            failed: self.shared.failed.load(Ordering::Acquire),
+            submitted: sh.submitted.load(Ordering::Acquire),
+            completed: sh.completed.load(Ordering::Acquire),
+            failed: sh.failed.load(Ordering::Acquire),
+            batches: sh.batches.load(Ordering::Acquire),
+            cqes: sh.cqes.load(Ordering::Acquire),
+            max_batch: sh.max_batch.load(Ordering::Acquire),
+            batch_hist: std::array::from_fn(|i| sh.batch_hist[i].load(Ordering::Acquire)),
         }
     }
 
@@ -522,7 +627,7 @@ struct Reaper {
     /// Keeps the descriptor in `fd` open while ops are in flight.
     file: Arc<BackingFile>,
     shared: Arc<Shared>,
-    on_complete: Callback,
+    deliver: Deliver,
     /// Ops in the kernel, indexed by `user_data`.
     slab: Vec<Option<InFlight>>,
     free: Vec<usize>,
@@ -700,6 +805,7 @@ impl Reaper {
                 .completion()
                 .map(|c: cqueue::Entry| (c.user_data(), c.result())),
         );
+        let mut batch = Vec::with_capacity(cqes.len());
         for &(user_data, res) in &cqes {
             if user_data == WAKE_TOKEN {
                 self.wake_armed = false;
@@ -719,9 +825,18 @@ impl Reaper {
             } else {
                 Ok(res as usize)
             };
-            self.complete(UringCompletion { token, result, op });
+            batch.push(UringCompletion { token, result, op });
         }
         self.cqes = cqes;
+        if !batch.is_empty() {
+            let sh = &self.shared;
+            let n = batch.len();
+            sh.batches.fetch_add(1, Ordering::Relaxed);
+            sh.cqes.fetch_add(n as u64, Ordering::Relaxed);
+            sh.max_batch.fetch_max(n as u64, Ordering::Relaxed);
+            sh.batch_hist[UringStats::bucket(n)].fetch_add(1, Ordering::Relaxed);
+            self.complete(batch);
+        }
     }
 
     /// Resets the eventfd, then clears `wake_pending`; the channel is drained after both.
@@ -732,18 +847,33 @@ impl Reaper {
         self.shared.wake_pending.swap(false, Ordering::AcqRel);
     }
 
-    /// Runs the callback for one completion and accounts for it.
-    fn complete(&mut self, completion: UringCompletion) {
-        if completion.result.is_err() {
-            self.shared.failed.fetch_add(1, Ordering::Relaxed);
-        }
-        let on_complete = &self.on_complete;
-        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| on_complete(completion))) {
+    /// Hands a batch of completions to the callback(s) and accounts for them.
+    fn complete(&mut self, batch: Vec<UringCompletion>) {
+        let n = batch.len();
+        let failed = batch.iter().filter(|c| c.result.is_err()).count();
+        self.shared
+            .failed
+            .fetch_add(failed as u64, Ordering::Relaxed);
+        let mut panicked = |payload| {
             tracing::error!("io_uring engine: a completion callback panicked");
             self.panic.get_or_insert(payload);
+        };
+        match &self.deliver {
+            Deliver::Each(on_complete) => {
+                for c in batch {
+                    if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| on_complete(c))) {
+                        panicked(p);
+                    }
+                }
+            }
+            Deliver::Batch(on_batch) => {
+                if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| on_batch(batch))) {
+                    panicked(p);
+                }
+            }
         }
-        self.shared.completed.fetch_add(1, Ordering::AcqRel);
-        if self.shared.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+        self.shared.completed.fetch_add(n as u64, Ordering::AcqRel);
+        if self.shared.in_flight.fetch_sub(n, Ordering::AcqRel) == n {
             let _g = self.shared.idle_lock.lock();
             self.shared.idle.notify_all();
         }
@@ -754,6 +884,7 @@ impl Reaper {
     /// an empty buffer is handed back in their place.
     fn fail_everything(&mut self, e: &io::Error) {
         let err = || io::Error::new(e.kind(), format!("io_uring engine stopped: {e}"));
+        let mut failed = Vec::new();
         for slot in 0..self.slab.len() {
             if let Some(InFlight { token, op }) = self.slab[slot].take() {
                 let op = match op {
@@ -773,23 +904,30 @@ impl Reaper {
                     }
                     UringOp::Fsync => UringOp::Fsync,
                 };
-                self.complete(UringCompletion {
+                failed.push(UringCompletion {
                     token,
                     result: Err(err()),
                     op,
                 });
             }
         }
+        // Completed before the gate closes, as a callback may resubmit (it is then failed below).
+        if !failed.is_empty() {
+            self.complete(std::mem::take(&mut failed));
+        }
         self.in_ring = 0;
         // Stop accepting (submitters are refused from here on), then fail what was accepted.
         self.close_gate();
         self.drain_channel();
         while let Some(Queued { token, op, .. }) = self.queued.pop_front() {
-            self.complete(UringCompletion {
+            failed.push(UringCompletion {
                 token,
                 result: Err(err()),
                 op,
             });
+        }
+        if !failed.is_empty() {
+            self.complete(failed);
         }
     }
 }
@@ -816,6 +954,140 @@ mod tests {
         check::<UringEngine>();
         check::<UringCompletion>();
         check::<SubmitError>();
+    }
+
+    /// A buffered 1 MiB file in the temp dir and its 256 4 KiB blocks, each filled with its own
+    /// number.
+    fn file() -> (tempfile::TempDir, Arc<BackingFile>) {
+        let dir = tempfile::tempdir().unwrap();
+        let f = BackingFile::open(
+            &dir.path().join("batches.img"),
+            &crate::dev::backing::OpenOptions {
+                direct: false,
+                read_only: false,
+                create_size: Some(1 << 20),
+            },
+        )
+        .unwrap();
+        for b in 0..256u64 {
+            f.write_all_at(&[b as u8; 4096], b * 4096, RwFlags::empty())
+                .unwrap();
+        }
+        (dir, Arc::new(f))
+    }
+
+    fn unavailable(e: &io::Error) -> bool {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::ENOMEM)
+        )
+    }
+
+    /// Every op lands in exactly one batch, with its own data; the stats count the batches, the
+    /// CQEs, the largest batch and the histogram consistently with what the callback saw.
+    #[test]
+    fn batches_hold_every_completion_once_and_the_stats_agree() {
+        let (_d, f) = file();
+        // Per batch: (token, first byte read).
+        type Batches = Arc<Mutex<Vec<Vec<(u64, u8)>>>>;
+        let seen: Batches = Arc::default();
+        let s = Arc::clone(&seen);
+        let eng = match UringEngine::new_batched(Arc::clone(&f), 16, RwFlags::empty(), move |b| {
+            let batch = b
+                .into_iter()
+                .map(|c| {
+                    assert_eq!(c.result.as_ref().ok(), Some(&4096), "token {}", c.token);
+                    (c.token, c.op.buf().expect("a read's buffer")[0])
+                })
+                .collect();
+            s.lock().push(batch);
+        }) {
+            Ok(e) => e,
+            Err(e) if unavailable(&e) => {
+                eprintln!("skipped: io_uring unavailable: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        for t in 0..100u64 {
+            let off = (t * 37 % 256) * 4096;
+            let op = UringOp::Read {
+                buf: AlignedBuf::new(4096),
+                off,
+            };
+            eng.submit(t, op).unwrap();
+        }
+        let stats = eng.shutdown();
+        let seen = seen.lock().clone();
+        let mut tokens: Vec<u64> = seen.iter().flatten().map(|&(t, _)| t).collect();
+        tokens.sort_unstable();
+        assert_eq!(tokens, (0..100).collect::<Vec<_>>(), "each op once");
+        for &(t, byte) in seen.iter().flatten() {
+            assert_eq!(byte, (t * 37 % 256) as u8, "token {t} read its own block");
+        }
+        assert!(seen.iter().all(|b| !b.is_empty()), "no empty batch");
+        assert_eq!(stats.batches, seen.len() as u64);
+        assert_eq!(
+            (stats.cqes, stats.submitted, stats.completed),
+            (100, 100, 100)
+        );
+        let max = seen.iter().map(Vec::len).max().unwrap() as u64;
+        assert_eq!(stats.max_batch, max);
+        assert!(max <= 16, "never more than the depth in one batch");
+        assert_eq!(stats.batch_hist.iter().sum::<u64>(), stats.batches);
+        let mut hist = [0u64; BATCH_BUCKETS];
+        for b in &seen {
+            hist[UringStats::bucket(b.len())] += 1;
+        }
+        assert_eq!(stats.batch_hist, hist);
+        assert!((stats.mean_batch() - 100.0 / seen.len() as f64).abs() < 1e-9);
+    }
+
+    #[test]
+    fn batch_buckets_are_powers_of_two() {
+        let b: Vec<usize> = [1, 2, 3, 4, 7, 8, 127, 128, 100_000]
+            .into_iter()
+            .map(UringStats::bucket)
+            .collect();
+        assert_eq!(b, [0, 1, 1, 2, 2, 3, 6, 7, 7]);
+        assert_eq!(UringStats::default().mean_batch(), 0.0);
+    }
+
+    /// A panicking batch callback loses nothing: its ops count as completed, the later batches
+    /// are still delivered, and shutdown re-raises the panic.
+    #[test]
+    fn a_panicking_batch_callback_is_reraised_after_everything_completed() {
+        let (_d, f) = file();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = Arc::clone(&calls);
+        let eng = match UringEngine::new_batched(Arc::clone(&f), 4, RwFlags::empty(), move |_| {
+            if c.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("first batch");
+            }
+        }) {
+            Ok(e) => e,
+            Err(e) if unavailable(&e) => {
+                eprintln!("skipped: io_uring unavailable: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        for t in 0..20 {
+            let op = UringOp::Read {
+                buf: AlignedBuf::new(4096),
+                off: 0,
+            };
+            eng.submit(t, op).unwrap();
+        }
+        eng.wait_idle();
+        assert_eq!(eng.in_flight(), 0);
+        assert_eq!(eng.stats().completed, 20);
+        let r = panic::catch_unwind(AssertUnwindSafe(|| eng.shutdown()));
+        assert!(r.is_err(), "the callback's panic is re-raised");
+        assert!(
+            calls.load(Ordering::SeqCst) >= 2,
+            "later batches still delivered"
+        );
     }
 
     #[test]

@@ -237,8 +237,9 @@ pub fn write(
 }
 
 /// Writes `text` to `path` unless it exists: to a temporary file in the same directory, then
-/// hard-linked to `path` (which fails if `path` exists) and the temporary removed, so an
-/// interrupted or refused write leaves neither. Where the filesystem has no hard links, `path` is
+/// hard-linked to `path` (which fails if `path` exists) and the temporary removed (a
+/// [`crate::dev::cleanup::TempFile`], so also on Ctrl-C), so an interrupted or refused write
+/// leaves neither. Where the filesystem has no hard links, `path` is
 /// created exclusively (`O_EXCL`) and written, and removed if the write fails.
 pub fn write_new(path: &Path, text: &str) -> Result<(), CounterexampleError> {
     let io = |source| CounterexampleError::Io {
@@ -253,9 +254,11 @@ pub fn write_new(path: &Path, text: &str) -> Result<(), CounterexampleError> {
         || "counterexample".into(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let r = std::fs::write(&tmp, text).and_then(|()| std::fs::hard_link(&tmp, path));
-    let _ = std::fs::remove_file(&tmp);
+    // A registered temporary: Ctrl-C or SIGTERM between the write and the link removes it too.
+    let r = crate::dev::cleanup::TempFile::create_in(&dir, &format!(".{name}")).and_then(|tmp| {
+        std::fs::write(tmp.path(), text)?;
+        std::fs::hard_link(tmp.path(), path)
+    });
     match r {
         Err(e)
             if e.kind() != std::io::ErrorKind::AlreadyExists

@@ -224,6 +224,8 @@ pub fn parse_str(text: &str, path: &Path) -> Result<JobFile, JobFileError> {
     let mut trailing_global: Option<usize> = None;
     for s in sections {
         if s.global {
+            // Every value is checked where it is written, even one each job overrides.
+            p.job(&s, &s.fields, true)?;
             // A later [global] overrides an earlier one field by field, for the jobs after it.
             global.extend(s.fields);
             trailing_global = Some(s.line);
@@ -232,7 +234,7 @@ pub fn parse_str(text: &str, path: &Path) -> Result<JobFile, JobFileError> {
         trailing_global = None;
         let mut eff = global.clone();
         eff.extend(s.fields.clone());
-        let job = p.job(&s, &eff)?;
+        let job = p.job(&s, &eff, false)?;
         if let Some(prev) = jobs.iter().find(|j| j.name == job.name) {
             return Err(p.err(
                 job.line,
@@ -364,6 +366,9 @@ impl Reader {
                     "`include` of another job file is not supported; put the options here".into(),
                 ));
             }
+            if key.is_empty() {
+                return Err(self.err(line, format!("`{body}` has no option name before `=`")));
+            }
             let Some(opt) = Opt::lookup(key) else {
                 return Err(self.err(
                     line,
@@ -452,8 +457,9 @@ impl Reader {
         parse_time_us(v, bare_unit_us).map_err(|why| self.bad(s, why))
     }
 
-    /// One job: fio's defaults, then the folded settings, then the cross-checks.
-    fn job(&self, sec: &Section, eff: &Fields) -> Result<JobSpec, JobFileError> {
+    /// One job: fio's defaults, then the folded settings, then (unless `values_only`, for a
+    /// [global] section's own values) the cross-checks.
+    fn job(&self, sec: &Section, eff: &Fields, values_only: bool) -> Result<JobSpec, JobFileError> {
         let mut j = JobSpec::with_defaults(&sec.name, sec.line);
         let get = |o: Opt| -> Option<&Setting> {
             eff.get(&o.field())
@@ -461,7 +467,8 @@ impl Reader {
         };
 
         if let Some(s) = get(Opt::Name) {
-            if let Some(g) = sec.fields.get(&Opt::Name).and_then(|v| v.first()) {
+            let own = sec.fields.get(&Opt::Name).and_then(|v| v.first());
+            if let Some(g) = own.filter(|_| !sec.global) {
                 j.name = self.value(g)?.to_owned();
             } else {
                 return Err(self.bad(
@@ -593,7 +600,18 @@ impl Reader {
         if let Some(s) = get(Opt::Stonewall) {
             j.stonewall = self.boolean(s)?;
         }
-        self.rwmix(&mut j, get(Opt::RwmixRead), get(Opt::RwmixWrite))?;
+        self.rwmix(
+            &mut j,
+            get(Opt::RwmixRead),
+            get(Opt::RwmixWrite),
+            values_only,
+        )?;
+        if values_only {
+            for s in [get(Opt::Size), io_size].into_iter().flatten() {
+                self.bytes(s)?;
+            }
+            return Ok(j);
+        }
 
         // Cross-checks, each naming the line that set the option at fault.
         if j.iodepth > 1 && j.ioengine.is_sync() {
@@ -878,6 +896,7 @@ impl Reader {
         j: &mut JobSpec,
         read: Option<&Setting>,
         write: Option<&Setting>,
+        values_only: bool,
     ) -> Result<(), JobFileError> {
         let pct = |s: &Setting| -> Result<u8, JobFileError> {
             let n = self.int(s)?;
@@ -915,7 +934,7 @@ impl Reader {
             }
             (None, None) => return Ok(()),
         };
-        if j.rw != RwPattern::RandRw {
+        if j.rw != RwPattern::RandRw && !values_only {
             return Err(self.bad(
                 at,
                 format!(

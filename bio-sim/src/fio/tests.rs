@@ -593,6 +593,24 @@ fn global_sections_fold_into_the_jobs_after_them_in_order() {
 }
 
 #[test]
+fn a_global_value_is_checked_even_where_every_job_overrides_it() {
+    refused_text(
+        "[global]\nbs=huge\n[j]\nsize=1m\nbs=4k\n",
+        2,
+        &["`bs=huge`"],
+    );
+    refused_text("[global]\nsize=1.5g\n[j]\nsize=1m\n", 2, &["`size=1.5g`"]);
+    refused_text(
+        "[global]\nname=x\nsize=1m\n[j]\nname=y\n",
+        2,
+        &["`name=x`", "in [global]"],
+    );
+    // A [global] mix for randrw jobs is fine before the job says randrw.
+    let f = parse("[global]\nrwmixread=30\nsize=1m\n[j]\nrw=randrw\n").expect("parses");
+    assert_eq!(f.jobs[0].rwmixread, 30);
+}
+
+#[test]
 fn comments_blank_lines_and_blanks_around_equals_are_fios() {
     let f = parse(
         "# a comment\n; another\n\n[global]   ; trailing\n  size = 1m # trailing\n\
@@ -644,6 +662,8 @@ fn values_fio_would_expand_or_compute_are_refused() {
     refused("include other.fio", 4, &["`include`"]);
     refused("iodepth=", 4, &["`iodepth=` has an empty value"]);
     refused("size", 4, &["`size` needs a value"]);
+    refused("=4k", 4, &["`=4k` has no option name"]);
+    refused("iodepth=99999999999999999999", 4, &["too large"]);
 }
 
 // ---- cross-checks ----

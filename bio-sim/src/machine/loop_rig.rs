@@ -9,10 +9,12 @@
 
 use crate::machine::oracle::{Invariant, Oracle, Violation};
 use crate::runtime::deterministic::DetRuntime;
+use bio_core::block::BlockDriver;
 use bio_core::block::{submit_bio_noacct, BioEndIo, ReqOp};
 use bio_core::drivers::block::loop_drv::{
     LoopBacking, LoopDevice, LoopVariant, MemBacking, LO_FLAGS_DIRECT_IO,
 };
+use bio_core::drivers::block::null_blk::{HrtimerClock, NullBlk, NullBlkConfig};
 use bio_core::kernel::CpuId;
 use bio_core::workqueue::PoolId;
 use bio_core::Kernel;
@@ -84,6 +86,9 @@ pub struct LoopSetup {
     /// Whether the backing file's `f_mode` has `FMODE_NOWAIT` (`nowait=off` in a scenario: a
     /// file system that does not set it, whose I/O ignores `IOCB_NOWAIT` and simply blocks).
     pub fmode_nowait: bool,
+    /// Instead of the loop device, `nullb0` (`drivers/block/null_blk/main.c`) with these
+    /// parameters: a scenario's `null_blk KEY=VALUE ...` line. The loop fields are then unused.
+    pub nullb: Option<NullBlkConfig>,
 }
 
 impl LoopSetup {
@@ -94,12 +99,36 @@ impl LoopSetup {
             backing,
             offset,
             fmode_nowait: true,
+            nullb: None,
+        }
+    }
+
+    /// `nullb0` with `cfg` (its hrtimers fired by `nullb_timer` transitions).
+    pub fn null_blk(cfg: NullBlkConfig) -> Self {
+        Self {
+            nullb: Some(NullBlkConfig {
+                clock: HrtimerClock::Explicit,
+                ..cfg
+            }),
+            ..Self::new(LoopVariant::V5, BackingKind::Sparse, 0)
+        }
+    }
+
+    /// The disk's name: `loop0` or `nullb0`.
+    pub fn disk_name(&self) -> &'static str {
+        if self.nullb.is_some() {
+            "nullb0"
+        } else {
+            "loop0"
         }
     }
 
     /// Blocks the device has.
     pub fn blocks(&self) -> u64 {
-        BACKING_BYTES.saturating_sub(self.offset) / BLOCK as u64
+        match &self.nullb {
+            Some(c) => c.size_bytes / BLOCK as u64,
+            None => BACKING_BYTES.saturating_sub(self.offset) / BLOCK as u64,
+        }
     }
 }
 
@@ -163,7 +192,10 @@ pub struct RigParts<'a> {
 
 /// A loop device on a machine and the reference of what it holds.
 pub(crate) struct LoopRig {
-    lo: Arc<LoopDevice>,
+    /// The loop device (none when the setup is null_blk's).
+    lo: Option<Arc<LoopDevice>>,
+    /// `nullb0` when the setup asks for it: then the device the I/O goes to.
+    nullb: Option<Arc<NullBlk>>,
     setup: LoopSetup,
     slots: Arc<Mutex<BTreeMap<u64, Slot>>>,
     /// I/Os of the scenario that ended with an error status.
@@ -186,14 +218,29 @@ impl LoopRig {
                 .backing()
                 .with_fmode_nowait(setup.fmode_nowait),
         );
-        let lo = LoopDevice::new(
+        let nullb = setup.nullb.map(|cfg| {
+            let nb = NullBlk::new(s.kernel, 0, cfg)
+                .unwrap_or_else(|e| panic!("null_blk parameters were validated: {e}"));
+            s.rt.note(format!("# nullb0: null_blk {cfg}"));
+            nb
+        });
+        if nullb.is_some() {
+            return LoopRig {
+                lo: None,
+                nullb,
+                setup,
+                slots: Arc::default(),
+                failed: Arc::default(),
+            };
+        }
+        let lo = Some(LoopDevice::new(
             s.kernel,
             0,
             backing,
             LO_FLAGS_DIRECT_IO,
             setup.offset,
             setup.variant,
-        );
+        ));
         s.rt.note(format!(
             "# loop0: variant {} ({}), {} backing of {} KiB{}, LO_FLAGS_DIRECT_IO, lo_offset={}",
             setup.variant.name,
@@ -209,6 +256,7 @@ impl LoopRig {
         ));
         LoopRig {
             lo,
+            nullb: None,
             setup,
             slots: Arc::default(),
             failed: Arc::default(),
@@ -277,20 +325,44 @@ impl LoopRig {
         }));
         s.rt.on_cpu(
             CpuId(cpu),
-            &format!("submit_bio({} block {block}) to loop0", req.name()),
-            |cx| submit_bio_noacct(bio, &*self.lo, cx),
+            &format!(
+                "submit_bio({} block {block}) to {}",
+                req.name(),
+                self.setup.disk_name()
+            ),
+            |cx| submit_bio_noacct(bio, self.dev(), cx),
         );
         true
     }
 
+    /// The block device I/O goes to.
+    fn dev(&self) -> &dyn BlockDriver {
+        match (&self.nullb, &self.lo) {
+            (Some(nb), _) => &**nb,
+            (None, Some(lo)) => &**lo,
+            (None, None) => unreachable!("a rig has a loop device or nullb0"),
+        }
+    }
+
+    /// Whether the device is nullb0.
+    pub(crate) fn is_nullb(&self) -> bool {
+        self.nullb.is_some()
+    }
+
+    /// `nullb0`'s next hrtimer expires (the explicit event of the timer mode); `false` if none
+    /// is pending or the device is not null_blk.
+    pub(crate) fn fire_nullb_timer(&self) -> bool {
+        self.nullb.as_ref().is_some_and(|nb| nb.fire_next_hrtimer())
+    }
+
     /// The device.
-    pub(crate) fn device(&self) -> &Arc<LoopDevice> {
-        &self.lo
+    pub(crate) fn device(&self) -> Option<&Arc<LoopDevice>> {
+        self.lo.as_ref()
     }
 
     /// The device's counters.
     pub(crate) fn stats(&self) -> bio_core::drivers::block::loop_drv::LoopStats {
-        self.lo.stats()
+        self.lo.as_ref().map(|l| l.stats()).unwrap_or_default()
     }
 
     /// How many of the scenario's I/Os ended with an error status.
@@ -315,7 +387,10 @@ impl LoopRig {
         };
         let blocks: Vec<u64> = self.slots.lock().keys().copied().collect();
         let got: ReadBack = Arc::default();
-        s.rt.note("   >>> read every written block back through loop0".to_owned());
+        s.rt.note(format!(
+            "   >>> read every written block back through {}",
+            self.setup.disk_name()
+        ));
         for &block in &blocks {
             let g = Arc::clone(&got);
             let bio = s
@@ -325,9 +400,15 @@ impl LoopRig {
                 .with_end_io(BioEndIo::new("loop_scenario_readback", move |bio, _| {
                     g.lock().insert(block, (bio.status(), bio.data()));
                 }));
-            s.rt.on_cpu(cpu, "read back", |cx| submit_bio_noacct(bio, &*self.lo, cx));
+            s.rt.on_cpu(cpu, "read back", |cx| {
+                submit_bio_noacct(bio, self.dev(), cx)
+            });
         }
         let _ = s.rt.run(budget);
+        // Timer-mode read-backs: their hrtimers expire, then their interrupts run.
+        while self.fire_nullb_timer() {
+            let _ = s.rt.run(budget);
+        }
         let (got, slots) = (got.lock(), self.slots.lock());
         let mut v = Vec::new();
         for block in blocks {
@@ -336,19 +417,24 @@ impl LoopRig {
                 _ => vec![vec![0; BLOCK]],
             };
             let message = match got.get(&block) {
-                Some((st, _)) if !st.is_ok() => {
-                    format!("loop0 block {block}: the read-back itself failed with {st}")
-                }
+                Some((st, _)) if !st.is_ok() => format!(
+                    "{} block {block}: the read-back itself failed with {st}",
+                    self.setup.disk_name()
+                ),
                 Some((_, d)) if want.contains(d) => continue,
                 Some((_, d)) => format!(
-                    "loop0 block {block} reads {:#04x}.., the last completed write left {}",
+                    "{} block {block} reads {:#04x}.., the last completed write left {}",
+                    self.setup.disk_name(),
                     d[0],
                     want.iter()
                         .map(|w| format!("{:#04x}..", w[0]))
                         .collect::<Vec<_>>()
                         .join(" or ")
                 ),
-                None => format!("loop0 block {block}: the read-back never ended"),
+                None => format!(
+                    "{} block {block}: the read-back never ended",
+                    self.setup.disk_name()
+                ),
             };
             v.push(Violation {
                 invariant: Invariant::DataMismatch,

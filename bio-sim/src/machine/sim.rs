@@ -491,7 +491,7 @@ impl Sim {
 
     /// The attached loop device, if any (for invariant checks on its internals).
     pub fn loop_device(&self) -> Option<&Arc<bio_core::drivers::block::loop_drv::LoopDevice>> {
-        self.loop_rig().map(|r| r.device())
+        self.loop_rig().and_then(|r| r.device())
     }
 
     /// The attached loop device's counters and how many of the scenario's I/Os on it ended with

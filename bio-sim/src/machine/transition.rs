@@ -80,6 +80,9 @@ pub enum Transition {
         /// The CPU.
         cpu: u32,
     },
+    /// `nullb0`'s earliest pending hrtimer expires (`irqmode=2`): its interrupt is raised on the
+    /// CPU that submitted the request, for the runtime to deliver.
+    NullbTimer,
 }
 
 impl fmt::Display for Transition {
@@ -124,6 +127,7 @@ impl fmt::Display for Transition {
                 Ok(())
             }
             Transition::LoopWorker { cpu } => write!(f, "run loop0's worker on CPU{cpu}"),
+            Transition::NullbTimer => f.write_str("expire nullb0's next hrtimer"),
         }
     }
 }
@@ -167,7 +171,12 @@ impl Sim {
     fn apply_inner(&self, t: &Transition, strict_fail: bool) -> Result<(), Refusal> {
         let n = self.kernel.nr_cpus();
         if self.rt.recording() {
-            self.rt.note(format!("   >>> {t}"));
+            let line = format!("   >>> {t}");
+            // The I/O lines name the scenario's device: loop0, or nullb0.
+            match self.loop_rig() {
+                Some(r) if r.is_nullb() => self.rt.note(line.replace("loop0", "nullb0")),
+                _ => self.rt.note(line),
+            }
         }
         let cpu = match *t {
             Transition::Complete { cpu, .. }
@@ -178,7 +187,7 @@ impl Sim {
             | Transition::NeedResched { cpu }
             | Transition::LoopIo { cpu, .. }
             | Transition::LoopWorker { cpu } => Some(cpu),
-            Transition::Tick | Transition::HotplugStep => None,
+            Transition::Tick | Transition::HotplugStep | Transition::NullbTimer => None,
         };
         if let Some(c) = cpu {
             if c >= n {
@@ -270,6 +279,11 @@ impl Sim {
                     refuse("loop0's worker has nothing to run")
                 }
             }
+            Transition::NullbTimer => match self.loop_rig() {
+                Some(r) if r.fire_nullb_timer() => Ok(()),
+                Some(_) => refuse("nullb0 has no pending hrtimer"),
+                None => refuse("there is no null_blk device"),
+            },
         }
     }
 }

@@ -154,7 +154,7 @@ pub(crate) fn scratch_file(
     name: &str,
     size: u64,
 ) -> Result<(TempFile, BackingFile), BenchError> {
-    crate::dev::space::scratch_file(dir, name, size, false).map_err(BenchError::Param)
+    Ok(crate::dev::space::scratch_file(dir, name, size, false)?)
 }
 
 /// Runs the DONTCACHE benchmark: for blocks that are holes (allocating writes) and for blocks

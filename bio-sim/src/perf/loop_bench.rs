@@ -503,8 +503,7 @@ pub fn loop_bench(cfg: &LoopBenchConfig) -> Result<LoopBenchReport, BenchError> 
     )
     .map_err(BenchError::Param)?;
     let (tmp, file) =
-        crate::dev::space::scratch_file(&cfg.dir, "biosim-loop-bench", file_size, true)
-            .map_err(BenchError::Param)?;
+        crate::dev::space::scratch_file(&cfg.dir, "biosim-loop-bench", file_size, true)?;
     crate::dev::space::ensure_nowait(&file, &cfg.dir).map_err(BenchError::Param)?;
     let (path, file) = (tmp.path().to_owned(), Arc::new(file));
     let mut results = Vec::new();

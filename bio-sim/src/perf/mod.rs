@@ -6,6 +6,7 @@
 //! - [`job`]: `biosim bench JOBFILE`: fio job files on the simulated devices beside raw I/O and
 //!   the kernel's own loop device, with CPU per I/O, latency percentiles and verify.
 //! - [`loop_bench`]: `biosim bench loop`: the loop model over a real `O_DIRECT` file against raw I/O.
+//! - [`null_blk_bench`]: `biosim bench null-blk`: null_blk through the whole stack, direct and deferred.
 //! - [`dontcache`]: `biosim bench dontcache`: buffered writes with and without `RWF_DONTCACHE`.
 //! - [`dontcache_live`]: `bench dontcache --live`: the block device, ext4 and XFS, and the seed's
 //!   experiment under a cgroup v1 memory limit, on the running kernel; recordings and replay.
@@ -24,5 +25,6 @@ pub mod explore_bench;
 pub mod job;
 pub mod latency;
 pub mod loop_bench;
+pub mod null_blk_bench;
 pub mod rig;
 pub mod stats;

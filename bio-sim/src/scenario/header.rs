@@ -8,11 +8,12 @@ use crate::machine::modules::{customised, parse_module, with_knob};
 use crate::machine::sim::SimConfig;
 use bio_core::block::complete_in_task::Variant;
 use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
+use bio_core::drivers::block::null_blk::NullBlkConfig;
 use bio_core::kernel::PreemptModel;
 use bio_core::workqueue::RescuerAffinity;
 
 /// The header keywords.
-const KEYWORDS: [&str; 14] = [
+const KEYWORDS: [&str; 15] = [
     "variant",
     "module",
     "knob",
@@ -27,6 +28,7 @@ const KEYWORDS: [&str; 14] = [
     "rescuer",
     "loop",
     "loop_knob",
+    "null_blk",
 ];
 
 /// The machine as the header lines so far describe it.
@@ -53,7 +55,7 @@ pub(super) struct Header {
 }
 
 /// The header keywords a second line of would override the first.
-const ONCE: [&str; 12] = [
+const ONCE: [&str; 13] = [
     "variant",
     "module",
     "cpus",
@@ -66,6 +68,7 @@ const ONCE: [&str; 12] = [
     "seed",
     "rescuer",
     "loop",
+    "null_blk",
 ];
 
 impl Header {
@@ -215,7 +218,14 @@ impl Header {
                 };
                 l.done(2, "pool or unbound")?;
             }
+            "loop" | "null_blk" if self.loop_dev.is_some() => {
+                return Err(l.err(
+                    "one block device per scenario: a `loop` or a `null_blk` line, not both"
+                        .to_owned(),
+                ))
+            }
             "loop" => self.loop_dev = Some(loop_line(l)?),
+            "null_blk" => self.loop_dev = Some(null_blk_line(l)?),
             _ => {
                 let Some(setup) = self.loop_dev.as_mut() else {
                     return Err(l.err("`loop_knob` needs a `loop` line before it".to_owned()));
@@ -270,6 +280,38 @@ impl Header {
         config.kernel = k;
         Ok((config, self.loop_dev))
     }
+}
+
+/// `null_blk KEY=VALUE ...`: `nullb0` with `modprobe null_blk`'s parameters, by their kernel
+/// names ([`NullBlkConfig::parse_param`]); an unknown or repeated key is an error at its word.
+fn null_blk_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut cfg = NullBlkConfig::default();
+    for (i, kv) in l.words.iter().enumerate().skip(1) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| l.err_at(i, format!("null_blk: `{kv}`: expected KEY=VALUE")))?;
+        // `bs`/`blocksize` and `gb`/`size` set one field each.
+        let canon = match k {
+            "blocksize" => "bs",
+            "size" => "gb",
+            k => k,
+        };
+        cfg.parse_param(k, v).map_err(|e| l.err_at(i, e))?;
+        if seen.contains(&canon) {
+            return Err(l.err_at(i, format!("null_blk parameter `{k}` given twice")));
+        }
+        seen.push(canon);
+    }
+    if cfg.queue_mode == bio_core::drivers::block::null_blk::NullQueueMode::Rq {
+        return Err(
+            l.err("null_blk: legacy IO path is no longer available (queue_mode=1)".to_owned())
+        );
+    }
+    if cfg.hw_queue_depth == 0 {
+        return Err(l.err("null_blk: hw_queue_depth=0 leaves no tag".to_owned()));
+    }
+    Ok(LoopSetup::null_blk(cfg))
 }
 
 /// `loop NAME BACKING [offset=BYTES] [nowait=on|off]`: `nowait=off` is a backing file without

@@ -336,6 +336,49 @@ mod tests {
         assert!(!s.config.variant.requeue_on_online);
     }
 
+    /// A `null_blk` line takes the kernel's parameter names; an unknown or repeated key, a
+    /// second device, `nullb_timer` without null_blk are refused at their line and word.
+    #[test]
+    fn null_blk_lines_take_kernel_parameters_and_refuse_unknown_and_repeated_keys() {
+        let s = Scenario::parse(
+            "null_blk irqmode=2 memory_backed=1 bs=4096\nio 0 write 1\nnullb_timer\n",
+            "t.scn",
+        )
+        .unwrap();
+        let nb = s.loop_dev.and_then(|d| d.nullb).expect("a null_blk setup");
+        assert_eq!(
+            (nb.irqmode.nr(), nb.memory_backed, nb.blocksize),
+            (2, true, 4096)
+        );
+        for (text, line, column, what) in [
+            (
+                "null_blk irqmode=1 foo=2\n",
+                1,
+                20,
+                "unknown null_blk parameter `foo`",
+            ),
+            ("null_blk gb=1 size=4\n", 1, 15, "`size` given twice"),
+            ("null_blk irqmode=7\n", 1, 10, "irqmode=7"),
+            ("null_blk queue_mode=1\n", 1, 1, "legacy IO path"),
+            (
+                "loop v5 sparse\nnull_blk irqmode=0\n",
+                2,
+                1,
+                "one block device per scenario",
+            ),
+            (
+                "loop v5 sparse\nnullb_timer\n",
+                2,
+                1,
+                "needs a `null_blk` header line",
+            ),
+        ] {
+            let e = Scenario::parse(text, "t.scn").unwrap_err();
+            assert_eq!((e.line, e.column), (line, column), "{text}: {e}");
+            assert!(e.message.contains(what), "{text}: {e}");
+        }
+    }
+
     #[test]
     fn a_kconfig_error_names_the_line_that_made_it() {
         let e = Scenario::parse(
@@ -452,7 +495,7 @@ mod tests {
         let e = Scenario::parse(&body, "t").unwrap_err();
         assert!(
             e.to_string()
-                .contains("t:1:1: `io` needs a `loop` header line"),
+                .contains("t:1:1: `io` needs a `loop` or `null_blk` header line"),
             "{e}"
         );
         let e = Scenario::parse("loop v5 sparse\nio 0 write 256\n", "t").unwrap_err();

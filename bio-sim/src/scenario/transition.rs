@@ -24,6 +24,13 @@ pub(super) fn parse_transition(
             l.done(2, "one CPU")?;
             Transition::LoopWorker { cpu }
         }
+        "nullb_timer" => {
+            if loop_dev.is_none_or(|d| d.nullb.is_none()) {
+                return Err(l.err("`nullb_timer` needs a `null_blk` header line".to_owned()));
+            }
+            l.done(1, "nothing")?;
+            Transition::NullbTimer
+        }
         "complete" => complete_line(l, nr_cpus)?,
         "worker" => {
             let cpu = l.cpu(1, nr_cpus)?;
@@ -70,7 +77,7 @@ fn io_line(
     loop_dev: Option<LoopSetup>,
 ) -> Result<Transition, ScenarioError> {
     let Some(setup) = loop_dev else {
-        return Err(l.err("`io` needs a `loop` header line".to_owned()));
+        return Err(l.err("`io` needs a `loop` or `null_blk` header line".to_owned()));
     };
     let cpu = l.cpu(1, nr_cpus)?;
     let o = l.arg(2, "read, write or discard")?;
@@ -85,7 +92,8 @@ fn io_line(
         return Err(l.err_at(
             3,
             format!(
-                "io: block {block} is beyond loop0 ({} blocks of 4 KiB)",
+                "io: block {block} is beyond {} ({} blocks of 4 KiB)",
+                setup.disk_name(),
                 setup.blocks()
             ),
         ));
@@ -241,6 +249,7 @@ impl Transition {
                 _ => format!("io {cpu} {op} {block}"),
             },
             Transition::LoopWorker { cpu } => format!("loop_worker {cpu}"),
+            Transition::NullbTimer => "nullb_timer".to_owned(),
         }
     }
 }

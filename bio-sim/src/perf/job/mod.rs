@@ -481,10 +481,8 @@ pub fn run_job(
         return Err(param("--rounds must be at least 1".into()));
     }
     let (designs, skipped) = designs(cfg);
-    if designs.contains(&Design::NullBlk) {
-        return Err(param(
-            "--device null_blk: this build has no null_blk model yet".into(),
-        ));
+    if cfg.device == DeviceKind::NullBlk {
+        return run_null_blk_job(cfg, job, skipped, on_header);
     }
     let p = prepare(cfg, job, false)?;
     let engine = cfg.engine.unwrap_or_else(|| SimEngine::for_job(job));
@@ -590,6 +588,84 @@ pub fn run_job(
         designs: reports,
         skipped,
         verified,
+    })
+}
+
+/// `--device null_blk`: the job on the null_blk model alone (no file, so no raw or kernel-loop
+/// to compare with).
+fn run_null_blk_job(
+    cfg: &JobBenchConfig,
+    job: &JobSpec,
+    skipped: Vec<String>,
+    on_header: &mut dyn FnMut(&str),
+) -> Result<JobReport, JobError> {
+    if job.size == 0 || job.filename.is_some() {
+        return Err(param(format!(
+            "job `{}`: --device null_blk needs size= and no filename= (null_blk has no file)",
+            job.name
+        )));
+    }
+    let bs = u64::from(job.bs);
+    let blocks = job.size / bs;
+    let vst = job
+        .verify
+        .map(|_| Arc::new(VerifyState::new(bs, blocks, true, None)));
+    let mut header = format!(
+        "job `{}`: rw={} bs={} iodepth={} numjobs={} on null_blk ({} MiB{}); {} rounds\n",
+        job.name,
+        job.rw.name(),
+        job.bs,
+        job.iodepth,
+        job.numjobs,
+        job.size >> 20,
+        cfg.nullb
+            .iter()
+            .map(|(k, v)| format!(" {k}={v}"))
+            .collect::<String>(),
+        cfg.rounds
+    );
+    if job.verify.is_some() {
+        header.push_str("verify=crc32c on a memory-backed null_blk\n");
+    }
+    on_header(&header);
+    let progress = progress::Progress::new(cfg.rounds as u64, cfg.progress);
+    let mut rep = DesignReport {
+        design: Design::NullBlk.name().to_owned(),
+        rounds: Vec::new(),
+    };
+    for round in 0..cfg.rounds {
+        progress.start(&format!("round {}/{}: null_blk", round + 1, cfg.rounds));
+        let ctx = Arc::new(RunCtx::new(job, blocks, vst.clone(), progress.io_counter()));
+        let fig = run::run_sim_null_blk(&cfg.nullb, job.size, &ctx);
+        match ctx.stop_reason() {
+            Some(RunStop::Verify(failure)) => {
+                progress.finish();
+                return Err(JobError::Verify {
+                    job: job.name.clone(),
+                    design: "null_blk".into(),
+                    failure,
+                });
+            }
+            Some(RunStop::Failed(why)) => {
+                progress.finish();
+                return Err(JobError::Bench(BenchError::Machine(format!(
+                    "job `{}` on null_blk: {why}",
+                    job.name
+                ))));
+            }
+            None => {}
+        }
+        let fig = fig.inspect_err(|_| progress.finish())?;
+        rep.rounds.push(RoundFigures::from_run(&fig));
+        progress.step();
+    }
+    progress.finish();
+    Ok(JobReport {
+        job: job.name.clone(),
+        header,
+        designs: vec![rep],
+        skipped,
+        verified: vst.map(|_| "every read checked (crc32c, offset, generation)".into()),
     })
 }
 

@@ -90,6 +90,11 @@ impl RoundFigures {
         if let Some(i) = f.irqs {
             counters.push(("irqs", i));
         }
+        if let Some((c, b)) = f.cqe_batches {
+            counters.push(("cqes", c));
+            counters.push(("cqe_batches", b));
+        }
+        counters.extend(f.extra.iter().copied());
         if f.flushes > 0 {
             counters.push(("flushes", f.flushes));
         }

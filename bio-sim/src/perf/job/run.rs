@@ -55,6 +55,10 @@ pub struct RunFigures {
     pub raw_nowait: Option<(u64, u64, u64)>,
     /// Flushes completed.
     pub flushes: u64,
+    /// io_uring CQEs reaped and the batches they came in (io_uring designs).
+    pub cqe_batches: Option<(u64, u64)>,
+    /// Other counters of the device (null_blk's).
+    pub extra: Vec<(&'static str, u64)>,
 }
 
 impl RunFigures {
@@ -343,6 +347,8 @@ fn collect(sinks: &[Arc<CloneSink>], elapsed: Duration, cpu: CpuUsed) -> RunFigu
         irqs: None,
         raw_nowait: None,
         flushes,
+        cqe_batches: None,
+        extra: Vec::new(),
     }
 }
 
@@ -606,12 +612,16 @@ pub fn run_raw_uring(file: &Arc<BackingFile>, ctx: &Arc<RunCtx>) -> Result<RunFi
     }
     let elapsed = start.elapsed();
     let cpu = cpu0.until(&CpuSnapshot::now());
+    let (mut cqes, mut batches) = (0, 0);
     for e in engines {
         if let Ok(e) = Arc::try_unwrap(e) {
-            e.shutdown();
+            let st = e.shutdown();
+            cqes += st.cqes;
+            batches += st.batches;
         }
     }
     let mut fig = collect(&sinks, elapsed, cpu);
+    fig.cqe_batches = Some((cqes, batches));
     if flags.contains(RwFlags::NOWAIT) {
         fig.raw_nowait = Some((
             tried[0].load(Ordering::Relaxed),
@@ -814,6 +824,64 @@ pub fn run_sim_loop(
     }
     fig.loop_stats = Some(stats);
     fig.irqs = Some(irqs);
+    fig.cqe_batches = uring.as_ref().map(|u| {
+        let st = u.uring_stats();
+        (st.cqes, st.batches)
+    });
+    Ok(fig)
+}
+
+/// biosim's null_blk model (`drivers/block/null_blk/main.c`) of `region` bytes on the threaded
+/// runtime, one simulated CPU per clone, with the module parameters `params` (by the kernel's
+/// names). `verify=` needs `memory_backed=1` (set by default then), as null_blk without it does
+/// not touch the pages and reads return zeroes.
+pub fn run_sim_null_blk(
+    params: &[(String, String)],
+    region: u64,
+    ctx: &Arc<RunCtx>,
+) -> Result<RunFigures, BenchError> {
+    use bio_core::drivers::block::null_blk::{NullBlk, NullBlkConfig};
+    let job = &ctx.job;
+    let cpus = job.numjobs;
+    let kernel = Kernel::boot(KernelConfig::default(), cpus, cpus)
+        .map_err(|e| BenchError::Machine(e.to_string()))?;
+    let mut nc = NullBlkConfig {
+        size_bytes: region,
+        memory_backed: ctx.verify.is_some(),
+        ..NullBlkConfig::default()
+    };
+    for (k, v) in params {
+        nc.parse_param(k, v)
+            .map_err(|e| BenchError::Param(format!("--nullb {k}={v}: {e}")))?;
+    }
+    if ctx.verify.is_some() && !nc.memory_backed {
+        return Err(BenchError::Param(
+            "verify= on null_blk needs memory_backed=1 (without it reads return zeroes)".into(),
+        ));
+    }
+    let nb = NullBlk::new(&kernel, 0, nc).map_err(BenchError::Param)?;
+    let rt = ThreadedRuntime::start(
+        Arc::clone(&kernel),
+        ThreadedConfig {
+            wait_timeout: Duration::from_secs(120),
+            ..ThreadedConfig::default()
+        },
+    )?;
+    let dev: Arc<dyn BlockDriver> = nb.clone();
+    let fig = run_sim_clones(&rt, &dev, ctx);
+    let irqs = rt.stats().total().irqs;
+    let st = nb.stats();
+    let report = rt.shutdown();
+    let mut fig = fig?;
+    if !report.is_clean() && ctx.stop_reason().is_none() {
+        return Err(BenchError::Machine(format!("unclean shutdown: {report:?}")));
+    }
+    fig.irqs = Some(irqs);
+    fig.extra = vec![
+        ("softirqs", st.softirqs),
+        ("timer_fires", st.timer_fires),
+        ("tag_waits", st.tag_waits),
+    ];
     Ok(fig)
 }
 

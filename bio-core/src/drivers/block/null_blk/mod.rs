@@ -80,7 +80,7 @@ pub enum NullQueueMode {
 
 /// One null_blk device's configuration (`struct nullb_device`, filled from the module
 /// parameters by `null_alloc_dev()`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NullBlkConfig {
     /// `dev->size` in bytes (`gb` × 1 GiB, or the configfs `size` in MiB).
     pub size_bytes: u64,
