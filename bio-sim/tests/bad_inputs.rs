@@ -406,6 +406,79 @@ fn sigint_and_sigterm_mid_run_remove_the_temporary_file() {
 }
 
 #[test]
+fn sigterm_at_any_moment_of_a_bench_leaves_no_temporary_file() {
+    // From before the handler is installed to mid-run, while simulator threads exist: the temp
+    // file is registered before it is created, so no moment leaves it behind.
+    for delay_ms in [0u64, 5, 20, 60, 150] {
+        let d = scratch();
+        let mut child = Command::new(BIN)
+            .args([
+                "bench",
+                "loop",
+                "--dir",
+                s(d.path()),
+                "--size",
+                "4M",
+                "--rounds",
+                "100",
+                "--ios",
+                "100000",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: kill on our child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGTERM),
+            "{delay_ms} ms: {status:?}"
+        );
+        assert!(
+            listing(d.path()).is_empty(),
+            "{delay_ms} ms: left {:?}",
+            listing(d.path())
+        );
+    }
+}
+
+#[test]
+fn two_spellings_of_one_output_file_are_refused() {
+    let d = scratch();
+    let scn = d.path().join("in.scn");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/scenarios/rollback-cpu1-v7.scn"
+        ),
+        &scn,
+    )
+    .unwrap();
+    std::fs::create_dir(d.path().join("sub")).unwrap();
+    std::os::unix::fs::symlink(d.path().join("sub"), d.path().join("alias")).unwrap();
+    let a = d.path().join("sub/out");
+    let b = d.path().join("alias/out");
+    let dot = d.path().join("sub/./out");
+    for other in [&b, &dot] {
+        for force in [false, true] {
+            let mut args = vec!["run", s(&scn), "--trace", s(&a), "--perfetto", s(other)];
+            if force {
+                args.push("--force");
+            }
+            refused(
+                &args,
+                2,
+                &["--trace and --perfetto", "give each its own file"],
+                d.path(),
+            );
+        }
+    }
+}
+
+#[test]
 fn outputs_that_are_inputs_or_exist_are_refused_and_left_byte_identical() {
     let d = scratch();
     let scn = d.path().join("in.scn");

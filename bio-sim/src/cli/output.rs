@@ -102,15 +102,16 @@ impl Output {
         std::fs::write(tmp.path(), text).map_err(fail)?;
         if self.force {
             // Re-checked: the path may have become something else than a regular file.
-            if path
-                .symlink_metadata()
-                .is_ok_and(|m| !m.file_type().is_file())
-            {
+            let old = path.symlink_metadata();
+            if old.as_ref().is_ok_and(|m| !m.file_type().is_file()) {
                 return Err(format!(
                     "{} {}: not a regular file (--force replaces regular files only)",
                     self.flag,
                     path.display()
                 ));
+            }
+            if let Ok(m) = &old {
+                keep_mode_and_owner(tmp.path(), m).map_err(fail)?;
             }
             return std::fs::rename(tmp.path(), path).map_err(fail);
         }
@@ -137,6 +138,41 @@ fn parent(path: &Path) -> &Path {
     }
 }
 
+/// Where `path` would be written: its directory canonicalized (symlinks and `.`/`..` resolved)
+/// joined with its file name; `None` when the directory does not resolve.
+fn identity(path: &Path) -> Option<PathBuf> {
+    match path.file_name() {
+        Some(name) => Some(parent(path).canonicalize().ok()?.join(name)),
+        None => path.canonicalize().ok(),
+    }
+}
+
+/// Whether two output paths name one file (see the module docs).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    if let (Some(x), Some(y)) = (identity(a), identity(b)) {
+        if x == y {
+            return true;
+        }
+    }
+    match (a.metadata(), b.metadata()) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// Gives the temporary file `tmp` the permission bits of `old`, the file it is about to replace,
+/// and as root its owner and group (see the module docs).
+fn keep_mode_and_owner(tmp: &Path, old: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(tmp, Some(old.uid()), Some(old.gid()))?;
+    }
+    // After chown, which clears setuid/setgid anyway; only the permission bits are kept.
+    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(old.mode() & 0o777))
+}
+
 /// Checks a command's `--trace` and `--perfetto` together: each as [`Output::check`], and not
 /// both the same file nor both stdout.
 pub fn check_pair(
@@ -155,7 +191,7 @@ pub fn check_pair_with(
     force: bool,
 ) -> Result<(Option<Output>, Option<Output>), String> {
     if let (Some(t), Some(p)) = (trace, perfetto) {
-        if t == p {
+        if t == p || same_file(t, p) {
             return Err(format!(
                 "--trace and --perfetto both name {}: give each its own file",
                 t.display()
@@ -288,5 +324,58 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
         let (t, p) = check_pair_with(Some(&out), None, &[&input], true).unwrap();
         assert!(t.is_some() && p.is_none());
+    }
+
+    #[test]
+    fn two_spellings_of_one_output_are_refused_and_force_keeps_the_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        std::os::unix::fs::symlink(d.join("sub"), d.join("alias")).unwrap();
+        let same = [
+            (d.join("sub/a"), d.join("sub/./a")),
+            (d.join("sub/a"), d.join("alias/a")),
+            (d.join("sub/a"), d.join("sub/../sub/a")),
+        ];
+        for (t, p) in &same {
+            let e = check_pair_with(Some(t), Some(p), &[], true).unwrap_err();
+            assert!(e.contains("give each its own file"), "{t:?} {p:?}: {e}");
+        }
+        // Bare `a` and `./a` relative to the working directory are one file too.
+        assert!(same_file(Path::new("a"), Path::new("./a")));
+        // A hard link: two names, one inode.
+        std::fs::write(d.join("sub/h"), "x").unwrap();
+        std::fs::hard_link(d.join("sub/h"), d.join("sub/h2")).unwrap();
+        assert!(
+            check_pair_with(Some(&d.join("sub/h")), Some(&d.join("sub/h2")), &[], true).is_err()
+        );
+        // Different names stay accepted.
+        assert!(
+            check_pair_with(Some(&d.join("sub/a")), Some(&d.join("alias/b")), &[], true).is_ok()
+        );
+        // --force keeps the replaced file's permission bits.
+        let out = d.join("sub/m.trace");
+        std::fs::write(&out, "old\n").unwrap();
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).unwrap();
+        Output::check_with("--trace", &out, &[], true)
+            .unwrap()
+            .write("new\n")
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "new\n");
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o640, "{mode:o}");
+        // As root the owner is kept too (only root can give a file away).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            use std::os::unix::fs::MetadataExt as _;
+            std::os::unix::fs::chown(&out, Some(65534), Some(65534)).unwrap();
+            Output::check_with("--trace", &out, &[], true)
+                .unwrap()
+                .write("newer\n")
+                .unwrap();
+            let m = std::fs::metadata(&out).unwrap();
+            assert_eq!((m.uid(), m.gid()), (65534, 65534));
+        }
     }
 }

@@ -21,11 +21,16 @@
 //! `ioctl(2)`, `rmdir(2)`, `umount2(2)` and `close(2)` only. A [`Restore`] also runs its action when it drops, so an error or
 //! an unwinding panic restores the machine too.
 //!
-//! [`TempFile::create_in`] creates the file with `O_CREAT|O_EXCL` (never someone else's file) with
-//! the signals blocked until the path is registered, so no signal falls between the two. The block
-//! is per thread (`pthread_sigmask(3)`), so it closes that window only because the process is
-//! single-threaded when it creates the file (the default run creates it before it starts any
-//! thread): a signal directed at the process is then delivered to this thread, once unblocked.
+//! [`TempFile::create_in`] registers a name *before* it creates the file with `O_CREAT|O_EXCL`
+//! (never someone else's file), so there is no moment at which the file exists unregistered,
+//! whichever thread the signal is delivered to: a process-directed signal goes to any thread that
+//! does not block it (signal(7)), and the simulator's threads exist when per-job scratch files and
+//! outputs are made, so blocking signals on the creating thread alone would not close that window.
+//! A signal between registration and creation unlinks a name that does not exist yet, which is
+//! harmless. Before registering, the name is checked to be absent (`lstat(2)`); it carries our pid
+//! and a per-process counter, so it can exist only as a stale file of a dead process that had our
+//! pid. If `O_EXCL` then still finds it (such a file appeared in the few instructions between),
+//! the name is unregistered and the next one tried; only a signal in that instant could unlink it.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -351,19 +356,27 @@ impl TempFile {
     pub fn create_in(dir: &Path, prefix: &str) -> io::Result<TempFile> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         install();
-        let _blocked = Blocked::new();
         let pid = std::process::id();
         for _ in 0..1000u32 {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let path = dir.join(format!("{prefix}-{pid}-{n}.img"));
+            if path.symlink_metadata().is_ok() {
+                continue; // a stale file of a dead process with our pid: not ours to register
+            }
+            // Registered first (see the module docs): a signal from here on removes the file.
+            let slot = Self::register(&path)?;
             match File::options().write(true).create_new(true).open(&path) {
-                Ok(_) => return Self::register(path),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Ok(_) => return Ok(TempFile { path, slot }),
                 Err(e) => {
+                    // Not created by us: unregister without unlinking.
+                    PATHS[slot].store(std::ptr::null_mut(), Ordering::Release);
+                    if e.kind() == io::ErrorKind::AlreadyExists {
+                        continue;
+                    }
                     return Err(io::Error::new(
                         e.kind(),
                         format!("cannot create a temporary file in {}: {e}", dir.display()),
-                    ))
+                    ));
                 }
             }
         }
@@ -376,22 +389,36 @@ impl TempFile {
         ))
     }
 
-    /// Registers a file this process just created; on failure the file is removed.
-    fn register(path: PathBuf) -> io::Result<TempFile> {
-        let fail = |path: &Path, why: &str| {
-            let _ = std::fs::remove_file(path);
-            Err(io::Error::other(format!("{}: {why}", path.display())))
-        };
+    /// Publishes `path` for the signal handler; its slot. The string is leaked (never freed:
+    /// see the module docs), also when the caller unregisters it again.
+    fn register(path: &Path) -> io::Result<usize> {
         let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-            return fail(&path, "a temporary path with a NUL byte");
+            return Err(io::Error::other(format!(
+                "{}: a temporary path with a NUL byte",
+                path.display()
+            )));
         };
         let raw = c.into_raw();
         if let Some(i) = claim_slot(&PATHS, raw) {
-            return Ok(TempFile { path, slot: i });
+            return Ok(i);
         }
         // SAFETY: `raw` came from into_raw above and was never published.
         drop(unsafe { CString::from_raw(raw) });
-        fail(&path, "too many temporary files registered at once")
+        Err(io::Error::other(format!(
+            "{}: too many temporary files registered at once",
+            path.display()
+        )))
+    }
+
+    /// Whether `path` is registered for removal by the signal handler (for tests).
+    #[cfg(test)]
+    fn is_registered(path: &Path) -> bool {
+        let want = path.as_os_str().as_bytes();
+        PATHS.iter().any(|slot| {
+            let p = slot.load(Ordering::Acquire);
+            // SAFETY: a registered pointer is a leaked, NUL-terminated CString, never freed.
+            !p.is_null() && unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes() == want
+        })
     }
 
     /// The path.
@@ -402,7 +429,7 @@ impl TempFile {
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        let _blocked = Blocked::new();
+        // Removed before it is unregistered: a signal in between unlinks a name that is gone.
         let _ = std::fs::remove_file(&self.path);
         // The string is leaked on purpose (see the module docs).
         PATHS[self.slot].store(std::ptr::null_mut(), Ordering::Release);
@@ -490,6 +517,41 @@ mod tests {
         assert!(b.path().exists());
         drop(b);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_temp_file_is_registered_while_it_exists_and_a_stale_name_is_skipped_unregistered() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = TempFile::create_in(dir.path(), "s").unwrap();
+        assert!(TempFile::is_registered(a.path()));
+        // A stale file with the next names (a dead process with our pid): skipped, not ours.
+        let pid = std::process::id();
+        let n: u32 = a
+            .path()
+            .to_str()
+            .unwrap()
+            .rsplit('-')
+            .next()
+            .unwrap()
+            .trim_end_matches(".img")
+            .parse()
+            .unwrap();
+        let stale: Vec<_> = (1..=3)
+            .map(|k| dir.path().join(format!("s-{pid}-{}.img", n + k)))
+            .collect();
+        for p in &stale {
+            std::fs::write(p, "theirs").unwrap();
+        }
+        let b = TempFile::create_in(dir.path(), "s").unwrap();
+        assert!(!stale.contains(&b.path().to_path_buf()), "{:?}", b.path());
+        for p in &stale {
+            assert!(!TempFile::is_registered(p), "{p:?} is not ours");
+            assert_eq!(std::fs::read_to_string(p).unwrap(), "theirs");
+        }
+        let pa = a.path().to_path_buf();
+        drop(a);
+        assert!(!TempFile::is_registered(&pa) && !pa.exists());
+        drop(b);
     }
 
     #[test]

@@ -43,8 +43,9 @@ pub const LO_FLAGS_DIRECT_IO: u32 = bio_core::drivers::block::loop_drv::LO_FLAGS
 const LO_NAME_SIZE: usize = 64;
 /// The control device `LOOP_CTL_GET_FREE` is asked on.
 pub const LOOP_CONTROL: &str = "/dev/loop-control";
-/// How often `LOOP_CONFIGURE` may meet `EBUSY` (another process bound the free device first)
-/// before giving up.
+/// How often `LOOP_CTL_GET_FREE` may name a device another process took first before giving up:
+/// `LOOP_CONFIGURE` met `EBUSY` (bound meanwhile) or opening `/dev/loopN` met `ENXIO`/`ENOENT`
+/// (removed meanwhile with `LOOP_CTL_REMOVE`).
 const EBUSY_RETRIES: u32 = 8;
 
 /// `struct loop_info64` (include/uapi/linux/loop.h).
@@ -79,24 +80,39 @@ const _: () = assert!(std::mem::size_of::<LoopInfo64>() == 232);
 const _: () = assert!(std::mem::size_of::<LoopConfig>() == 304);
 
 /// Why a kernel loop device cannot be attached here, as one line; `None` when it can be tried:
-/// Linux, root (`CAP_SYS_ADMIN` for `LOOP_CONFIGURE`), and `/dev/loop-control` present (the
-/// loop driver built in or loaded).
+/// Linux, and [`LOOP_CONTROL`] opens read-write. No uid or capability is asked for: in 6.18
+/// neither `loop_control_ioctl()`/`loop_control_get_free()` nor `lo_ioctl()`'s `LOOP_CONFIGURE`
+/// calls `capable()`; access is decided by the device nodes' permissions (`crw-rw---- root disk`
+/// on most distributions), so a member of group `disk` may attach too. The `/dev/loopN` node's
+/// permission is checked when [`KernelLoop::attach`] opens it (its number is known only then).
 pub fn why_unavailable() -> Option<String> {
     if !cfg!(target_os = "linux") {
         return Some("the kernel's loop device needs Linux".into());
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some(
-            "the kernel's loop device needs root (LOOP_CONFIGURE is CAP_SYS_ADMIN)".into(),
-        );
-    }
-    if !Path::new(LOOP_CONTROL).exists() {
-        return Some(format!(
-            "{LOOP_CONTROL} is missing: the loop driver is not loaded (modprobe loop)"
-        ));
-    }
-    None
+    why_unavailable_at(Path::new(LOOP_CONTROL))
+}
+
+/// [`why_unavailable`] for a control device at `control` (tests give a path of their own).
+fn why_unavailable_at(control: &Path) -> Option<String> {
+    let e = File::options().read(true).write(true).open(control).err()?;
+    let shown = control.display();
+    Some(match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENXIO) | Some(libc::ENODEV) => {
+            format!("cannot open {shown}: {e} (the loop driver is not loaded: modprobe loop)")
+        }
+        Some(libc::EACCES) | Some(libc::EPERM) => format!(
+            "cannot open {shown} read-write: {e} (access is by the device node's permissions: \
+             run as its owner or a member of its group, usually root or group disk)"
+        ),
+        _ => format!("cannot open {shown} read-write: {e}"),
+    })
+}
+
+/// Whether opening `/dev/loopN` right after `LOOP_CTL_GET_FREE` named it failed because the device
+/// went away meanwhile (another process's `LOOP_CTL_REMOVE`: `ENXIO` from `lo_open()` of a
+/// device being deleted, `ENOENT` once devtmpfs removed the node), so asking again is right.
+fn vanished(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENXIO) | Some(libc::ENOENT))
 }
 
 /// A loop device of the running kernel bound to a file; detached when dropped and on
@@ -161,16 +177,21 @@ impl KernelLoop {
             }
             let index = n as u32;
             let dev_path = PathBuf::from(format!("/dev/loop{index}"));
-            let dev = File::options()
-                .read(true)
-                .write(true)
-                .open(&dev_path)
-                .map_err(|e| {
-                    format!(
-                        "kernel loop device: cannot open {}: {e}",
+            let dev = match File::options().read(true).write(true).open(&dev_path) {
+                Ok(f) => f,
+                Err(e) if vanished(&e) => continue, // removed meanwhile: ask for another
+                Err(e) => {
+                    let why = if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
+                        " (access is by the device node's permissions: usually root or group disk)"
+                    } else {
+                        ""
+                    };
+                    return Err(format!(
+                        "kernel loop device: cannot open {} read-write: {e}{why}",
                         dev_path.display()
-                    )
-                })?;
+                    ));
+                }
+            };
             // SAFETY: all-zero is a valid loop_config (no offset, no size limit, no name).
             let mut cfg: LoopConfig = unsafe { std::mem::zeroed() };
             cfg.fd = backing.as_raw_fd() as u32;
@@ -224,7 +245,7 @@ impl KernelLoop {
         }
         Err(format!(
             "kernel loop device over {shown}: LOOP_CTL_GET_FREE named a device another process \
-             bound first {EBUSY_RETRIES} times (EBUSY)"
+             bound (EBUSY) or removed (ENXIO/ENOENT) first {EBUSY_RETRIES} times"
         ))
     }
 
@@ -318,7 +339,29 @@ mod tests {
     }
 
     #[test]
-    fn without_root_or_the_driver_attach_refuses_in_one_line() {
+    fn an_unopenable_control_device_is_refused_with_its_errno_and_a_vanished_device_is_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("loop-control");
+        let why = why_unavailable_at(&missing).unwrap();
+        assert!(
+            why.contains("No such file")
+                && why.contains("modprobe loop")
+                && why.contains("loop-control"),
+            "{why}"
+        );
+        // A directory cannot be opened read-write: EISDIR, named as is.
+        let why = why_unavailable_at(dir.path()).unwrap();
+        assert!(why.contains("Is a directory"), "{why}");
+        // A file that opens read-write is a usable control node as far as access goes.
+        std::fs::write(&missing, "").unwrap();
+        assert_eq!(why_unavailable_at(&missing), None);
+        let os = std::io::Error::from_raw_os_error;
+        assert!(vanished(&os(libc::ENXIO)) && vanished(&os(libc::ENOENT)));
+        assert!(!vanished(&os(libc::EACCES)) && !vanished(&os(libc::EBUSY)));
+    }
+
+    #[test]
+    fn without_access_or_the_driver_attach_refuses_in_one_line() {
         match why_unavailable() {
             Some(why) => {
                 let e = KernelLoop::attach(Path::new("/nonexistent/file"), true).unwrap_err();
@@ -326,7 +369,7 @@ mod tests {
                 assert!(!e.contains('\n'), "{e}");
             }
             None => {
-                // Root with the driver: a missing file is refused before any device is touched.
+                // Access to the driver: a missing file is refused before any device is touched.
                 let e = KernelLoop::attach(Path::new("/nonexistent/file"), true).unwrap_err();
                 assert!(e.contains("cannot open /nonexistent/file"), "{e}");
             }
