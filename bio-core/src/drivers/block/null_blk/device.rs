@@ -19,7 +19,7 @@
 //! not marked `HRTIMER_MODE_HARD` expires in softirq context; biosim keeps hardirq on every model.
 
 use super::memory::NullbPages;
-use super::{NullBlkConfig, NullIrqMode, NullQueueMode};
+use super::{NullBlkConfig, NullIrqMode, NullQueueMode, BLK_MQ_MAX_DEPTH};
 use crate::block::{
     bio_endio_status, bio_wouldblock_error, blk_status_to_errno, Bio, BlkStatus, BlockDriver,
     QueueLimits, ReqFlags, ReqOp, BLK_STS_IOERR, BLK_STS_OK, SECTOR_SHIFT,
@@ -270,7 +270,12 @@ impl NullBlk {
         if cfg.hw_queue_depth == 0 {
             return Err("null_blk: hw_queue_depth=0: blk_mq_alloc_tag_set() needs at least one tag (-EINVAL)".into());
         }
-        let blocksize = cfg.validated_blocksize();
+        let blocksize = cfg.validated_blocksize()?;
+        if cfg.hw_queue_depth > BLK_MQ_MAX_DEPTH {
+            // blk_mq_alloc_tag_set().
+            tracing::info!(target: "null_blk", "blk-mq: reduced tag depth to {BLK_MQ_MAX_DEPTH}");
+            cfg.hw_queue_depth = cfg.tag_set_depth();
+        }
         if cfg.discard && !cfg.memory_backed {
             // null_config_discard().
             tracing::info!(target: "null_blk", "null_blk: discard option is ignored without memory backing");
