@@ -337,9 +337,9 @@ impl fmt::Display for NullBlkConfig {
             self.blocksize,
         )?;
         let b = self.size_bytes;
-        if b % (1 << 30) == 0 {
+        if b.is_multiple_of(1 << 30) {
             write!(f, "gb={}", b >> 30)
-        } else if b % (1 << 20) == 0 {
+        } else if b.is_multiple_of(1 << 20) {
             write!(f, "size={}", b >> 20)
         } else {
             write!(f, "size_bytes={b}")
