@@ -37,7 +37,8 @@ pub struct NullbPages {
 }
 
 impl NullbPages {
-    /// An empty store for a device of `blocksize`-byte blocks (512..=4096).
+    /// An empty store for a device of `blocksize`-byte blocks (a power of two, 512..=64 KiB; a block
+    /// over 4 KiB is copied page by page, each page marking its first sector).
     pub fn new(blocksize: u32) -> Self {
         NullbPages {
             pages: BTreeMap::new(),

@@ -6,8 +6,19 @@
 //! `irqmode` (`NULL_IRQ_NONE` 0, `NULL_IRQ_SOFTIRQ` 1, the default, `NULL_IRQ_TIMER` 2),
 //! `completion_nsec` (10000), `queue_mode` (`NULL_Q_MQ` 2; see [`NullQueueMode`]),
 //! `hw_queue_depth` (64), `memory_backed` (false), `discard` (false; only with memory backing),
-//! `bs` (512, rounded down to 512 and clamped to 512..=4096 by `null_validate_conf()`), `gb`
-//! (250), and the configfs attributes `size` (MiB, overrides `gb`) and `blocksize` (= `bs`).
+//! `bs` (512; since Linux 6.10 `null_validate_conf()` refuses with `-EINVAL` what
+//! `blk_validate_block_size()` refuses: not a power of two in 512..=`BLK_MAX_BLOCK_SIZE`, 64 KiB in
+//! 6.18), `gb` (250), and the configfs attributes `size` (MiB, overrides `gb`) and `blocksize`
+//! (= `bs`). The bool parameters (`memory_backed`, `discard`) take what `kstrtobool()` takes, and a
+//! bare name sets them, as `param_set_bool()` does on a modprobe line.
+//!
+//! `BLK_MQ_F_BLOCKING`: `null_validate_conf()` sets `dev->blocking` when `memory_backed` is on,
+//! because `->queue_rq()` then allocates pages (`null_insert_page()`) and may sleep; blk-mq then
+//! runs the hardware queue only where sleeping is allowed (task context under SRCU, or the
+//! `kblockd` work item), never from the submitter's atomic section. This model's `->queue_rq()`
+//! runs in the submitter's task context in both modes and allocates nothing that sleeps, so
+//! [`NullBlkConfig::blocking`] reports the flag but changes no path: completion still happens where `irqmode` says (softirq and
+//! hrtimer completions never sleep, with or without the flag).
 //!
 //! Completion (`nullb_complete_cmd()`): `irqmode=0` ends the request in the submitter's context
 //! (`end_cmd()` inside `->queue_rq()`); `irqmode=1` calls `blk_mq_complete_request()`, which on a
@@ -136,12 +147,61 @@ pub const NULL_BLK_PARAMS: [&str; 10] = [
     "size",
 ];
 
-/// `kstrtobool()` as `param_set_bool()` uses it: `y`/`Y`/`1`/`on` and `n`/`N`/`0`/`off`.
+/// `kstrtobool()` (lib/kstrtox.c) as `param_set_bool()` uses it: only the first character counts
+/// (`y`/`Y`/`t`/`T`/`1` true, `n`/`N`/`f`/`F`/`0` false), except that `o`/`O` needs a second,
+/// `n`/`N` (on) or `f`/`F` (off); anything else is `-EINVAL`. So `yes`, `true`, `no` and `1x` are
+/// accepted, as the kernel accepts them.
 fn kstrtobool(key: &str, v: &str) -> Result<bool, String> {
-    match v.to_ascii_lowercase().as_str() {
-        "y" | "yes" | "1" | "on" => Ok(true),
-        "n" | "no" | "0" | "off" => Ok(false),
-        _ => Err(format!("null_blk {key}={v}: expected a boolean (y/n/1/0)")),
+    let b = v.as_bytes();
+    match b.first() {
+        Some(b'y' | b'Y' | b't' | b'T' | b'1') => Ok(true),
+        Some(b'n' | b'N' | b'f' | b'F' | b'0') => Ok(false),
+        Some(b'o' | b'O') => match b.get(1) {
+            Some(b'n' | b'N') => Ok(true),
+            Some(b'f' | b'F') => Ok(false),
+            _ => Err(format!(
+                "null_blk {key}={v}: kstrtobool() refuses it (-EINVAL): expected on/off"
+            )),
+        },
+        _ => Err(format!(
+            "null_blk {key}={v}: kstrtobool() refuses it (-EINVAL): expected y/n/1/0/t/f/on/off"
+        )),
+    }
+}
+
+/// The parameters declared `bool` (`module_param_named(.., bool, ..)`): their
+/// `param_ops_bool` has `KERNEL_PARAM_OPS_FL_NOARG`, so `parse_one()` lets a bare name through and
+/// `param_set_bool()` reads it as `"1"`.
+pub const NULL_BLK_BOOL_PARAMS: [&str; 2] = ["memory_backed", "discard"];
+
+/// `BLK_MAX_BLOCK_SIZE` (include/linux/blkdev.h, 6.18): `SZ_64K`.
+pub const BLK_MAX_BLOCK_SIZE: u32 = 64 << 10;
+
+/// `BLK_MQ_MAX_DEPTH` (include/linux/blk-mq.h): `blk_mq_alloc_tag_set()` reduces a deeper
+/// `queue_depth` to this, printing "blk-mq: reduced tag depth to 10240".
+pub const BLK_MQ_MAX_DEPTH: u32 = 10240;
+
+/// `blk_validate_block_size()` (include/linux/blkdev.h): `-EINVAL` unless `bsize` is a power of
+/// two in 512..=[`BLK_MAX_BLOCK_SIZE`].
+pub fn blk_validate_block_size(bsize: u32) -> Result<(), String> {
+    if !(512..=BLK_MAX_BLOCK_SIZE).contains(&bsize) || !bsize.is_power_of_two() {
+        return Err(format!(
+            "null_blk: bs={bsize}: blk_validate_block_size() refuses it (-EINVAL): a power of two in 512..={BLK_MAX_BLOCK_SIZE} is needed"
+        ));
+    }
+    Ok(())
+}
+
+/// Splits one modprobe word: `KEY=VALUE`, or a bare `KEY`, which only a bool parameter takes
+/// (`parse_one()` refuses a missing value of any other with `-EINVAL`).
+fn split_param(kv: &str) -> Result<(&str, &str), String> {
+    match kv.split_once('=') {
+        Some(p) => Ok(p),
+        None if NULL_BLK_BOOL_PARAMS.contains(&kv) => Ok((kv, "1")),
+        None => Err(format!(
+            "null_blk parameter `{kv}`: expected KEY=VALUE (only the bool parameters {} may be given bare)",
+            NULL_BLK_BOOL_PARAMS.join(", ")
+        )),
     }
 }
 
@@ -158,9 +218,7 @@ impl NullBlkConfig {
         let mut cfg = NullBlkConfig::default();
         let mut seen: Vec<&str> = Vec::new();
         for kv in params {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| format!("null_blk parameter `{kv}`: expected KEY=VALUE"))?;
+            let (k, v) = split_param(kv)?;
             let canon = match k {
                 "blocksize" => "bs",
                 "size" => "gb",
@@ -231,21 +289,36 @@ impl NullBlkConfig {
         Ok(())
     }
 
-    /// Parses `KEY=VALUE` ([`NullBlkConfig::parse_param`]).
+    /// Parses `KEY=VALUE`, or a bare bool parameter's name ([`NullBlkConfig::parse_param`]).
     pub fn parse_assignment(&mut self, kv: &str) -> Result<(), String> {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| format!("null_blk parameter `{kv}`: expected KEY=VALUE"))?;
+        let (k, v) = split_param(kv)?;
         self.parse_param(k, v)
     }
 
-    /// `null_validate_conf()`'s block size: rounded down to 512, clamped to 512..=4096.
-    pub fn validated_blocksize(&self) -> u32 {
-        (self.blocksize / 512 * 512).clamp(512, 4096)
+    /// `null_validate_conf()`'s block size check (6.10+): `blk_validate_block_size()`, `-EINVAL`
+    /// for anything but a power of two in 512..=[`BLK_MAX_BLOCK_SIZE`] (before 6.10 it rounded
+    /// down to 512 and clamped to 512..=4096; it no longer does).
+    pub fn validated_blocksize(&self) -> Result<u32, String> {
+        blk_validate_block_size(self.blocksize)?;
+        Ok(self.blocksize)
+    }
+
+    /// `blk_mq_alloc_tag_set()`'s depth: `hw_queue_depth` reduced to [`BLK_MQ_MAX_DEPTH`].
+    pub fn tag_set_depth(&self) -> u32 {
+        self.hw_queue_depth.min(BLK_MQ_MAX_DEPTH)
+    }
+
+    /// `dev->blocking` (`BLK_MQ_F_BLOCKING` on the tag set): set by `null_validate_conf()` when
+    /// `memory_backed` is on (see the module docs for what it changes and what it does not here).
+    pub fn blocking(&self) -> bool {
+        self.memory_backed
     }
 }
 
-/// The parameters as `modprobe null_blk` would take them back.
+/// The parameters as `modprobe null_blk` would take them back, when they can be: the size prints
+/// as `gb=` when it is a whole number of GiB; otherwise as the configfs attribute `size=` (MiB,
+/// which modprobe does not take), or, below a MiB granule, as `size_bytes=` (this struct's field:
+/// no kernel interface can make such a device).
 impl fmt::Display for NullBlkConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let qm = match self.queue_mode {
@@ -255,14 +328,21 @@ impl fmt::Display for NullBlkConfig {
         };
         write!(
             f,
-            "irqmode={} completion_nsec={} queue_mode={qm} hw_queue_depth={} memory_backed={} discard={} bs={} size={}",
+            "irqmode={} completion_nsec={} queue_mode={qm} hw_queue_depth={} memory_backed={} discard={} bs={} ",
             self.irqmode.nr(),
             self.completion_nsec,
             self.hw_queue_depth,
             u8::from(self.memory_backed),
             u8::from(self.discard),
             self.blocksize,
-            self.size_bytes >> 20,
-        )
+        )?;
+        let b = self.size_bytes;
+        if b.is_multiple_of(1 << 30) {
+            write!(f, "gb={}", b >> 30)
+        } else if b.is_multiple_of(1 << 20) {
+            write!(f, "size={}", b >> 20)
+        } else {
+            write!(f, "size_bytes={b}")
+        }
     }
 }

@@ -87,6 +87,45 @@ fn parameters_parse_by_kernel_name_and_refuse_unknown_repeated_and_bad_values() 
         c.to_string(),
         "irqmode=2 completion_nsec=5000 queue_mode=2 hw_queue_depth=4 memory_backed=1 discard=1 bs=4096 size=16"
     );
+    // A whole number of GiB prints as the modprobe parameter gb=; below a MiB as the field.
+    assert!(NullBlkConfig::default().to_string().ends_with(" gb=250"));
+    let tiny = NullBlkConfig {
+        size_bytes: 64 << 10,
+        ..NullBlkConfig::default()
+    };
+    assert!(tiny.to_string().ends_with(" size_bytes=65536"), "{tiny}");
+    // kstrtobool(): first character (o needs n/f after it); param_set_bool(): bare name = 1.
+    for (v, want) in [
+        ("Y", true),
+        ("yes", true),
+        ("t", true),
+        ("True", true),
+        ("1x", true),
+        ("on", true),
+        ("ON", true),
+        ("N", false),
+        ("f", false),
+        ("0", false),
+        ("off", false),
+        ("oFf", false),
+    ] {
+        let mut c = NullBlkConfig::default();
+        c.parse_param("memory_backed", v).unwrap();
+        assert_eq!(c.memory_backed, want, "memory_backed={v}");
+    }
+    for bad in ["", "o", "ox", "2", "maybe"] {
+        let mut c = NullBlkConfig::default();
+        let e = c.parse_param("discard", bad).unwrap_err();
+        assert!(
+            e.contains("-EINVAL") && e.contains(&format!("discard={bad}")),
+            "{e}"
+        );
+    }
+    let c = NullBlkConfig::from_params(["memory_backed", "discard"]).unwrap();
+    assert!(c.memory_backed && c.discard && c.blocking());
+    let mut c = NullBlkConfig::default();
+    c.parse_assignment("discard").unwrap();
+    assert!(c.discard && !c.blocking());
     let e = NullBlkConfig::from_params(["gb=1", "size=5"]).unwrap_err();
     assert_eq!(e, "null_blk parameter `size` given twice");
     assert!(NullBlkConfig::from_params(["bs"])
@@ -111,14 +150,41 @@ fn parameters_parse_by_kernel_name_and_refuse_unknown_repeated_and_bad_values() 
         .unwrap_err()
         .contains("memory_backed=maybe"));
     assert!(c.parse_assignment("bs").unwrap_err().contains("KEY=VALUE"));
-    // null_validate_conf(): round down to 512, clamp to 512..=4096.
-    for (bs, want) in [(1000, 512), (100, 512), (8192, 4096), (2048, 2048)] {
+    // null_validate_conf() (6.10+): blk_validate_block_size(), no rounding or clamping.
+    for bs in [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536] {
         let c = NullBlkConfig {
             blocksize: bs,
             ..NullBlkConfig::default()
         };
-        assert_eq!(c.validated_blocksize(), want, "bs={bs}");
+        assert_eq!(c.validated_blocksize(), Ok(bs), "bs={bs}");
     }
+    for bs in [0, 100, 256, 1000, 1536, 3072, 131072] {
+        let c = NullBlkConfig {
+            blocksize: bs,
+            ..NullBlkConfig::default()
+        };
+        let e = c.validated_blocksize().unwrap_err();
+        assert!(
+            e.contains(&format!("bs={bs}")) && e.contains("-EINVAL"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn bs_1536_is_refused_and_depth_above_blk_mq_max_depth_is_reduced() {
+    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+    let e = NullBlk::new(&k, 0, cfg(&[("bs", "1536")])).unwrap_err();
+    assert!(
+        e.contains("bs=1536") && e.contains("blk_validate_block_size"),
+        "{e}"
+    );
+    let nb = NullBlk::new(&k, 0, cfg(&[("bs", "65536")])).unwrap();
+    assert_eq!(nb.limits().logical_block_size, 65536);
+    let nb = NullBlk::new(&k, 1, cfg(&[("hw_queue_depth", "20000")])).unwrap();
+    assert_eq!(nb.config().hw_queue_depth, super::BLK_MQ_MAX_DEPTH);
+    let nb = NullBlk::new(&k, 2, cfg(&[("hw_queue_depth", "10240")])).unwrap();
+    assert_eq!(nb.config().hw_queue_depth, 10240);
 }
 
 #[test]
