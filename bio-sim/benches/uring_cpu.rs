@@ -3,7 +3,9 @@
 //!
 //! Per round, interleaved: `raw` (one [`UringEngine`] kept `DEPTH` deep by one submitting thread)
 //! and the loop model (`LoopVariant::V5` and `BASE` over a [`UringBacking`] of depth `DEPTH`, two
-//! simulated CPUs each keeping `DEPTH / 2` bios in flight). Each design's CPU time is the
+//! simulated CPUs each keeping `DEPTH / 2` bios in flight) on a production kernel configuration
+//! (lockdep and `might_sleep()` checks off), and `V5` again on the debug default (`v5-debug`), so
+//! the cost of the checkers is visible apart from the model's. Each design's CPU time is the
 //! `getrusage(RUSAGE_SELF)` delta around its run (every thread of the process), and per thread
 //! kind from `/proc/self/task/*/schedstat` (nanoseconds on CPU), so the table says where the time
 //! goes. Medians with min–max.
