@@ -3,7 +3,9 @@
 //!
 //! Per round, interleaved: `raw` (one [`UringEngine`] kept `DEPTH` deep by one submitting thread)
 //! and the loop model (`LoopVariant::V5` and `BASE` over a [`UringBacking`] of depth `DEPTH`, two
-//! simulated CPUs each keeping `DEPTH / 2` bios in flight). Each design's CPU time is the
+//! simulated CPUs each keeping `DEPTH / 2` bios in flight) on a production kernel configuration
+//! (lockdep and `might_sleep()` checks off), and `V5` again on the debug default (`v5-debug`), so
+//! the cost of the checkers is visible apart from the model's. Each design's CPU time is the
 //! `getrusage(RUSAGE_SELF)` delta around its run (every thread of the process), and per thread
 //! kind from `/proc/self/task/*/schedstat` (nanoseconds on CPU), so the table says where the time
 //! goes. Medians with min–max.
@@ -15,7 +17,7 @@ use bio_core::block::{submit_bio_noacct, BioEndIo, ReqOp, BLK_STS_OK};
 use bio_core::drivers::block::loop_drv::{
     LoopBacking, LoopDevice, LoopVariant, LO_FLAGS_DIRECT_IO,
 };
-use bio_core::kernel::CpuId;
+use bio_core::kernel::{CpuId, PreemptModel};
 use bio_core::{Cpu, Kernel, KernelConfig};
 use bio_sim::dev::aligned::AlignedBuf;
 use bio_sim::dev::backing::{BackingFile, OpenOptions, RwFlags};
@@ -190,10 +192,22 @@ fn submit_and_wait(cx: &Cpu, lo: &Arc<LoopDevice>, offs: Vec<u64>, window: u64) 
     })
 }
 
-fn model(file: &Arc<BackingFile>, variant: LoopVariant, offs: &[u64]) -> Sample {
+/// The kernel a storage engineer measures: a distribution's `PREEMPT_VOLUNTARY` build without
+/// the debug options (`CONFIG_PROVE_LOCKING` and `CONFIG_DEBUG_ATOMIC_SLEEP` off, so no lockdep
+/// bookkeeping and no `might_sleep()` checks on the hot path). `KernelConfig::default()` (what
+/// the tests and scenarios run) has both on, as a reviewer's kernel; the `-debug` rows show it.
+fn production_config() -> KernelConfig {
+    KernelConfig {
+        prove_locking: false,
+        debug_atomic_sleep: false,
+        ..KernelConfig::for_model(PreemptModel::Voluntary)
+    }
+}
+
+fn model(file: &Arc<BackingFile>, variant: LoopVariant, cfg: KernelConfig, offs: &[u64]) -> Sample {
     let n = offs.len() as u64;
     measure(n, |snap| {
-        let kernel = Kernel::boot(KernelConfig::default(), 2, 2).expect("boot");
+        let kernel = Kernel::boot(cfg, 2, 2).expect("boot");
         let backing =
             Arc::new(UringBacking::new(Arc::clone(file), DEPTH as u32).expect("io_uring"));
         let lo = LoopDevice::new(
@@ -281,10 +295,13 @@ fn main() {
         file.write_all_at(&fillbuf, off, RwFlags::empty())
             .expect("fill");
     }
-    let designs: [(&str, Option<LoopVariant>); 3] = [
+    let prod = production_config();
+    let debug = KernelConfig::default();
+    let designs: [(&str, Option<(LoopVariant, KernelConfig)>); 4] = [
         ("raw", None),
-        ("v5", Some(LoopVariant::V5)),
-        ("base", Some(LoopVariant::BASE)),
+        ("v5", Some((LoopVariant::V5, prod))),
+        ("base", Some((LoopVariant::BASE, prod))),
+        ("v5-debug", Some((LoopVariant::V5, debug))),
     ];
     let mut res: Vec<Vec<Sample>> = designs.iter().map(|_| Vec::new()).collect();
     for r in 0..rounds {
@@ -292,13 +309,18 @@ fn main() {
         for (i, (_, v)) in designs.iter().enumerate() {
             let s = match v {
                 None => raw(&file, &offs),
-                Some(v) => model(&file, *v, &offs),
+                Some((v, cfg)) => model(&file, *v, *cfg, &offs),
             };
             res[i].push(s);
         }
     }
     let _ = std::fs::remove_file(&path);
     println!("4 KiB O_DIRECT randread, iodepth {DEPTH}, {ios} I/Os per round, {rounds} rounds: median (min–max)");
+    println!(
+        "v5, base: kernel {}; v5-debug: kernel {}",
+        prod.describe(),
+        debug.describe()
+    );
     let raw_iops: Vec<f64> = res[0].iter().map(|s| s.iops).collect();
     let raw_cpu: Vec<f64> = res[0].iter().map(|s| s.cpu_us).collect();
     for (i, (name, _)) in designs.iter().enumerate() {
@@ -308,7 +330,7 @@ fn main() {
         let ri: Vec<f64> = iops.iter().zip(&raw_iops).map(|(a, b)| a / b).collect();
         let rc: Vec<f64> = cpu.iter().zip(&raw_cpu).map(|(a, b)| a / b).collect();
         println!(
-            "{name:<5} IOPS {}  CPU µs/IO {}  vcsw/IO {}  IOPS×raw {}  CPU×raw {}",
+            "{name:<8} IOPS {}  CPU µs/IO {}  vcsw/IO {}  IOPS×raw {}  CPU×raw {}",
             stat(&iops),
             stat(&cpu),
             stat(&csw),
