@@ -97,9 +97,10 @@ pub enum Command {
     /// version: caught/clean, with the NOWAIT counters.
     #[command(about = loop_about())]
     Loop(LoopArgs),
-    /// Measure on real files: the loop driver model over an O_DIRECT file against raw
-    /// pread/pwrite (`bench loop`), and buffered writes with and without RWF_DONTCACHE
-    /// (`bench dontcache`). Medians of interleaved rounds, ratios side by side.
+    /// Measure: `biosim bench JOBFILE` runs an fio job file (docs/jobs/) on the simulated loop
+    /// device (or null_blk) beside raw I/O and the kernel's loop (`--compare raw,kernel-loop`,
+    /// `biosim bench JOBFILE --help`); `bench loop`, `bench dontcache`, `bench null-blk` and
+    /// `bench explore` are the built-in benches. Medians of interleaved rounds, ratios side by side.
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Run one scenario file (same machine, same seed) on two variants of the task-completion
