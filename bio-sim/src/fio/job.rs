@@ -155,7 +155,8 @@ pub struct JobSpec {
     /// `fsync=N`: an `fsync(2)` (a `REQ_OP_FLUSH` through a device) after every N writes.
     pub fsync: Option<u64>,
     /// `overwrite=1`: lay the file out (write every block) before a write job, so writes land on
-    /// allocated blocks (fio lays out files for read jobs always).
+    /// allocated blocks (fio lays out files for read jobs always). As in fio, only a file the run
+    /// creates is laid out: an existing file large enough is left as it is.
     pub overwrite: bool,
     /// `fallocate=` (fio's default `native`).
     pub fallocate: FallocateMode,

@@ -9,8 +9,9 @@
 //! The file is prepared as fio prepares it: a temporary file in `--dir` (after a free-space
 //! check) or the job's `filename`, laid out (every block written) for jobs that read and for
 //! `overwrite=1`, its holes punched again before every design's run for a write job with
-//! `fallocate=none`, so every design starts from the same sparse file. biosim never writes into
-//! a file it did not create without `--force`.
+//! `fallocate=none`, so every design starts from the same sparse file. Both only for a file
+//! biosim created: a user's file (written only with `--force`) gets the job's own writes and
+//! nothing else.
 //!
 //! - [`design`]: the designs and the `--variant`/`--compare`/`--device` names.
 //! - [`run`]: one design running one job once, and its figures.
@@ -118,8 +119,6 @@ struct Prepared {
     file: Arc<BackingFile>,
     /// The temporary file's guard (removed when this drops).
     _temp: Option<TempFile>,
-    /// Whether biosim may write and punch holes in it (it created it, or `--force`).
-    writable: bool,
     /// Whether biosim created it in this run (its unwritten blocks are zeroes).
     created: bool,
     region: u64,
@@ -352,7 +351,6 @@ fn prepare(cfg: &JobBenchConfig, job: &JobSpec, read_only: bool) -> Result<Prepa
     Ok(Prepared {
         file: Arc::new(file),
         _temp: temp,
-        writable: created || cfg.force,
         created,
         region,
         blocks: region / bs,
@@ -494,7 +492,10 @@ pub fn run_job(
         .verify
         .map(|_| Arc::new(VerifyState::new(bs, p.blocks, p.created, state_path)));
     let sparse_writes = job.rw.writes() && !job.overwrite && job.fallocate == FallocateMode::None;
-    if (job.rw.reads() && p.created) || (job.overwrite && p.writable) {
+    // fio lays out only a file it creates (missing or short: a short existing file is refused
+    // above); with overwrite=1 on an existing, large enough file it writes nothing, so biosim
+    // never writes a user's blocks outside the job's own I/O.
+    if (job.rw.reads() || job.overwrite) && p.created {
         lay_out(&p, job, vst.as_deref())?;
     }
     on_header(&header(cfg, job, &p, &designs, engine));
@@ -512,7 +513,9 @@ pub fn run_job(
             let i = (k + round) % designs.len();
             let d = designs[i];
             progress.start(&format!("round {}/{}: {d}", round + 1, cfg.rounds));
-            if sparse_writes && p.writable {
+            // Only a file biosim created: punching a user's file (--force) would drop its
+            // blocks that this job's writes do not reach.
+            if sparse_writes && p.created {
                 p.file.punch_hole(0, p.region).map_err(|e| {
                     JobError::Bench(BenchError::Io {
                         what: "punching holes".into(),
