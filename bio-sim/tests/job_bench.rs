@@ -527,3 +527,35 @@ fn forced_writes_into_a_user_file_leave_every_block_outside_the_io_alone() {
         );
     }
 }
+
+/// fio gives each clone of `numjobs` its own file when no `filename=` is given; biosim's clones
+/// share one, so it refuses rather than run a different footprint (and leaves no file behind).
+#[test]
+fn numjobs_above_one_without_a_filename_is_refused_with_the_reason() {
+    let d = dir();
+    let jobs = job_file(
+        d.path(),
+        "n.fio",
+        &format!("{TINY}[clones]\nrw=randwrite\nnumjobs=2\n"),
+    );
+    let scratch = d.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let (code, stdout, stderr) = text(&biosim(&[
+        "bench",
+        jobs.to_str().unwrap(),
+        "--dir",
+        scratch.to_str().unwrap(),
+        "--compare",
+        "none",
+    ]));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("numjobs=2 without filename=") && stderr.contains("clones.N.0"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&scratch).unwrap().count(),
+        0,
+        "no file left"
+    );
+}

@@ -251,6 +251,14 @@ fn prepare(cfg: &JobBenchConfig, job: &JobSpec, read_only: bool) -> Result<Prepa
     let bs = u64::from(job.bs);
     let (path, temp, created) = match &job.filename {
         None => {
+            // fio gives each clone its own file (`name.N.0`, `size` bytes each); biosim's clones
+            // share one file, which would change the footprint and what verify means.
+            if job.numjobs > 1 {
+                return Err(param(format!(
+                    "job `{name}`: numjobs={} without filename=: fio gives each clone its own file ({name}.N.0, size= bytes each) but biosim runs the clones over one file; give filename= (all clones share it, as in fio) or numjobs=1",
+                    job.numjobs
+                )));
+            }
             if job.size == 0 {
                 return Err(param(format!(
                     "job `{name}`: no size= and no filename= (biosim needs to know how large a file to create)"
@@ -843,6 +851,8 @@ mod run_tests {
     #[test]
     fn every_design_runs_every_engine_with_verify_and_reports_its_figures() {
         let dir = tempfile::tempdir().unwrap();
+        // The jobs' own files (filename=), apart from --dir, which must end empty.
+        let files = tempfile::tempdir().unwrap();
         let cfg = JobBenchConfig {
             rounds: 2,
             dir: dir.path().to_owned(),
@@ -857,6 +867,8 @@ mod run_tests {
                 job.size = 256 << 10;
                 job.number_ios = Some(48);
                 job.numjobs = 2;
+                // numjobs > 1 needs filename= (one file for every clone).
+                job.filename = Some(files.path().join(format!("{rw:?}-{engine:?}.img")));
                 job.direct = true;
                 job.ioengine = engine;
                 job.iodepth = if engine == IoEngine::IoUring { 4 } else { 1 };
