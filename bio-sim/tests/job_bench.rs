@@ -478,3 +478,84 @@ fn null_blk_runs_a_verify_job_memory_backed_and_refuses_an_unknown_parameter_by_
     assert_eq!(code, 2);
     assert!(stderr.contains("`bogus`"), "{stderr}");
 }
+
+/// `--force` on a user's file: neither `overwrite=1` (fio lays out only a missing or short
+/// file) nor a sparse write job's hole punching may touch blocks the job's writes do not reach.
+#[test]
+fn forced_writes_into_a_user_file_leave_every_block_outside_the_io_alone() {
+    let d = dir();
+    for (name, opts) in [
+        ("overwrite", "overwrite=1\n"),
+        ("sparse", "fallocate=none\n"),
+    ] {
+        let user = d.path().join(format!("{name}.img"));
+        std::fs::write(&user, vec![7u8; 1 << 20]).unwrap();
+        let w = job_file(
+            d.path(),
+            &format!("{name}.fio"),
+            &format!(
+                "{TINY}[w]\nrw=randwrite\nioengine=psync\n{opts}filename={}\n",
+                user.display()
+            ),
+        );
+        let (code, stdout, stderr) = text(&biosim(&[
+            "bench",
+            w.to_str().unwrap(),
+            "--force",
+            "--rounds",
+            "1",
+            "--variant",
+            "base",
+            "--compare",
+            "none",
+        ]));
+        if code != 0 && unsupported(&stderr) {
+            eprintln!("skipped: {stderr}");
+            return;
+        }
+        assert_eq!(code, 0, "{name}: {stdout}{stderr}");
+        // 128 KiB of 4 KiB writes reach at most 32 of the 256 blocks.
+        let data = std::fs::read(&user).unwrap();
+        assert_eq!(data.len(), 1 << 20, "{name}");
+        let untouched = data
+            .chunks(4096)
+            .filter(|b| b.iter().all(|&x| x == 7))
+            .count();
+        assert!(
+            untouched >= 256 - 32,
+            "{name}: only {untouched} blocks untouched"
+        );
+    }
+}
+
+/// fio gives each clone of `numjobs` its own file when no `filename=` is given; biosim's clones
+/// share one, so it refuses rather than run a different footprint (and leaves no file behind).
+#[test]
+fn numjobs_above_one_without_a_filename_is_refused_with_the_reason() {
+    let d = dir();
+    let jobs = job_file(
+        d.path(),
+        "n.fio",
+        &format!("{TINY}[clones]\nrw=randwrite\nnumjobs=2\n"),
+    );
+    let scratch = d.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let (code, stdout, stderr) = text(&biosim(&[
+        "bench",
+        jobs.to_str().unwrap(),
+        "--dir",
+        scratch.to_str().unwrap(),
+        "--compare",
+        "none",
+    ]));
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("numjobs=2 without filename=") && stderr.contains("clones.N.0"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&scratch).unwrap().count(),
+        0,
+        "no file left"
+    );
+}

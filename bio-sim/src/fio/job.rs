@@ -98,7 +98,10 @@ pub enum FallocateMode {
     /// `none`: no preallocation; a file a write-only job creates stays sparse (holes), the
     /// loop seed's patch 6/6 case.
     None,
-    /// `native` or `posix`: `fallocate(2)` (unwritten extents).
+    /// `native` or `posix`: biosim calls `fallocate(fd, 0, 0, size)` (unwritten extents) on a
+    /// file it creates and does nothing where the filesystem answers `EOPNOTSUPP`. That is fio's
+    /// `native`; fio's `posix` calls `posix_fallocate(3)`, which glibc emulates there by writing
+    /// zeroes, so on such a filesystem biosim's `posix` leaves the file sparse where fio's does not.
     Posix,
 }
 
@@ -118,7 +121,8 @@ pub struct JobSpec {
     pub rw: RwPattern,
     /// `rwmixread=`: percent of reads in `randrw` (fio's default 50).
     pub rwmixread: u8,
-    /// `bs=`: the block size in bytes (fio's default 4k); a multiple of 512.
+    /// `bs=`: the block size in bytes (fio's default 4k); a multiple of 512 (fio takes any `bs`
+    /// buffered, but biosim's simulated devices take bios in whole sectors).
     pub bs: u32,
     /// `iodepth=` (default 1): I/Os in flight per job; must be 1 for a synchronous engine.
     pub iodepth: u32,
@@ -151,7 +155,8 @@ pub struct JobSpec {
     /// `fsync=N`: an `fsync(2)` (a `REQ_OP_FLUSH` through a device) after every N writes.
     pub fsync: Option<u64>,
     /// `overwrite=1`: lay the file out (write every block) before a write job, so writes land on
-    /// allocated blocks (fio lays out files for read jobs always).
+    /// allocated blocks (fio lays out files for read jobs always). As in fio, only a file the run
+    /// creates is laid out: an existing file large enough is left as it is.
     pub overwrite: bool,
     /// `fallocate=` (fio's default `native`).
     pub fallocate: FallocateMode,

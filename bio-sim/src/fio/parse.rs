@@ -492,8 +492,9 @@ impl Reader {
             if bs == 0 || bs % 512 != 0 {
                 return Err(self.bad(
                     s,
-                    "the block size must be a positive multiple of 512 (the sector size a \
-                     block device and O_DIRECT work in)",
+                    "the block size must be a positive multiple of 512: fio takes any bs for \
+                     buffered I/O, but biosim's simulated devices take bios in whole 512-byte \
+                     sectors (and O_DIRECT needs them too)",
                 ));
             }
             j.bs = u32::try_from(bs).map_err(|_| self.bad(s, "block size too large"))?;
@@ -619,8 +620,9 @@ impl Reader {
             return Err(self.bad(
                 s,
                 format!(
-                    "ioengine={} issues one I/O at a time, whatever iodepth says (fio silently \
-                     runs it at depth 1); use ioengine=io_uring for depth {}, or iodepth=1",
+                    "ioengine={} issues one I/O at a time, whatever iodepth says (fio notes \
+                     \"queue depth will be capped at 1\" and runs it at depth 1); use \
+                     ioengine=io_uring for depth {}, or iodepth=1",
                     j.ioengine.name(),
                     j.iodepth
                 ),
@@ -871,7 +873,8 @@ impl Reader {
 
     fn fallocate(&self, s: &Setting) -> Result<FallocateMode, JobFileError> {
         Ok(match self.value(s)? {
-            // "0" and "1" are fio's aliases from when fallocate was a boolean.
+            // "0" and "1" are fio's aliases from when fallocate was a boolean. biosim runs
+            // `posix` as fio's `native` (see FallocateMode::Posix).
             "none" | "0" => FallocateMode::None,
             "native" | "posix" | "1" => FallocateMode::Posix,
             v @ ("keep" | "truncate") => {

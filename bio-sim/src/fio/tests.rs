@@ -678,7 +678,7 @@ fn iodepth_above_one_with_a_sync_engine_is_refused() {
     refused(
         "ioengine=pvsync2\niodepth=2",
         5,
-        &["ioengine=pvsync2", "silently"],
+        &["ioengine=pvsync2", "capped at 1"],
     );
     assert_eq!(job("ioengine=io_uring\niodepth=2").iodepth, 2);
 }

@@ -9,8 +9,9 @@
 //! The file is prepared as fio prepares it: a temporary file in `--dir` (after a free-space
 //! check) or the job's `filename`, laid out (every block written) for jobs that read and for
 //! `overwrite=1`, its holes punched again before every design's run for a write job with
-//! `fallocate=none`, so every design starts from the same sparse file. biosim never writes into
-//! a file it did not create without `--force`.
+//! `fallocate=none`, so every design starts from the same sparse file. Both only for a file
+//! biosim created: a user's file (written only with `--force`) gets the job's own writes and
+//! nothing else.
 //!
 //! - [`design`]: the designs and the `--variant`/`--compare`/`--device` names.
 //! - [`run`]: one design running one job once, and its figures.
@@ -118,8 +119,6 @@ struct Prepared {
     file: Arc<BackingFile>,
     /// The temporary file's guard (removed when this drops).
     _temp: Option<TempFile>,
-    /// Whether biosim may write and punch holes in it (it created it, or `--force`).
-    writable: bool,
     /// Whether biosim created it in this run (its unwritten blocks are zeroes).
     created: bool,
     region: u64,
@@ -252,6 +251,14 @@ fn prepare(cfg: &JobBenchConfig, job: &JobSpec, read_only: bool) -> Result<Prepa
     let bs = u64::from(job.bs);
     let (path, temp, created) = match &job.filename {
         None => {
+            // fio gives each clone its own file (`name.N.0`, `size` bytes each); biosim's clones
+            // share one file, which would change the footprint and what verify means.
+            if job.numjobs > 1 {
+                return Err(param(format!(
+                    "job `{name}`: numjobs={} without filename=: fio gives each clone its own file ({name}.N.0, size= bytes each) but biosim runs the clones over one file; give filename= (all clones share it, as in fio) or numjobs=1",
+                    job.numjobs
+                )));
+            }
             if job.size == 0 {
                 return Err(param(format!(
                     "job `{name}`: no size= and no filename= (biosim needs to know how large a file to create)"
@@ -352,7 +359,6 @@ fn prepare(cfg: &JobBenchConfig, job: &JobSpec, read_only: bool) -> Result<Prepa
     Ok(Prepared {
         file: Arc::new(file),
         _temp: temp,
-        writable: created || cfg.force,
         created,
         region,
         blocks: region / bs,
@@ -494,7 +500,10 @@ pub fn run_job(
         .verify
         .map(|_| Arc::new(VerifyState::new(bs, p.blocks, p.created, state_path)));
     let sparse_writes = job.rw.writes() && !job.overwrite && job.fallocate == FallocateMode::None;
-    if (job.rw.reads() && p.created) || (job.overwrite && p.writable) {
+    // fio lays out only a file it creates (missing or short: a short existing file is refused
+    // above); with overwrite=1 on an existing, large enough file it writes nothing, so biosim
+    // never writes a user's blocks outside the job's own I/O.
+    if (job.rw.reads() || job.overwrite) && p.created {
         lay_out(&p, job, vst.as_deref())?;
     }
     on_header(&header(cfg, job, &p, &designs, engine));
@@ -512,7 +521,9 @@ pub fn run_job(
             let i = (k + round) % designs.len();
             let d = designs[i];
             progress.start(&format!("round {}/{}: {d}", round + 1, cfg.rounds));
-            if sparse_writes && p.writable {
+            // Only a file biosim created: punching a user's file (--force) would drop its
+            // blocks that this job's writes do not reach.
+            if sparse_writes && p.created {
                 p.file.punch_hole(0, p.region).map_err(|e| {
                     JobError::Bench(BenchError::Io {
                         what: "punching holes".into(),
@@ -840,6 +851,8 @@ mod run_tests {
     #[test]
     fn every_design_runs_every_engine_with_verify_and_reports_its_figures() {
         let dir = tempfile::tempdir().unwrap();
+        // The jobs' own files (filename=), apart from --dir, which must end empty.
+        let files = tempfile::tempdir().unwrap();
         let cfg = JobBenchConfig {
             rounds: 2,
             dir: dir.path().to_owned(),
@@ -854,6 +867,8 @@ mod run_tests {
                 job.size = 256 << 10;
                 job.number_ios = Some(48);
                 job.numjobs = 2;
+                // numjobs > 1 needs filename= (one file for every clone).
+                job.filename = Some(files.path().join(format!("{rw:?}-{engine:?}.img")));
                 job.direct = true;
                 job.ioengine = engine;
                 job.iodepth = if engine == IoEngine::IoUring { 4 } else { 1 };
