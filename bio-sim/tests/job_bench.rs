@@ -402,8 +402,8 @@ fn durability_every_block_flushed_before_a_kill_9_survives_with_at_least_its_gen
         "the state file is removed once the file passed"
     );
 
-    // The checker's twins: a flushed block rolled back to an older generation, and a torn block
-    // (two blocks' halves) are each caught.
+    // The checker's twins: a flushed block rolled back to an older generation, a sound block of
+    // another run, and a torn block (two blocks' halves) are each caught.
     let header_end = saved.iter().position(|&b| b == b'\n').unwrap() + 1;
     let gens: Vec<u64> = saved[header_end..]
         .chunks_exact(8)
@@ -419,6 +419,18 @@ fn durability_every_block_flushed_before_a_kill_9_survives_with_at_least_its_gen
     bio_sim::fio::verify::stamp(&mut old, off, g - 1);
     for (twin, data, what) in [
         ("rolled back", old.clone(), "older than"),
+        (
+            // A sound block of another run (its id in the generation's high 32 bits) with a
+            // counter as high as the flushed one's: not this run's write.
+            "another run",
+            {
+                let mut other = vec![0u8; 4096];
+                let other_run = (((g >> 32) ^ 0x5a5a) << 32) | (g & 0xffff_ffff);
+                bio_sim::fio::verify::stamp(&mut other, off, other_run.max(g + (1 << 32)));
+                other
+            },
+            "another run",
+        ),
         (
             "torn",
             {

@@ -8,7 +8,7 @@
 //! | 0..4   | magic `VERIFY_MAGIC`                                           |
 //! | 4..8   | block length                                                   |
 //! | 8..16  | byte offset the block was written at                           |
-//! | 16..24 | generation: the writer's sequence number for this block        |
+//! | 16..24 | generation: the writer's sequence number (the runner: run id << 32 | counter) |
 //! | 24..28 | CRC-32C of the whole block with these four bytes zero          |
 //! | 28..32 | zero                                                           |
 //!

@@ -728,6 +728,18 @@ pub fn verify_only(job: &JobSpec) -> Result<String, JobError> {
             .and_then(|s| s.gens.get(b as usize).copied())
             .unwrap_or(0);
         match verify::check(&buf, off) {
+            Ok(g) if want > 0 && vstate::run_of(g) != vstate::run_of(want) => {
+                return Err(fail(VerifyFailure {
+                    offset: off,
+                    found: format!(
+                        "generation {:#x}:{} was written by another run (run {:#010x}) than the one whose flush was saved (run {:#010x})",
+                        vstate::run_of(g),
+                        g as u32,
+                        vstate::run_of(g),
+                        vstate::run_of(want)
+                    ),
+                }))
+            }
             Ok(g) if g >= want => {
                 sound += 1;
                 if want > 0 {

@@ -3,7 +3,11 @@
 //! flush, that a later `--verify-only` run checks the file against after a crash).
 //!
 //! Generations are one counter for the whole run (every write takes the next one), so a
-//! generation names one write. Per block biosim keeps the generation of the last write
+//! generation names one write. Its high 32 bits are the run's id, a random number drawn when the
+//! run starts (fio's verify header carries the job's `rand_seed` for the same reason): a block
+//! another run wrote is never mistaken for this run's write of the same counter, so a lost write
+//! that leaves an earlier run's sound block behind is caught, and so is a `--verify-only` block
+//! left by another run than the one whose flush was saved. Per block biosim keeps the generation of the last write
 //! *acknowledged* (`acked`, the latest by generation if clones raced) and of the last write
 //! *submitted* (`issued`). A read submitted when `acked` was `lo` must return a sound block of the
 //! right offset with a generation in `lo..=issued` (with writes in flight to the block, either the
@@ -40,6 +44,8 @@ pub struct VerifyState {
     acked: Vec<AtomicU64>,
     issued: Vec<AtomicU64>,
     next_gen: AtomicU64,
+    /// The run's id (the high 32 bits of every generation it writes).
+    run_id: u32,
     /// Whether a block with no generation may be all zeroes (a file biosim created, or holes
     /// it punched).
     fresh: AtomicBool,
@@ -63,15 +69,52 @@ pub struct FlushSnapshot {
     gens: Vec<u64>,
 }
 
+/// The run id in generation `g`'s high 32 bits.
+pub fn run_of(g: u64) -> u32 {
+    (g >> 32) as u32
+}
+
+/// A run id: random per process (std's `RandomState` keys are drawn from the OS) and per call.
+fn new_run_id() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    // Never 0, so a generation is never confused with "no write" (0) even with the counter at 0.
+    (h.finish() as u32).max(1)
+}
+
+/// Why a sound block of generation `g` is not this run's, when `want`'s run differs.
+fn other_run(g: u64, want: u64) -> String {
+    format!(
+        "generation {:#x}:{} written by another run (run {:#010x}), not by run {:#010x}",
+        run_of(g),
+        g as u32,
+        run_of(g),
+        run_of(want)
+    )
+}
+
 impl VerifyState {
     /// State for `blocks` blocks of `bs` bytes; `fresh` if unwritten blocks may read as zeroes;
     /// `save`: the state file's path.
     pub fn new(bs: u64, blocks: u64, fresh: bool, save: Option<PathBuf>) -> VerifyState {
+        Self::with_run_id(new_run_id(), bs, blocks, fresh, save)
+    }
+
+    /// [`VerifyState::new`] with a given run id (tests).
+    pub fn with_run_id(
+        run_id: u32,
+        bs: u64,
+        blocks: u64,
+        fresh: bool,
+        save: Option<PathBuf>,
+    ) -> VerifyState {
         VerifyState {
+            run_id,
             bs,
             acked: (0..blocks).map(|_| AtomicU64::new(0)).collect(),
             issued: (0..blocks).map(|_| AtomicU64::new(0)).collect(),
-            next_gen: AtomicU64::new(1),
+            next_gen: AtomicU64::new((u64::from(run_id) << 32) | 1),
             fresh: AtomicBool::new(fresh),
             save: save.map(|path| StateSaver {
                 path,
@@ -139,6 +182,7 @@ impl VerifyState {
                 let _ = g;
                 Ok(())
             }
+            Ok(g) if run_of(g) != self.run_id => fail(other_run(g, hi.max(lo))),
             Ok(g) if g >= lo && g <= hi.max(lo) => Ok(()),
             Ok(g) if g < lo => fail(format!(
                 "generation {g}, older than {lo}, the last write acknowledged before the read"
@@ -207,6 +251,7 @@ impl VerifyState {
         let fail = |found: String| Err(VerifyFailure { offset: off, found });
         match verify::check(buf, off) {
             Ok(g) if want == 0 || g == want => Ok(()),
+            Ok(g) if run_of(g) != run_of(want) => fail(other_run(g, want)),
             Ok(g) => fail(format!(
                 "generation {g}, not {want}, the last write acknowledged"
             )),
@@ -316,6 +361,32 @@ mod tests {
         assert!(st.check_read(&other, 0, 0).is_err(), "another block's");
         assert!(st.check_settled(&new, 0).is_ok());
         assert!(st.check_settled(&b, 0).is_err());
+    }
+
+    #[test]
+    fn a_sound_block_of_another_run_is_flagged_even_with_the_same_counter() {
+        let st = VerifyState::with_run_id(7, 512, 2, true, None);
+        let g = st.begin_write(0);
+        st.write_done(0, g);
+        // A lost write: the block still holds what run 9 wrote with the same counter.
+        let mut stale = vec![0u8; 512];
+        verify::stamp(&mut stale, 0, (9u64 << 32) | (g & 0xffff_ffff));
+        let e = st.check_read(&stale, 0, st.begin_read(0)).unwrap_err();
+        assert!(e.found.contains("another run"), "{e:?}");
+        let e = st.check_settled(&stale, 0).unwrap_err();
+        assert!(e.found.contains("another run"), "{e:?}");
+        let mut ours = vec![0u8; 512];
+        verify::stamp(&mut ours, 0, g);
+        assert_eq!(st.check_read(&ours, 0, st.begin_read(0)), Ok(()));
+        // A block this run never wrote holds whatever sound block the file had.
+        let mut old = vec![0u8; 512];
+        verify::stamp(&mut old, 512, 9u64 << 32 | 3);
+        assert_eq!(st.check_read(&old, 512, st.begin_read(512)), Ok(()));
+        assert_ne!(
+            run_of(VerifyState::new(512, 1, true, None).take_generation()),
+            0,
+            "a run id is never 0"
+        );
     }
 
     #[test]
