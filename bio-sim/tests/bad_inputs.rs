@@ -365,27 +365,59 @@ fn a_size_that_does_not_fit_or_is_no_whole_block_is_refused_and_nothing_is_creat
     }
 }
 
+/// Sets `sig` to `SIG_DFL` in the child before the exec: a test must not depend on what the test
+/// harness inherited (a background job of a non-interactive shell starts with `SIGINT` ignored,
+/// and biosim leaves an inherited `SIG_IGN` alone, as a shell expects).
+fn default_disposition(cmd: &mut Command, sig: libc::c_int) {
+    // SAFETY: between fork and exec the closure only calls signal(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Waits for `child` after it was sent `sig`, at most 60 s (then kills it and fails), so a
+/// signal that is not acted on fails the test instead of hanging it. Not a timing assertion.
+fn wait_bounded(child: &mut std::process::Child, sig: libc::c_int) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("biosim did not end within 60 s of signal {sig}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn sigint_and_sigterm_mid_run_remove_the_temporary_file() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         let d = scratch();
-        let mut child = Command::new(BIN)
-            .args([
-                "bench",
-                "loop",
-                "--dir",
-                s(d.path()),
-                "--size",
-                "4M",
-                "--rounds",
-                "100",
-                "--ios",
-                "100000",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "bench",
+            "loop",
+            "--dir",
+            s(d.path()),
+            "--size",
+            "4M",
+            "--rounds",
+            "100",
+            "--ios",
+            "100000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        default_disposition(&mut cmd, sig);
+        let mut child = cmd.spawn().unwrap();
         let t0 = Instant::now();
         while listing(d.path()).is_empty() {
             assert!(t0.elapsed() < Duration::from_secs(30), "no temporary file");
@@ -395,7 +427,7 @@ fn sigint_and_sigterm_mid_run_remove_the_temporary_file() {
         std::thread::sleep(Duration::from_millis(300)); // well into the run
                                                         // SAFETY: kill on our child's pid.
         unsafe { libc::kill(child.id() as i32, sig) };
-        let status = child.wait().unwrap();
+        let status = wait_bounded(&mut child, sig);
         assert_eq!(status.signal(), Some(sig), "{status:?}");
         assert!(
             listing(d.path()).is_empty(),
@@ -411,27 +443,27 @@ fn sigterm_at_any_moment_of_a_bench_leaves_no_temporary_file() {
     // file is registered before it is created, so no moment leaves it behind.
     for delay_ms in [0u64, 5, 20, 60, 150] {
         let d = scratch();
-        let mut child = Command::new(BIN)
-            .args([
-                "bench",
-                "loop",
-                "--dir",
-                s(d.path()),
-                "--size",
-                "4M",
-                "--rounds",
-                "100",
-                "--ios",
-                "100000",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "bench",
+            "loop",
+            "--dir",
+            s(d.path()),
+            "--size",
+            "4M",
+            "--rounds",
+            "100",
+            "--ios",
+            "100000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        default_disposition(&mut cmd, libc::SIGTERM);
+        let mut child = cmd.spawn().unwrap();
         std::thread::sleep(Duration::from_millis(delay_ms));
         // SAFETY: kill on our child's pid.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let status = child.wait().unwrap();
+        let status = wait_bounded(&mut child, libc::SIGTERM);
         assert_eq!(
             status.signal(),
             Some(libc::SIGTERM),
