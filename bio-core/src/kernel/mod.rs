@@ -33,7 +33,10 @@ pub use preempt::{
 };
 pub use report::{Report, ReportKind, ReportLog};
 pub use sched::PrevState;
-pub use task::{Task, DEFAULT_PRIO, HIGHPRI_PRIO};
+pub use task::{
+    memalloc_nofs_restore, memalloc_nofs_save, memalloc_noio_restore, memalloc_noio_save, Task,
+    TaskState, DEFAULT_PRIO, HIGHPRI_PRIO, PF_MEMALLOC_NOFS, PF_MEMALLOC_NOIO,
+};
 pub use trace::{hashed_ptr, timer_ptr, work_ptr, PtrKind, TraceFlags};
 
 pub use hotplug::CpuId;
@@ -313,6 +316,8 @@ pub struct Cpu {
     /// The IRQ flag of each context an NMI interrupted.
     pub(crate) nmi_saved_irqs: RefCell<Vec<bool>>,
     pub(crate) current: RefCell<Task>,
+    /// The rest of `current` the submission path reads (see [`TaskState`]).
+    pub(crate) task_state: TaskState,
 }
 
 impl fmt::Debug for Cpu {
@@ -346,6 +351,7 @@ impl Cpu {
             need_resched: Cell::new(false),
             nmi_saved_irqs: RefCell::new(Vec::new()),
             current: RefCell::new(Task::submitter(id)),
+            task_state: TaskState::default(),
         }
     }
 
@@ -408,6 +414,12 @@ impl Cpu {
     /// `current`.
     pub fn current(&self) -> Task {
         self.current.borrow().clone()
+    }
+
+    /// `current`'s per-task state: memalloc scopes, `journal_info`, the block layer's
+    /// `bio_list` and `plug`.
+    pub fn task_state(&self) -> &TaskState {
+        &self.task_state
     }
 
     /// Switches `current` (the runtime does this when it runs a worker or an IRQ thread).

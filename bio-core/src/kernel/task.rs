@@ -166,3 +166,56 @@ mod tests {
         assert_eq!(Task::idle(CpuId(0)).prio(), 120);
     }
 }
+
+/// `PF_MEMALLOC_NOFS` (`include/linux/sched.h`): set by `memalloc_nofs_save()`; allocations of
+/// the task act as `GFP_NOFS`.
+pub const PF_MEMALLOC_NOFS: u32 = 0x0004_0000;
+/// `PF_MEMALLOC_NOIO` (`include/linux/sched.h`): set by `memalloc_noio_save()`; allocations of
+/// the task act as `GFP_NOIO`.
+pub const PF_MEMALLOC_NOIO: u32 = 0x0008_0000;
+
+/// What `current` carries for the submission path beyond its name (`struct task_struct`):
+/// `flags` (the memalloc scopes), `journal_info`, and the block layer's per-task state that the
+/// block and fs modules add here (`bio_list`, `plug`, freeze protection held).
+///
+/// It lives on the [`super::Cpu`] flow that runs the task, like `held_locks`: only that flow
+/// touches it, so plain cells do.
+#[derive(Debug, Default)]
+pub struct TaskState {
+    /// `current->flags`, the `PF_MEMALLOC_*` bits only.
+    pub pf_flags: std::cell::Cell<u32>,
+    /// `current->journal_info`: a filesystem's running transaction handle (ext4's `handle_t`,
+    /// XFS's transaction), named; `None` outside one.
+    pub journal_info: std::cell::Cell<Option<&'static str>>,
+}
+
+/// `memalloc_noio_save()` (`include/linux/sched/mm.h`): sets `PF_MEMALLOC_NOIO` and returns the
+/// previous value for [`memalloc_noio_restore`].
+pub fn memalloc_noio_save(cx: &super::Cpu) -> u32 {
+    let t = cx.task_state();
+    let old = t.pf_flags.get();
+    t.pf_flags.set(old | PF_MEMALLOC_NOIO);
+    old & PF_MEMALLOC_NOIO
+}
+
+/// `memalloc_noio_restore()`: puts back the `PF_MEMALLOC_NOIO` bit [`memalloc_noio_save`] saw.
+pub fn memalloc_noio_restore(cx: &super::Cpu, flags: u32) {
+    let t = cx.task_state();
+    t.pf_flags
+        .set((t.pf_flags.get() & !PF_MEMALLOC_NOIO) | (flags & PF_MEMALLOC_NOIO));
+}
+
+/// `memalloc_nofs_save()`: sets `PF_MEMALLOC_NOFS` and returns the previous value.
+pub fn memalloc_nofs_save(cx: &super::Cpu) -> u32 {
+    let t = cx.task_state();
+    let old = t.pf_flags.get();
+    t.pf_flags.set(old | PF_MEMALLOC_NOFS);
+    old & PF_MEMALLOC_NOFS
+}
+
+/// `memalloc_nofs_restore()`.
+pub fn memalloc_nofs_restore(cx: &super::Cpu, flags: u32) {
+    let t = cx.task_state();
+    t.pf_flags
+        .set((t.pf_flags.get() & !PF_MEMALLOC_NOFS) | (flags & PF_MEMALLOC_NOFS));
+}

@@ -3,6 +3,8 @@
 //! - [`filemap`] (`mm/filemap.c`): the mapping, buffered reads and writes, writeback
 //!   completion and the dropbehind invalidation, the filemap tracepoints.
 //! - [`folio`] (`include/linux/page-flags.h`): the folio flags.
+//! - [`gfp`] (`include/linux/gfp_types.h`): allocation flags, `current_gfp_context()`,
+//!   `might_alloc()`.
 //! - [`swap`] (`mm/swap.c`): the LRU lists.
 //! - [`vmscan`] (`mm/vmscan.c`): memcg reclaim.
 //! - [`memcontrol`] (`mm/memcontrol.c`): the memcg charge and limit.
@@ -47,6 +49,7 @@ pub mod dontcache;
 pub mod dropbehind_v3;
 pub mod filemap;
 pub mod folio;
+pub mod gfp;
 pub mod memcontrol;
 pub mod page_writeback;
 pub mod readahead;
