@@ -101,6 +101,31 @@ pub enum LockClass {
     LocalLock,
     /// `struct mutex`: always sleeps.
     Mutex,
+    /// `struct rw_semaphore`: always sleeps; taken for read or write ([`LockRead`]).
+    RwSemaphore,
+    /// `struct percpu_rw_semaphore` (`include/linux/percpu-rwsem.h`): sb freeze protection's
+    /// `sb->s_writers.rw_sem[]`; readers never wait for each other, a writer waits for all.
+    PercpuRwsem,
+    /// `struct srcu_struct`'s `dep_map`: `srcu_read_lock()` is a recursive read acquisition,
+    /// `synchronize_srcu()` a `lock_sync()` (`kernel/rcu/srcutree.c`). Does not sleep to take.
+    Srcu,
+    /// A bare `struct lockdep_map` that stands for no lock (`STATIC_LOCKDEP_MAP_INIT`):
+    /// `fs_reclaim`, `q->q_usage_counter(io)`, the workqueue and work maps. Its wait type is
+    /// `LD_WAIT_INV`, which `check_wait_context()` skips.
+    Map,
+}
+
+/// The `read` argument of `lock_acquire()`: 0 a write (exclusive) acquisition, 1 a read, 2 a
+/// recursive read (`rwlock_t` readers in IRQ context, `rcu_read_lock()`, `srcu_read_lock()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LockRead {
+    /// `read == 0`.
+    #[default]
+    Write,
+    /// `read == 1`.
+    Read,
+    /// `read == 2`.
+    RecursiveRead,
 }
 
 impl LockClass {
@@ -109,17 +134,39 @@ impl LockClass {
         match self {
             Self::RawSpinlock => WaitType::Spin,
             Self::Spinlock | Self::LocalLock => WaitType::Config,
-            Self::Mutex => WaitType::Sleep,
+            Self::Mutex | Self::RwSemaphore | Self::PercpuRwsem | Self::Srcu | Self::Map => {
+                WaitType::Sleep
+            }
+        }
+    }
+
+    /// Whether `check_wait_context()` looks at this lock at all: a bare map is `LD_WAIT_INV`
+    /// and is skipped, both as the lock taken and as a held lock capping the context.
+    pub fn wait_checked(self) -> bool {
+        !matches!(self, Self::Map)
+    }
+
+    /// Whether taking it disables preemption: the spinning locks (on RT only `raw_spinlock_t`).
+    pub fn disables_preemption(self, config: &super::KernelConfig) -> bool {
+        match self {
+            Self::RawSpinlock => true,
+            Self::Spinlock | Self::LocalLock => !config.preempt_rt(),
+            _ => false,
         }
     }
 
     /// Whether taking this lock may sleep under `config` (a sleeping lock does not make the
     /// holder atomic).
     pub fn sleeps(self, config: &super::KernelConfig) -> bool {
-        match self.wait_type() {
-            WaitType::Spin => false,
-            WaitType::Config => config.preempt_rt(),
-            WaitType::Sleep => true,
+        match self {
+            // Taking an SRCU read side or a bare map never sleeps (and never disables
+            // preemption either).
+            Self::Srcu | Self::Map => false,
+            _ => match self.wait_type() {
+                WaitType::Spin => false,
+                WaitType::Config => config.preempt_rt(),
+                WaitType::Sleep => true,
+            },
         }
     }
 
@@ -130,6 +177,10 @@ impl LockClass {
             Self::Spinlock => "spinlock_t",
             Self::LocalLock => "local_lock_t",
             Self::Mutex => "struct mutex",
+            Self::RwSemaphore => "struct rw_semaphore",
+            Self::PercpuRwsem => "struct percpu_rw_semaphore",
+            Self::Srcu => "struct srcu_struct",
+            Self::Map => "struct lockdep_map",
         }
     }
 }
@@ -268,6 +319,8 @@ pub struct HeldLock {
     pub class: LockClass,
     /// The lock's name, e.g. `bio_complete_batch.lock`.
     pub name: &'static str,
+    /// How it was taken (`held_lock->read`).
+    pub read: LockRead,
     disabled_preemption: bool,
 }
 
@@ -297,7 +350,9 @@ impl Cpu {
             WaitType::Sleep
         };
         for held in self.held_locks.borrow().iter() {
-            ceiling = ceiling.min(held.class.wait_type());
+            if held.class.wait_checked() {
+                ceiling = ceiling.min(held.class.wait_type());
+            }
         }
         ceiling
     }
@@ -314,8 +369,19 @@ impl Cpu {
     /// (it prints and carries on), so the caller can release it. Every report is logged; the
     /// first is returned.
     pub fn lock_acquire(&self, class: LockClass, name: &'static str) -> (HeldLock, Option<Report>) {
-        let (mut held, report) = self.lockdep_acquire(class, name);
-        held.disabled_preemption = !class.sleeps(self.config());
+        self.lock_acquire_mode(class, name, LockRead::Write)
+    }
+
+    /// [`Cpu::lock_acquire`] for read (`down_read()`, `percpu_down_read()`) or recursive read
+    /// (`srcu_read_lock()`), as `read` says.
+    pub fn lock_acquire_mode(
+        &self,
+        class: LockClass,
+        name: &'static str,
+        read: LockRead,
+    ) -> (HeldLock, Option<Report>) {
+        let (mut held, report) = self.lockdep_acquire_mode(class, name, read);
+        held.disabled_preemption = class.disables_preemption(self.config());
         if held.disabled_preemption {
             self.preempt_disable();
             if let Some(h) = self.held_locks.borrow_mut().last_mut() {
@@ -333,6 +399,25 @@ impl Cpu {
         class: LockClass,
         name: &'static str,
     ) -> (HeldLock, Option<Report>) {
+        self.lockdep_acquire_mode(class, name, LockRead::Write)
+    }
+
+    /// `lock_sync()` (`kernel/locking/lockdep.c`, 6.4+): what `synchronize_srcu()` tells lockdep,
+    /// an acquisition checked and recorded as a dependency of every held lock, then released at
+    /// once (the caller waits for the readers, it does not hold them off).
+    pub fn lock_sync(&self, class: LockClass, name: &'static str) -> Option<Report> {
+        let (held, report) = self.lockdep_acquire_mode(class, name, LockRead::Write);
+        self.lock_release(held);
+        report
+    }
+
+    /// [`Cpu::lockdep_acquire`] in a given read mode.
+    pub fn lockdep_acquire_mode(
+        &self,
+        class: LockClass,
+        name: &'static str,
+        read: LockRead,
+    ) -> (HeldLock, Option<Report>) {
         let mut report = None;
         let rt = self.config().preempt_rt();
         let effective = match class.wait_type() {
@@ -343,7 +428,7 @@ impl Cpu {
             WaitType::Config if !rt => WaitType::Spin,
             w => w,
         };
-        if self.config().prove_locking && effective > ceiling {
+        if self.config().prove_locking && class.wait_checked() && effective > ceiling {
             // print_lock_invalid_wait_context(): debug_locks_off_graph_unlock() first, so only
             // the first lockdep splat of the kernel prints. The lock is not marked either:
             // __lock_acquire() returns before mark_usage().
@@ -374,6 +459,7 @@ impl Cpu {
         let held = HeldLock {
             class,
             name,
+            read,
             disabled_preemption: false,
         };
         self.held_locks.borrow_mut().push(held.clone());

@@ -20,13 +20,14 @@ mod preempt;
 mod rcupdate;
 mod report;
 mod sched;
+pub mod srcu;
 mod task;
 pub(crate) mod trace;
 
 pub use config::{ConfigError, KernelConfig, PreemptModel};
 pub use cpu::{HotplugGuard, HotplugStep};
 pub use irqflags::IrqFlags;
-pub use lockdep::{HeldLock, LockClass, WaitType};
+pub use lockdep::{HeldLock, LockClass, LockRead, WaitType};
 pub use preempt::{
     ContextKind, ContextSnapshot, HARDIRQ_MASK, HARDIRQ_OFFSET, NMI_MASK, NMI_OFFSET, PREEMPT_MASK,
     PREEMPT_OFFSET, SOFTIRQ_DISABLE_OFFSET, SOFTIRQ_MASK, SOFTIRQ_OFFSET,
