@@ -1,6 +1,7 @@
 //! `block/bio.c` and the inline helpers of `include/linux/bio.h`: `bio_endio()` with its chain
 //! walk, `bio_chain()`, `bio_inc_remaining()`, `bio_io_error()`, `bio_wouldblock_error()` and
-//! `bio_in_atomic()`.
+//! `bio_in_atomic()`; `bio_alloc_bioset()` and `bvec_alloc()` on a `struct bio_set`'s mempools
+//! (the allocations go through `mm/slab.rs`, so fault injection reaches them).
 //!
 //! `bio_endio()` includes the task-completion series: after the chain walk, a
 //! `BIO_COMPLETE_IN_TASK` bio completing where `bio_in_atomic()` is true goes to
@@ -10,6 +11,9 @@ use super::blk_status::{BlkStatus, BLK_STS_AGAIN, BLK_STS_IOERR, BLK_STS_OK};
 use super::blk_types::{BiPrivate, Bio, BioEndIo, BioFlag, ChainShared, ReqOp};
 use super::trace;
 use crate::kernel::{Cpu, Kernel, Report, ReportKind};
+use crate::mm::gfp::GfpFlags;
+use crate::mm::mempool::{Mempool, MempoolElement};
+use crate::mm::slab::{kmem_cache_alloc, KmemCache};
 use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
 
@@ -18,6 +22,113 @@ impl Kernel {
     pub fn bio_alloc(&self, op: ReqOp, sector: u64) -> Box<Bio> {
         Bio::new(self.alloc_bio_id(), op, sector)
     }
+}
+
+/// `BIO_INLINE_VECS`: vectors a bio carries inline; more need [`bvec_alloc`].
+pub const BIO_INLINE_VECS: u16 = 4;
+/// `BIO_MAX_VECS`: the most vectors a bio can have.
+pub const BIO_MAX_VECS: u16 = 256;
+/// `BIO_POOL_SIZE`: elements reserved in a bioset's mempools.
+pub const BIO_POOL_SIZE: usize = 2;
+
+/// `struct bio_set` (`include/linux/bio.h`): the mempool of bios and the mempool of
+/// `BIO_MAX_VECS` bvec arrays behind `bio_alloc_bioset()`.
+///
+/// Left out: `front_pad`, the per-CPU bio cache (`REQ_ALLOC_CACHE`) and the rescuer that
+/// `punt_bios_to_rescuer()` hands `current->bio_list` to (the first attempt under a non-empty
+/// bio_list drops `__GFP_DIRECT_RECLAIM`); and the model's bios do not point back to their
+/// bio_set (`bi_pool`), so dropping one does not `mempool_free()` a reserve element: a reserve
+/// taken stays taken.
+#[derive(Debug)]
+pub struct BioSet {
+    /// `bs->bio_pool`.
+    pub bio_pool: Mempool,
+    /// `bs->bvec_pool` (`BIOSET_NEED_BVECS`).
+    pub bvec_pool: Mempool,
+}
+
+/// The bio slab (`bio_find_or_create_slab()`), allocation site `bio_alloc_bioset`.
+pub const BIO_SLAB: KmemCache = KmemCache::new("bio_alloc_bioset", 136, 0);
+/// The biovec slabs (`bvec_slabs[]`, here one for every size), allocation site `bvec_alloc`.
+pub const BVEC_SLAB: KmemCache = KmemCache::new("bvec_alloc", 16 * BIO_MAX_VECS as usize, 0);
+
+impl BioSet {
+    /// `bioset_init(bs, pool_size, 0, BIOSET_NEED_BVECS)`; `fs_bio_set` is
+    /// `BioSet::new(BIO_POOL_SIZE)`.
+    pub fn new(pool_size: usize) -> Self {
+        Self {
+            bio_pool: Mempool::new(pool_size, BIO_SLAB),
+            bvec_pool: Mempool::new(pool_size, BVEC_SLAB),
+        }
+    }
+
+    /// `bio_alloc_bioset(bdev, nr_vecs, opf, gfp_mask, bs)`: a bio from the bio mempool and,
+    /// for more than [`BIO_INLINE_VECS`] vectors, a bvec array from [`bvec_alloc`]; if that fails
+    /// the bio goes back (`mempool_free()`) and the result is `None`. With a blocking mask
+    /// (`GFP_NOIO`) neither mempool fails: injection at `bio_alloc_bioset` or `bvec_alloc` is
+    /// absorbed by the reserves. `nr_vecs` above [`BIO_MAX_VECS`] is the kernel's WARN and `None`.
+    pub fn bio_alloc_bioset(
+        &self,
+        op: ReqOp,
+        sector: u64,
+        nr_vecs: u16,
+        gfp_mask: GfpFlags,
+        cx: &Cpu,
+    ) -> Option<Box<Bio>> {
+        let p = self.bio_pool.mempool_alloc(gfp_mask, cx)?;
+        if nr_vecs > BIO_INLINE_VECS {
+            match bvec_alloc(&self.bvec_pool, nr_vecs, gfp_mask, cx) {
+                Some(bvl) => drop(bvl),
+                None => {
+                    self.bio_pool.mempool_free(p);
+                    return None;
+                }
+            }
+        }
+        drop(p);
+        Some(cx.kernel().bio_alloc(op, sector))
+    }
+}
+
+/// `bvec_alloc(pool, &nr_vecs, gfp_mask)`: below `BIO_MAX_VECS` first the biovec slab with
+/// `bvec_alloc_gfp()` (no direct reclaim or I/O, `__GFP_NORETRY | __GFP_NOWARN`); on failure
+/// without `__GFP_DIRECT_RECLAIM` that is the answer, else the mempool with the caller's mask.
+/// More than `BIO_MAX_VECS` is the kernel's `WARN_ON_ONCE(!bvs)` and `None`.
+pub fn bvec_alloc(
+    pool: &Mempool,
+    nr_vecs: u16,
+    gfp_mask: GfpFlags,
+    cx: &Cpu,
+) -> Option<MempoolElement> {
+    if nr_vecs > BIO_MAX_VECS {
+        cx.kernel().warn_once(
+            cx,
+            "block/bio.c:bvec_alloc",
+            "block/bio.c: bvec_alloc(): WARN_ON_ONCE(!bvs)",
+        );
+        return None;
+    }
+    if nr_vecs < BIO_MAX_VECS {
+        let gfp = gfp_mask
+            .without(GfpFlags(
+                GfpFlags::__GFP_DIRECT_RECLAIM.0 | GfpFlags::__GFP_IO.0,
+            ))
+            .union(GfpFlags(
+                GfpFlags::__GFP_NORETRY.0 | GfpFlags::__GFP_NOWARN.0,
+            ));
+        let slab = KmemCache::new(BVEC_SLAB.name, 16 * usize::from(nr_vecs), 0);
+        match kmem_cache_alloc(&slab, gfp, cx) {
+            Ok(obj) => {
+                return Some(MempoolElement {
+                    obj,
+                    from_reserve: false,
+                })
+            }
+            Err(_) if !gfp_mask.contains(GfpFlags::__GFP_DIRECT_RECLAIM) => return None,
+            Err(_) => {}
+        }
+    }
+    pool.mempool_alloc(gfp_mask, cx)
 }
 
 /// `bio_in_atomic()` (include/linux/bio.h of the series; the predicate of erofs'

@@ -3,7 +3,9 @@
 //! `->queue_rq` for one-bio requests).
 //!
 //! The order is the kernel's (kernel-semantics.md §4.5, `block/blk-core.c`): `REQ_NOWAIT` on a
-//! queue without `BLK_FEAT_NOWAIT` fails with `BLK_STS_NOTSUPP`; `bio_check_ro()` only warns;
+//! queue without `BLK_FEAT_NOWAIT` fails with `BLK_STS_NOTSUPP`; `should_fail_bio()`
+//! (`fail_make_request` fault injection, `kernel/fault_inject.rs`) fails with `BLK_STS_IOERR`;
+//! `bio_check_ro()` only warns;
 //! `bio_check_eod()` fails an access beyond the end of the device with `BLK_STS_IOERR` (quietly
 //! for a 0-capacity device); a flush (`op_is_flush()`: `REQ_PREFLUSH` or `REQ_FUA`) must be a
 //! write, and on a queue without a volatile write cache the flags are stripped and an empty flush
@@ -90,6 +92,15 @@ pub enum Submission {
     Failed(super::BlkStatus),
 }
 
+/// `should_fail_bio()` → `should_fail_request(bdev_whole(bio->bi_bdev), bi_size)`
+/// (`CONFIG_FAIL_MAKE_REQUEST`): the device's `make-it-fail` and the `fail_make_request` attr,
+/// or biosim's one-shot `fail_io DEV`. A failed bio ends with `BLK_STS_IOERR`.
+fn should_fail_bio(bio: &Bio, dev: &dyn BlockDriver, cx: &Cpu) -> bool {
+    cx.kernel()
+        .fault_inject()
+        .should_fail_request(&dev.disk_name(), bio.bi_iter.bi_size, cx)
+}
+
 /// `bio_check_ro()`: a write to a read-only device is a warning only ("Trying to write to
 /// read-only block-device"), as in the kernel.
 fn bio_check_ro(bio: &Bio, lim: &QueueLimits, dev: &dyn BlockDriver, cx: &Cpu) {
@@ -137,6 +148,10 @@ pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> 
     if bio.bi_opf.flags.contains(ReqFlags::REQ_NOWAIT) && !lim.nowait {
         bio_endio_status(bio, BLK_STS_NOTSUPP, cx);
         return Submission::Failed(BLK_STS_NOTSUPP);
+    }
+    if should_fail_bio(&bio, dev, cx) {
+        bio_endio_status(bio, BLK_STS_IOERR, cx);
+        return Submission::Failed(BLK_STS_IOERR);
     }
     bio_check_ro(&bio, &lim, dev, cx);
     if !bio_check_eod(&bio, &lim, dev, cx) {

@@ -11,6 +11,8 @@ mod boot_states;
 pub use boot_states::{EarlyState, EARLY_DYNAMIC_STATES};
 mod config;
 mod cpu;
+pub mod fault_inject;
+pub mod hung_task;
 mod irqflags;
 pub mod llist;
 pub mod local_lock;
@@ -73,6 +75,10 @@ pub struct Kernel {
     lockdep: lockdep::Lockdep,
     pub(crate) bio_complete:
         UntrackedOnceLock<UntrackedArc<crate::block::complete_in_task::BioCompleteBatcher>>,
+    /// `failslab`, `fail_make_request`, the one-shots and the fault log.
+    fault_inject: fault_inject::FaultInject,
+    /// The hung-task detector's sysctls.
+    pub(crate) hung_task: hung_task::HungTask,
 }
 
 /// Per-CPU kernel state that any CPU may read.
@@ -164,6 +170,8 @@ impl Kernel {
             warned_once: Mutex::new(Vec::new()),
             lockdep: lockdep::Lockdep::default(),
             bio_complete: UntrackedOnceLock::new(),
+            fault_inject: fault_inject::FaultInject::default(),
+            hung_task: hung_task::HungTask::default(),
         });
         crate::workqueue::register_hotplug_states(&kernel);
         crate::time::register_hotplug_states(&kernel);
@@ -198,6 +206,11 @@ impl Kernel {
         self.possible_cpus()
             .filter(|c| self.cpu_online(*c))
             .collect()
+    }
+
+    /// The fault-injection state (`lib/fault-inject.c` instances and biosim's one-shots).
+    pub fn fault_inject(&self) -> &fault_inject::FaultInject {
+        &self.fault_inject
     }
 
     /// Every BUG, WARN and context-check violation recorded so far.
@@ -396,10 +409,15 @@ impl Cpu {
         if cond() {
             return true;
         }
-        match &self.runtime {
+        let ok = match &self.runtime {
             Some(rt) => rt.wait_until(self, what, cond),
             None => false,
+        };
+        // Gave up: nothing can make the condition true, a task blocked forever.
+        if !ok {
+            hung_task::check_hung_task(self, what);
         }
+        ok
     }
 
     /// The kernel this CPU belongs to.

@@ -22,6 +22,12 @@ pub enum ReportKind {
     Bug,
     /// `WARN()`/`WARN_ON()`.
     Warn,
+    /// `kernel/hung_task.c`'s `INFO: task comm:pid blocked for more than N seconds.`: a task
+    /// waits for something no event can bring (see `kernel/hung_task.rs`).
+    HungTask,
+    /// biosim's freeze-protection accounting (`fs/super_block.rs`): a superblock level whose
+    /// writers never all ended (`sb_start_write()`/`kiocb_start_write()` without the end).
+    SbWritersUnbalanced,
 }
 
 /// One splat.

@@ -187,6 +187,13 @@ pub struct TaskState {
     /// `current->journal_info`: a filesystem's running transaction handle (ext4's `handle_t`,
     /// XFS's transaction), named; `None` outside one.
     pub journal_info: std::cell::Cell<Option<&'static str>>,
+    /// `current->fail_nth` (`/proc/<pid>/fail-nth`): the fault-injection check that brings it
+    /// from 1 to 0 fails (`should_fail_ex()`); 0 is off.
+    pub fail_nth: std::cell::Cell<u32>,
+    /// The freeze protection the task holds for lockdep (`sb_start_write()` and friends,
+    /// `fs/super_block.rs`): superblock, level and the lockdep acquisition, innermost last.
+    /// A `kiocb_start_write()` drops its entry (`__sb_writers_release()`).
+    pub sb_writers: std::cell::RefCell<Vec<crate::fs::super_block::SbWritersHeld>>,
 }
 
 /// `memalloc_noio_save()` (`include/linux/sched/mm.h`): sets `PF_MEMALLOC_NOIO` and returns the

@@ -5,6 +5,8 @@
 //! - [`folio`] (`include/linux/page-flags.h`): the folio flags.
 //! - [`gfp`] (`include/linux/gfp_types.h`): allocation flags, `current_gfp_context()`,
 //!   `might_alloc()`.
+//! - [`slab`] (`include/linux/slab.h`): `kmalloc()`/`kmem_cache_alloc()`, the one allocation
+//!   function, with `failslab`; [`mempool`] (`mm/mempool.c`): the reserve behind it.
 //! - [`swap`] (`mm/swap.c`): the LRU lists.
 //! - [`vmscan`] (`mm/vmscan.c`): memcg reclaim.
 //! - [`memcontrol`] (`mm/memcontrol.c`): the memcg charge and limit.
@@ -51,8 +53,10 @@ pub mod filemap;
 pub mod folio;
 pub mod gfp;
 pub mod memcontrol;
+pub mod mempool;
 pub mod page_writeback;
 pub mod readahead;
+pub mod slab;
 pub mod swap;
 pub mod testing;
 pub mod vmscan;

@@ -1,0 +1,124 @@
+//! `mm/mempool.c`: a reserve of preallocated elements in front of a slab cache, so that an
+//! allocation with a blocking mask (`GFP_NOIO` in the block layer) never fails: it waits for an
+//! element to come back instead.
+//!
+//! `mempool_alloc()` as 6.18 has it: `might_alloc(gfp)`; adds `__GFP_NOMEMALLOC | __GFP_NORETRY
+//! | __GFP_NOWARN`; first tries the slab without `__GFP_DIRECT_RECLAIM | __GFP_IO`; then takes
+//! a reserved element; then (if the first try was the reduced mask) the slab with the full mask;
+//! then, without `__GFP_DIRECT_RECLAIM`, returns NULL; else sleeps until an element is freed
+//! (`io_schedule_timeout()`, here [`Cpu::wait_until`]) and starts over. `__GFP_NOMEMALLOC` is not
+//! modelled (no memory reserves). A wait no event can end is the hung-task detector's; the model
+//! then returns `None` rather than loop forever.
+
+use super::gfp::{gfpflags_allow_blocking, might_alloc, GfpFlags};
+use super::slab::{kmem_cache_alloc, KmemCache, SlabObject};
+use crate::kernel::Cpu;
+use crate::sync::atomic::{AtomicUsize, Ordering};
+
+/// `mempool_t`: `min_nr` elements reserved from `cache`.
+#[derive(Debug)]
+pub struct Mempool {
+    cache: KmemCache,
+    min_nr: usize,
+    /// `curr_nr`: reserved elements available now.
+    curr_nr: AtomicUsize,
+}
+
+/// An element from a mempool: from the slab, or one of the reserve.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a mempool element goes back with mempool_free()"]
+pub struct MempoolElement {
+    /// The object.
+    pub obj: SlabObject,
+    /// Whether it came from the reserve (for tests; the kernel does not know).
+    pub from_reserve: bool,
+}
+
+impl Mempool {
+    /// `mempool_create_slab_pool(min_nr, cache)`: the reserve is filled at creation (with
+    /// `GFP_KERNEL`, which injection skips by default; the model fills it without asking).
+    pub fn new(min_nr: usize, cache: KmemCache) -> Self {
+        Self {
+            cache,
+            min_nr,
+            curr_nr: AtomicUsize::new(min_nr),
+        }
+    }
+
+    /// `pool->curr_nr`.
+    pub fn curr_nr(&self) -> usize {
+        self.curr_nr.load(Ordering::Acquire)
+    }
+
+    /// `pool->min_nr`.
+    pub fn min_nr(&self) -> usize {
+        self.min_nr
+    }
+
+    /// The slab cache behind the pool.
+    pub fn cache(&self) -> &KmemCache {
+        &self.cache
+    }
+
+    fn take_reserved(&self) -> bool {
+        self.curr_nr
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// `mempool_alloc(pool, gfp_mask)`: see the module docs for the order of attempts.
+    #[track_caller]
+    pub fn mempool_alloc(&self, gfp_mask: GfpFlags, cx: &Cpu) -> Option<MempoolElement> {
+        might_alloc(gfp_mask, cx);
+        let gfp_mask = gfp_mask.union(GfpFlags(
+            GfpFlags::__GFP_NORETRY.0 | GfpFlags::__GFP_NOWARN.0,
+        ));
+        let reduced = gfp_mask.without(GfpFlags(
+            GfpFlags::__GFP_DIRECT_RECLAIM.0 | GfpFlags::__GFP_IO.0,
+        ));
+        let mut gfp_temp = reduced;
+        loop {
+            if let Ok(obj) = kmem_cache_alloc(&self.cache, gfp_temp, cx) {
+                return Some(MempoolElement {
+                    obj,
+                    from_reserve: false,
+                });
+            }
+            if self.take_reserved() {
+                return Some(MempoolElement {
+                    obj: SlabObject {
+                        site: self.cache.name,
+                        size: self.cache.object_size,
+                    },
+                    from_reserve: true,
+                });
+            }
+            if gfp_temp != gfp_mask {
+                gfp_temp = gfp_mask;
+                continue;
+            }
+            if !gfpflags_allow_blocking(gfp_mask) {
+                return None;
+            }
+            // io_schedule_timeout(5*HZ) until mempool_free() refills the reserve.
+            if !cx.wait_until("mempool_alloc", &|| self.curr_nr() > 0) {
+                return None;
+            }
+            gfp_temp = reduced;
+        }
+    }
+
+    /// `mempool_free(element, pool)`: refills the reserve if it is below `min_nr`, else frees
+    /// the object to the slab.
+    pub fn mempool_free(&self, elem: MempoolElement) {
+        let refilled = self
+            .curr_nr
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.min_nr).then_some(n + 1)
+            })
+            .is_ok();
+        if !refilled {
+            super::slab::kfree(elem.obj);
+        }
+    }
+}

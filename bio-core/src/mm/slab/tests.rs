@@ -1,0 +1,157 @@
+//! The allocation function, the mempool in front of it and `bio_alloc_bioset()` on top.
+
+use super::*;
+use crate::block::{BioSet, ReqOp, BIO_SLAB};
+use crate::kernel::{CpuId, KernelConfig, ReportKind};
+use crate::mm::mempool::Mempool;
+use crate::sync::UntrackedArc;
+use crate::Kernel;
+
+fn kernel() -> UntrackedArc<Kernel> {
+    Kernel::new(KernelConfig::default(), 1).unwrap()
+}
+
+/// The slab always fails, blocking masks included.
+fn slab_fails(k: &Kernel) {
+    k.fault_inject().set_failslab(|f| {
+        f.attr.probability = 100;
+        f.attr.times = -1;
+        f.attr.verbose = 0;
+        f.ignore_gfp_reclaim = false;
+    });
+}
+
+#[test]
+fn kmalloc_succeeds_without_injection_and_overflow_is_enomem() {
+    let k = kernel();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    assert_eq!(
+        kmalloc("bvec_alloc", 64, GfpFlags::GFP_KERNEL, &cx),
+        Ok(SlabObject {
+            site: "bvec_alloc",
+            size: 64
+        })
+    );
+    assert_eq!(
+        kmalloc_array("bvec_alloc", usize::MAX, 2, GfpFlags::GFP_KERNEL, &cx),
+        Err(Errno::ENOMEM)
+    );
+    assert!(k.reports().is_empty());
+}
+
+#[test]
+fn a_blocking_kmalloc_in_atomic_context_is_might_sleeps_report() {
+    let k = kernel();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    cx.preempt_disable();
+    let _ = kmalloc("bvec_alloc", 64, GfpFlags::GFP_NOIO, &cx);
+    let _ = kmalloc("bvec_alloc", 64, GfpFlags::GFP_ATOMIC, &cx);
+    cx.preempt_enable();
+    assert_eq!(k.reports().of_kind(ReportKind::SleepInAtomic).len(), 1);
+}
+
+#[test]
+fn an_unregistered_site_is_a_warn() {
+    let k = kernel();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    assert!(kmalloc("nosuch", 8, GfpFlags::GFP_KERNEL, &cx).is_ok());
+    let w = k.reports().of_kind(ReportKind::Warn);
+    assert_eq!(w.len(), 1);
+    assert!(w[0].message.contains("unregistered site `nosuch`"));
+}
+
+#[test]
+fn mempool_blocking_alloc_with_the_slab_failing_gets_the_reserve() {
+    let k = kernel();
+    slab_fails(&k);
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let pool = Mempool::new(2, BIO_SLAB);
+    let a = pool.mempool_alloc(GfpFlags::GFP_NOIO, &cx).unwrap();
+    assert!(a.from_reserve);
+    assert_eq!(pool.curr_nr(), 1);
+    pool.mempool_free(a);
+    assert_eq!(pool.curr_nr(), 2, "mempool_free() refills the reserve");
+    assert!(k.reports().is_empty());
+}
+
+#[test]
+fn mempool_non_blocking_alloc_takes_the_reserve_then_returns_none() {
+    let k = kernel();
+    slab_fails(&k);
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let pool = Mempool::new(1, BIO_SLAB);
+    let a = pool.mempool_alloc(GfpFlags::GFP_NOWAIT, &cx);
+    assert!(a.as_ref().is_some_and(|e| e.from_reserve));
+    assert_eq!(pool.mempool_alloc(GfpFlags::GFP_ATOMIC, &cx), None);
+    assert!(k.reports().is_empty(), "GFP_NOWAIT returns NULL quietly");
+}
+
+#[test]
+#[cfg_attr(
+    feature = "bug-hung-task-detector-off",
+    should_panic(expected = "the endless mempool wait is reported")
+)]
+fn mempool_blocking_alloc_with_nothing_to_wait_for_is_a_hung_task() {
+    let k = kernel();
+    slab_fails(&k);
+    k.set_hung_task_timeout_secs(120);
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let pool = Mempool::new(1, BIO_SLAB);
+    let _held = pool.mempool_alloc(GfpFlags::GFP_NOIO, &cx).unwrap();
+    // The reserve is gone and nothing will free an element: the kernel sleeps forever.
+    assert_eq!(pool.mempool_alloc(GfpFlags::GFP_NOIO, &cx), None);
+    let hung = k.reports().of_kind(ReportKind::HungTask);
+    assert_eq!(hung.len(), 1, "the endless mempool wait is reported");
+    assert!(hung[0].message.contains("waiting in mempool_alloc"));
+}
+
+#[test]
+#[cfg_attr(
+    feature = "bug-fault-oneshot-rearms",
+    should_panic(expected = "the one-shot is spent")
+)]
+fn bio_alloc_bioset_absorbs_an_injected_failure_with_gfp_noio() {
+    let k = kernel();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let bs = BioSet::new(2);
+    k.fault_inject()
+        .fail_alloc_once("bio_alloc_bioset")
+        .unwrap();
+    let bio = bs.bio_alloc_bioset(ReqOp::Write, 8, 1, GfpFlags::GFP_NOIO, &cx);
+    assert!(bio.is_some_and(|b| b.bi_iter.bi_sector == 8));
+    assert_eq!(bs.bio_pool.curr_nr(), 1, "the reserve answered");
+    assert_eq!(
+        k.fault_inject().armed().0,
+        Vec::<&str>::new(),
+        "the one-shot is spent"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    feature = "bug-fault-oneshot-rearms",
+    should_panic(expected = "the one-shot is spent")
+)]
+fn bio_alloc_bioset_without_direct_reclaim_fails_on_a_bvec_failure() {
+    let k = kernel();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let bs = BioSet::new(0);
+    k.fault_inject().fail_alloc_once("bvec_alloc").unwrap();
+    assert!(bs
+        .bio_alloc_bioset(ReqOp::Read, 0, 16, GfpFlags::GFP_NOWAIT, &cx)
+        .is_none());
+    // A bio with inline vecs needs no bvec allocation.
+    k.fault_inject().fail_alloc_once("bvec_alloc").unwrap();
+    assert!(bs
+        .bio_alloc_bioset(ReqOp::Read, 0, 4, GfpFlags::GFP_NOWAIT, &cx)
+        .is_some());
+    assert_eq!(
+        k.fault_inject().armed().0,
+        vec!["bvec_alloc"],
+        "the one-shot is spent at the first bvec_alloc, not the inline bio"
+    );
+    // With GFP_NOIO the bvec mempool's second attempt (full mask) succeeds.
+    assert!(bs
+        .bio_alloc_bioset(ReqOp::Read, 0, 16, GfpFlags::GFP_NOIO, &cx)
+        .is_some());
+}
