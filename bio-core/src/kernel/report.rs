@@ -22,6 +22,13 @@ pub enum ReportKind {
     Bug,
     /// `WARN()`/`WARN_ON()`.
     Warn,
+    /// lockdep's `WARNING: possible circular locking dependency detected`
+    /// (`check_noncircular()` → `print_circular_bug()`): a new dependency closes a cycle in the
+    /// lock graph.
+    CircularLockDependency,
+    /// lockdep's `WARNING: possible recursive locking detected` (`check_deadlock()` →
+    /// `print_deadlock_bug()`): a held non-recursive class taken again.
+    RecursiveLocking,
 }
 
 /// One splat.
