@@ -36,6 +36,23 @@ fn r(name: &'static str) -> (&'static str, LockRead) {
     (name, LockRead::Read)
 }
 
+/// The module docs' second `text` block: the circular dependency example.
+fn documented_circular_splat() -> String {
+    let src = include_str!("mod.rs");
+    let fence = "//! ```text\n";
+    let first = src.find(fence).unwrap() + fence.len();
+    let start = first + src[first..].find(fence).unwrap() + fence.len();
+    let end = start + src[start..].find("//! ```\n").unwrap();
+    src[start..end]
+        .lines()
+        .map(|l| {
+            l.strip_prefix("//! ")
+                .unwrap_or(l.trim_start_matches("//!"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn dep(k: &Kernel, prev: &str, next: &str) -> Option<u8> {
     k.lockdep.with_state(|s| s.graph.dependency(prev, next))
 }
@@ -96,6 +113,11 @@ fn abba_on_two_flows_is_a_circular_dependency_in_lockdeps_layout() {
         assert_eq!(got, want, "line {i} of\n{}", r.message);
     }
     assert_eq!(lines.len(), expected.len(), "{}", r.message);
+    assert_eq!(
+        r.message,
+        documented_circular_splat(),
+        "the module docs quote it"
+    );
     assert_eq!(k.reports().len(), 1);
     assert!(!k.debug_locks(), "the splat turned lockdep off");
 }

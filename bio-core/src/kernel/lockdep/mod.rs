@@ -1,5 +1,6 @@
 //! `kernel/locking/lockdep.c`: the wait-context check (`check_wait_context()`), the IRQ-usage
-//! check (`mark_usage()`/`mark_lock()`/`valid_state()`/`print_usage_bug()`), lockdep's
+//! check (`mark_usage()`/`mark_lock()`/`valid_state()`/`print_usage_bug()`), the dependency
+//! graph (`validate_chain()`, in `graph.rs`), lockdep's
 //! one-splat rule (`debug_locks_off()`, `lib/debug_locks.c`), and the lock classes it knows, with
 //! the preemption side effects of taking each lock (`include/linux/spinlock.h`,
 //! `include/linux/local_lock.h`, `kernel/locking/spinlock_rt.c`).
@@ -52,23 +53,87 @@
 //! report, and the `SC` field prints 0. In hardirq the wait-context check fires first and turns
 //! lockdep off (see below).
 //!
-//! Not modelled: read locks (the `_READ` bits), trylocks, the dependency graph and with it
-//! `check_usage_forwards()`/`check_usage_backwards()` ("possible irq lock inversion dependency",
-//! "HARDIRQ-safe -> HARDIRQ-unsafe lock order"), and `mark_held_locks()`: re-enabling IRQs or
-//! BHs while holding a lock does not set ENABLED bits, only acquisitions do. An NMI marks nothing:
-//! `nmi_enter()` runs `lockdep_off()`.
+//! Read acquisitions ([`LockRead::Read`], [`LockRead::RecursiveRead`]) set the `_READ` bits and
+//! print in the read column of `{....}`; as `mark_lock_irq()`, a new bit conflicts with the
+//! opposite direction's write bit, and a write bit also with its read bit. A `lock_sync()` sets
+//! no ENABLED bit.
+//!
+//! Not modelled: trylocks, `check_irq_usage()` / `check_usage_forwards()` /
+//! `check_usage_backwards()` ("possible irq lock inversion dependency", "HARDIRQ-safe ->
+//! HARDIRQ-unsafe lock order"), and `mark_held_locks()`: re-enabling IRQs or BHs while holding a
+//! lock does not set ENABLED bits, only acquisitions do. An NMI marks nothing: `nmi_enter()` runs
+//! `lockdep_off()`.
+//!
+//! # The dependency graph
+//!
+//! After `mark_usage()` every acquisition runs `validate_chain()` (`graph.rs`): the chain of held
+//! locks of the acquisition's IRQ context (`held_lock->irq_context`: task, hardirq or softirq)
+//! plus the new lock is looked up in the `lock_chains` cache by its 64-bit key; a known chain
+//! costs that lookup only. A new one runs `check_deadlock()` (the class held already:
+//! [`ReportKind::RecursiveLocking`], "WARNING: possible recursive locking detected", unless a
+//! recursive read nests in a read) and `check_prev_add()` for the nearest held lock of the same
+//! context: `check_noncircular()` searches the graph from the new class for the held one along a
+//! strong path (the `DEP_{SR,ER,SN,EN}` rules of v5.11's recursive-read support: two recursive
+//! readers never deadlock, a `-(*R)->` edge cannot be followed by `-(S*)->`), reporting
+//! [`ReportKind::CircularLockDependency`], "WARNING: possible circular locking dependency
+//! detected", with `print_circular_bug()`'s layout:
+//!
+//! ```text
+//! WARNING: possible circular locking dependency detected
+//! ------------------------------------------------------
+//! biosim/1/1001 is trying to acquire lock:
+//! (lock_A){+.+.}
+//! but task is already holding lock:
+//! (lock_B){+.+.}
+//! which lock already depends on the new lock.
+//! the existing dependency chain (in reverse order) is:
+//! -> #1 (lock_B){+.+.}:
+//!        biosim/0/1000 on CPU0 [HC0[0]:SC0[0]:HE1:SE1]
+//! -> #0 (lock_A){+.+.}:
+//!        biosim/1/1001 on CPU1 [HC0[0]:SC0[0]:HE1:SE1]
+//! other info that might help us debug this:
+//!  Possible unsafe locking scenario:
+//!        CPU0                    CPU1
+//!        ----                    ----
+//!   lock(lock_B);
+//!                                lock(lock_A);
+//!                                lock(lock_B);
+//!   lock(lock_A);
+//!  *** DEADLOCK ***
+//! 1 lock held by biosim/1/1001:
+//!  #0: (lock_B){+.+.}
+//! ```
+//!
+//! Where the kernel prints a stack (`print_lock_trace()`) the entry names the task, CPU and IRQ
+//! state of the acquisition that first recorded the edge into that class (for `#0`, the current
+//! one). A longer cycle first prints "Chain exists of:" and a read or `lock_sync()` acquisition
+//! prints `rlock(`/`sync(` in the scenario, as `print_circular_lock_scenario()`. Left out, as in
+//! the usage report: the `=====` banner line and `print_kernel_ident()`, blank lines, lock
+//! addresses, the `-{4:4}` wait-type suffix, `, at: symbol` and the stack backtrace.
+//!
+//! Pseudo-locks go through the same calls: `fs_reclaim` (a [`LockClass::Map`] taken for write by
+//! `might_alloc()`, see `mm/gfp.rs`), SRCU (`srcu_read_lock()` a recursive read,
+//! `synchronize_srcu()` a [`Cpu::lock_sync`], checked and recorded but never held),
+//! `&q->q_usage_counter(io)` (a map taken for read by `blk_queue_enter()`, for write by a freeze)
+//! and the sb freeze percpu rwsems `sb_writers#N` (read == 1: non-recursive, so two readers in
+//! opposite orders are a cycle, as the kernel's rwsem_ABBA selftests say).
+//! [`Cpu::lockdep_assert_held`] is `lockdep_assert_held()`'s `WARN_ON`.
 //!
 //! # One splat per boot
 //!
-//! Every lockdep report here (invalid wait context, inconsistent lock state, bad unlock balance)
+//! Every lockdep report here (invalid wait context, inconsistent lock state, recursive locking,
+//! circular dependency, bad unlock balance)
 //! first calls `debug_locks_off()`: the first one clears `debug_locks` ([`Kernel::debug_locks`])
-//! and prints; later ones on the same kernel are silent, and no usage bits are set any more, as
+//! and prints; later ones on the same kernel are silent, and no usage bits or dependencies are
+//! recorded any more, as
 //! `lock_acquire()` returns early once `lockdep_enabled()` is false. `might_sleep()` is not
 //! lockdep and keeps reporting.
 //!
 //! Buggy twins (features of bio-core, run by `.ci/run`): `bug-lockdep-no-valid-state`,
-//! `bug-lockdep-every-splat`, `bug-lockdep-enabled-ignores-irqs-off`; the unit tests each one
-//! breaks are `should_panic` under it.
+//! `bug-lockdep-every-splat`, `bug-lockdep-enabled-ignores-irqs-off`, `bug-lockdep-no-graph`
+//! (`check_noncircular()` never finds a path), `bug-lockdep-read-as-write` (recursive reads
+//! count as writes), `bug-fs-reclaim-ignores-noio` (`fs_reclaim` taken under `GFP_NOIO`); the
+//! unit tests each one breaks are `should_panic` under it.
 //!
 //! The class table and `debug_locks` are a checker's bookkeeping, not kernel state the loom
 //! models explore: they use the untracked primitives, never held across a loom operation, so they
@@ -498,7 +563,7 @@ impl Cpu {
     }
 
     /// `__lock_acquire()`: `check_wait_context()`, `mark_usage()`, `validate_chain()` (see
-    /// [`graph`]), then the push on the held stack unless this is a `lock_sync()`.
+    /// `graph.rs`), then the push on the held stack unless this is a `lock_sync()`.
     fn lockdep_acquire_inner(
         &self,
         class: LockClass,
