@@ -33,10 +33,14 @@ fn hlock_read(read: LockRead) -> u8 {
     }
 }
 
-/// `calc_dep()` / `__calc_dep_bit()`: bit 0 is `prev->read == 0`, bit 1 `next->read != 2`.
+/// `calc_dep()` / `__calc_dep_bit()`: shared or exclusive `prev`, recursive or not `next`.
 fn calc_dep(prev: &HeldLock, next: &HeldLock) -> u8 {
-    let bit = u8::from(hlock_read(prev.read) == 0) + (u8::from(hlock_read(next.read) != 2) << 1);
-    1 << bit
+    match (hlock_read(prev.read) == 0, hlock_read(next.read) != 2) {
+        (false, false) => DEP_SR_MASK,
+        (true, false) => DEP_ER_MASK,
+        (false, true) => DEP_SN_MASK,
+        (true, true) => DEP_EN_MASK,
+    }
 }
 
 /// One `struct lock_list` in a class's `locks_after`: the edge to `class`, its dependency kinds
@@ -137,6 +141,7 @@ impl DepGraph {
                 if dep == 0 {
                     continue;
                 }
+                // Only -(*R)-> left: the next step must start exclusive.
                 entries[i].only_xr = dep & (DEP_SN_MASK | DEP_EN_MASK) == 0;
             }
             // Step 3: hlock_conflict(): prev's class, and either prev is a write or the path

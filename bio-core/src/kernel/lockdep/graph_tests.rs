@@ -727,3 +727,32 @@ fn lockdep_assert_held_warns_only_when_not_held_and_lockdep_is_on() {
     );
     assert_eq!(k.reports().len(), 1);
 }
+
+#[test]
+#[cfg_attr(
+    feature = "bug-lockdep-no-valid-state",
+    should_panic(expected = "must be reported")
+)]
+fn read_usage_in_hardirq_conflicts_with_a_write_not_a_read_with_irqs_on() {
+    // mark_lock_irq(): IN-HARDIRQ-R against HARDIRQ-ON-R is fine (readers share), against
+    // HARDIRQ-ON-W it is the "read in write" conflict.
+    let k = kernel();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let read = |c: &Cpu| nest(c, LockClass::Spinlock, &[r("&dev->rwlock")]);
+    assert!(cx.with_hardirq(read).is_none());
+    assert!(
+        read(&cx).is_none(),
+        "read with IRQs on after a read in hardirq is consistent"
+    );
+    let rep = nest(&cx, LockClass::Spinlock, &[w("&dev->rwlock")])
+        .expect("a write with IRQs on after a read in hardirq must be reported");
+    assert_eq!(rep.kind, ReportKind::InconsistentLockState);
+    let lines: Vec<&str> = rep.message.lines().collect();
+    assert_eq!(
+        lines[2],
+        "inconsistent {IN-HARDIRQ-R} -> {HARDIRQ-ON-W} usage."
+    );
+    // HARDIRQ: write '+' (ON-W), read '?' (IN-R and ON-R); SOFTIRQ: write '.' (mark_usage()
+    // stopped at the conflict before SOFTIRQ-ON-W), read '+'.
+    assert_eq!(lines[4], "(&dev->rwlock){+?.+}");
+}
