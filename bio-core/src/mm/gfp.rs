@@ -221,6 +221,47 @@ mod tests {
         assert!(!gfpflags_allow_blocking(GfpFlags::GFP_ATOMIC));
     }
 
+    /// Whether `fs_reclaim_acquire(gfp)` leaves the map held (then releases it).
+    fn takes_fs_reclaim(gfp: GfpFlags, cx: &Cpu) -> bool {
+        let before = cx.held_locks();
+        assert!(fs_reclaim_acquire(gfp, cx).is_none());
+        let now = cx.held_locks();
+        fs_reclaim_release(gfp, cx);
+        assert_eq!(cx.held_locks(), before);
+        now.len() > before.len() && now.last().is_some_and(|h| h.name == FS_RECLAIM_MAP)
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-fs-reclaim-ignores-noio",
+        should_panic(expected = "takes no fs_reclaim")
+    )]
+    fn fs_reclaim_is_taken_only_for_blocking_fs_allocations() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        assert!(takes_fs_reclaim(GfpFlags::GFP_KERNEL, &cx));
+        for gfp in [GfpFlags::GFP_ATOMIC, GfpFlags::GFP_NOWAIT] {
+            assert!(!takes_fs_reclaim(gfp, &cx), "{gfp} never waits on reclaim");
+        }
+        for gfp in [GfpFlags::GFP_NOIO, GfpFlags::GFP_NOFS] {
+            assert!(!takes_fs_reclaim(gfp, &cx), "{gfp} takes no fs_reclaim");
+        }
+        let saved = memalloc_noio_save(&cx);
+        let under_noio = takes_fs_reclaim(GfpFlags::GFP_KERNEL, &cx);
+        memalloc_noio_restore(&cx, saved);
+        assert!(
+            !under_noio,
+            "GFP_KERNEL under memalloc_noio takes no fs_reclaim"
+        );
+        // Inside reclaim (PF_MEMALLOC) nothing enters reclaim again.
+        let ((), r) = fs_reclaim_scope(GfpFlags::GFP_KERNEL, &cx, |c| {
+            assert!(!takes_fs_reclaim(GfpFlags::GFP_KERNEL, c));
+            assert_eq!(c.held_locks().len(), 1);
+        });
+        assert!(r.is_none());
+        assert!(k.reports().is_empty(), "{:#?}", k.reports().all());
+    }
+
     #[test]
     fn memalloc_noio_strips_io_and_fs() {
         let k = Kernel::new(KernelConfig::default(), 1).unwrap();
