@@ -709,14 +709,20 @@ fn lockdep_assert_held_warns_only_when_not_held_and_lockdep_is_on() {
     let (m, _) = cx.lock_acquire(LockClass::Mutex, "&q->sysfs_lock");
     assert!(cx.lockdep_assert_held("&q->sysfs_lock").is_none());
     cx.lock_release(m);
-    let r = cx
-        .lockdep_assert_held("&q->sysfs_lock")
-        .expect("not held must warn");
+    let (other, _) = cx.lock_acquire(LockClass::Mutex, "&q->elevator_lock");
+    let line = line!() + 1;
+    let r = cx.lockdep_assert_held("&q->sysfs_lock");
+    cx.lock_release(other);
+    let r = r.expect("not held must warn");
     assert_eq!(r.kind, ReportKind::Warn);
     assert_eq!(
         r.message,
-        "WARNING: CPU: 0 PID: 1000 at lockdep_assert_held(&q->sysfs_lock)\n\
-         biosim/0/1000 does not hold &q->sysfs_lock"
+        format!(
+            "WARNING: CPU: 0 at {}:{line}:{}: lockdep_assert_held(&q->sysfs_lock): \
+             not held (held: &q->elevator_lock)",
+            file!(),
+            "    let r = cx.".len() + 1
+        )
     );
     // A WARN_ON, not a lockdep splat: lockdep stays on.
     assert!(k.debug_locks());

@@ -682,24 +682,25 @@ impl Cpu {
     /// !lockdep_is_held(l))`. The lock is found by class name among every lock the flow holds
     /// (any context, any read mode, as `lock_is_held_type(l, -1)`). A WARN, not a lockdep splat:
     /// it does not turn lockdep off, and is silent once lockdep is off or without
-    /// `CONFIG_PROVE_LOCKING` (where the kernel's macro is empty).
+    /// `CONFIG_PROVE_LOCKING` (where the kernel's macro is empty). The WARN names the caller's
+    /// file and line (the kernel's `at file:line`, no `func+off`) and, as loop.c's check does,
+    /// the locks held instead.
+    #[track_caller]
     pub fn lockdep_assert_held(&self, name: &'static str) -> Option<Report> {
         if !self.config().prove_locking || !self.kernel().debug_locks() {
             return None;
         }
-        if self.held_locks.borrow().iter().any(|h| h.name == name) {
+        let held: Vec<&str> = self.held_locks.borrow().iter().map(|h| h.name).collect();
+        if held.contains(&name) {
             return None;
         }
-        let task = self.current();
         Some(self.report(
             ReportKind::Warn,
             format!(
-                "WARNING: CPU: {} PID: {} at lockdep_assert_held({name})\n\
-                 {}/{} does not hold {name}",
+                "WARNING: CPU: {} at {}: lockdep_assert_held({name}): not held (held: {})",
                 self.id().0,
-                task.pid,
-                task.comm,
-                task.pid
+                std::panic::Location::caller(),
+                held.join(", ")
             ),
         ))
     }
