@@ -43,6 +43,10 @@ fn calc_dep(prev: &HeldLock, next: &HeldLock) -> u8 {
     }
 }
 
+/// One step of a path `check_noncircular()` found: the class, and the `locks_after` entry
+/// (`(class, index)`) it was reached through, `None` for the search's root.
+type PathEntry = (usize, Option<(usize, usize)>);
+
 /// One `struct lock_list` in a class's `locks_after`: the edge to `class`, its dependency kinds
 /// and the "trace" of the acquisition that first made it (task and context, not a stack).
 #[derive(Debug)]
@@ -103,7 +107,7 @@ impl DepGraph {
         &mut self,
         next: (usize, u8),
         prev: (usize, u8),
-    ) -> Option<Vec<(usize, Option<usize>)>> {
+    ) -> Option<Vec<PathEntry>> {
         // Twin: the graph is recorded but never searched.
         if cfg!(feature = "bug-lockdep-no-graph") {
             return None;
@@ -145,7 +149,8 @@ impl DepGraph {
                 entries[i].only_xr = dep & (DEP_SN_MASK | DEP_EN_MASK) == 0;
             }
             // Step 3: hlock_conflict(): prev's class, and either prev is a write or the path
-            // into it ends -(*N)-> (so prev -> next closes with -(S*)-> legally).
+            // into it does not end -(*R)-> (else the closing prev -> next, which starts shared,
+            // would make it weak).
             if entries[i].class == prev.0 && (prev.1 == 0 || !entries[i].only_xr) {
                 let mut path = Vec::new();
                 let mut at = Some(i);
@@ -153,7 +158,7 @@ impl DepGraph {
                     let trace = entries[j]
                         .parent
                         .zip(entries[j].edge)
-                        .map(|(p, e)| Self::edge_index(entries[p].class, e));
+                        .map(|(p, e)| (entries[p].class, e));
                     path.push((entries[j].class, trace));
                     at = entries[j].parent;
                 }
@@ -178,14 +183,9 @@ impl DepGraph {
         None
     }
 
-    /// A flat index for the `e`-th `locks_after` entry of `class`, for [`DepGraph::trace`].
-    fn edge_index(class: usize, e: usize) -> usize {
-        (class << 32) | e
-    }
-
-    /// The trace recorded with an edge (by its [`DepGraph::edge_index`]).
-    fn trace(&self, index: usize) -> &str {
-        &self.locks_after[index >> 32][index & 0xffff_ffff].trace
+    /// The trace recorded with the `e`-th `locks_after` entry of `class`.
+    fn trace(&self, (class, e): (usize, usize)) -> &str {
+        &self.locks_after[class][e].trace
     }
 }
 
@@ -373,7 +373,7 @@ impl Cpu {
         &self,
         state: &LockdepState,
         held: &[HeldLock],
-        path: &[(usize, Option<usize>)],
+        path: &[PathEntry],
         prev: &HeldLock,
         next: &HeldLock,
     ) -> GraphBug {
