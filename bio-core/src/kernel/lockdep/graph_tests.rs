@@ -762,3 +762,43 @@ fn read_usage_in_hardirq_conflicts_with_a_write_not_a_read_with_irqs_on() {
     // stopped at the conflict before SOFTIRQ-ON-W), read '+'.
     assert_eq!(lines[4], "(&dev->rwlock){+?.+}");
 }
+
+#[test]
+#[cfg_attr(
+    feature = "bug-lockdep-no-graph",
+    should_panic(expected = "exactly one circular dependency")
+)]
+fn racing_abba_on_os_threads_reports_exactly_once() {
+    // The threaded runtime: whichever CPU validates its edge second under graph_lock() sees
+    // the other's and reports; the first never can.
+    for _ in 0..20 {
+        let k = kernel();
+        let threads: Vec<_> = [0u32, 1]
+            .into_iter()
+            .map(|cpu| {
+                let k = UntrackedArc::clone(&k);
+                std::thread::spawn(move || {
+                    let cx = k.cpu(CpuId(cpu)).unwrap();
+                    let order = if cpu == 0 {
+                        [w("lock_A"), w("lock_B")]
+                    } else {
+                        [w("lock_B"), w("lock_A")]
+                    };
+                    let _ = nest(&cx, LockClass::Mutex, &order);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            k.reports()
+                .of_kind(ReportKind::CircularLockDependency)
+                .len(),
+            1,
+            "exactly one circular dependency: {:#?}",
+            k.reports().all()
+        );
+        assert_eq!(k.reports().len(), 1);
+    }
+}
