@@ -40,6 +40,7 @@ pub use task::{
     memalloc_nofs_restore, memalloc_nofs_save, memalloc_noio_restore, memalloc_noio_save, Task,
     TaskState, DEFAULT_PRIO, HIGHPRI_PRIO, PF_MEMALLOC_NOFS, PF_MEMALLOC_NOIO,
 };
+pub use task::{memalloc_noreclaim_restore, memalloc_noreclaim_save, PF_MEMALLOC};
 pub use trace::{hashed_ptr, timer_ptr, work_ptr, PtrKind, TraceFlags};
 
 pub use hotplug::CpuId;

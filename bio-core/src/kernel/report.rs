@@ -28,6 +28,13 @@ pub enum ReportKind {
     /// biosim's freeze-protection accounting (`fs/super_block.rs`): a superblock level whose
     /// writers never all ended (`sb_start_write()`/`kiocb_start_write()` without the end).
     SbWritersUnbalanced,
+    /// lockdep's `WARNING: possible circular locking dependency detected`
+    /// (`check_noncircular()` → `print_circular_bug()`): a new dependency closes a cycle in the
+    /// lock graph.
+    CircularLockDependency,
+    /// lockdep's `WARNING: possible recursive locking detected` (`check_deadlock()` →
+    /// `print_deadlock_bug()`): a held non-recursive class taken again.
+    RecursiveLocking,
 }
 
 /// One splat.

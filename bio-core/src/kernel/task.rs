@@ -167,6 +167,10 @@ mod tests {
     }
 }
 
+/// `PF_MEMALLOC` (`include/linux/sched.h`): set while the task reclaims memory
+/// (`memalloc_noreclaim_save()`); its allocations do not enter reclaim again, so lockdep's
+/// `fs_reclaim` map is not taken for them (`__need_reclaim()`).
+pub const PF_MEMALLOC: u32 = 0x0000_0800;
 /// `PF_MEMALLOC_NOFS` (`include/linux/sched.h`): set by `memalloc_nofs_save()`; allocations of
 /// the task act as `GFP_NOFS`.
 pub const PF_MEMALLOC_NOFS: u32 = 0x0004_0000;
@@ -225,4 +229,20 @@ pub fn memalloc_nofs_restore(cx: &super::Cpu, flags: u32) {
     let t = cx.task_state();
     t.pf_flags
         .set((t.pf_flags.get() & !PF_MEMALLOC_NOFS) | (flags & PF_MEMALLOC_NOFS));
+}
+
+/// `memalloc_noreclaim_save()` (`include/linux/sched/mm.h`): sets `PF_MEMALLOC` (the task is
+/// reclaiming) and returns the previous value for [`memalloc_noreclaim_restore`].
+pub fn memalloc_noreclaim_save(cx: &super::Cpu) -> u32 {
+    let t = cx.task_state();
+    let old = t.pf_flags.get();
+    t.pf_flags.set(old | PF_MEMALLOC);
+    old & PF_MEMALLOC
+}
+
+/// `memalloc_noreclaim_restore()`.
+pub fn memalloc_noreclaim_restore(cx: &super::Cpu, flags: u32) {
+    let t = cx.task_state();
+    t.pf_flags
+        .set((t.pf_flags.get() & !PF_MEMALLOC) | (flags & PF_MEMALLOC));
 }

@@ -1,13 +1,14 @@
 //! `include/linux/gfp_types.h` and `include/linux/gfp.h`: the allocation flags the modelled kernel
 //! code passes, `gfpflags_allow_blocking()`, `current_gfp_context()` (`include/linux/sched/mm.h`)
-//! and `might_alloc()`.
+//! and `might_alloc()` with lockdep's `fs_reclaim` pseudo-lock (`fs_reclaim_acquire()`/
+//! `fs_reclaim_release()`, `mm/page_alloc.c`).
 //!
 //! Only the bits the block and writeback paths use are modelled. The composite masks are the
 //! kernel's: `GFP_KERNEL` = `__GFP_RECLAIM | __GFP_IO | __GFP_FS`, `GFP_NOIO` =
 //! `__GFP_RECLAIM`, `GFP_NOWAIT` = `__GFP_KSWAPD_RECLAIM | __GFP_NOWARN`, `GFP_ATOMIC` =
 //! `__GFP_HIGH | __GFP_KSWAPD_RECLAIM`.
 
-use crate::kernel::Cpu;
+use crate::kernel::{memalloc_noreclaim_restore, memalloc_noreclaim_save, Cpu, LockClass, Report};
 use std::fmt;
 
 /// `gfp_t`: a set of `__GFP_*` bits.
@@ -126,11 +127,74 @@ pub fn current_gfp_context(gfp: GfpFlags, cx: &Cpu) -> GfpFlags {
     }
 }
 
+/// The name of lockdep's `__fs_reclaim_map` (`mm/page_alloc.c`), the pseudo-lock that stands
+/// for "this context may enter filesystem reclaim".
+pub const FS_RECLAIM_MAP: &str = "fs_reclaim";
+
+/// `__need_reclaim()` (`mm/page_alloc.c`, 6.18): the allocation may wait on direct reclaim and
+/// the task is not reclaiming already (`PF_MEMALLOC`). `__GFP_NOLOCKDEP` is not modelled.
+fn __need_reclaim(gfp: GfpFlags, cx: &Cpu) -> bool {
+    gfp.contains(GfpFlags::__GFP_DIRECT_RECLAIM)
+        && cx.task_state().pf_flags.get() & crate::kernel::PF_MEMALLOC == 0
+}
+
+/// Whether `fs_reclaim_acquire(gfp)` takes the map: `current_gfp_context()` first (the
+/// memalloc scopes), then `__need_reclaim()` and `__GFP_FS`.
+fn fs_reclaim_taken(gfp: GfpFlags, cx: &Cpu) -> bool {
+    // Twin: the memalloc_noio scope and a mask without __GFP_FS are ignored.
+    if cfg!(feature = "bug-fs-reclaim-ignores-noio") {
+        return __need_reclaim(gfp, cx);
+    }
+    let gfp = current_gfp_context(gfp, cx);
+    __need_reclaim(gfp, cx) && gfp.contains(GfpFlags::__GFP_FS)
+}
+
+/// `fs_reclaim_acquire()` (`mm/page_alloc.c`): an exclusive acquisition of the `fs_reclaim`
+/// map if an allocation with `gfp` could enter filesystem reclaim here, so that lockdep
+/// records `L -> fs_reclaim` for every lock `L` held. `GFP_NOIO`, `GFP_NOFS`, non-blocking
+/// masks and allocations under `memalloc_noio_save()`/`memalloc_nofs_save()` take nothing.
+/// Returns lockdep's report, if any (also logged). The mmu_notifier map is not modelled.
+pub fn fs_reclaim_acquire(gfp: GfpFlags, cx: &Cpu) -> Option<Report> {
+    if !fs_reclaim_taken(gfp, cx) {
+        return None;
+    }
+    let (held, report) = cx.lockdep_acquire(LockClass::Map, FS_RECLAIM_MAP);
+    // Released by fs_reclaim_release() by name, as the kernel's lock_map_release().
+    drop(held);
+    report
+}
+
+/// `fs_reclaim_release()`: releases what [`fs_reclaim_acquire`] with the same mask took.
+pub fn fs_reclaim_release(gfp: GfpFlags, cx: &Cpu) {
+    if fs_reclaim_taken(gfp, cx) {
+        cx.lock_map_release(FS_RECLAIM_MAP);
+    }
+}
+
+/// A model of direct reclaim (`__perform_reclaim()`): `fs_reclaim_acquire(gfp)`, then
+/// `memalloc_noreclaim_save()` (`PF_MEMALLOC`, so allocations inside do not take the map
+/// again), `f` (a shrinker, writeback from reclaim: every lock it takes records
+/// `fs_reclaim -> L`), and the reverse. Returns `f`'s value and the acquisition's report.
+pub fn fs_reclaim_scope<R>(
+    gfp: GfpFlags,
+    cx: &Cpu,
+    f: impl FnOnce(&Cpu) -> R,
+) -> (R, Option<Report>) {
+    let report = fs_reclaim_acquire(gfp, cx);
+    let noreclaim = memalloc_noreclaim_save(cx);
+    let r = f(cx);
+    memalloc_noreclaim_restore(cx, noreclaim);
+    fs_reclaim_release(gfp, cx);
+    (r, report)
+}
+
 /// `might_alloc()` (`include/linux/sched/mm.h`): `fs_reclaim_acquire()`/`fs_reclaim_release()`
 /// for lockdep, then `might_sleep_if(gfpflags_allow_blocking())`. Every allocation the modelled
-/// kernel code makes runs it first.
+/// kernel code makes runs it first. Lockdep's reports land in the kernel's log.
 #[track_caller]
 pub fn might_alloc(gfp: GfpFlags, cx: &Cpu) {
+    let _ = fs_reclaim_acquire(gfp, cx);
+    fs_reclaim_release(gfp, cx);
     if gfpflags_allow_blocking(gfp) {
         let _ = cx.might_sleep_at(std::panic::Location::caller());
     }
@@ -155,6 +219,47 @@ mod tests {
         assert!(gfpflags_allow_blocking(GfpFlags::GFP_NOIO));
         assert!(!gfpflags_allow_blocking(GfpFlags::GFP_NOWAIT));
         assert!(!gfpflags_allow_blocking(GfpFlags::GFP_ATOMIC));
+    }
+
+    /// Whether `fs_reclaim_acquire(gfp)` leaves the map held (then releases it).
+    fn takes_fs_reclaim(gfp: GfpFlags, cx: &Cpu) -> bool {
+        let before = cx.held_locks();
+        assert!(fs_reclaim_acquire(gfp, cx).is_none());
+        let now = cx.held_locks();
+        fs_reclaim_release(gfp, cx);
+        assert_eq!(cx.held_locks(), before);
+        now.len() > before.len() && now.last().is_some_and(|h| h.name == FS_RECLAIM_MAP)
+    }
+
+    #[test]
+    #[cfg_attr(
+        feature = "bug-fs-reclaim-ignores-noio",
+        should_panic(expected = "takes no fs_reclaim")
+    )]
+    fn fs_reclaim_is_taken_only_for_blocking_fs_allocations() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        assert!(takes_fs_reclaim(GfpFlags::GFP_KERNEL, &cx));
+        for gfp in [GfpFlags::GFP_ATOMIC, GfpFlags::GFP_NOWAIT] {
+            assert!(!takes_fs_reclaim(gfp, &cx), "{gfp} never waits on reclaim");
+        }
+        for gfp in [GfpFlags::GFP_NOIO, GfpFlags::GFP_NOFS] {
+            assert!(!takes_fs_reclaim(gfp, &cx), "{gfp} takes no fs_reclaim");
+        }
+        let saved = memalloc_noio_save(&cx);
+        let under_noio = takes_fs_reclaim(GfpFlags::GFP_KERNEL, &cx);
+        memalloc_noio_restore(&cx, saved);
+        assert!(
+            !under_noio,
+            "GFP_KERNEL under memalloc_noio takes no fs_reclaim"
+        );
+        // Inside reclaim (PF_MEMALLOC) nothing enters reclaim again.
+        let ((), r) = fs_reclaim_scope(GfpFlags::GFP_KERNEL, &cx, |c| {
+            assert!(!takes_fs_reclaim(GfpFlags::GFP_KERNEL, c));
+            assert_eq!(c.held_locks().len(), 1);
+        });
+        assert!(r.is_none());
+        assert!(k.reports().is_empty(), "{:#?}", k.reports().all());
     }
 
     #[test]
