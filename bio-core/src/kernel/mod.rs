@@ -396,6 +396,11 @@ impl Cpu {
         if cond() {
             return true;
         }
+        // schedule() → sched_submit_work(): the task's plug is flushed before it sleeps.
+        crate::block::blk_plug::sched_submit_work(self);
+        if cond() {
+            return true;
+        }
         match &self.runtime {
             Some(rt) => rt.wait_until(self, what, cond),
             None => false,
