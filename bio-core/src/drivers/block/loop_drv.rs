@@ -20,6 +20,13 @@
 //! `biosim_loop_nowait`, `biosim_loop_handle_cmd`, `biosim_loop_aio_complete`. `biosim calibrate
 //! loop` compares the kernel events with the live kernel's (docs/live-kernel.md).
 //!
+//! The device is a blk-mq queue (block/blk_mq): `submit_bio_noacct()` → `__submit_bio()`'s plug
+//! → `blk_mq_submit_bio()` (tag, `block_getrq`, `block_plug`) → `blk_finish_plug()`
+//! (`block_unplug`) → `loop_queue_rq()`, which starts the request (`block_rq_issue`); the
+//! completion ends it with `blk_mq_end_request()` (`block_rq_complete`). A backing that is
+//! itself a simulated block device ([`BdevBacking`]) stacks for real through
+//! `current->bio_list`.
+//!
 //! Simplifications, each documented where it matters (docs/loop.md): one bio is one request (no
 //! blk-mq merging); a synchronous backing completes inline where the I/O was issued, an
 //! asynchronous one (`-EIOCBQUEUED`) through `ki_complete()` in an interrupt on the submitting
@@ -597,8 +604,24 @@ pub const LOOP_MAJOR: u32 = 7;
 
 impl LoopDevice {
     /// `loop_add()` + `LOOP_CONFIGURE`: device `loop<number>` over `backing` from byte
-    /// `lo_offset` on, with `lo_flags`.
+    /// `lo_offset` on, with `lo_flags`, on the blk-mq path (see [`LoopDevice::new_blk_mq`]).
+    ///
+    /// [`LoopDevice::new_direct`] keeps the earlier model, where `->submit_bio()` stood for
+    /// `blk_mq_submit_bio()` without a request layer.
     pub fn new(
+        kernel: &Kernel,
+        number: u32,
+        backing: UntrackedArc<dyn LoopBacking>,
+        lo_flags: u32,
+        lo_offset: u64,
+        variant: LoopVariant,
+    ) -> UntrackedArc<LoopDevice> {
+        Self::create(kernel, number, backing, lo_flags, lo_offset, variant, true)
+    }
+
+    /// The earlier model without a request layer: the device's [`BlockDriver::submit_bio`]
+    /// traces `block_getrq` and calls `loop_queue_rq()` itself (no tag, no plug).
+    pub fn new_direct(
         kernel: &Kernel,
         number: u32,
         backing: UntrackedArc<dyn LoopBacking>,
@@ -609,7 +632,7 @@ impl LoopDevice {
         Self::create(kernel, number, backing, lo_flags, lo_offset, variant, false)
     }
 
-    /// [`LoopDevice::new`] on the blk-mq path: bios reach `loop_queue_rq()` through
+    /// [`LoopDevice::new`], spelled out: bios reach `loop_queue_rq()` through
     /// `blk_mq_submit_bio()` (tag, request, plug, `blk_mq_try_issue_directly()`), and the
     /// request ends with `blk_mq_end_request()`. The tag set is 6.18's `loop_add()`'s:
     /// `hw_queue_depth` (128) tags, `BLK_MQ_F_STACKING` (and `BLK_MQ_F_NO_SCHED_BY_DEFAULT`,

@@ -145,7 +145,7 @@ fn loop_over_loop_over_memory_stores_through_the_stack() {
 fn a_bio_based_loop_over_a_bdev_stores_through_the_stack() {
     let k = Kernel::new(KernelConfig::default(), 1).unwrap();
     let cx = k.cpu(CpuId(0)).unwrap();
-    let bottom = LoopDevice::new(
+    let bottom = LoopDevice::new_direct(
         &k,
         1,
         UntrackedArc::new(MemBacking::preallocated(1 << 20)),
@@ -154,7 +154,7 @@ fn a_bio_based_loop_over_a_bdev_stores_through_the_stack() {
         LoopVariant::V5,
     );
     let backing = UntrackedArc::new(BdevBacking::new(bottom as UntrackedArc<dyn BlockDriver>));
-    let top = LoopDevice::new(
+    let top = LoopDevice::new_direct(
         &k,
         0,
         UntrackedArc::clone(&backing) as UntrackedArc<dyn LoopBacking>,
