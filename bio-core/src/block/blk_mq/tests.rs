@@ -521,6 +521,7 @@ mod tags {
         let r = k.reports().of_kind(ReportKind::Bug);
         assert_eq!(r.len(), 1);
         assert!(r[0].message.contains("blk_mq_get_tag"), "{}", r[0].message);
+        println!("{}", r[0]);
     }
 }
 
@@ -579,6 +580,7 @@ mod wbt {
         let r = k.reports().of_kind(ReportKind::Bug);
         assert_eq!(r.len(), 1);
         assert!(r[0].message.contains("wbt_wait"), "{}", r[0].message);
+        println!("{}", r[0]);
     }
 
     /// Reads and `REQ_NOWAIT` writes are never throttled.
@@ -623,6 +625,7 @@ mod dispatch {
         let (_k, r) = sleeper(0);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(r[0].kind, ReportKind::SleepInAtomic);
+        println!("{}", r[0]);
         let (_k, r) = sleeper(BLK_MQ_F_BLOCKING);
         assert!(r.is_empty(), "{r:?}");
     }
