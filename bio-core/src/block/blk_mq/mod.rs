@@ -1,8 +1,9 @@
 //! `block/blk-mq.c`: the request-based submission path of a blk-mq queue.
 //!
-//! `blk_mq_submit_bio()`: `bio_queue_enter()` (lockdep: a read of `&q->q_usage_counter(io)`
-//! taken and released at once, as `bio_queue_enter()` annotates it; the write side is
-//! `blk_freeze_acquire_lock()` in `blk_mq_freeze_queue()`), `rq_qos_throttle()` (the optional
+//! `blk_mq_submit_bio()`: `bio_queue_enter()` (waits while the queue is frozen; lockdep: a read
+//! of `&q->q_usage_counter(io)` taken and released at once, as `bio_queue_enter()` annotates
+//! it; the write side is `blk_freeze_acquire_lock()` in [`blk_mq_freeze_queue`], held until
+//! [`blk_mq_unfreeze_queue`]), `rq_qos_throttle()` (the optional
 //! write throttle, [`crate::block::blk_wbt`]), a tag ([`tag::BlkMqTags::blk_mq_get_tag`]), the
 //! request (`block_getrq`), then `current->plug` if the task has one (`blk_add_rq_to_plug()`)
 //! or `blk_mq_try_issue_directly()`.
@@ -37,7 +38,9 @@ use crate::drivers::block::blk_mq_trace::{
     block_getrq, block_rq_complete, block_rq_insert, block_rq_issue,
 };
 use crate::kernel::srcu::SrcuStruct;
+use crate::kernel::HeldLock;
 use crate::kernel::{Cpu, LockClass, LockRead, ReportKind};
+use crate::sync::atomic::{AtomicU32, Ordering};
 use crate::sync::{Mutex, UntrackedArc, UntrackedWeak};
 use std::collections::VecDeque;
 use std::fmt;
@@ -75,6 +78,8 @@ pub struct RequestQueue {
     dispatch: Mutex<VecDeque<usize>>,
     /// `q->rq_qos`: the write throttle, if enabled.
     pub rq_qos: Option<RqWb>,
+    /// `q->mq_freeze_depth`.
+    mq_freeze_depth: AtomicU32,
     ops: UntrackedWeak<dyn BlkMqOps>,
 }
 
@@ -104,6 +109,7 @@ impl RequestQueue {
             srcu: SrcuStruct::new("set->srcu"),
             dispatch: Mutex::new(VecDeque::new()),
             rq_qos: None,
+            mq_freeze_depth: AtomicU32::new(0),
             ops,
         }
     }
@@ -213,18 +219,103 @@ impl RequestQueue {
     }
 }
 
-/// `bio_queue_enter()`'s lockdep annotation: `rwsem_acquire_read()` + `rwsem_release()` of
-/// `q->io_lockdep_map` (`&q->q_usage_counter(io)`): entering may wait for a freeze.
-pub fn bio_queue_enter(cx: &Cpu) {
-    let (held, _report) =
-        cx.lock_acquire_mode(LockClass::Map, "&q->q_usage_counter(io)", LockRead::Read);
+/// `q->io_lockdep_map`'s lockdep name.
+pub const Q_USAGE_COUNTER_IO: &str = "&q->q_usage_counter(io)";
+
+/// Why [`bio_queue_enter`] did not enter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnterError {
+    /// The queue is frozen and the bio is `REQ_NOWAIT` (`-EAGAIN`).
+    WouldBlock,
+    /// The freeze never ends: the runtime's deadlock answer.
+    Deadlock,
+}
+
+/// `bio_queue_enter()`: waits while the queue is frozen (`REQ_NOWAIT`: fails instead), then
+/// lockdep's annotation, `rwsem_acquire_read()` + `rwsem_release()` of `q->io_lockdep_map`
+/// (`&q->q_usage_counter(io)`): entering may wait for a freeze, so a freezer that waits for
+/// something the submitter holds is a cycle.
+pub fn bio_queue_enter(q: &RequestQueue, nowait: bool, cx: &Cpu) -> Result<(), EnterError> {
+    if q.frozen() {
+        if nowait {
+            return Err(EnterError::WouldBlock);
+        }
+        let _ = cx.might_sleep_at("block/blk-core.c:__bio_queue_enter");
+        if !cx.wait_until("bio_queue_enter", &|| !q.frozen()) {
+            return Err(EnterError::Deadlock);
+        }
+    }
+    let (held, _report) = cx.lock_acquire_mode(LockClass::Map, Q_USAGE_COUNTER_IO, LockRead::Read);
     cx.lock_release(held);
+    Ok(())
+}
+
+/// A frozen queue, from [`blk_mq_freeze_queue`] to [`blk_mq_unfreeze_queue`]: the lockdep
+/// acquisition `blk_freeze_acquire_lock()` made.
+#[derive(Debug)]
+#[must_use = "a frozen queue must be unfrozen with blk_mq_unfreeze_queue()"]
+pub struct Frozen {
+    held: Option<HeldLock>,
+}
+
+impl RequestQueue {
+    /// Whether `mq_freeze_depth` is non-zero (`percpu_ref_is_dying(&q->q_usage_counter)`).
+    pub fn frozen(&self) -> bool {
+        self.mq_freeze_depth.load(Ordering::Acquire) > 0
+    }
+}
+
+/// `blk_mq_freeze_queue()`: `blk_freeze_queue_start()` (the first freezer takes
+/// `q->io_lockdep_map` for write, `blk_freeze_acquire_lock()`; new submitters now wait in
+/// `bio_queue_enter()`), then `blk_mq_freeze_queue_wait()`: sleep until no request is left
+/// (the model counts requests holding a tag as `q_usage_counter`). Returns the freeze and
+/// whether the wait ended (`false`: it never can, a deadlock).
+///
+/// Lockdep: the kernel's `rwsem_acquire(.., trylock=1, ..)` is a plain write acquisition here
+/// (the seam has no trylock flag).
+pub fn blk_mq_freeze_queue(q: &RequestQueue, cx: &Cpu) -> (Frozen, bool) {
+    let first = q.mq_freeze_depth.fetch_add(1, Ordering::AcqRel) == 0;
+    let held = first.then(|| {
+        cx.lock_acquire_mode(LockClass::Map, Q_USAGE_COUNTER_IO, LockRead::Write)
+            .0
+    });
+    let _ = cx.might_sleep_at("block/blk-mq.c:blk_mq_freeze_queue_wait");
+    let drained = cx.wait_until("blk_mq_freeze_queue_wait", &|| q.tags.busy() == 0);
+    (Frozen { held }, drained)
+}
+
+/// `blk_mq_unfreeze_queue()`: the last unfreezer releases the lockdep map and lets submitters
+/// in again. An unfreeze without a freeze is the kernel's `WARN_ON_ONCE(q->mq_freeze_depth < 0)`.
+pub fn blk_mq_unfreeze_queue(q: &RequestQueue, frozen: Frozen, cx: &Cpu) {
+    if let Some(held) = frozen.held {
+        cx.lock_release(held);
+    }
+    let prev = q.mq_freeze_depth.fetch_sub(1, Ordering::AcqRel);
+    if prev == 0 {
+        q.mq_freeze_depth.store(0, Ordering::Release);
+        cx.warn("block/blk-mq.c: __blk_mq_unfreeze_queue: WARN_ON_ONCE(q->mq_freeze_depth < 0)");
+    }
 }
 
 /// `blk_mq_submit_bio()`: see the module doc.
 pub fn blk_mq_submit_bio(q: &UntrackedArc<RequestQueue>, bio: Box<Bio>, cx: &Cpu) {
-    bio_queue_enter(cx);
     let nowait = bio.bi_opf.flags.contains(super::ReqFlags::REQ_NOWAIT);
+    match bio_queue_enter(q, nowait, cx) {
+        Ok(()) => {}
+        Err(EnterError::WouldBlock) => return bio_wouldblock_error(bio, cx),
+        Err(EnterError::Deadlock) => {
+            cx.report(
+                ReportKind::Bug,
+                format!(
+                    "biosim: bio_queue_enter: {} sleeps forever: {},{} is never unfrozen",
+                    cx.current().comm,
+                    q.devt.0,
+                    q.devt.1
+                ),
+            );
+            return bio_endio_status(bio, BLK_STS_IOERR, cx);
+        }
+    }
     let wbt_tracked = match &q.rq_qos {
         Some(w) => match w.rq_qos_throttle(&bio, cx) {
             Ok(tracked) => tracked,
