@@ -230,6 +230,31 @@ fn submit(
     submit_bio_noacct(bio, dev, cx);
 }
 
+/// Fires the plug tracepoints once outside any capture, so their callsites are registered
+/// before a test's `capture()` installs its subscriber (whose creation rebuilds every
+/// registered callsite's interest): a callsite first hit by a parallel test without a
+/// subscriber while another test's subscriber is being created can otherwise keep a stale
+/// "never" interest (tracing-core's registration race).
+fn register_plug_callsites(cx: &Cpu) {
+    crate::block::blk_plug::block_plug(cx);
+    crate::block::blk_plug::block_unplug(0, true, cx);
+}
+
+/// Serialises this module's captures: a capture's subscriber dropped while another test's is
+/// being created can leave a callsite's interest stale in tracing-core, and then the other
+/// capture misses events.
+static CAPTURES: crate::sync::untracked::Mutex<()> = crate::sync::untracked::Mutex::new(());
+
+fn serial_capture(f: impl FnOnce()) -> Vec<crate::kernel::trace::tests::Captured> {
+    let _g = CAPTURES.lock().unwrap_or_else(|e| e.into_inner());
+    capture(|| {
+        // With this capture's subscriber in place, recompute every callsite's interest: one
+        // computed stale by a concurrent registration elsewhere is corrected.
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    })
+}
+
 fn log() -> UntrackedArc<Mutex<Vec<String>>> {
     UntrackedArc::new(Mutex::new(Vec::new()))
 }
@@ -354,7 +379,8 @@ mod plug {
         let log = log();
         let dev = MqDevCfg::new("nullb0", 0, &log).build();
         let e = ends();
-        let ev = capture(|| {
+        register_plug_callsites(&cx);
+        let ev = serial_capture(|| {
             let plug = blk_start_plug(&cx);
             for s in [0, 8, 16] {
                 submit(&*dev, ReqOp::Write, s, ReqFlags::NONE, &e, &cx);
@@ -375,7 +401,7 @@ mod plug {
             .filter(|m| m.starts_with("block_unplug"))
             .collect();
         assert_eq!(plugs, [&"block_plug: [biosim/0]"]);
-        assert_eq!(unplugs, [&"block_unplug: [biosim/0] 3"]);
+        assert_eq!(unplugs, [&"block_unplug: [biosim/0] 3"], "{msgs:?}");
         // block_getrq/rq_* are checked by blk_mq_trace's own tests.
         let plug_events: Vec<_> = ev
             .iter()
@@ -422,7 +448,8 @@ mod plug {
         submit(&*dev, ReqOp::Write, 0, ReqFlags::NONE, &e, &cx);
         submit(&*dev, ReqOp::Write, 8, ReqFlags::NONE, &e, &cx);
         let e2 = UntrackedArc::clone(&e);
-        let ev = capture(|| assert!(cx.wait_until("test_wait", &|| e2.lock().len() == 2)));
+        register_plug_callsites(&cx);
+        let ev = serial_capture(|| assert!(cx.wait_until("test_wait", &|| e2.lock().len() == 2)));
         let msgs: Vec<&str> = ev.iter().map(|e| e.message.as_str()).collect();
         assert!(msgs.contains(&"block_unplug: [biosim/0] 2"), "{msgs:?}");
         // From schedule(): inserted, then the queue is run.

@@ -81,7 +81,12 @@ fn loop_over_null_blk_stores_through_the_stack_and_the_lower_bio_follows_queue_r
     cfg.parse_param("irqmode", "0").unwrap();
     let nullb = NullBlk::new(&k, 0, cfg).unwrap();
     let lo = loop_over(&k, 0, nullb as UntrackedArc<dyn BlockDriver>);
-    let ev = capture(|| write_then_read_back(&*lo, &cx));
+    let ev = capture(|| {
+        // Recompute callsite interest with this capture's subscriber in place (a parallel
+        // test's first hit of a callsite can leave it stale in tracing-core).
+        tracing::callsite::rebuild_interest_cache();
+        write_then_read_back(&*lo, &cx)
+    });
     // The first write: loop0's request is issued; its queue_rq submits the lower bio
     // (block_bio_queue is traced on submission) which waits on current->bio_list while
     // lo_rw_aio_nowait() returns -EIOCBQUEUED; only then does nullb0 get a request for it.
