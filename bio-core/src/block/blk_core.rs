@@ -21,6 +21,8 @@ use super::blk_status::{errno_to_blk_status, BLK_STS_IOERR, BLK_STS_NOTSUPP};
 use super::blk_types::{Bio, ReqFlags, ReqOp, SECTOR_SHIFT};
 use super::trace;
 use crate::kernel::Cpu;
+use crate::sync::UntrackedArc;
+use std::collections::VecDeque;
 use std::fmt;
 
 /// The parts of `struct queue_limits` and the gendisk that the submit path reads.
@@ -78,6 +80,17 @@ pub trait BlockDriver: Send + Sync + fmt::Debug {
     fn limits(&self) -> QueueLimits;
     /// `->submit_bio()` / `->queue_rq()`: take the bio.
     fn submit_bio(&self, bio: Box<Bio>, cx: &Cpu);
+    /// An owned reference to this device (what `bio->bi_bdev` holds), so a bio submitted to it
+    /// from inside another submission can wait on `current->bio_list`. `None` for a driver
+    /// that cannot give one (such a nested submission is a WARN and runs recursively).
+    fn bdev(&self) -> Option<UntrackedArc<dyn BlockDriver>> {
+        None
+    }
+    /// The blk-mq request queue (`!BD_HAS_SUBMIT_BIO`): `__submit_bio()` then calls
+    /// `blk_mq_submit_bio()` instead of [`BlockDriver::submit_bio`]. `None`: a bio-based driver.
+    fn mq_queue(&self) -> Option<UntrackedArc<super::blk_mq::RequestQueue>> {
+        None
+    }
 }
 
 /// What `submit_bio_noacct()` did with a bio.
@@ -196,9 +209,136 @@ pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> 
         bio_endio_status(bio, status, cx);
         return Submission::Failed(status);
     }
-    trace::block_bio_queue(&bio, cx);
-    dev.submit_bio(bio, cx);
+    submit_bio_noacct_nocheck(bio, dev, cx);
     Submission::Submitted
+}
+
+/// A bio waiting on `current->bio_list` with the device it is for (`bio->bi_bdev`): the model's
+/// bios name their device by `dev_t` only, so the list keeps the driver reference the kernel
+/// reaches through `bi_bdev->bd_disk`.
+#[derive(Debug)]
+pub struct PendingBio {
+    /// The bio.
+    pub bio: Box<Bio>,
+    /// Its device.
+    pub dev: UntrackedArc<dyn BlockDriver>,
+}
+
+/// `current->bio_list`: `[0]` collects the bios submitted while one is being handled, `[1]` holds
+/// the ones still pending from before (`bio_list_on_stack[2]` of `__submit_bio_noacct()`).
+#[derive(Debug, Default)]
+pub struct CurrentBioList {
+    /// `bio_list_on_stack[0]`.
+    pub on_stack0: VecDeque<PendingBio>,
+    /// `bio_list_on_stack[1]`.
+    pub on_stack1: VecDeque<PendingBio>,
+}
+
+/// `submit_bio_noacct_nocheck()`: `block_bio_queue`, then either onto `current->bio_list[0]`
+/// (a submission from inside another one: handled after it, never recursively) or through
+/// `__submit_bio_noacct()` (bio-based driver) / `__submit_bio_noacct_mq()` (blk-mq driver).
+///
+/// A nested submission needs an owned reference to its device ([`BlockDriver::bdev`]); a driver
+/// without one is submitted recursively with a WARN, the model's own refusal to guess.
+pub fn submit_bio_noacct_nocheck(bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) {
+    trace::block_bio_queue(&bio, cx);
+    let active = cx.task_state().bio_list.borrow().is_some();
+    if active {
+        match dev.bdev() {
+            Some(dev) => {
+                if let Some(l) = cx.task_state().bio_list.borrow_mut().as_mut() {
+                    l.on_stack0.push_back(PendingBio { bio, dev });
+                }
+            }
+            None => {
+                cx.warn(&format!(
+                    "block/blk-core.c: submit_bio_noacct_nocheck: {} has no gendisk reference (BlockDriver::bdev): submitted recursively",
+                    dev.disk_name()
+                ));
+                __submit_bio(bio, dev, cx);
+            }
+        }
+    } else if dev.mq_queue().is_some() {
+        __submit_bio_noacct_mq(bio, dev, cx);
+    } else {
+        __submit_bio_noacct(bio, dev, cx);
+    }
+}
+
+/// `__submit_bio()`: the bio goes to the driver inside an on-stack plug (`blk_start_plug()` …
+/// `blk_finish_plug()`): `blk_mq_submit_bio()` for a blk-mq queue, `->submit_bio()` otherwise.
+fn __submit_bio(bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) {
+    let plug = super::blk_plug::blk_start_plug(cx);
+    match dev.mq_queue() {
+        Some(q) => super::blk_mq::blk_mq_submit_bio(&q, bio, cx),
+        None => dev.submit_bio(bio, cx),
+    }
+    super::blk_plug::blk_finish_plug(plug, cx);
+}
+
+/// `bio_list_pop()` of `current->bio_list[0]` as `__submit_bio_noacct()` uses it: FIFO. The
+/// buggy twin `bug-bio-list-lifo` pops the newest instead.
+fn bio_list_pop(l: &mut VecDeque<PendingBio>) -> Option<PendingBio> {
+    if cfg!(feature = "bug-bio-list-lifo") {
+        l.pop_back()
+    } else {
+        l.pop_front()
+    }
+}
+
+/// `__submit_bio_noacct()` (bio-based drivers): after each `__submit_bio()`, the bios it
+/// submitted are sorted: those for a lower device first, then those for the same queue, then
+/// the ones pending from before, so a stacked driver's lower I/O runs before more of its own.
+fn __submit_bio_noacct(bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) {
+    let ts = cx.task_state();
+    *ts.bio_list.borrow_mut() = Some(CurrentBioList::default());
+    let mut next: Option<PendingBio> = None;
+    let mut first = Some(bio);
+    loop {
+        let (bio, d): (Box<Bio>, Option<UntrackedArc<dyn BlockDriver>>) = match first.take() {
+            Some(b) => (b, None),
+            None => match next.take() {
+                Some(p) => (p.bio, Some(p.dev)),
+                None => break,
+            },
+        };
+        let dev_now: &dyn BlockDriver = d.as_deref().unwrap_or(dev);
+        let q = dev_now.devt();
+        {
+            let mut g = ts.bio_list.borrow_mut();
+            let l = g.as_mut().expect("set above");
+            l.on_stack1 = std::mem::take(&mut l.on_stack0);
+        }
+        __submit_bio(bio, dev_now, cx);
+        let mut g = ts.bio_list.borrow_mut();
+        let l = g.as_mut().expect("set above");
+        let (same, lower): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut l.on_stack0)
+            .into_iter()
+            .partition(|p| p.dev.devt() == q);
+        l.on_stack0 = lower;
+        l.on_stack0.extend(same);
+        let pending = std::mem::take(&mut l.on_stack1);
+        l.on_stack0.extend(pending);
+        next = bio_list_pop(&mut l.on_stack0);
+    }
+    *ts.bio_list.borrow_mut() = None;
+}
+
+/// `__submit_bio_noacct_mq()` (blk-mq drivers): one list, handled in order; a blk-mq driver's
+/// `->queue_rq()` never submits to itself, so there is nothing to sort.
+fn __submit_bio_noacct_mq(bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) {
+    let ts = cx.task_state();
+    *ts.bio_list.borrow_mut() = Some(CurrentBioList::default());
+    __submit_bio(bio, dev, cx);
+    loop {
+        let next = {
+            let mut g = ts.bio_list.borrow_mut();
+            bio_list_pop(&mut g.as_mut().expect("set above").on_stack0)
+        };
+        let Some(p) = next else { break };
+        __submit_bio(p.bio, &*p.dev, cx);
+    }
+    *ts.bio_list.borrow_mut() = None;
 }
 
 #[cfg(test)]

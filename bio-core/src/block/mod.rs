@@ -4,8 +4,11 @@
 mod bio;
 mod bio_list;
 pub mod blk_core;
+pub mod blk_mq;
+pub mod blk_plug;
 mod blk_status;
 mod blk_types;
+pub mod blk_wbt;
 pub mod complete_in_task;
 pub mod fops;
 pub mod trace;
@@ -16,7 +19,9 @@ pub use bio::{
     BIO_POOL_SIZE, BIO_SLAB, BVEC_SLAB,
 };
 pub use bio_list::{BioChain, BioList, BioListIter};
-pub use blk_core::{submit_bio_noacct, BlockDriver, QueueLimits, Submission};
+pub use blk_core::{
+    submit_bio_noacct, submit_bio_noacct_nocheck, BlockDriver, QueueLimits, Submission,
+};
 pub use blk_status::*;
 pub use blk_types::{
     BiPrivate, Bio, BioEndIo, BioEndIoFn, BioFlag, BioVec, BlkOpf, BvecIter, ChainShared, ReqFlags,

@@ -404,9 +404,16 @@ impl Cpu {
     }
 
     /// Sleeps until `cond` holds, letting the runtime run other work (`schedule()` in a wait
-    /// loop). Without a runtime only an already-true condition succeeds. Returns whether the
+    /// loop). Before it sleeps, `schedule()`'s `sched_submit_work()` flushes the task's plug
+    /// (`block::blk_plug::sched_submit_work`), whatever the runtime. Without a runtime only an
+    /// already-true condition (possibly made true by that flush) succeeds. Returns whether the
     /// condition holds.
     pub fn wait_until(&self, what: &str, cond: &dyn Fn() -> bool) -> bool {
+        if cond() {
+            return true;
+        }
+        // schedule() → sched_submit_work(): the task's plug is flushed before it sleeps.
+        crate::block::blk_plug::sched_submit_work(self);
         if cond() {
             return true;
         }

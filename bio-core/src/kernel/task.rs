@@ -198,6 +198,13 @@ pub struct TaskState {
     /// `fs/super_block.rs`): superblock, level and the lockdep acquisition, innermost last.
     /// A `kiocb_start_write()` drops its entry (`__sb_writers_release()`).
     pub sb_writers: std::cell::RefCell<Vec<crate::fs::super_block::SbWritersHeld>>,
+    /// `current->bio_list`: the two on-stack lists of `__submit_bio_noacct()` while a bio is
+    /// being submitted (`None` outside `submit_bio_noacct()`); a bio submitted meanwhile is added
+    /// to list 0 and handled after the current one (block/blk-core.c).
+    pub bio_list: std::cell::RefCell<Option<crate::block::blk_core::CurrentBioList>>,
+    /// `current->plug`: the `struct blk_plug` between `blk_start_plug()` and `blk_finish_plug()`
+    /// (`None` when the task has none), flushed by `schedule()` (block/blk_plug.rs).
+    pub plug: std::cell::RefCell<Option<crate::block::blk_plug::BlkPlug>>,
 }
 
 /// `memalloc_noio_save()` (`include/linux/sched/mm.h`): sets `PF_MEMALLOC_NOIO` and returns the

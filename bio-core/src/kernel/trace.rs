@@ -319,6 +319,8 @@ pub(crate) mod tests {
         ("timer_expire_exit", "timer=%p"),
         ("block_bio_queue", "%d,%d %s %llu + %u [%s]"),
         ("block_bio_complete", "%d,%d %s %llu + %u [%d]"),
+        ("block_plug", "[%s]"),
+        ("block_unplug", "[%s] %d"),
         ("sched_switch", "prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s ==> next_comm=%s next_pid=%d next_prio=%d"),
         ("sched_wakeup", "comm=%s pid=%d prio=%d target_cpu=%03d"),
         ("ipi_send_cpu", "cpu=%u callsite=%s callback=%s"),

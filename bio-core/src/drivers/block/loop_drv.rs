@@ -20,12 +20,22 @@
 //! `biosim_loop_nowait`, `biosim_loop_handle_cmd`, `biosim_loop_aio_complete`. `biosim calibrate
 //! loop` compares the kernel events with the live kernel's (docs/live-kernel.md).
 //!
+//! The device is a blk-mq queue (block/blk_mq): `submit_bio_noacct()` → `__submit_bio()`'s plug
+//! → `blk_mq_submit_bio()` (tag, `block_getrq`, `block_plug`) → `blk_finish_plug()`
+//! (`block_unplug`) → `loop_queue_rq()`, which starts the request (`block_rq_issue`); the
+//! completion ends it with `blk_mq_end_request()` (`block_rq_complete`). A backing that is
+//! itself a simulated block device ([`BdevBacking`]) stacks for real through
+//! `current->bio_list`.
+//!
 //! Simplifications, each documented where it matters (docs/loop.md): one bio is one request (no
 //! blk-mq merging); a synchronous backing completes inline where the I/O was issued, an
 //! asynchronous one (`-EIOCBQUEUED`) through `ki_complete()` in an interrupt on the submitting
 //! CPU; bios end in `BLOCK_SOFTIRQ` on the CPU that completed them (the kernel sends them back
 //! to the submitting CPU); there is one root cgroup worker (`lo->rootcg_work`).
 
+use crate::block::blk_mq::{
+    blk_mq_end_request, blk_mq_start_request, BlkMqOps, RequestQueue, Rq, BLK_MQ_F_STACKING,
+};
 use crate::block::Bio;
 use crate::block::{
     bio_endio_status, errno_to_blk_status, BioVec, BlkOpf, BlockDriver, QueueLimits, ReqFlags,
@@ -88,6 +98,13 @@ pub trait LoopBacking: Send + Sync + fmt::Debug {
     /// `-EIOCBQUEUED`). An immediate failure hands the request back with an errno.
     fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, Errno)> {
         Err((req, Errno::EOPNOTSUPP))
+    }
+    /// [`LoopBacking::submit_aio`] from the context `cx` that starts it: a backing that submits
+    /// bios itself (a block device, [`BdevBacking`]) needs the submitter's context. The default
+    /// is `submit_aio`.
+    fn submit_aio_cx(&self, req: AioRequest, cx: &Cpu) -> Result<(), (AioRequest, Errno)> {
+        let _ = cx;
+        self.submit_aio(req)
     }
     /// The block device under the backing file (`file_inode()->i_sb->s_bdev`'s `disk_devt()`),
     /// when its requests are modelled: each asynchronous read or write [`submit_aio`] starts is
@@ -434,6 +451,9 @@ struct LoopCmd {
     /// can still be named).
     opf: BlkOpf,
     use_aio: bool,
+    /// The blk-mq request the command belongs to (`blk_mq_rq_to_pdu()`), on a device created
+    /// with [`LoopDevice::new_blk_mq`]; `None` on the direct path.
+    mq_rq: Option<Rq>,
 }
 
 impl LoopCmd {
@@ -467,6 +487,7 @@ impl LoopCmd {
             opf: bio.bi_opf,
             bio: Some(bio),
             use_aio,
+            mq_rq: None,
         }
     }
 
@@ -485,6 +506,7 @@ impl LoopCmd {
             sectors: self.sectors,
             opf: self.opf,
             use_aio: self.use_aio,
+            mq_rq: self.mq_rq.clone(),
         }
     }
 }
@@ -538,6 +560,10 @@ type InFlight = (LoopCmd, bool, Option<RqTrace>);
 
 /// `struct loop_device`.
 pub struct LoopDevice {
+    /// The device's own reference, for [`BlockDriver::bdev`] and the tag set's ops.
+    me: UntrackedWeak<LoopDevice>,
+    /// `lo->tag_set` + `lo->lo_queue` on a device created with [`LoopDevice::new_blk_mq`].
+    mq: Option<UntrackedArc<RequestQueue>>,
     number: u32,
     backing: UntrackedArc<dyn LoopBacking>,
     lo_flags: u32,
@@ -570,12 +596,18 @@ impl fmt::Debug for LoopDevice {
     }
 }
 
+/// `hw_queue_depth`, the loop module parameter's default (`lo->tag_set.queue_depth`).
+pub const LOOP_HW_QUEUE_DEPTH: usize = 128;
+
 /// `LOOP_MAJOR`.
 pub const LOOP_MAJOR: u32 = 7;
 
 impl LoopDevice {
     /// `loop_add()` + `LOOP_CONFIGURE`: device `loop<number>` over `backing` from byte
-    /// `lo_offset` on, with `lo_flags`.
+    /// `lo_offset` on, with `lo_flags`, on the blk-mq path (see [`LoopDevice::new_blk_mq`]).
+    ///
+    /// [`LoopDevice::new_direct`] keeps the earlier model, where `->submit_bio()` stood for
+    /// `blk_mq_submit_bio()` without a request layer.
     pub fn new(
         kernel: &Kernel,
         number: u32,
@@ -584,10 +616,62 @@ impl LoopDevice {
         lo_offset: u64,
         variant: LoopVariant,
     ) -> UntrackedArc<LoopDevice> {
+        Self::create(kernel, number, backing, lo_flags, lo_offset, variant, true)
+    }
+
+    /// The earlier model without a request layer: the device's [`BlockDriver::submit_bio`]
+    /// traces `block_getrq` and calls `loop_queue_rq()` itself (no tag, no plug).
+    pub fn new_direct(
+        kernel: &Kernel,
+        number: u32,
+        backing: UntrackedArc<dyn LoopBacking>,
+        lo_flags: u32,
+        lo_offset: u64,
+        variant: LoopVariant,
+    ) -> UntrackedArc<LoopDevice> {
+        Self::create(kernel, number, backing, lo_flags, lo_offset, variant, false)
+    }
+
+    /// [`LoopDevice::new`], spelled out: bios reach `loop_queue_rq()` through
+    /// `blk_mq_submit_bio()` (tag, request, plug, `blk_mq_try_issue_directly()`), and the
+    /// request ends with `blk_mq_end_request()`. The tag set is 6.18's `loop_add()`'s:
+    /// `hw_queue_depth` (128) tags, `BLK_MQ_F_STACKING` (and `BLK_MQ_F_NO_SCHED_BY_DEFAULT`,
+    /// which the model has no scheduler to need), not `BLK_MQ_F_BLOCKING`: `->queue_rq()` runs
+    /// under `rcu_read_lock()` and must not sleep (the blocking I/O is the worker's).
+    pub fn new_blk_mq(
+        kernel: &Kernel,
+        number: u32,
+        backing: UntrackedArc<dyn LoopBacking>,
+        lo_flags: u32,
+        lo_offset: u64,
+        variant: LoopVariant,
+    ) -> UntrackedArc<LoopDevice> {
+        Self::create(kernel, number, backing, lo_flags, lo_offset, variant, true)
+    }
+
+    fn create(
+        kernel: &Kernel,
+        number: u32,
+        backing: UntrackedArc<dyn LoopBacking>,
+        lo_flags: u32,
+        lo_offset: u64,
+        variant: LoopVariant,
+        blk_mq: bool,
+    ) -> UntrackedArc<LoopDevice> {
         let wq = kernel
             .alloc_workqueue(&format!("loop{number}"), WQ_UNBOUND, 0)
             .expect("WQ_UNBOUND alone is a valid flag set");
         UntrackedArc::new_cyclic(|me: &UntrackedWeak<LoopDevice>| {
+            let ops: UntrackedWeak<dyn BlkMqOps> = me.clone();
+            let mq = blk_mq.then(|| {
+                UntrackedArc::new(RequestQueue::new(
+                    (LOOP_MAJOR, number),
+                    LOOP_HW_QUEUE_DEPTH,
+                    BLK_MQ_F_STACKING,
+                    ops,
+                ))
+            });
+            let own = me.clone();
             let me = me.clone();
             let work = kernel.init_work("loop_rootcg_workfn", move |cx, _| {
                 if let Some(lo) = me.upgrade() {
@@ -595,6 +679,8 @@ impl LoopDevice {
                 }
             });
             LoopDevice {
+                me: own,
+                mq,
                 number,
                 backing,
                 lo_flags,
@@ -662,10 +748,14 @@ impl LoopDevice {
     }
 
     /// `loop_queue_rq()`.
-    fn loop_queue_rq(&self, bio: Box<Bio>, cx: &Cpu) {
+    fn loop_queue_rq(&self, bio: Box<Bio>, mq_rq: Option<Rq>, cx: &Cpu) {
         let mut cmd = LoopCmd::new(bio, false);
         // blk_mq_start_request(rq), first thing loop_queue_rq() does.
-        block_rq_issue(&cmd.rq(self.number), cx);
+        match &mq_rq {
+            Some(rq) => blk_mq_start_request(rq, cx),
+            None => block_rq_issue(&cmd.rq(self.number), cx),
+        }
+        cmd.mq_rq = mq_rq;
         cmd.use_aio = match cmd.op {
             ReqOp::Flush | ReqOp::Discard | ReqOp::WriteZeroes => false,
             // A write in a flush sequence goes to the worker whole (see LoopCmd::preflush).
@@ -823,7 +913,7 @@ impl LoopDevice {
         self.inflight
             .lock()
             .insert(token, (parked, nowait, lower_rq.clone()));
-        match self.backing.submit_aio(req) {
+        match self.backing.submit_aio_cx(req, cx) {
             Ok(()) => {
                 if let (Some(b), Some(rq)) = (&lower, &lower_rq) {
                     Self::lower_submit(b, rq, cx);
@@ -942,11 +1032,18 @@ impl LoopDevice {
             }
         };
         let rq = cmd.rq(self.number);
+        let mq_rq = cmd.mq_rq.take();
         // lo_complete_rq() -> blk_mq_end_request() -> blk_update_request(): the request's
         // tracepoint, then the bio's end.
-        let end = move |cx: &Cpu| {
-            block_rq_complete(&rq, crate::block::blk_status_to_errno(status), cx);
-            bio_endio_status(bio, status, cx)
+        let end = move |cx: &Cpu| match mq_rq {
+            Some(mq_rq) => {
+                mq_rq.put_bio(bio);
+                blk_mq_end_request(&mq_rq, status, cx);
+            }
+            None => {
+                block_rq_complete(&rq, crate::block::blk_status_to_errno(status), cx);
+                bio_endio_status(bio, status, cx)
+            }
         };
         if cx.kernel().nr_cpus() > 1 {
             cx.kernel()
@@ -1119,7 +1216,28 @@ impl BlockDriver for LoopDevice {
             },
             cx,
         );
-        self.loop_queue_rq(bio, cx);
+        self.loop_queue_rq(bio, None, cx);
+    }
+
+    fn bdev(&self) -> Option<UntrackedArc<dyn BlockDriver>> {
+        self.me
+            .upgrade()
+            .map(|a| a as UntrackedArc<dyn BlockDriver>)
+    }
+
+    fn mq_queue(&self) -> Option<UntrackedArc<RequestQueue>> {
+        self.mq.clone()
+    }
+}
+
+/// `loop_mq_ops.queue_rq` of a [`LoopDevice::new_blk_mq`] device.
+impl BlkMqOps for LoopDevice {
+    fn queue_rq(&self, rq: &Rq, cx: &Cpu) -> crate::block::BlkStatus {
+        match rq.take_bio() {
+            Some(bio) => self.loop_queue_rq(bio, Some(rq.clone()), cx),
+            None => blk_mq_end_request(rq, BLK_STS_IOERR, cx),
+        }
+        BLK_STS_OK
     }
 }
 
@@ -1392,5 +1510,10 @@ impl LoopBacking for MemBacking {
     }
 }
 
+mod bdev_backing;
+pub use bdev_backing::BdevBacking;
+
+#[cfg(test)]
+mod stacking_tests;
 #[cfg(test)]
 mod tests;

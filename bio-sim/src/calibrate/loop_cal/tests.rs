@@ -340,12 +340,17 @@ fn the_models_loop_events_are_the_kernels_print_fmts_or_biosim_annotations() {
             }
         }
     }
+    // block_plug/block_unplug: 6.18's __submit_bio() runs blk_mq_submit_bio() inside an
+    // on-stack plug, so each loop bio's request is plugged and flushed (the live recording did
+    // not enable these two events; TRACED_EVENTS leaves them out of a live run).
     let want = [
         "block_bio_queue",
         "block_getrq",
+        "block_plug",
         "block_rq_complete",
         "block_rq_insert",
         "block_rq_issue",
+        "block_unplug",
     ];
     assert_eq!(checked.into_iter().collect::<Vec<_>>(), want);
     assert!(fmt("block_rq_issue")

@@ -240,6 +240,8 @@ fn expire(kernel: &Kernel, t: PendingTimer, shared: &Shared) {
 
 /// `struct nullb` with its `struct nullb_device`: one `/dev/nullbN`.
 pub struct NullBlk {
+    /// The device's own reference, for [`BlockDriver::bdev`].
+    me: crate::sync::UntrackedWeak<NullBlk>,
     index: u32,
     cfg: NullBlkConfig,
     blocksize: u32,
@@ -326,7 +328,8 @@ impl NullBlk {
                 .map_err(|e| format!("null_blk: cannot start the hrtimer thread: {e}"))?;
             *hrtimers.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
         }
-        Ok(UntrackedArc::new(NullBlk {
+        Ok(UntrackedArc::new_cyclic(|me| NullBlk {
+            me: me.clone(),
             index,
             pages: cfg
                 .memory_backed
@@ -550,6 +553,12 @@ impl Drop for NullBlk {
 }
 
 impl BlockDriver for NullBlk {
+    fn bdev(&self) -> Option<UntrackedArc<dyn BlockDriver>> {
+        self.me
+            .upgrade()
+            .map(|a| a as UntrackedArc<dyn BlockDriver>)
+    }
+
     fn disk_name(&self) -> String {
         format!("nullb{}", self.index)
     }

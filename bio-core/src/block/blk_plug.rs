@@ -1,0 +1,234 @@
+//! `struct blk_plug` and its functions in `block/blk-core.c` / `block/blk-mq.c`:
+//! `blk_start_plug()`, `blk_finish_plug()`, `blk_add_rq_to_plug()`, `blk_mq_flush_plug_list()`,
+//! and the flush on `schedule()` (`sched_submit_work()` → `blk_flush_plug(plug, true)`), with the
+//! tracepoints `block_plug` (the first request of a plug batch) and `block_unplug` (a flush, with
+//! `nr_rq`).
+//!
+//! The plug is `current->plug` ([`crate::kernel::TaskState::plug`]). `schedule()` is where a
+//! task sleeps; in the model that is [`Cpu::wait_until`], which calls [`sched_submit_work`]
+//! before it hands the CPU to the runtime (whatever the runtime): a task never sleeps on
+//! requests it holds in its own plug.
+//!
+//! `blk_mq_flush_plug_list()` first splices the plug's list off (and zeroes `rq_count`), then
+//! dispatches per queue: so a `->queue_rq()` that submits (a stacking driver, with no
+//! `current->bio_list` during a plug flush) adds to a fresh plug batch, flushed by the next turn
+//! of the loop, never to the list being walked. The buggy twin `bug-plug-flush-no-splice` walks
+//! the live list, and [`blk_add_rq_to_plug`] WARNs when it is added to mid-walk.
+//!
+//! `block_unplug`'s `explicit` argument (`!from_schedule`) is not in the event's print format
+//! (`"[%s] %d"`, tracefs-6.18/formats/block_unplug.format); blktrace alone uses it.
+
+use super::blk_mq::{RequestQueue, Rq};
+use crate::kernel::Cpu;
+use crate::sync::UntrackedArc;
+use std::collections::VecDeque;
+
+/// `BLK_MAX_REQUEST_COUNT`: a plug of one queue is flushed when it holds this many requests.
+pub const BLK_MAX_REQUEST_COUNT: usize = 32;
+/// `BLK_PLUG_FLUSH_SIZE`: ... or when its last request is this big (bytes).
+pub const BLK_PLUG_FLUSH_SIZE: u64 = 128 * 1024;
+
+/// `blk_plug_max_rq_count()`: twice `BLK_MAX_REQUEST_COUNT` once the plug spans queues.
+pub fn blk_plug_max_rq_count(plug: &BlkPlug) -> usize {
+    if plug.multiple_queues {
+        BLK_MAX_REQUEST_COUNT * 2
+    } else {
+        BLK_MAX_REQUEST_COUNT
+    }
+}
+
+/// `struct blk_plug`.
+#[derive(Debug, Default)]
+pub struct BlkPlug {
+    /// `plug->mq_list`.
+    pub mq_list: VecDeque<Rq>,
+    /// `plug->rq_count`.
+    pub rq_count: usize,
+    /// `plug->multiple_queues`.
+    pub multiple_queues: bool,
+    /// The buggy twin's walk of the live list is in progress (never set by the kernel's splice).
+    walking: bool,
+}
+
+/// What [`blk_start_plug`] returns: whether this call installed `current->plug` (a nested
+/// `blk_start_plug()` finds one and does nothing, as the kernel's `if (tsk->plug) return;`).
+#[derive(Debug)]
+#[must_use = "a plug must be finished with blk_finish_plug()"]
+pub struct PlugToken {
+    installed: bool,
+}
+
+/// `trace_block_plug()`: `"[%s]", comm`.
+pub fn block_plug(cx: &Cpu) {
+    crate::ktrace!(cx, target: "block", "block_plug", "[{}]", cx.current().comm);
+}
+
+/// `trace_block_unplug()`: `"[%s] %d", comm, nr_rq`; `explicit` (`!from_schedule`) is not
+/// printed.
+pub fn block_unplug(nr_rq: usize, explicit: bool, cx: &Cpu) {
+    let _ = explicit;
+    crate::ktrace!(
+        cx,
+        target: "block",
+        "block_unplug",
+        "[{}] {}",
+        cx.current().comm,
+        nr_rq
+    );
+}
+
+/// `blk_start_plug()`.
+pub fn blk_start_plug(cx: &Cpu) -> PlugToken {
+    let mut p = cx.task_state().plug.borrow_mut();
+    if p.is_some() {
+        return PlugToken { installed: false };
+    }
+    *p = Some(BlkPlug::default());
+    PlugToken { installed: true }
+}
+
+/// `blk_finish_plug()`: an explicit flush (`__blk_flush_plug(plug, false)`), then
+/// `current->plug = NULL` — only by the call that installed it.
+pub fn blk_finish_plug(token: PlugToken, cx: &Cpu) {
+    if !token.installed {
+        return;
+    }
+    blk_mq_flush_plug_list(cx, false);
+    *cx.task_state().plug.borrow_mut() = None;
+}
+
+/// `blk_flush_plug(current->plug, from_schedule)`.
+pub fn blk_flush_plug(cx: &Cpu, from_schedule: bool) {
+    blk_mq_flush_plug_list(cx, from_schedule);
+}
+
+/// `sched_submit_work()`: the part of `schedule()` that flushes the task's plug before it
+/// sleeps (`blk_flush_plug(tsk->plug, true)`). [`Cpu::wait_until`] calls it.
+pub fn sched_submit_work(cx: &Cpu) {
+    if cx.task_state().plug.borrow().is_some() {
+        blk_flush_plug(cx, true);
+    }
+}
+
+/// `blk_add_rq_to_plug()`: the first request of a batch traces `block_plug`; a full plug
+/// (`blk_plug_max_rq_count()` requests, or a last request of `BLK_PLUG_FLUSH_SIZE` or more) is
+/// flushed first and starts a new batch; a request for another queue than the last one sets
+/// `multiple_queues`.
+pub fn blk_add_rq_to_plug(rq: Rq, cx: &Cpu) {
+    let (walking, count, full) = {
+        let g = cx.task_state().plug.borrow();
+        let Some(p) = g.as_ref() else {
+            drop(g);
+            super::blk_mq::blk_mq_try_issue_directly(&rq, cx);
+            return;
+        };
+        let last_big = p.mq_list.back().is_some_and(|l| {
+            let t = l.trace();
+            (t.nr_sector << super::SECTOR_SHIFT) >= BLK_PLUG_FLUSH_SIZE
+        });
+        (
+            p.walking,
+            p.rq_count,
+            p.rq_count >= blk_plug_max_rq_count(p) || last_big,
+        )
+    };
+    if walking {
+        cx.warn("block/blk-mq.c: blk_add_rq_to_plug: request added to plug->mq_list while blk_mq_flush_plug_list() walks it (list corruption)");
+    }
+    if count == 0 {
+        block_plug(cx);
+    } else if full && !walking {
+        blk_mq_flush_plug_list(cx, false);
+        block_plug(cx);
+    }
+    let mut g = cx.task_state().plug.borrow_mut();
+    let Some(p) = g.as_mut() else { return };
+    if !p.multiple_queues {
+        if let Some(last) = p.mq_list.back() {
+            if !UntrackedArc::ptr_eq(&last.q, &rq.q) {
+                p.multiple_queues = true;
+            }
+        }
+    }
+    p.mq_list.push_back(rq);
+    p.rq_count += 1;
+}
+
+/// The requests of a spliced plug list, grouped by queue in their order of first appearance.
+fn by_queue(list: VecDeque<Rq>) -> Vec<(UntrackedArc<RequestQueue>, Vec<usize>)> {
+    let mut groups: Vec<(UntrackedArc<RequestQueue>, Vec<usize>)> = Vec::new();
+    for rq in list {
+        match groups
+            .iter_mut()
+            .find(|(q, _)| UntrackedArc::ptr_eq(q, &rq.q))
+        {
+            Some((_, tags)) => tags.push(rq.tag),
+            None => groups.push((rq.q, vec![rq.tag])),
+        }
+    }
+    groups
+}
+
+/// `blk_mq_flush_plug_list()`: splice the list off and zero `rq_count`, then per queue:
+/// `blk_mq_dispatch_queue_requests()` (`block_unplug`, issue directly) for an explicit flush,
+/// or insert and run the queue for a flush from `schedule()`; again while `->queue_rq()` added
+/// requests to the plug meanwhile.
+pub fn blk_mq_flush_plug_list(cx: &Cpu, from_schedule: bool) {
+    if cfg!(feature = "bug-plug-flush-no-splice") {
+        return flush_live_list(cx, from_schedule);
+    }
+    loop {
+        let (list, depth) = {
+            let mut g = cx.task_state().plug.borrow_mut();
+            let Some(p) = g.as_mut() else { return };
+            if p.rq_count == 0 || p.mq_list.is_empty() {
+                return;
+            }
+            let depth = p.rq_count;
+            p.rq_count = 0;
+            p.multiple_queues = false;
+            (std::mem::take(&mut p.mq_list), depth)
+        };
+        let groups = by_queue(list);
+        let single = groups.len() == 1;
+        for (q, tags) in groups {
+            let n = if single { depth } else { tags.len() };
+            if from_schedule {
+                block_unplug(n, false, cx);
+                q.insert_and_run(tags, cx);
+            } else {
+                q.dispatch_plugged(tags, n, true, cx);
+            }
+        }
+    }
+}
+
+/// `bug-plug-flush-no-splice`: the live `plug->mq_list` is walked while `->queue_rq()` runs.
+fn flush_live_list(cx: &Cpu, from_schedule: bool) {
+    let depth = {
+        let mut g = cx.task_state().plug.borrow_mut();
+        let Some(p) = g.as_mut() else { return };
+        if p.rq_count == 0 {
+            return;
+        }
+        p.walking = true;
+        std::mem::take(&mut p.rq_count)
+    };
+    block_unplug(depth, !from_schedule, cx);
+    loop {
+        let rq = {
+            let mut g = cx.task_state().plug.borrow_mut();
+            g.as_mut().and_then(|p| p.mq_list.pop_front())
+        };
+        let Some(rq) = rq else { break };
+        if from_schedule {
+            UntrackedArc::clone(&rq.q).insert_and_run(vec![rq.tag], cx);
+        } else {
+            super::blk_mq::blk_mq_try_issue_directly(&rq, cx);
+        }
+    }
+    if let Some(p) = cx.task_state().plug.borrow_mut().as_mut() {
+        p.walking = false;
+        p.rq_count = 0;
+    }
+}
