@@ -247,7 +247,7 @@ pub enum BenchCommand {
     Loop(BenchLoopArgs),
     /// Buffered writes with and without RWF_DONTCACHE: MB/s and pages left cached (cachestat).
     Dontcache(BenchDontcacheArgs),
-    /// `biosim explore`'s speed: cases/s on v7 with 1 and 2 jobs side by side, the time to find
+    /// `biosim explore`'s speed: cases/s on v7 with 1 and 2 jobs side by side, with the kernel's detectors on and off, the time to find
     /// and shrink finding 1 on v6, and the long clean campaigns on v7 and v6-review.
     Explore(BenchExploreArgs),
     /// null_blk (irqmode none, softirq, timer) through the whole simulated stack on the threaded
@@ -550,6 +550,10 @@ pub struct ConfigArgs {
     /// CONFIG_HZ: 100, 250, 300 or 1000.
     #[arg(long, default_value_t = 250)]
     pub hz: u32,
+    /// Build without CONFIG_PROVE_LOCKING: no lockdep (wait context, IRQ usage, dependency
+    /// graph); might_sleep() still checks (CONFIG_DEBUG_ATOMIC_SLEEP).
+    #[arg(long)]
+    pub no_prove_locking: bool,
 }
 
 impl ConfigArgs {
@@ -564,6 +568,9 @@ impl ConfigArgs {
             c.preempt_rcu = false;
         }
         c.hz = self.hz;
+        if self.no_prove_locking {
+            c.prove_locking = false;
+        }
         c.validate()?;
         Ok(c)
     }

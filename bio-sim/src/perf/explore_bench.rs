@@ -116,6 +116,43 @@ pub fn explore_bench(cfg: &ExploreBenchConfig) -> Result<String, Box<dyn std::er
         spread(&per_cpu[1], "", 0)
     );
 
+    // What the kernel's debug facilities cost explore (issue 14: at least half the throughput
+    // with them on): lockdep (CONFIG_PROVE_LOCKING: wait context, IRQ usage, the dependency
+    // graph) against a kernel built without it, jobs 1, interleaved in each round.
+    let (mut on, mut off, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..cfg.rounds {
+        let mut cps = [0.0; 2];
+        let order: [bool; 2] = if r % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for prove_locking in order {
+            let mut c = campaign(Variant::V7, cfg.cases, cfg.steps, 1, 2000 + r as u64);
+            c.config.kernel.prove_locking = prove_locking;
+            let o = c.run(None)?;
+            if let Some(f) = o.found {
+                return Err(format!(
+                    "v7 (PROVE_LOCKING={prove_locking}) violated an invariant in case {}: {}",
+                    f.index, f.failure.violations[0]
+                )
+                .into());
+            }
+            cps[usize::from(!prove_locking)] = o.cases as f64 / o.elapsed.as_secs_f64();
+        }
+        on.push(cps[0]);
+        off.push(cps[1]);
+        kept.push(cps[0] / cps[1]);
+    }
+    let _ = writeln!(
+        out,
+        "detectors on (CONFIG_PROVE_LOCKING=y, lockdep's graph) against off, v7, --jobs 1, {} rounds interleaved:",
+        cfg.rounds
+    );
+    let _ = writeln!(out, "  on:  {} cases/s", spread(&on, "", 0));
+    let _ = writeln!(out, "  off: {} cases/s", spread(&off, "", 0));
+    let _ = writeln!(out, "  on / off (per round): {}", spread(&kept, "x", 2));
+
     let (mut times, mut sizes, mut found_at) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..cfg.rounds {
         let seed = r as u64 + 1;
