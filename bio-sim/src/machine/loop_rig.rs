@@ -339,7 +339,8 @@ impl LoopRig {
             if let Some(c) = content {
                 let mut slots = slots.lock();
                 let slot = slots.entry(block).or_default();
-                if bio.status().is_ok() {
+                // Twin `bug-rig-failed-io-as-data`: a failed write counts as written data.
+                if bio.status().is_ok() || cfg!(feature = "bug-rig-failed-io-as-data") {
                     if slot.overlapped {
                         slot.possible.push(c);
                     } else {
