@@ -303,3 +303,26 @@ fn the_seed_reproduces_the_injected_faults() {
     assert_eq!(a.1.len(), 2 * a.2, "two log lines per failure");
     assert_ne!((a.1, a.2), (c.1, c.2), "another seed, other faults");
 }
+
+/// Every scenario in docs/scenarios/detectors/ parses, runs and holds its expectations.
+#[test]
+fn the_detector_scenarios_hold() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/scenarios/detectors");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "scn") {
+            let s = Scenario::load(&path).unwrap();
+            assert!(!s.expect.is_empty(), "{}", path.display());
+            let r = s.run().unwrap();
+            assert!(
+                r.failed_expectations.is_empty(),
+                "{}: {:?}",
+                path.display(),
+                r.failed_expectations
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 4, "{n}");
+}
