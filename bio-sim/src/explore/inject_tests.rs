@@ -97,7 +97,7 @@ fn campaign(backing: BackingKind, cases: u64) -> Campaign {
     }
 }
 
-/// A campaign with injection over loop v5 (a sparse file, and stacked on nullb0) finds nothing:
+/// A campaign with injection over loop v5 (a sparse file, stacked on nullb0, on loop1) finds nothing:
 /// an injected error ends its bio with the error, once, and the data check expects the block
 /// unchanged. Under the twin the failed write is expected in the read-back, and the campaign
 /// finds the mismatch.
@@ -107,7 +107,7 @@ fn campaign(backing: BackingKind, cases: u64) -> Campaign {
     should_panic(expected = "found")
 )]
 fn a_campaign_with_injection_finds_no_violation() {
-    for backing in [BackingKind::Sparse, BackingKind::Nullb] {
+    for backing in [BackingKind::Sparse, BackingKind::Nullb, BackingKind::Loop] {
         let out = campaign(backing, 150).run(None).unwrap();
         if let Some(f) = out.found {
             let lines: Vec<String> = f.case.iter().map(|t| t.to_scenario_line()).collect();
