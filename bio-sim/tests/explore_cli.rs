@@ -379,3 +379,38 @@ fn a_time_budget_runs_some_cases_and_help_lists_explore() {
     assert!(help.contains("explore"), "{help}");
     assert!(files(dir.path()).is_empty());
 }
+
+/// `--inject` and `--backing` (with `--loop`): a campaign drawing fault injection and plugging
+/// over a stacked loop device runs clean on one CPU, and either flag without `--loop` is refused
+/// with exit status 2.
+#[test]
+fn explore_inject_and_backing_need_loop_and_run() {
+    let d = std::env::temp_dir();
+    let (code, out, err) = biosim_in(
+        &d,
+        &[
+            "explore",
+            "--loop",
+            "v5",
+            "--inject",
+            "--backing",
+            "loop",
+            "--cpus",
+            "1",
+            "--cases",
+            "100",
+        ],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("no invariant violated"), "{out}");
+    for flags in [&["--inject"][..], &["--backing", "nullb"][..]] {
+        let mut args = vec!["explore", "--cases", "1"];
+        args.extend_from_slice(flags);
+        let (code, _, err) = biosim_in(&d, &args);
+        assert_eq!(code, 2, "{flags:?}: {err}");
+        assert!(err.contains("--loop"), "{err}");
+    }
+    let (code, _, err) = biosim_in(&d, &["explore", "--loop", "v5", "--backing", "tape"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown backing `tape`"), "{err}");
+}

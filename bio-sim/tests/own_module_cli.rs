@@ -510,6 +510,7 @@ fn explore_on_a_module_writes_a_module_counterexample() {
         budget: Budget::Cases(2_000),
         jobs: 1,
         shard: Shard::ALL,
+        inject: false,
     };
     let outcome = campaign.run(None).unwrap();
     let found = outcome

@@ -55,6 +55,8 @@ impl ReferenceStateMachine for Reference {
             // v5 has no bio_complete_in_task(): the generator gives its dynamic users the flag.
             dynamic_helper: VARIANT.get().dynamic_helper,
             loop_blocks: None,
+            inject: false,
+            lower: None,
         })
         .boxed()
     }

@@ -37,6 +37,7 @@ fn explore(variant: Variant, cases: u64) -> Campaign {
         budget: Budget::Cases(cases),
         jobs: 1,
         shard: Shard::ALL,
+        inject: false,
     }
 }
 

@@ -243,6 +243,17 @@ impl FaultInject {
         (st.oneshot_alloc.clone(), st.oneshot_io.clone())
     }
 
+    /// Disarms every one-shot still armed and returns them (allocation sites, devices): a
+    /// harness ending a run clears what the run armed but never reached, so its own checks
+    /// (a read-back) do not meet it.
+    pub fn disarm_oneshots(&self) -> (Vec<&'static str>, Vec<String>) {
+        let mut st = self.state.lock();
+        (
+            std::mem::take(&mut st.oneshot_alloc),
+            std::mem::take(&mut st.oneshot_io),
+        )
+    }
+
     /// The fault log: every printk line of `fail_dump()` and every one-shot that fired, in
     /// order.
     pub fn log(&self) -> Vec<String> {

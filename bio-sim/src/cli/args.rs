@@ -204,6 +204,14 @@ pub struct ExploreArgs {
     /// A loop device on every machine.
     #[arg(long = "loop", value_name = "VERSION", value_parser = |s: &str| LoopVariant::by_name(s).ok_or_else(|| format!("unknown loop version `{s}` (expected {})", LoopVariant::names_or(&[]))), help = explore_loop_help())]
     pub loop_dev: Option<LoopVariant>,
+    /// With --loop: loop0's backing (a scenario's `loop VERSION BACKING` word): sparse (the
+    /// default), prealloc, refusing, blockdev, or the stacked nullb (null_blk) and loop (loop1).
+    #[arg(long, value_name = "BACKING", requires = "loop_dev", value_parser = |s: &str| crate::machine::loop_rig::BackingKind::parse(s).ok_or_else(|| format!("unknown backing `{s}` (expected sparse, prealloc, refusing, blockdev, nullb or loop)")))]
+    pub backing: Option<crate::machine::loop_rig::BackingKind>,
+    /// With --loop: also draw one-shot fault injection (`fail_io` on loop0 or its stacked lower
+    /// device, `fail_alloc SITE`) and `plug`/`unplug` pairs.
+    #[arg(long, requires = "loop_dev")]
+    pub inject: bool,
 }
 
 impl ExploreArgs {

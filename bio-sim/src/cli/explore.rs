@@ -158,12 +158,13 @@ pub fn explore(args: ExploreArgs) -> Result<(), Box<dyn std::error::Error>> {
         },
         loop_dev: args
             .loop_dev
-            .map(|v| LoopSetup::new(v, BackingKind::Sparse, 0)),
+            .map(|v| LoopSetup::new(v, args.backing.unwrap_or(BackingKind::Sparse), 0)),
         seed: args.seed,
         steps: args.steps as usize,
         budget,
         jobs: args.jobs as usize,
         shard: args.shard,
+        inject: args.inject,
     };
     let bar = std::io::stderr()
         .is_terminal()

@@ -115,6 +115,8 @@ pub struct Campaign {
     pub jobs: usize,
     /// Which shard.
     pub shard: Shard,
+    /// With a loop device: also draw fault injection and plugging ([`Space::inject`]).
+    pub inject: bool,
 }
 
 /// What a case drew: its generator's seed and the deterministic runtime's.
@@ -345,6 +347,8 @@ impl Campaign {
             nr_cpus: self.config.nr_cpus,
             dynamic_helper: self.config.variant.dynamic_helper,
             loop_blocks: self.loop_dev.map(|l| l.blocks() as u32),
+            inject: self.inject && self.loop_dev.is_some(),
+            lower: self.loop_dev.and_then(|l| l.backing.lower_disk()),
         }
     }
 
@@ -517,6 +521,7 @@ mod tests {
     fn campaign(variant: Variant, cases: u64, jobs: usize, shard: Shard) -> Campaign {
         Campaign {
             shard,
+            inject: false,
             ..crate::perf::explore_bench::campaign(variant, cases, 40, jobs, 3)
         }
     }

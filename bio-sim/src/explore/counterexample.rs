@@ -107,7 +107,7 @@ fn header(config: &SimConfig, campaign: &Campaign, preset: &str, knobs: &[String
         let _ = writeln!(h, "rescuer unbound");
     }
     if let Some(l) = campaign.loop_dev {
-        let _ = writeln!(h, "loop {} sparse", l.variant.name);
+        let _ = writeln!(h, "loop {} {}", l.variant.name, l.backing.name());
     }
     h
 }

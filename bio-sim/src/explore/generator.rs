@@ -10,7 +10,9 @@
 //! toward the states where a failure changes what the batcher sees), one step of the hotplug
 //! operation in progress (so completions and failures land mid-operation), `need_resched` on a CPU,
 //! `hotplug/fail` written at any moment (mid-operation too; `-1` disarms), `hotplug/target` (a
-//! stepped partial `cpu_up`/`cpu_down` that stops at a state), and with a loop device (`drivers/block/loop.c`) its I/O and its worker.
+//! stepped partial `cpu_up`/`cpu_down` that stops at a state), and with a loop device (`drivers/block/loop.c`) its I/O and its worker,
+//! and, when the campaign asks ([`Space::inject`]), one-shot fault injection (`fail_io` on loop0
+//! or its stacked lower device, `fail_alloc` at an allocation site) and `plug`/`unplug`.
 //!
 //! Each kind of transition is one arm of [`arms`] (a [`Kind`] and its weight) and one arm of
 //! [`build`]: adding a transition to the scenario language adds one arm to each.
@@ -24,6 +26,7 @@ use crate::machine::loop_rig::LoopOp;
 use crate::machine::oracle::Need;
 use crate::machine::sim::CompletionContext;
 use crate::machine::transition::Transition;
+use bio_core::kernel::fault_inject::ALLOC_SITES;
 use hotplug::{
     CPUHP_AP_ONLINE_DYN, CPUHP_AP_WORKQUEUE_ONLINE, CPUHP_BP_PREPARE_DYN, CPUHP_BRINGUP_CPU,
     CPUHP_ONLINE, CPUHP_TEARDOWN_CPU, CPUHP_TIMERS_PREPARE,
@@ -40,6 +43,11 @@ pub struct Space {
     pub dynamic_helper: bool,
     /// Blocks of the loop device, if the machine has one (then `io` and `loop_worker` are drawn).
     pub loop_blocks: Option<u32>,
+    /// With a loop device: also draw `fail_alloc`, `fail_io`, `plug` and `unplug` (off by
+    /// default, so every existing campaign draws the cases it always drew).
+    pub inject: bool,
+    /// The stacked lower device under loop0 (`nullb0`, `loop1`), which `fail_io` may name too.
+    pub lower: Option<&'static str>,
 }
 
 /// A kind of transition: one arm of the generator.
@@ -65,6 +73,14 @@ pub enum Kind {
     LoopIo,
     /// [`Transition::LoopWorker`].
     LoopWorker,
+    /// [`Transition::FailIo`] (with [`Space::inject`]).
+    FailIo,
+    /// [`Transition::FailAlloc`] (with [`Space::inject`]).
+    FailAlloc,
+    /// [`Transition::Plug`] (with [`Space::inject`]).
+    Plug,
+    /// [`Transition::Unplug`] (with [`Space::inject`]).
+    Unplug,
 }
 
 /// Every arm of the generator with its weight, in shrinking order (the first is what a
@@ -83,6 +99,14 @@ pub fn arms(space: &Space) -> Vec<(u32, Kind)> {
     if space.loop_blocks.is_some() {
         arms.push((3, Kind::LoopIo));
         arms.push((2, Kind::LoopWorker));
+        // After every older arm, and only when asked: a campaign without `inject` keeps its
+        // weights table, so its seeds draw what they always drew.
+        if space.inject {
+            arms.push((1, Kind::FailIo));
+            arms.push((1, Kind::FailAlloc));
+            arms.push((1, Kind::Plug));
+            arms.push((1, Kind::Unplug));
+        }
     }
     arms
 }
@@ -195,6 +219,18 @@ pub fn build(space: &Space, arms: &[(u32, Kind)], d: Draw) -> Transition {
             }
         }
         Kind::LoopWorker => Transition::LoopWorker { cpu },
+        // loop0, or the stacked lower device on odd draws of `op`.
+        Kind::FailIo => Transition::FailIo {
+            dev: match space.lower {
+                Some(lower) if d.op % 2 == 1 => lower,
+                _ => "loop0",
+            },
+        },
+        Kind::FailAlloc => Transition::FailAlloc {
+            site: ALLOC_SITES[d.op as usize % ALLOC_SITES.len()],
+        },
+        Kind::Plug => Transition::Plug { cpu },
+        Kind::Unplug => Transition::Unplug { cpu },
     }
 }
 
@@ -275,6 +311,8 @@ mod tests {
             nr_cpus: 3,
             dynamic_helper: true,
             loop_blocks: None,
+            inject: false,
+            lower: None,
         };
         let ts = draw(&space, 5000);
         let kinds: std::collections::BTreeSet<&str> = ts

@@ -17,3 +17,6 @@ pub mod shrink;
 
 pub use campaign::{Budget, Campaign, Outcome, Shard};
 pub use generator::Space;
+
+#[cfg(test)]
+mod inject_tests;

@@ -12,7 +12,7 @@ use crate::runtime::deterministic::DetRuntime;
 use bio_core::block::BlockDriver;
 use bio_core::block::{submit_bio_noacct, BioEndIo, ReqOp};
 use bio_core::drivers::block::loop_drv::{
-    LoopBacking, LoopDevice, LoopVariant, MemBacking, LO_FLAGS_DIRECT_IO,
+    BdevBacking, LoopBacking, LoopDevice, LoopVariant, MemBacking, LO_FLAGS_DIRECT_IO,
 };
 use bio_core::drivers::block::null_blk::{HrtimerClock, NullBlk, NullBlkConfig};
 use bio_core::kernel::CpuId;
@@ -39,6 +39,12 @@ pub enum BackingKind {
     Refusing,
     /// A block device (`S_ISBLK`), allocated.
     BlockDevice,
+    /// A simulated block device: `nullb0` (null_blk, memory-backed, softirq completion) as the
+    /// loop's backing, through `BdevBacking` (`losetup /dev/loop0 /dev/nullb0`).
+    Nullb,
+    /// A simulated block device: `loop1` (V5, direct I/O over a preallocated file) as loop0's
+    /// backing, through `BdevBacking` (loop over loop).
+    Loop,
 }
 
 impl BackingKind {
@@ -49,6 +55,8 @@ impl BackingKind {
             Self::Prealloc => "prealloc",
             Self::Refusing => "refusing",
             Self::BlockDevice => "blockdev",
+            Self::Nullb => "nullb",
+            Self::Loop => "loop",
         }
     }
 
@@ -59,6 +67,8 @@ impl BackingKind {
             Self::Prealloc,
             Self::Refusing,
             Self::BlockDevice,
+            Self::Nullb,
+            Self::Loop,
         ]
         .into_iter()
         .find(|k| k.name() == s)
@@ -70,6 +80,17 @@ impl BackingKind {
             Self::Prealloc => MemBacking::preallocated(BACKING_BYTES),
             Self::Refusing => MemBacking::preallocated(BACKING_BYTES).refusing_nowait(),
             Self::BlockDevice => MemBacking::preallocated(BACKING_BYTES).as_block_device(),
+            // The stacked kinds' lowest level (loop1's file); nullb keeps its own pages.
+            Self::Nullb | Self::Loop => MemBacking::preallocated(BACKING_BYTES),
+        }
+    }
+
+    /// The lower device's disk name when the backing is a simulated block device.
+    pub fn lower_disk(self) -> Option<&'static str> {
+        match self {
+            Self::Nullb => Some("nullb0"),
+            Self::Loop => Some("loop1"),
+            _ => None,
         }
     }
 }
@@ -121,6 +142,15 @@ impl LoopSetup {
         } else {
             "loop0"
         }
+    }
+
+    /// Every device of the scenario: the one its I/O goes to, then a stacked lower device.
+    pub fn disk_names(&self) -> Vec<&'static str> {
+        let mut v = vec![self.disk_name()];
+        if self.nullb.is_none() {
+            v.extend(self.backing.lower_disk());
+        }
+        v
     }
 
     /// Blocks the device has.
@@ -212,12 +242,7 @@ impl fmt::Debug for LoopRig {
 
 impl LoopRig {
     pub(crate) fn new(s: RigParts<'_>, setup: LoopSetup) -> Self {
-        let backing: Arc<dyn LoopBacking> = Arc::new(
-            setup
-                .backing
-                .backing()
-                .with_fmode_nowait(setup.fmode_nowait),
-        );
+        let (backing, bdev) = Self::stacked_backing(s, setup);
         let nullb = setup.nullb.map(|cfg| {
             let nb = NullBlk::new(s.kernel, 0, cfg)
                 .unwrap_or_else(|e| panic!("null_blk parameters were validated: {e}"));
@@ -233,14 +258,19 @@ impl LoopRig {
                 failed: Arc::default(),
             };
         }
-        let lo = Some(LoopDevice::new(
+        let lo = LoopDevice::new(
             s.kernel,
             0,
             backing,
             LO_FLAGS_DIRECT_IO,
             setup.offset,
             setup.variant,
-        ));
+        );
+        if let Some(b) = bdev {
+            // A fresh backing: the only binding it gets.
+            b.attach(&lo);
+        }
+        let lo = Some(lo);
         s.rt.note(format!(
             "# loop0: variant {} ({}), {} backing of {} KiB{}, LO_FLAGS_DIRECT_IO, lo_offset={}",
             setup.variant.name,
@@ -309,7 +339,8 @@ impl LoopRig {
             if let Some(c) = content {
                 let mut slots = slots.lock();
                 let slot = slots.entry(block).or_default();
-                if bio.status().is_ok() {
+                // Twin `bug-rig-failed-io-as-data`: a failed write counts as written data.
+                if bio.status().is_ok() || cfg!(feature = "bug-rig-failed-io-as-data") {
                     if slot.overlapped {
                         slot.possible.push(c);
                     } else {
@@ -443,6 +474,50 @@ impl LoopRig {
             });
         }
         v
+    }
+
+    /// loop0's backing file: an in-memory file, or for the stacked kinds a `BdevBacking` over
+    /// the lower device it builds (`nullb0`, or `loop1` over an in-memory file), returned too so
+    /// it can be bound to loop0.
+    fn stacked_backing(
+        s: RigParts<'_>,
+        setup: LoopSetup,
+    ) -> (Arc<dyn LoopBacking>, Option<Arc<BdevBacking>>) {
+        let lower: Arc<dyn BlockDriver> = match setup.backing {
+            BackingKind::Nullb => {
+                let cfg = NullBlkConfig {
+                    size_bytes: BACKING_BYTES,
+                    memory_backed: true,
+                    discard: true,
+                    blocksize: BLOCK as u32,
+                    ..NullBlkConfig::default()
+                };
+                let nb = NullBlk::new(s.kernel, 0, cfg)
+                    .unwrap_or_else(|e| panic!("fixed null_blk parameters are valid: {e}"));
+                s.rt.note(format!("# nullb0: null_blk {cfg} (loop0's backing)"));
+                nb
+            }
+            BackingKind::Loop => {
+                let file: Arc<dyn LoopBacking> = Arc::new(
+                    MemBacking::preallocated(BACKING_BYTES).with_fmode_nowait(setup.fmode_nowait),
+                );
+                s.rt.note(format!(
+                    "# loop1: variant {}, prealloc backing of {} KiB, LO_FLAGS_DIRECT_IO (loop0's backing)",
+                    setup.variant.name,
+                    BACKING_BYTES >> 10
+                ));
+                LoopDevice::new(s.kernel, 1, file, LO_FLAGS_DIRECT_IO, 0, setup.variant)
+            }
+            _ => {
+                let file = setup
+                    .backing
+                    .backing()
+                    .with_fmode_nowait(setup.fmode_nowait);
+                return (Arc::new(file), None);
+            }
+        };
+        let b = Arc::new(BdevBacking::new(lower));
+        (Arc::clone(&b) as Arc<dyn LoopBacking>, Some(b))
     }
 }
 

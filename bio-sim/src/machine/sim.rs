@@ -12,6 +12,7 @@ use bio_core::kernel::{ConfigError, ContextKind, CpuId};
 use bio_core::workqueue::{PoolId, RescuerAffinity};
 use bio_core::{Kernel, KernelConfig};
 use hotplug::{HotplugError, StateId, CPUHP_OFFLINE, CPUHP_ONLINE};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -138,6 +139,21 @@ pub struct Sim {
     pub oracle: Arc<Oracle>,
     config: SimConfig,
     loop_rig: std::sync::OnceLock<crate::machine::loop_rig::LoopRig>,
+    /// How many lines of the kernel's fault log are already in the trace (see
+    /// [`Sim::note_faults`]).
+    faults_noted: std::cell::Cell<usize>,
+    /// Each CPU's submitter plug between `plug N` and `unplug N` (`current->plug` of `biosim/N`):
+    /// parked here while the submitter is off the CPU, so a worker or IRQ thread that runs on
+    /// that CPU meanwhile does not see it as its own.
+    plugs: std::cell::RefCell<
+        BTreeMap<
+            u32,
+            (
+                bio_core::block::blk_plug::PlugToken,
+                bio_core::block::blk_plug::BlkPlug,
+            ),
+        >,
+    >,
 }
 
 impl fmt::Debug for Sim {
@@ -161,6 +177,11 @@ impl Sim {
     ) -> Result<Self, SimError> {
         let kernel = Kernel::boot(config.kernel, config.nr_cpus, config.online)?;
         kernel.set_rescuer_affinity(config.rescuer);
+        // The run's seed also seeds fault injection, so a seed reproduces every injected fault;
+        // seed 0 keeps the kernel's default PRNG seed.
+        kernel.fault_inject().reseed(Self::fault_seed(config.seed));
+        // The hung-task detector of a distribution kernel (`CONFIG_DEFAULT_HUNG_TASK_TIMEOUT`).
+        kernel.set_hung_task_timeout_secs(120);
         let oracle = Arc::new(Oracle::new());
         let observer: Arc<dyn BatcherObserver> = match extra {
             None => oracle.clone(),
@@ -190,7 +211,92 @@ impl Sim {
             oracle,
             config,
             loop_rig: std::sync::OnceLock::new(),
+            faults_noted: std::cell::Cell::new(0),
+            plugs: std::cell::RefCell::new(BTreeMap::new()),
         })
+    }
+
+    /// The fault-injection PRNG seed of a run with `seed`: `DEFAULT_FAULT_SEED ^ seed`.
+    pub fn fault_seed(seed: u64) -> u64 {
+        bio_core::kernel::fault_inject::DEFAULT_FAULT_SEED ^ seed
+    }
+
+    /// Notes the kernel fault log's lines not noted yet (`fail_dump()`'s printk, one-shots that
+    /// fired) in the trace, under a `(fault log: ...)` heading. Each fault is already in the
+    /// trace where it struck (the `biosim::fault_inject` event the runtime captures);
+    /// [`Sim::settle`] calls this at its end so the run's faults are also listed in one place,
+    /// and a run without a trace still has [`Kernel::fault_inject`]'s log.
+    pub fn note_faults(&self) {
+        let log = self.kernel.fault_inject().log();
+        let seen = self.faults_noted.replace(log.len());
+        if log.len() > seen {
+            self.rt.note(format!(
+                "   (fault log: {} injected fault line(s))",
+                log.len() - seen
+            ));
+        }
+        for line in log.iter().skip(seen) {
+            self.rt.note(format!("       fault_inject: {line}"));
+        }
+    }
+
+    /// `blk_start_plug()` in `cpu`'s submitter (`plug N`). Refused if its plug is active.
+    pub(crate) fn plug(&self, cpu: CpuId) -> Result<(), String> {
+        if self.plugs.borrow().contains_key(&cpu.0) {
+            return Err(format!(
+                "{cpu}'s submitter already has a plug (blk_start_plug() would nest)"
+            ));
+        }
+        let r = self.rt.on_cpu(cpu, "blk_start_plug()", |cx| {
+            let token = bio_core::block::blk_plug::blk_start_plug(cx);
+            let plug = cx.task_state().plug.borrow_mut().take();
+            (token, plug)
+        });
+        match r {
+            Some((token, Some(plug))) => {
+                self.plugs.borrow_mut().insert(cpu.0, (token, plug));
+                Ok(())
+            }
+            _ => Err(format!("{cpu} cannot start a plug")),
+        }
+    }
+
+    /// Runs `f` with `cpu`'s parked plug (if any) installed as `current->plug`, and parks it
+    /// again afterwards.
+    pub(crate) fn with_plug<R>(&self, cpu: CpuId, f: impl FnOnce() -> R) -> R {
+        let parked = self.plugs.borrow_mut().remove(&cpu.0);
+        let Some((token, plug)) = parked else {
+            return f();
+        };
+        let Some(cx) = self.rt.cpu(cpu) else {
+            return f();
+        };
+        *cx.task_state().plug.borrow_mut() = Some(plug);
+        let r = f();
+        let plug = cx.task_state().plug.borrow_mut().take().unwrap_or_default();
+        self.plugs.borrow_mut().insert(cpu.0, (token, plug));
+        r
+    }
+
+    /// `blk_finish_plug()` in `cpu`'s submitter (`unplug N`): the plugged requests are
+    /// dispatched. Refused without a plug.
+    pub(crate) fn unplug(&self, cpu: CpuId) -> Result<(), String> {
+        let Some((token, plug)) = self.plugs.borrow_mut().remove(&cpu.0) else {
+            return Err(format!(
+                "{cpu}'s submitter has no plug (no `plug {}` before)",
+                cpu.0
+            ));
+        };
+        self.rt.on_cpu(cpu, "blk_finish_plug()", |cx| {
+            *cx.task_state().plug.borrow_mut() = Some(plug);
+            bio_core::block::blk_plug::blk_finish_plug(token, cx);
+        });
+        Ok(())
+    }
+
+    /// The CPUs whose submitter has a plug open.
+    pub fn open_plugs(&self) -> Vec<u32> {
+        self.plugs.borrow().keys().copied().collect()
     }
 
     /// The configuration.
@@ -390,6 +496,14 @@ impl Sim {
     /// would) and runs again, once per CPU, and the stranded
     /// check sees every CPU fully up or fully down.
     pub fn settle(&self, max_steps: u64) -> Vec<Violation> {
+        // A plug left open at the end of a scenario is finished first, as the task's exit would
+        // (`do_exit()` cannot sleep with requests in its plug): its requests are then dispatched.
+        for cpu in self.open_plugs() {
+            self.rt.note(format!(
+                "   (settle: CPU{cpu}'s plug is still open: blk_finish_plug())"
+            ));
+            let _ = self.unplug(CpuId(cpu));
+        }
         let mut summary = self.rt.run(max_steps);
         let mut left = max_steps.saturating_sub(summary.steps);
         // Each CPU is ended at most once: one the kernel cannot move stays where it is.
@@ -417,6 +531,18 @@ impl Sim {
             }
             summary = self.rt.run(left);
             left = left.saturating_sub(summary.steps);
+        }
+        self.note_faults();
+        // The harness's cleanup, not the case's: a one-shot the run armed but never reached is
+        // disarmed, so the read-back that checks the data does not meet it.
+        let (sites, devs) = self.kernel.fault_inject().disarm_oneshots();
+        for what in sites
+            .iter()
+            .map(|s| format!("fail_alloc {s}"))
+            .chain(devs.iter().map(|d| format!("fail_io {d}")))
+        {
+            self.rt
+                .note(format!("   (settle: `{what}` is still armed: disarmed)"));
         }
         if !summary.quiescent {
             self.oracle.push(Violation {

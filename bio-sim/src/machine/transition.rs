@@ -15,6 +15,28 @@ use std::fmt;
 /// One transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Transition {
+    /// `fail_alloc SITE`: arm a one-shot allocation failure at `SITE` (one of
+    /// `bio_core::kernel::fault_inject::ALLOC_SITES`): the next allocation there fails.
+    FailAlloc {
+        /// The allocation site.
+        site: &'static str,
+    },
+    /// `fail_io DEV`: the next bio submitted to `DEV` fails with `BLK_STS_IOERR`
+    /// (`fail_make_request`'s one-shot).
+    FailIo {
+        /// The device's disk name (`loop0`, `nullb0`, a stacked lower device).
+        dev: &'static str,
+    },
+    /// `plug N`: `blk_start_plug()` in CPU N's submitter; its I/O is held until `unplug N`.
+    Plug {
+        /// The CPU.
+        cpu: u32,
+    },
+    /// `unplug N`: `blk_finish_plug()` in CPU N's submitter: the plugged requests dispatch.
+    Unplug {
+        /// The CPU.
+        cpu: u32,
+    },
     /// Complete a new bio on `cpu` from `ctx`.
     Complete {
         /// The CPU.
@@ -88,6 +110,14 @@ pub enum Transition {
 impl fmt::Display for Transition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Transition::FailAlloc { site } => {
+                write!(f, "arm a one-shot allocation failure at {site}")
+            }
+            Transition::FailIo { dev } => {
+                write!(f, "arm a one-shot BLK_STS_IOERR for the next bio to {dev}")
+            }
+            Transition::Plug { cpu } => write!(f, "blk_start_plug() on CPU{cpu}"),
+            Transition::Unplug { cpu } => write!(f, "blk_finish_plug() on CPU{cpu}"),
             Transition::Complete { cpu, ctx, need } => write!(
                 f,
                 "complete a {} bio on CPU{cpu} from {ctx}",
@@ -179,6 +209,8 @@ impl Sim {
             }
         }
         let cpu = match *t {
+            Transition::Plug { cpu } | Transition::Unplug { cpu } => Some(cpu),
+            Transition::FailAlloc { .. } | Transition::FailIo { .. } => None,
             Transition::Complete { cpu, .. }
             | Transition::RunWorker { cpu }
             | Transition::Hotplug { cpu, .. }
@@ -195,7 +227,35 @@ impl Sim {
             }
         }
         let offline = |c: u32| format!("CPU{c} is offline");
+        self.apply_now(t, strict_fail, offline)
+    }
+
+    fn apply_now(
+        &self,
+        t: &Transition,
+        strict_fail: bool,
+        offline: impl Fn(u32) -> String,
+    ) -> Result<(), Refusal> {
         match *t {
+            // Both sites and devices were checked when the line was parsed (a generator only
+            // names known ones): arming cannot be refused.
+            Transition::FailAlloc { site } => self
+                .kernel
+                .fault_inject()
+                .fail_alloc_once(site)
+                .or_else(|e| refuse(e.to_string())),
+            Transition::FailIo { dev } => self
+                .kernel
+                .fault_inject()
+                .fail_io_once(dev)
+                .or_else(|e| refuse(e.to_string())),
+            Transition::Plug { cpu } => {
+                if !self.kernel.cpu_online(CpuId(cpu)) {
+                    return refuse(offline(cpu));
+                }
+                self.plug(CpuId(cpu)).or_else(refuse)
+            }
+            Transition::Unplug { cpu } => self.unplug(CpuId(cpu)).or_else(refuse),
             Transition::Complete { cpu, ctx, need } => {
                 if !self.kernel.cpu_online(CpuId(cpu)) {
                     return refuse(offline(cpu));
@@ -263,7 +323,7 @@ impl Sim {
                 if !self.kernel.cpu_online(CpuId(cpu)) {
                     return refuse(offline(cpu));
                 }
-                if r.submit(self.parts(), cpu, op, block, fill) {
+                if self.with_plug(CpuId(cpu), || r.submit(self.parts(), cpu, op, block, fill)) {
                     Ok(())
                 } else {
                     refuse(format!("loop0 cannot take the {op} now"))

@@ -43,6 +43,7 @@ pub fn campaign(variant: Variant, cases: u64, steps: usize, jobs: usize, seed: u
         budget: Budget::Cases(cases),
         jobs,
         shard: Shard::ALL,
+        inject: false,
     }
 }
 

@@ -328,12 +328,15 @@ fn loop_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
             ),
         )
     })?;
-    let kind = l.arg(2, "a backing: sparse, prealloc, refusing or blockdev")?;
+    let kind = l.arg(
+        2,
+        "a backing: sparse, prealloc, refusing, blockdev, nullb or loop",
+    )?;
     let backing = BackingKind::parse(kind).ok_or_else(|| {
         l.err_at(
             2,
             format!(
-                "loop: unknown backing `{kind}` (expected sparse, prealloc, refusing or blockdev)"
+                "loop: unknown backing `{kind}` (expected sparse, prealloc, refusing, blockdev, nullb or loop)"
             ),
         )
     })?;

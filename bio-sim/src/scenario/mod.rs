@@ -27,11 +27,23 @@
 //! ([`crate::machine::modules`]), `knob` one of [`Knob`](bio_core::block::complete_in_task::Knob)'s
 //! (the parser the CLI's `--knob` uses; a module takes only `gate_reads` and `fs_flag`).
 //!
-//! A loop device (`drivers/block/loop.c`): header `loop NAME sparse|prealloc|refusing|blockdev
+//! A loop device (`drivers/block/loop.c`): header `loop NAME sparse|prealloc|refusing|blockdev|nullb|loop
 //! [offset=BYTES] [nowait=on|off]` (`nowait=off`: the backing file lacks `FMODE_NOWAIT`; NAME: one of [`LoopVariant::ALL`](bio_core::drivers::block::loop_drv::LoopVariant::ALL))
 //! and `loop_knob NAME=VALUE` (one of [`LoopKnob`](bio_core::drivers::block::loop_drv::LoopKnob)'s); transitions
 //! `io CPU read|discard BLOCK`, `io CPU write BLOCK [fill=BYTE]` and `loop_worker CPU`. At the end every block
-//! written is read back through the device and compared (`expect data` for a mismatch).
+//! written is read back through the device and compared (`expect data` for a mismatch). The
+//! backings `nullb` and `loop` stack loop0 on a simulated block device (`nullb0`, memory-backed;
+//! `loop1` over an in-memory file) through `BdevBacking`; the read-back goes through the stack.
+//!
+//! Fault injection and plugging, with a device header: `fail_alloc SITE` (a one-shot allocation
+//! failure at one of `ALLOC_SITES`), `fail_io DEV` (the next bio to DEV, a device of the
+//! scenario, fails with `BLK_STS_IOERR`), `plug CPU` / `unplug CPU` (`blk_start_plug()` /
+//! `blk_finish_plug()` in CPU's submitter: the `io` lines between them are dispatched at
+//! `unplug`). A second `plug` on a CPU whose plug is open, or `unplug` without one, is refused at
+//! run time like any impossible transition; a plug still open when the scenario settles is
+//! finished by `settle` (noted in the trace). The run's seed also seeds fault injection
+//! ([`Sim::fault_seed`]); every injected fault is in the trace where it strikes (the fault
+//! log's event, captured), and the whole log is listed again after `settle` (`fault_inject: ...`).
 //!
 //! Nothing passes by accident: a word a line does not take, a header line given twice, two
 //! verdicts on one `expect` line, an empty scenario, or input over [`INPUT_CAP`] are
@@ -44,6 +56,8 @@
 //! shared), [`header`], [`transition`] and [`expect`]; this file drives them and runs the result.
 
 mod expect;
+#[cfg(test)]
+mod fault_plug_tests;
 mod header;
 mod line;
 mod transition;
@@ -173,7 +187,7 @@ impl Scenario {
                         transitions.push((l.number, t))
                     }
                     None => return Err(l.err(format!(
-                        "unknown line `{kw}` (expected a header: variant, module, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, hotplug_state_control, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker; or settle / expect)"
+                        "unknown line `{kw}` (expected a header: variant, module, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, hotplug_state_control, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker, nullb_timer, fail_alloc, fail_io, plug, unplug; or settle / expect)"
                     ))),
                 },
             }

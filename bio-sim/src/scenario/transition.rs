@@ -1,11 +1,13 @@
 //! The transition-line parser (`complete`, `worker`, `tick`, `cpu_down`, `cpu_up`, `step`,
-//! `fail`, `target`, `need_resched`, `io`, `loop_worker`) and its inverse, [`Transition::to_scenario_line`].
+//! `fail`, `target`, `need_resched`, `io`, `loop_worker`, `nullb_timer`, `fail_alloc`, `fail_io`,
+//! `plug`, `unplug`) and its inverse, [`Transition::to_scenario_line`].
 
 use super::line::{Line, ScenarioError};
 use crate::machine::loop_rig::{LoopOp, LoopSetup};
 use crate::machine::oracle::Need;
 use crate::machine::sim::CompletionContext;
 use crate::machine::transition::Transition;
+use bio_core::kernel::fault_inject::ALLOC_SITES;
 
 /// Parses `l` if it is a transition line (`Ok(None)` if it is not) on a machine of `nr_cpus`
 /// CPUs with the loop device `loop_dev`.
@@ -30,6 +32,57 @@ pub(super) fn parse_transition(
             }
             l.done(1, "nothing")?;
             Transition::NullbTimer
+        }
+        "fail_alloc" => {
+            let w = l.arg(1, "an allocation site")?;
+            let site = ALLOC_SITES
+                .iter()
+                .copied()
+                .find(|s| *s == w)
+                .ok_or_else(|| {
+                    l.err_at(
+                        1,
+                        format!(
+                            "fail_alloc: unknown allocation site `{w}` (known sites: {})",
+                            ALLOC_SITES.join(", ")
+                        ),
+                    )
+                })?;
+            l.done(2, "one allocation site")?;
+            Transition::FailAlloc { site }
+        }
+        "fail_io" => {
+            let Some(setup) = loop_dev else {
+                return Err(l.err("`fail_io` needs a `loop` or `null_blk` header line".to_owned()));
+            };
+            let w = l.arg(1, "a device of the scenario")?;
+            let devs = setup.disk_names();
+            let dev = devs.iter().copied().find(|d| *d == w).ok_or_else(|| {
+                l.err_at(
+                    1,
+                    format!(
+                        "fail_io: `{w}` is not a device of this scenario (its devices: {})",
+                        devs.join(", ")
+                    ),
+                )
+            })?;
+            l.done(2, "one device")?;
+            Transition::FailIo { dev }
+        }
+        "plug" | "unplug" => {
+            if loop_dev.is_none() {
+                return Err(l.err(format!(
+                    "`{}` needs a `loop` or `null_blk` header line",
+                    l.keyword()
+                )));
+            }
+            let cpu = l.cpu(1, nr_cpus)?;
+            l.done(2, "one CPU")?;
+            if l.keyword() == "plug" {
+                Transition::Plug { cpu }
+            } else {
+                Transition::Unplug { cpu }
+            }
         }
         "complete" => complete_line(l, nr_cpus)?,
         "worker" => {
@@ -214,6 +267,10 @@ impl Transition {
     /// The transition as a scenario-file line.
     pub fn to_scenario_line(&self) -> String {
         match *self {
+            Transition::FailAlloc { site } => format!("fail_alloc {site}"),
+            Transition::FailIo { dev } => format!("fail_io {dev}"),
+            Transition::Plug { cpu } => format!("plug {cpu}"),
+            Transition::Unplug { cpu } => format!("unplug {cpu}"),
             Transition::Complete { cpu, ctx, need } => format!(
                 "complete {cpu} {} {}",
                 match ctx {

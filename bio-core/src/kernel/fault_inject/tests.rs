@@ -351,3 +351,21 @@ fn fail_make_request_fails_bios_of_make_it_fail_devices_only() {
     );
     assert!(k.reports().is_empty());
 }
+
+/// `disarm_oneshots()` hands back every one-shot still armed and leaves none: the next
+/// allocation and bio after it are not failed by them.
+#[test]
+fn disarm_oneshots_clears_what_is_armed() {
+    let k = kernel();
+    let fi = k.fault_inject();
+    fi.fail_alloc_once("bvec_alloc").unwrap();
+    fi.fail_io_once("loop0").unwrap();
+    assert_eq!(
+        fi.disarm_oneshots(),
+        (vec!["bvec_alloc"], vec!["loop0".to_owned()])
+    );
+    assert_eq!(fi.armed(), (Vec::new(), Vec::new()));
+    let cx = k.cpu(CpuId(0)).unwrap();
+    assert!(!fi.should_fail_request("loop0", 4096, &cx));
+    assert!(fi.log().is_empty());
+}
