@@ -219,7 +219,7 @@ impl Cpu {
                 .held_locks
                 .borrow()
                 .iter()
-                .all(|l| l.class.sleeps(self.config()))
+                .all(|l| !l.class.disables_preemption(self.config()))
     }
 
     /// The context as a splat would print it, plus the ground truth.

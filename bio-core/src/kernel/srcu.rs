@@ -89,8 +89,10 @@ mod tests {
         assert!(report.is_none());
         assert_eq!(srcu.readers(), 1);
         assert_eq!(cx.preempt_count(), 0);
-        // Sleeping inside SRCU is allowed (unlike rcu_read_lock()).
+        // Sleeping inside SRCU is allowed (unlike rcu_read_lock()): the kernel's check and the
+        // oracle's ground truth agree.
         assert!(cx.might_sleep().is_ok());
+        assert!(cx.may_sleep());
         srcu.srcu_read_unlock(idx, &cx);
         assert_eq!(srcu.readers(), 0);
         assert!(cx.held_locks().is_empty());

@@ -297,6 +297,15 @@ pub fn blk_mq_unfreeze_queue(q: &RequestQueue, frozen: Frozen, cx: &Cpu) {
     }
 }
 
+/// A submitter whose sleep nothing can end (`Cpu::wait_until` gave up): biosim's own report of
+/// where, unless the hung-task detector is on, which already reported the task with what it waited
+/// on (`kernel/hung_task.rs`): one report per hang.
+fn never_woken(cx: &Cpu, message: String) {
+    if cx.kernel().hung_task_timeout_secs() == 0 {
+        cx.report(ReportKind::Bug, message);
+    }
+}
+
 /// `blk_mq_submit_bio()`: see the module doc.
 pub fn blk_mq_submit_bio(q: &UntrackedArc<RequestQueue>, bio: Box<Bio>, cx: &Cpu) {
     let nowait = bio.bi_opf.flags.contains(super::ReqFlags::REQ_NOWAIT);
@@ -304,8 +313,8 @@ pub fn blk_mq_submit_bio(q: &UntrackedArc<RequestQueue>, bio: Box<Bio>, cx: &Cpu
         Ok(()) => {}
         Err(EnterError::WouldBlock) => return bio_wouldblock_error(bio, cx),
         Err(EnterError::Deadlock) => {
-            cx.report(
-                ReportKind::Bug,
+            never_woken(
+                cx,
                 format!(
                     "biosim: bio_queue_enter: {} sleeps forever: {},{} is never unfrozen",
                     cx.current().comm,
@@ -320,8 +329,8 @@ pub fn blk_mq_submit_bio(q: &UntrackedArc<RequestQueue>, bio: Box<Bio>, cx: &Cpu
         Some(w) => match w.rq_qos_throttle(&bio, cx) {
             Ok(tracked) => tracked,
             Err(super::blk_wbt::WbtHung) => {
-                cx.report(
-                    ReportKind::Bug,
+                never_woken(
+                    cx,
                     format!("biosim: wbt_wait: {} sleeps forever: no write completion will wake it (bio#{})", cx.current().comm, bio.id()),
                 );
                 bio_endio_status(bio, BLK_STS_IOERR, cx);
@@ -341,8 +350,8 @@ pub fn blk_mq_submit_bio(q: &UntrackedArc<RequestQueue>, bio: Box<Bio>, cx: &Cpu
             match e {
                 NoTag::WouldBlock => bio_wouldblock_error(bio, cx),
                 NoTag::Deadlock => {
-                    cx.report(
-                        ReportKind::Bug,
+                    never_woken(
+                        cx,
                         format!("biosim: blk_mq_get_tag: {} sleeps forever: no tag of {},{} will be freed", cx.current().comm, q.devt.0, q.devt.1),
                     );
                     bio_endio_status(bio, BLK_STS_IOERR, cx);

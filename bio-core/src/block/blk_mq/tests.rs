@@ -781,4 +781,31 @@ mod freeze {
         blk_mq_unfreeze_queue(&dev.q, frozen, &cx);
         assert!(log.lock().is_empty());
     }
+
+    /// With the hung-task detector on, the same hang is one report: the detector's, naming the
+    /// wait, and not blk-mq's own as well.
+    #[test]
+    #[cfg_attr(feature = "bug-hung-task-detector-off", ignore)]
+    fn with_the_hung_task_detector_on_a_frozen_queue_is_one_hung_task_report() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        k.set_hung_task_timeout_secs(120);
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let dev = MqDevCfg::new("nullb0", 0, &log).build();
+        let (frozen, _) = blk_mq_freeze_queue(&dev.q, &cx);
+        let e = ends();
+        submit(&*dev, ReqOp::Read, 0, ReqFlags::NONE, &e, &cx);
+        assert_eq!(*e.lock(), [(0, BLK_STS_IOERR)]);
+        let all = k.reports().all();
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[0].kind, ReportKind::HungTask);
+        assert!(
+            all[0]
+                .message
+                .starts_with("INFO: task biosim/0:1000 blocked for more than 120 seconds."),
+            "{}",
+            all[0].message
+        );
+        blk_mq_unfreeze_queue(&dev.q, frozen, &cx);
+    }
 }
