@@ -181,7 +181,8 @@ pub struct LoopVariant {
     /// buggy twin of the data check (the NOWAIT path forgets `lo_offset`).
     pub nowait_adds_lo_offset: bool,
     /// The fix of check L6 (no posted version has it): when the NOWAIT attempt of a write comes
-    /// back `-EAGAIN` (from `->write_iter()`, or from a bdev's `ki_complete()`), end the
+    /// back `-EAGAIN` (from `->write_iter()`, or from a bdev's `ki_complete()`; also
+    /// `-EOPNOTSUPP` when L3's fix leaves that to the fallback too), end the
     /// attempt's freeze protection with `kiocb_end_write()` before falling back to the worker,
     /// whose `lo_submit_rw_aio()` takes it again (what io_uring does before it retries a NOWAIT
     /// write). Off in every posted version: the attempt's `kiocb_start_write()` is never ended.
@@ -875,6 +876,13 @@ impl LoopDevice {
             }
             Err(Errno::EOPNOTSUPP) => {
                 Self::bump(&self.counters.nowait_eopnotsupp);
+                if !self.variant.nowait_completes_on_eopnotsupp
+                    && self.variant.nowait_ends_write_on_eagain
+                {
+                    // L3's fix leaves -EOPNOTSUPP to the fallback like -EAGAIN: the attempt's
+                    // write must then be ended as well (L6's fix covers both).
+                    self.lo_nowait_end_write(cmd, cx);
+                }
                 if self.variant.nowait_completes_on_eopnotsupp {
                     // `if (ret != -EIOCBQUEUED && ret != -EAGAIN) lo_rw_aio_complete(...)`.
                     let done = LoopCmd {
