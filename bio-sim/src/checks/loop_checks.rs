@@ -509,6 +509,41 @@ mod tests {
         }
     }
 
+    /// `freeze_backing` / `thaw_backing`: no arguments, only with a `loop` header, written back as
+    /// read; a thaw of an unfrozen backing is the kernel's `-EINVAL` (refused), a second freeze
+    /// its `-EBUSY`.
+    #[test]
+    fn freeze_and_thaw_lines_need_a_loop_and_follow_the_kernels_refusals() {
+        use crate::scenario::Scenario;
+        for (text, what) in [
+            ("freeze_backing\n", "needs a `loop` header line"),
+            (
+                "null_blk irqmode=0\nthaw_backing\n",
+                "needs a `loop` header line",
+            ),
+            ("loop v5 sparse\nfreeze_backing now\n", "nothing"),
+        ] {
+            let e = Scenario::parse(text, "t.scn").unwrap_err();
+            assert!(e.message.contains(what), "{text}: {e}");
+        }
+        let sc =
+            Scenario::parse("loop v5 sparse\nfreeze_backing\nthaw_backing\n", "t.scn").unwrap();
+        let lines: Vec<String> = sc
+            .transitions
+            .iter()
+            .map(|(_, t)| t.to_scenario_line())
+            .collect();
+        assert_eq!(lines, ["freeze_backing", "thaw_backing"]);
+        let s = machine(LoopVariant::BASE, BackingKind::Sparse, 0, false).unwrap();
+        let thaw = s.try_apply(&Transition::ThawBacking).unwrap_err();
+        assert!(thaw.0.contains("thaw_super(vdb)"), "{thaw}");
+        assert_eq!(s.try_apply(&Transition::FreezeBacking), Ok(()));
+        let again = s.try_apply(&Transition::FreezeBacking).unwrap_err();
+        assert!(again.0.contains("freeze_super(vdb)"), "{again}");
+        assert_eq!(s.try_apply(&Transition::ThawBacking), Ok(()));
+        assert!(s.settle(BUDGET).is_empty());
+    }
+
     #[test]
     fn the_loop_checks_refuse_an_unknown_or_bad_knob_naming_the_known_ones() {
         let c = loop_check("L4").unwrap();
