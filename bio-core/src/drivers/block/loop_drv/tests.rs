@@ -766,10 +766,13 @@ fn a_read_that_falls_back_leaks_nothing_and_a_contended_write_does() {
 
 /// The leaked writer makes `freeze_super()` on the backing wait forever: the hung-task report
 /// (the detector on, 120 s) and `NeverDrained`; on the fixed twin the freeze completes and the
-/// thaw undoes it.
+/// thaw undoes it. Also a catcher of `bug-hung-task-detector-off` (no report: "hangs" fails).
 #[test]
 #[cfg_attr(
-    feature = "bug-loop-no-kiocb-start-write",
+    any(
+        feature = "bug-loop-no-kiocb-start-write",
+        feature = "bug-hung-task-detector-off"
+    ),
     should_panic(expected = "hangs")
 )]
 fn a_leaked_writer_hangs_freeze_super_on_the_backing_and_the_fix_does_not() {
