@@ -13,6 +13,13 @@
 //! with `RWF_NOWAIT`), tests and the deterministic runtime an in-memory one whose `-EAGAIN` rules
 //! are those of a filesystem's direct I/O (see [`MemBacking`]).
 //!
+//! Freeze protection (`include/linux/fs.h`): `lo_submit_rw_aio()` sets `cmd->ref` to 2 and takes
+//! `kiocb_start_write()` on the backing file's superblock ([`LoopBacking::superblock`]) for a
+//! write; `lo_rw_aio_do_completion()` ends it with `kiocb_end_write()` when the count reaches 0.
+//! A NOWAIT attempt that falls back on `-EAGAIN` never reaches that end work, and the worker
+//! starts the write again: one `SB_FREEZE_WRITE` writer leaks per fallen-back write (check L6;
+//! the fix is [`LoopVariant::nowait_ends_write_on_eagain`]).
+//!
 //! Trace events: blk-mq's request tracepoints for the loop device's requests (`block_getrq`,
 //! `block_rq_issue`, `block_rq_complete`, see [`super::blk_mq_trace`]), the backing file's own
 //! requests on its device when the backing names one ([`LoopBacking::lower_device`]), and the
