@@ -14,6 +14,7 @@
 //! does not hold) is expected caught (V4), the splat the oracle reports on the first write that
 //! falls back to the worker; elsewhere nothing. The property is also shown to fail on the twin
 //! (`nowait_adds_lo_offset=false`: the NOWAIT path forgets `lo_offset`), shrunk to one write.
+//! The backing's leaked `SB_FREEZE_WRITE` writer (loop check L6) is left to L6.
 
 use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
 use bio_sim::checks::loop_checks::loop_expected;
@@ -80,6 +81,14 @@ fn check(variant: LoopVariant, ts: &[T]) -> Result<(), String> {
     // Every block written or discarded reads back as the last completed write (or one of the
     // writes that overlapped in flight) left it.
     v.extend(s.verify_devices(50_000));
+    // The NOWAIT versions' leaked freeze protection after a fallback is loop check L6's finding
+    // (its own check and scenario); this property is about the data and the count.
+    v.retain(|x| {
+        x.invariant
+            != bio_sim::machine::oracle::Invariant::KernelReport(
+                bio_core::kernel::ReportKind::SbWritersUnbalanced,
+            )
+    });
     match v.first() {
         Some(x) => Err(format!("oracle: {x}")),
         None => Ok(()),

@@ -49,7 +49,7 @@ impl LoopTwin {
 use Expect::{Caught as C, Clean as K};
 
 /// The checks.
-pub const LOOP_CHECKS: [LoopCheck; 5] = [
+pub const LOOP_CHECKS: [LoopCheck; 6] = [
     LoopCheck {
         id: "L1",
         title: "NOWAIT-first wastes an attempt per write to a sparse file",
@@ -87,6 +87,15 @@ pub const LOOP_CHECKS: [LoopCheck; 5] = [
             expect: C,
         }),
     },
+    LoopCheck {
+        id: "L6",
+        title: "NOWAIT fallback leaks kiocb_start_write(): fsfreeze hangs",
+        twin: Some(LoopTwin {
+            base: LoopVariant::V5,
+            knob: LoopKnob::NowaitEndsWriteOnEagain(true),
+            expect: K,
+        }),
+    },
 ];
 
 /// One loop version's row of expectations, by check id.
@@ -101,10 +110,10 @@ pub struct LoopExpectRow {
 /// Every loop version's row, in [`LoopVariant::ALL`]'s order (a test checks both agree).
 #[rustfmt::skip]
 pub const LOOP_EXPECTED: &[LoopExpectRow] = &[
-    LoopExpectRow { variant: LoopVariant::BASE,       cells: &[("L1", K), ("L2", K), ("L3", K), ("L4", K), ("L5", K)] },
-    LoopExpectRow { variant: LoopVariant::V5_NO_HINT, cells: &[("L1", C), ("L2", K), ("L3", C), ("L4", K), ("L5", K)] },
-    LoopExpectRow { variant: LoopVariant::V4,         cells: &[("L1", K), ("L2", C), ("L3", C), ("L4", K), ("L5", C)] },
-    LoopExpectRow { variant: LoopVariant::V5,         cells: &[("L1", K), ("L2", K), ("L3", C), ("L4", K), ("L5", K)] },
+    LoopExpectRow { variant: LoopVariant::BASE,       cells: &[("L1", K), ("L2", K), ("L3", K), ("L4", K), ("L5", K), ("L6", K)] },
+    LoopExpectRow { variant: LoopVariant::V5_NO_HINT, cells: &[("L1", C), ("L2", K), ("L3", C), ("L4", K), ("L5", K), ("L6", C)] },
+    LoopExpectRow { variant: LoopVariant::V4,         cells: &[("L1", K), ("L2", C), ("L3", C), ("L4", K), ("L5", C), ("L6", C)] },
+    LoopExpectRow { variant: LoopVariant::V5,         cells: &[("L1", K), ("L2", K), ("L3", C), ("L4", K), ("L5", K), ("L6", C)] },
 ];
 
 /// What check `id` must get on the loop version called `variant` (`None`: no row or cell).
@@ -216,6 +225,7 @@ pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<Loo
         "L3" => check_l3_refusing_backing(variant, trace),
         "L4" => check_l4_data(variant, trace),
         "L5" => check_l5_no_fmode_nowait(variant, trace),
+        "L6" => check_l6_freeze_after_fallback(variant, trace),
         _ => Ok(LoopRun {
             verdict: Verdict::NotApplicable("no such check"),
             stats: LoopStats::default(),
@@ -362,6 +372,33 @@ fn check_l5_no_fmode_nowait(variant: LoopVariant, trace: bool) -> Result<LoopRun
     Ok(done(&s, Verdict::of(v)))
 }
 
+/// L6: one write into a hole of the sparse backing file (the NOWAIT attempt, where the version
+/// makes one, gets -EAGAIN and falls back), the worker writes it; then `fsfreeze -f` on the
+/// backing file system (`freeze_backing`), with the hung-task detector on (120 s). A write
+/// whose attempt's `kiocb_start_write()` was never ended keeps `SB_FREEZE_WRITE` up: the freeze
+/// waits forever (`HungTask`) and the accounting check at the end reports the writer
+/// (`SbWritersUnbalanced`). The data must still read back.
+fn check_l6_freeze_after_fallback(variant: LoopVariant, trace: bool) -> Result<LoopRun, SimError> {
+    let s = machine(variant, BackingKind::Sparse, 0, trace)?;
+    s.kernel.set_hung_task_timeout_secs(120);
+    io(&s, LoopOp::Write, 0);
+    s.settle(BUDGET);
+    s.apply(&Transition::FreezeBacking);
+    let mut v = s.settle(BUDGET);
+    v.extend(s.verify_devices(BUDGET));
+    keep(
+        &mut v,
+        &[
+            Invariant::KernelReport(ReportKind::HungTask),
+            Invariant::KernelReport(ReportKind::SbWritersUnbalanced),
+            Invariant::DataMismatch,
+            Invariant::Stranded,
+            Invariant::EndIoOnce,
+        ],
+    );
+    Ok(done(&s, Verdict::of(v)))
+}
+
 /// One row of the loop matrix.
 #[derive(Debug)]
 pub struct LoopRow {
@@ -470,6 +507,41 @@ mod tests {
             let ids: Vec<&str> = r.cells.iter().map(|(id, _)| *id).collect();
             assert_eq!(ids, LOOP_CHECKS.iter().map(|c| c.id).collect::<Vec<_>>());
         }
+    }
+
+    /// `freeze_backing` / `thaw_backing`: no arguments, only with a `loop` header, written back as
+    /// read; a thaw of an unfrozen backing is the kernel's `-EINVAL` (refused), a second freeze
+    /// its `-EBUSY`.
+    #[test]
+    fn freeze_and_thaw_lines_need_a_loop_and_follow_the_kernels_refusals() {
+        use crate::scenario::Scenario;
+        for (text, what) in [
+            ("freeze_backing\n", "needs a `loop` header line"),
+            (
+                "null_blk irqmode=0\nthaw_backing\n",
+                "needs a `loop` header line",
+            ),
+            ("loop v5 sparse\nfreeze_backing now\n", "nothing"),
+        ] {
+            let e = Scenario::parse(text, "t.scn").unwrap_err();
+            assert!(e.message.contains(what), "{text}: {e}");
+        }
+        let sc =
+            Scenario::parse("loop v5 sparse\nfreeze_backing\nthaw_backing\n", "t.scn").unwrap();
+        let lines: Vec<String> = sc
+            .transitions
+            .iter()
+            .map(|(_, t)| t.to_scenario_line())
+            .collect();
+        assert_eq!(lines, ["freeze_backing", "thaw_backing"]);
+        let s = machine(LoopVariant::BASE, BackingKind::Sparse, 0, false).unwrap();
+        let thaw = s.try_apply(&Transition::ThawBacking).unwrap_err();
+        assert!(thaw.0.contains("thaw_super(vdb)"), "{thaw}");
+        assert_eq!(s.try_apply(&Transition::FreezeBacking), Ok(()));
+        let again = s.try_apply(&Transition::FreezeBacking).unwrap_err();
+        assert!(again.0.contains("freeze_super(vdb)"), "{again}");
+        assert_eq!(s.try_apply(&Transition::ThawBacking), Ok(()));
+        assert!(s.settle(BUDGET).is_empty());
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! A loop device (`drivers/block/loop.c`, bio-core's model) attached to a machine, so scenario
 //! files can drive it: `loop v5 sparse offset=65536`, then `io 0 write 3`, `loop_worker 1`, and
 //! the oracle's usual invariants plus "data read back equals data written", checked by reading
-//! every block the scenario touched back through the device at the end.
+//! every block the scenario touched back through the device at the end, and then that the
+//! backing file system's freeze protection is balanced (`freeze_backing`/`thaw_backing` lines
+//! freeze and thaw it as `fsfreeze` would).
 //!
 //! The reference for the data check keeps, per block, what the last completed write or discard
 //! left there, or, where writes to a block overlapped in flight (a block device orders nothing
@@ -386,6 +388,41 @@ impl LoopRig {
         self.nullb.as_ref().is_some_and(|nb| nb.fire_next_hrtimer())
     }
 
+    /// `fsfreeze -f` (`freeze`) or `fsfreeze -u` on the backing file system: `freeze_super()` /
+    /// `thaw_super()` on the backing's superblock, from task context on the lowest online CPU.
+    /// A freeze that never drains is not refused: it happened, hung (the hung-task detector's
+    /// report when it is on) and the superblock stays at that level; the kernel's own refusals
+    /// (`-EBUSY`, `-EINVAL`) and a backing without a superblock are.
+    pub(crate) fn freeze_backing(&self, s: RigParts<'_>, freeze: bool) -> Result<(), String> {
+        use bio_core::fs::super_block::FreezeError;
+        let Some(lo) = &self.lo else {
+            return Err("there is no loop device".to_owned());
+        };
+        let Some(&cpu) = s.kernel.online_cpus().first() else {
+            return Err("no CPU is online".to_owned());
+        };
+        let what = if freeze { "freeze_super" } else { "thaw_super" };
+        let Some(sb) = lo.backing().superblock() else {
+            return Err(format!("loop0's backing has no superblock to {what}"));
+        };
+        let r = s.rt.on_cpu(cpu, &format!("{what}({})", sb.s_id()), |cx| {
+            if freeze {
+                sb.freeze_super(cx)
+            } else {
+                sb.thaw_super(cx)
+            }
+        });
+        match r {
+            None => Err(format!("{cpu} cannot run {what} now")),
+            Some(Ok(())) => Ok(()),
+            Some(Err(e @ FreezeError::NeverDrained { .. })) => {
+                s.rt.note(format!("   >>> {what}({}): {e}", sb.s_id()));
+                Ok(())
+            }
+            Some(Err(e)) => Err(format!("{what}({}): {e}", sb.s_id())),
+        }
+    }
+
     /// The device.
     pub(crate) fn device(&self) -> Option<&Arc<LoopDevice>> {
         self.lo.as_ref()
@@ -440,6 +477,17 @@ impl LoopRig {
         while self.fire_nullb_timer() {
             let _ = s.rt.run(budget);
         }
+        // Quiescence: every write the backing file system saw must have ended its freeze
+        // protection (SuperBlock::check_writers' report is a kernel report the oracle sees).
+        let unbalanced = match self.lo.as_ref().and_then(|lo| lo.backing().superblock()) {
+            Some(sb) => {
+                s.rt.on_cpu(cpu, "check the backing's sb_writers", |cx| {
+                    sb.check_writers(cx)
+                })
+                .unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
         let (got, slots) = (got.lock(), self.slots.lock());
         let mut v = Vec::new();
         for block in blocks {
@@ -473,6 +521,13 @@ impl LoopRig {
                 trace: Vec::new(),
             });
         }
+        // The settle that pulls kernel reports into the oracle has run already: these are
+        // handed over here.
+        v.extend(unbalanced.into_iter().map(|r| Violation {
+            invariant: Invariant::KernelReport(r.kind),
+            message: r.to_string(),
+            trace: Vec::new(),
+        }));
         v
     }
 

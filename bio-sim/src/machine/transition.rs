@@ -105,6 +105,11 @@ pub enum Transition {
     /// `nullb0`'s earliest pending hrtimer expires (`irqmode=2`): its interrupt is raised on the
     /// CPU that submitted the request, for the runtime to deliver.
     NullbTimer,
+    /// `fsfreeze -f` on the loop device's backing file system: `freeze_super()` on its
+    /// superblock from task context on the lowest online CPU.
+    FreezeBacking,
+    /// `fsfreeze -u`: `thaw_super()` on the backing's superblock, likewise.
+    ThawBacking,
 }
 
 impl fmt::Display for Transition {
@@ -158,6 +163,8 @@ impl fmt::Display for Transition {
             }
             Transition::LoopWorker { cpu } => write!(f, "run loop0's worker on CPU{cpu}"),
             Transition::NullbTimer => f.write_str("expire nullb0's next hrtimer"),
+            Transition::FreezeBacking => f.write_str("freeze loop0's backing file system"),
+            Transition::ThawBacking => f.write_str("thaw loop0's backing file system"),
         }
     }
 }
@@ -219,7 +226,11 @@ impl Sim {
             | Transition::NeedResched { cpu }
             | Transition::LoopIo { cpu, .. }
             | Transition::LoopWorker { cpu } => Some(cpu),
-            Transition::Tick | Transition::HotplugStep | Transition::NullbTimer => None,
+            Transition::Tick
+            | Transition::HotplugStep
+            | Transition::NullbTimer
+            | Transition::FreezeBacking
+            | Transition::ThawBacking => None,
         };
         if let Some(c) = cpu {
             if c >= n {
@@ -343,6 +354,12 @@ impl Sim {
                 Some(r) if r.fire_nullb_timer() => Ok(()),
                 Some(_) => refuse("nullb0 has no pending hrtimer"),
                 None => refuse("there is no null_blk device"),
+            },
+            Transition::FreezeBacking | Transition::ThawBacking => match self.loop_rig() {
+                Some(r) => r
+                    .freeze_backing(self.parts(), *t == Transition::FreezeBacking)
+                    .or_else(refuse),
+                None => refuse("there is no loop device"),
             },
         }
     }

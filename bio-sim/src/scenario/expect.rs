@@ -25,7 +25,7 @@ impl fmt::Display for Expectation {
 
 /// The scenario language's name of every invariant an `expect` line can name, both ways: the
 /// parser reads it, a written counterexample (`biosim explore`) writes it.
-const INVARIANT_NAMES: [(&str, Invariant); 13] = [
+const INVARIANT_NAMES: [(&str, Invariant); 15] = [
     ("once", Invariant::EndIoOnce),
     ("task", Invariant::TaskContext),
     ("stranded", Invariant::Stranded),
@@ -48,6 +48,11 @@ const INVARIANT_NAMES: [(&str, Invariant); 13] = [
     ("no-quiescence", Invariant::NoQuiescence),
     ("dropbehind", Invariant::DropbehindCached),
     ("data", Invariant::DataMismatch),
+    ("hung-task", Invariant::KernelReport(ReportKind::HungTask)),
+    (
+        "sb-writers",
+        Invariant::KernelReport(ReportKind::SbWritersUnbalanced),
+    ),
 ];
 
 fn invariant_name(s: &str) -> Option<Invariant> {

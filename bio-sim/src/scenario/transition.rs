@@ -84,6 +84,17 @@ pub(super) fn parse_transition(
                 Transition::Unplug { cpu }
             }
         }
+        "freeze_backing" | "thaw_backing" => {
+            if loop_dev.is_none_or(|d| d.nullb.is_some()) {
+                return Err(l.err(format!("`{}` needs a `loop` header line", l.keyword())));
+            }
+            l.done(1, "nothing")?;
+            if l.keyword() == "freeze_backing" {
+                Transition::FreezeBacking
+            } else {
+                Transition::ThawBacking
+            }
+        }
         "complete" => complete_line(l, nr_cpus)?,
         "worker" => {
             let cpu = l.cpu(1, nr_cpus)?;
@@ -307,6 +318,8 @@ impl Transition {
             },
             Transition::LoopWorker { cpu } => format!("loop_worker {cpu}"),
             Transition::NullbTimer => "nullb_timer".to_owned(),
+            Transition::FreezeBacking => "freeze_backing".to_owned(),
+            Transition::ThawBacking => "thaw_backing".to_owned(),
         }
     }
 }

@@ -13,6 +13,13 @@
 //! with `RWF_NOWAIT`), tests and the deterministic runtime an in-memory one whose `-EAGAIN` rules
 //! are those of a filesystem's direct I/O (see [`MemBacking`]).
 //!
+//! Freeze protection (`include/linux/fs.h`): `lo_submit_rw_aio()` sets `cmd->ref` to 2 and takes
+//! `kiocb_start_write()` on the backing file's superblock ([`LoopBacking::superblock`]) for a
+//! write; `lo_rw_aio_do_completion()` ends it with `kiocb_end_write()` when the count reaches 0.
+//! A NOWAIT attempt that falls back on `-EAGAIN` never reaches that end work, and the worker
+//! starts the write again: one `SB_FREEZE_WRITE` writer leaks per fallen-back write (check L6;
+//! the fix is [`LoopVariant::nowait_ends_write_on_eagain`]).
+//!
 //! Trace events: blk-mq's request tracepoints for the loop device's requests (`block_getrq`,
 //! `block_rq_issue`, `block_rq_complete`, see [`super::blk_mq_trace`]), the backing file's own
 //! requests on its device when the backing names one ([`LoopBacking::lower_device`]), and the
@@ -34,7 +41,8 @@
 //! to the submitting CPU); there is one root cgroup worker (`lo->rootcg_work`).
 
 use crate::block::blk_mq::{
-    blk_mq_end_request, blk_mq_start_request, BlkMqOps, RequestQueue, Rq, BLK_MQ_F_STACKING,
+    blk_mq_end_request, blk_mq_start_request, BlkMqOps, RequestQueue, Rq, BLK_MQ_F_BLOCKING,
+    BLK_MQ_F_STACKING,
 };
 use crate::block::Bio;
 use crate::block::{
@@ -45,6 +53,7 @@ use crate::drivers::block::blk_mq_trace::{
     block_getrq, block_rq_complete, block_rq_insert, block_rq_issue, RqTrace,
 };
 use crate::errno::Errno;
+use crate::fs::super_block::{KiocbWrite, SuperBlock, SB_WRITERS_CLASSES_3};
 use crate::irq::SoftirqVec;
 use crate::kernel::{Cpu, LockClass, ReportKind};
 use crate::sync::untracked::{AtomicUsize, Ordering};
@@ -124,6 +133,13 @@ pub trait LoopBacking: Send + Sync + fmt::Debug {
     fn completes_inline(&self, _write: bool, _pos: u64, _len: usize) -> bool {
         false
     }
+    /// `file_inode(lo->lo_backing_file)->i_sb`: the superblock whose freeze protection
+    /// (`sb->s_writers`) a write to the backing file takes (`kiocb_start_write()` in
+    /// `lo_submit_rw_aio()`, `file_start_write()` in `lo_write_simple()`'s `vfs_iter_write()`).
+    /// `None`: the backing's freeze protection is not modelled.
+    fn superblock(&self) -> Option<&SuperBlock> {
+        None
+    }
 }
 
 /// One asynchronous read or write given to an asynchronous [`LoopBacking`]: the command's data
@@ -171,6 +187,13 @@ pub struct LoopVariant {
     /// lo->lo_offset`, apart from `do_req_filebacked()`'s. True in every posted version; off is the
     /// buggy twin of the data check (the NOWAIT path forgets `lo_offset`).
     pub nowait_adds_lo_offset: bool,
+    /// The fix of check L6 (no posted version has it): when the NOWAIT attempt of a write comes
+    /// back `-EAGAIN` (from `->write_iter()`, or from a bdev's `ki_complete()`; also
+    /// `-EOPNOTSUPP` when L3's fix leaves that to the fallback too), end the
+    /// attempt's freeze protection with `kiocb_end_write()` before falling back to the worker,
+    /// whose `lo_submit_rw_aio()` takes it again (what io_uring does before it retries a NOWAIT
+    /// write). Off in every posted version: the attempt's `kiocb_start_write()` is never ended.
+    pub nowait_ends_write_on_eagain: bool,
 }
 
 impl LoopVariant {
@@ -184,6 +207,7 @@ impl LoopVariant {
         nowait_completes_on_eopnotsupp: true,
         asserted_lock: LO_WORK_LOCK,
         nowait_adds_lo_offset: true,
+        nowait_ends_write_on_eagain: false,
     };
     /// V5 up to patch 5/6: V5 without the hint (the sparse-file randwrite regression).
     pub const V5_NO_HINT: LoopVariant = LoopVariant {
@@ -269,6 +293,10 @@ impl LoopVariant {
                 "nowait_adds_lo_offset",
                 self.nowait_adds_lo_offset.to_string(),
             ),
+            (
+                "nowait_ends_write_on_eagain",
+                self.nowait_ends_write_on_eagain.to_string(),
+            ),
         ]
     }
 }
@@ -289,17 +317,20 @@ pub enum LoopKnob {
     NowaitCompletesOnEopnotsupp(bool),
     /// [`LoopVariant::nowait_adds_lo_offset`].
     NowaitAddsLoOffset(bool),
+    /// [`LoopVariant::nowait_ends_write_on_eagain`].
+    NowaitEndsWriteOnEagain(bool),
 }
 
 impl LoopKnob {
     /// Every loop knob's name (each takes `true` or `false`).
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "nowait_first",
         "hint",
         "check_fmode_nowait",
         "eopnotsupp_falls_back",
         "nowait_completes_on_eopnotsupp",
         "nowait_adds_lo_offset",
+        "nowait_ends_write_on_eagain",
     ];
 
     /// The one loop knob parser. An unknown name is refused with the known ones, a bad value with
@@ -322,6 +353,7 @@ impl LoopKnob {
             "eopnotsupp_falls_back" => LoopKnob::EopnotsuppFallsBack(b),
             "nowait_completes_on_eopnotsupp" => LoopKnob::NowaitCompletesOnEopnotsupp(b),
             "nowait_adds_lo_offset" => LoopKnob::NowaitAddsLoOffset(b),
+            "nowait_ends_write_on_eagain" => LoopKnob::NowaitEndsWriteOnEagain(b),
             _ => return Err(Self::unknown(name)),
         })
     }
@@ -362,6 +394,10 @@ impl LoopKnob {
                 nowait_adds_lo_offset,
                 ..v
             },
+            LoopKnob::NowaitEndsWriteOnEagain(nowait_ends_write_on_eagain) => LoopVariant {
+                nowait_ends_write_on_eagain,
+                ..v
+            },
         }
     }
 }
@@ -376,6 +412,7 @@ impl fmt::Display for LoopKnob {
             LoopKnob::EopnotsuppFallsBack(b) => ("eopnotsupp_falls_back", b),
             LoopKnob::NowaitCompletesOnEopnotsupp(b) => ("nowait_completes_on_eopnotsupp", b),
             LoopKnob::NowaitAddsLoOffset(b) => ("nowait_adds_lo_offset", b),
+            LoopKnob::NowaitEndsWriteOnEagain(b) => ("nowait_ends_write_on_eagain", b),
         };
         write!(f, "{name}={b}")
     }
@@ -389,10 +426,10 @@ mod variant_tests {
     #[test]
     fn each_loop_presets_knob_listing_is_pinned() {
         let pinned = [
-            ("base", "nowait_first=false hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true"),
-            ("v5-no-hint", "nowait_first=true hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true"),
-            ("v4", "nowait_first=true hint=true check_fmode_nowait=false eopnotsupp_falls_back=false nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_mutex nowait_adds_lo_offset=true"),
-            ("v5", "nowait_first=true hint=true check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true"),
+            ("base", "nowait_first=false hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false"),
+            ("v5-no-hint", "nowait_first=true hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false"),
+            ("v4", "nowait_first=true hint=true check_fmode_nowait=false eopnotsupp_falls_back=false nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_mutex nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false"),
+            ("v5", "nowait_first=true hint=true check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false"),
         ];
         for (name, knobs) in pinned {
             let v = LoopVariant::by_name(name).unwrap_or_else(|| panic!("{name} is gone"));
@@ -454,6 +491,13 @@ struct LoopCmd {
     /// The blk-mq request the command belongs to (`blk_mq_rq_to_pdu()`), on a device created
     /// with [`LoopDevice::new_blk_mq`]; `None` on the direct path.
     mq_rq: Option<Rq>,
+    /// `cmd->ref`: `lo_submit_rw_aio()` sets it to 2 (the submitter's and the completion's
+    /// reference); `lo_rw_aio_do_completion()` drops one and does the end work at 0.
+    aio_ref: u32,
+    /// The freeze protection `kiocb_start_write()` took for this command's write
+    /// (`cmd->iocb`'s `IOCB_WRITE` state); `kiocb_end_write()` in `lo_rw_aio_do_completion()`
+    /// ends it. Overwriting it without ending it is the leak of check L6.
+    kiocb: Option<KiocbWrite>,
 }
 
 impl LoopCmd {
@@ -488,6 +532,8 @@ impl LoopCmd {
             bio: Some(bio),
             use_aio,
             mq_rq: None,
+            aio_ref: 0,
+            kiocb: None,
         }
     }
 
@@ -495,7 +541,8 @@ impl LoopCmd {
         self.use_aio && self.op == ReqOp::Write
     }
 
-    /// The command without its bio.
+    /// The command without its bio, its reference count or its kiocb write (whoever takes the
+    /// bio moves those along explicitly).
     fn shell(&self) -> LoopCmd {
         LoopCmd {
             bio: None,
@@ -507,6 +554,8 @@ impl LoopCmd {
             opf: self.opf,
             use_aio: self.use_aio,
             mq_rq: self.mq_rq.clone(),
+            aio_ref: 0,
+            kiocb: None,
         }
     }
 }
@@ -596,6 +645,16 @@ impl fmt::Debug for LoopDevice {
     }
 }
 
+/// `lo->tag_set.flags` in `loop_add()` for `variant`: `BLK_MQ_F_STACKING` (6.18), plus
+/// `BLK_MQ_F_BLOCKING` when the variant tries NOWAIT from `->queue_rq()` (patch 5/6).
+pub const fn loop_tag_set_flags(variant: LoopVariant) -> u32 {
+    if variant.nowait_first {
+        BLK_MQ_F_STACKING | BLK_MQ_F_BLOCKING
+    } else {
+        BLK_MQ_F_STACKING
+    }
+}
+
 /// `hw_queue_depth`, the loop module parameter's default (`lo->tag_set.queue_depth`).
 pub const LOOP_HW_QUEUE_DEPTH: usize = 128;
 
@@ -637,7 +696,10 @@ impl LoopDevice {
     /// request ends with `blk_mq_end_request()`. The tag set is 6.18's `loop_add()`'s:
     /// `hw_queue_depth` (128) tags, `BLK_MQ_F_STACKING` (and `BLK_MQ_F_NO_SCHED_BY_DEFAULT`,
     /// which the model has no scheduler to need), not `BLK_MQ_F_BLOCKING`: `->queue_rq()` runs
-    /// under `rcu_read_lock()` and must not sleep (the blocking I/O is the worker's).
+    /// under `rcu_read_lock()` and must not sleep (the blocking I/O is the worker's). The NOWAIT
+    /// versions (patch 5/6 as posted in V4 and V5) add `BLK_MQ_F_BLOCKING`, since the NOWAIT
+    /// attempt calls `->write_iter()` from `->queue_rq()` and `kiocb_start_write()` may sleep:
+    /// dispatch then runs under the tag set's SRCU ([`loop_tag_set_flags`]).
     pub fn new_blk_mq(
         kernel: &Kernel,
         number: u32,
@@ -667,7 +729,7 @@ impl LoopDevice {
                 UntrackedArc::new(RequestQueue::new(
                     (LOOP_MAJOR, number),
                     LOOP_HW_QUEUE_DEPTH,
-                    BLK_MQ_F_STACKING,
+                    loop_tag_set_flags(variant),
                     ops,
                 ))
             });
@@ -809,13 +871,31 @@ impl LoopDevice {
         tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() });
         match r {
             Err(Errno::EIOCBQUEUED) => {} // counted when it completes
-            Err(Errno::EAGAIN) => Self::bump(&self.counters.nowait_eagain),
+            Err(Errno::EAGAIN) => {
+                Self::bump(&self.counters.nowait_eagain);
+                // `if (ret != -EIOCBQUEUED && ret != -EAGAIN) lo_rw_aio_complete(...)`: on
+                // -EAGAIN nothing drops cmd->ref's second reference, so the end work of
+                // lo_rw_aio_do_completion(), kiocb_end_write() included, never runs for this
+                // attempt; the fallback's lo_submit_rw_aio() starts the write again.
+                if self.variant.nowait_ends_write_on_eagain {
+                    self.lo_nowait_end_write(cmd, cx);
+                }
+            }
             Err(Errno::EOPNOTSUPP) => {
                 Self::bump(&self.counters.nowait_eopnotsupp);
+                if !self.variant.nowait_completes_on_eopnotsupp
+                    && self.variant.nowait_ends_write_on_eagain
+                {
+                    // L3's fix leaves -EOPNOTSUPP to the fallback like -EAGAIN: the attempt's
+                    // write must then be ended as well (L6's fix covers both).
+                    self.lo_nowait_end_write(cmd, cx);
+                }
                 if self.variant.nowait_completes_on_eopnotsupp {
                     // `if (ret != -EIOCBQUEUED && ret != -EAGAIN) lo_rw_aio_complete(...)`.
                     let done = LoopCmd {
                         bio: cmd.bio.take(),
+                        aio_ref: std::mem::take(&mut cmd.aio_ref),
+                        kiocb: cmd.kiocb.take(),
                         ..cmd.shell()
                     };
                     self.lo_rw_aio_complete(done, r, cx);
@@ -831,6 +911,60 @@ impl LoopDevice {
     /// `-EAGAIN` (the fallback redoes the whole command; nothing was half-applied that a retry
     /// would not redo identically).
     fn lo_submit_rw(
+        &self,
+        cmd: &mut LoopCmd,
+        offset: u64,
+        nowait: bool,
+        cx: &Cpu,
+    ) -> Result<usize, Errno> {
+        let write = cmd.op == ReqOp::Write;
+        if cmd.bio.is_none() {
+            return Err(Errno::EIO);
+        }
+        if !cmd.use_aio {
+            // lo_write_simple() -> vfs_iter_write(): file_start_write() ... file_end_write()
+            // around the write, balanced in the same context.
+            let sb = self.backing.superblock().filter(|_| write);
+            if sb.is_some_and(|sb| !sb.sb_start_write(cx)) {
+                return Err(Errno::EIO); // the kernel never returns: see kiocb_start_write below
+            }
+            let r = self.lo_submit_rw_segments(cmd, offset, nowait, cx);
+            if let Some(sb) = sb {
+                sb.sb_end_write(cx);
+            }
+            return r;
+        }
+        // lo_submit_rw_aio(): atomic_set(&cmd->ref, 2), then for a write kiocb_start_write() on
+        // the backing file's superblock (the same in the base's lo_rw_aio()).
+        cmd.aio_ref = 2;
+        // Twin `bug-loop-no-kiocb-start-write`: no freeze protection taken, nothing to leak.
+        if write && !cfg!(feature = "bug-loop-no-kiocb-start-write") {
+            if let Some(sb) = self.backing.superblock() {
+                match sb.kiocb_start_write(cx) {
+                    // A kiocb write still held from an earlier attempt is overwritten without
+                    // kiocb_end_write(): the same iocb, its count taken twice (check L6).
+                    Some(k) => cmd.kiocb = Some(k),
+                    // The freeze never thaws: the kernel sleeps here forever (the hung-task
+                    // detector's report); the model fails the command so the run can end.
+                    None => {
+                        cmd.aio_ref = 0;
+                        return Err(Errno::EIO);
+                    }
+                }
+            }
+        }
+        let r = self.lo_submit_rw_segments(cmd, offset, nowait, cx);
+        if r != Err(Errno::EIOCBQUEUED) {
+            // The submitter's lo_rw_aio_do_completion(): 2 -> 1 (the asynchronous path dropped
+            // it when it parked the command).
+            cmd.aio_ref = cmd.aio_ref.saturating_sub(1);
+        }
+        r
+    }
+
+    /// The I/O of [`LoopDevice::lo_submit_rw`]: `->read_iter()`/`->write_iter()` over every
+    /// segment, or the asynchronous submission.
+    fn lo_submit_rw_segments(
         &self,
         cmd: &mut LoopCmd,
         offset: u64,
@@ -900,8 +1034,12 @@ impl LoopDevice {
             nowait,
             cpu,
         };
+        // The submitter's lo_rw_aio_do_completion() (2 -> 1) happens before ki_complete() can
+        // run here (the backing completes later, from its interrupt).
         let parked = LoopCmd {
             bio: Some(bio),
+            aio_ref: cmd.aio_ref.saturating_sub(1),
+            kiocb: cmd.kiocb.take(),
             ..cmd.shell()
         };
         let lower_rq = lower.as_ref().map(|b| RqTrace {
@@ -924,6 +1062,7 @@ impl LoopDevice {
                 // Not started: the command is the caller's again.
                 if let Some((back, _, _)) = self.inflight.lock().remove(&token) {
                     cmd.bio = back.bio;
+                    cmd.kiocb = back.kiocb;
                 }
                 Err(e)
             }
@@ -974,10 +1113,26 @@ impl LoopDevice {
         }
         tracing::trace!(target: "loop", tracepoint = "biosim_loop_aio_complete", cpu = cx.id().0, "biosim_loop_aio_complete: loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() }, if nowait { " (NOWAIT)" } else { "" });
         if again {
+            // lo_rw_aio_do_completion(): the last reference (1 -> 0), then V5's `cmd->ret ==
+            // -EAGAIN` requeue, which returns before the end work: kiocb_end_write() does not run
+            // and the worker's lo_submit_rw_aio() starts the write again. (For a block device
+            // the superblock is the bdev pseudo file system's, which nobody freezes.)
+            cmd.aio_ref = cmd.aio_ref.saturating_sub(1);
+            if self.variant.nowait_ends_write_on_eagain {
+                self.lo_nowait_end_write(&mut cmd, cx);
+            }
             self.loop_queue_work(cmd, cx);
             return;
         }
         self.lo_rw_aio_complete(cmd, res, cx);
+    }
+
+    /// The fix [`LoopVariant::nowait_ends_write_on_eagain`]: `kiocb_end_write()` for a write
+    /// whose NOWAIT attempt came back `-EAGAIN`, before the fallback starts it again.
+    fn lo_nowait_end_write(&self, cmd: &mut LoopCmd, cx: &Cpu) {
+        if let (Some(k), Some(sb)) = (cmd.kiocb.take(), self.backing.superblock()) {
+            sb.kiocb_end_write(k, cx);
+        }
     }
 
     /// The backing file's direct I/O reaching its device (iomap's `submit_bio()`): the bio, its
@@ -1013,6 +1168,25 @@ impl LoopDevice {
     /// than the device, where the requeued rest reads nothing and fails the same way, so biosim
     /// zero-fills the rest and fails it at once.
     fn lo_rw_aio_complete(&self, mut cmd: LoopCmd, res: Result<usize, Errno>, cx: &Cpu) {
+        // lo_rw_aio_do_completion(): drop the completion's reference; the end work runs at 0.
+        if cmd.use_aio && cmd.aio_ref > 0 {
+            cmd.aio_ref -= 1;
+            if cmd.aio_ref > 0 {
+                // The submitter still holds its reference: never the case in the model, whose
+                // submitter drops it before any completion can run.
+                cx.warn(&format!(
+                    "drivers/block/loop.c: loop{} lo_rw_aio_do_completion(): cmd->ref still {} at ki_complete()",
+                    self.number, cmd.aio_ref
+                ));
+            }
+        }
+        // The end work: for a write, kiocb_end_write().
+        if let Some(k) = cmd.kiocb.take() {
+            match self.backing.superblock() {
+                Some(sb) => sb.kiocb_end_write(k, cx),
+                None => drop(k),
+            }
+        }
         let Some(mut bio) = cmd.bio.take() else {
             return;
         };
@@ -1260,7 +1434,18 @@ pub struct MemBacking {
     asynchronous: bool,
     full: bool,
     lower: Option<(u32, u32)>,
+    /// The superblock of the file system the file lives on ([`MEM_BACKING_S_ID`]), or of the
+    /// bdev pseudo file system for [`MemBacking::as_block_device`].
+    sb: SuperBlock,
 }
+
+/// The `s_id` of the file system a [`MemBacking`] file lives on (a disk's name, as ext4 and XFS
+/// set it).
+pub const MEM_BACKING_S_ID: &str = "vdb";
+
+/// The lockdep classes of the bdev pseudo file system's `s_writers` (`bd_type`, registered at
+/// boot before any disk file system; the `#N` suffix is the model's choice).
+pub const BDEV_SB_WRITERS_CLASSES: [&str; 3] = ["sb_writers#1", "sb_pagefaults#1", "sb_internal#1"];
 
 #[derive(Debug, Default)]
 struct MemState {
@@ -1287,6 +1472,7 @@ impl MemBacking {
             asynchronous: false,
             full: false,
             lower: None,
+            sb: SuperBlock::new(MEM_BACKING_S_ID, SB_WRITERS_CLASSES_3),
         }
     }
 
@@ -1356,6 +1542,10 @@ impl MemBacking {
     /// Makes it a block device (`S_ISBLK`).
     pub fn as_block_device(mut self) -> Self {
         self.block_device = true;
+        // A block device file's inode lives on the bdev pseudo file system (`blockdev_superblock`),
+        // whose sb nothing freezes (`fsfreeze` and `freeze_bdev()` freeze the file system
+        // mounted on the device, another superblock).
+        self.sb = SuperBlock::new("bdev", BDEV_SB_WRITERS_CLASSES);
         self
     }
 
@@ -1430,6 +1620,10 @@ impl LoopBacking for MemBacking {
 
     fn fmode_nowait(&self) -> bool {
         self.fmode_nowait
+    }
+
+    fn superblock(&self) -> Option<&SuperBlock> {
+        Some(&self.sb)
     }
 
     fn rw(&self, write: bool, pos: u64, buf: &mut [u8], nowait: bool) -> Result<usize, Errno> {

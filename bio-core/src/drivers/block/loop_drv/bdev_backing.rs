@@ -59,6 +59,14 @@ impl LoopBacking for BdevBacking {
         self.lower.limits().capacity_bytes()
     }
 
+    /// `None`: `kiocb_start_write()` on a block device file takes the bdev pseudo file system's
+    /// superblock, which nothing freezes (`fsfreeze` freezes the file system mounted on the
+    /// device, another superblock), so its count is not modelled here; [`super::MemBacking`]'s
+    /// `as_block_device()` models it.
+    fn superblock(&self) -> Option<&crate::fs::super_block::SuperBlock> {
+        None
+    }
+
     fn is_block_device(&self) -> bool {
         true
     }

@@ -255,7 +255,9 @@ fn v4_asserts_lo_mutex_where_lo_work_lock_is_held_and_v5_does_not() {
         warns[0].message
     );
     assert!(
-        warns[0].message.contains("held: &lo->lo_work_lock"),
+        warns[0]
+            .message
+            .contains("held: set->srcu, &lo->lo_work_lock"),
         "{}",
         warns[0].message
     );
@@ -652,4 +654,212 @@ fn on_a_lower_device_a_hole_read_completes_inline_and_a_written_block_goes_to_th
     );
     twin.submit(ReqOp::Read, 64, Some(block(0xee)));
     assert_eq!(twin.mem.pending(), 1);
+}
+
+// ---- Check L6: freeze protection after a NOWAIT fallback (`cmd->ref`, `kiocb_start_write()`).
+
+/// The backing file system's `SB_FREEZE_WRITE` writers.
+fn backing_writers(r: &Rig) -> u32 {
+    r.mem
+        .superblock()
+        .expect("a MemBacking has a superblock")
+        .writers(crate::fs::super_block::SB_FREEZE_WRITE)
+}
+
+/// V5 with the fix: the NOWAIT attempt's write is ended on `-EAGAIN`.
+const V5_FIXED: LoopVariant = LoopVariant {
+    name: "v5-fixed",
+    ..LoopVariant::V5.with(LoopKnob::NowaitEndsWriteOnEagain(true))
+};
+
+/// One write into a hole of a sparse file: the NOWAIT attempt (where the version makes one) gets
+/// `-EAGAIN` and falls back; the worker writes it. Every version reads the data back, and the
+/// backing's writer count shows the attempt's `kiocb_start_write()` that was never ended: one on
+/// every NOWAIT version, none on the base (no attempt) and on the fixed twin.
+#[test]
+#[cfg_attr(
+    feature = "bug-loop-no-kiocb-start-write",
+    should_panic(expected = "leaked")
+)]
+fn a_write_that_falls_back_after_nowait_eagain_leaks_one_sb_writer_per_version() {
+    let table = [
+        (LoopVariant::BASE, 0),
+        (LoopVariant::V5_NO_HINT, 1),
+        (LoopVariant::V4, 1),
+        (LoopVariant::V5, 1),
+        (V5_FIXED, 0),
+    ];
+    for (v, leaked) in table {
+        let r = rig(MemBacking::sparse(1 << 20), v, LO_FLAGS_DIRECT_IO);
+        r.submit(ReqOp::Write, 0, Some(block(3)));
+        let attempts = r.lo.stats().nowait_eagain;
+        assert_eq!(attempts, usize::from(v.nowait_first), "{}", v.name);
+        r.run_worker();
+        r.submit(ReqOp::Read, 0, Some(block(0)));
+        r.run_worker();
+        let ended = r.ended.lock().clone();
+        assert_eq!(
+            ended.iter().map(|e| e.1).collect::<Vec<_>>(),
+            [BLK_STS_OK, BLK_STS_OK],
+            "{}",
+            v.name
+        );
+        assert_eq!(ended[1].2, block(3), "{}: the data reads back", v.name);
+        assert_eq!(backing_writers(&r), leaked, "{}: writers leaked", v.name);
+        let sb = r.mem.superblock().unwrap();
+        let reports = sb.check_writers(&r.cx);
+        assert_eq!(reports.len(), leaked as usize, "{}", v.name);
+        if leaked > 0 {
+            println!("{}: {}", v.name, reports[0]);
+            assert_eq!(
+                reports[0].message,
+                "biosim: vdb sb_writers#3 level 1: 1 writer never ended (kiocb_start_write() without kiocb_end_write())"
+            );
+        }
+    }
+}
+
+/// The hint (6/6) skips the NOWAIT attempt of a write while a blocking write is queued, so V5
+/// leaks only on the first write into a hole; without the hint every fallen-back write leaks.
+#[test]
+#[cfg_attr(
+    feature = "bug-loop-no-kiocb-start-write",
+    should_panic(expected = "leaked")
+)]
+fn the_hint_limits_the_leak_to_the_first_write_into_a_hole() {
+    for (v, leaked) in [(LoopVariant::V5, 1), (LoopVariant::V5_NO_HINT, 4)] {
+        let r = rig(MemBacking::sparse(1 << 20), v, LO_FLAGS_DIRECT_IO);
+        for i in 0..4u64 {
+            r.submit(ReqOp::Write, i * 8, Some(block(i as u8 + 1)));
+        }
+        r.run_worker();
+        assert_eq!(r.statuses(), [BLK_STS_OK; 4], "{}", v.name);
+        assert_eq!(backing_writers(&r), leaked, "{}: writers leaked", v.name);
+    }
+}
+
+/// A read that falls back (one-shot contention) takes no freeze protection, so leaks nothing; a
+/// write that falls back for the same reason on an allocated file leaks like a hole's.
+#[test]
+#[cfg_attr(
+    feature = "bug-loop-no-kiocb-start-write",
+    should_panic(expected = "leaked")
+)]
+fn a_read_that_falls_back_leaks_nothing_and_a_contended_write_does() {
+    let r = rig(
+        MemBacking::preallocated(1 << 20),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.mem.refuse_nowait_once();
+    r.submit(ReqOp::Read, 0, Some(block(9)));
+    r.run_worker();
+    assert_eq!(r.lo.stats().nowait_eagain, 1);
+    assert_eq!(backing_writers(&r), 0, "a read takes no freeze protection");
+    r.mem.refuse_nowait_once();
+    r.submit(ReqOp::Write, 0, Some(block(4)));
+    r.run_worker();
+    assert_eq!(r.lo.stats().nowait_eagain, 2);
+    assert_eq!(r.statuses(), [BLK_STS_OK, BLK_STS_OK]);
+    assert_eq!(backing_writers(&r), 1, "the contended write leaked");
+}
+
+/// The leaked writer makes `freeze_super()` on the backing wait forever: the hung-task report
+/// (the detector on, 120 s) and `NeverDrained`; on the fixed twin the freeze completes and the
+/// thaw undoes it. Also a catcher of `bug-hung-task-detector-off` (no report: "hangs" fails).
+#[test]
+#[cfg_attr(
+    any(
+        feature = "bug-loop-no-kiocb-start-write",
+        feature = "bug-hung-task-detector-off"
+    ),
+    should_panic(expected = "hangs")
+)]
+fn a_leaked_writer_hangs_freeze_super_on_the_backing_and_the_fix_does_not() {
+    use crate::fs::super_block::{FreezeError, SB_FREEZE_WRITE};
+    for (v, hangs) in [(LoopVariant::V5, true), (V5_FIXED, false)] {
+        let r = rig(MemBacking::sparse(1 << 20), v, LO_FLAGS_DIRECT_IO);
+        r.k.set_hung_task_timeout_secs(120);
+        r.submit(ReqOp::Write, 0, Some(block(3)));
+        r.run_worker();
+        let sb = r.mem.superblock().unwrap();
+        let res = sb.freeze_super(&r.cx);
+        let hung = r.k.reports().of_kind(ReportKind::HungTask);
+        if hangs {
+            assert_eq!(
+                res,
+                Err(FreezeError::NeverDrained {
+                    level: SB_FREEZE_WRITE,
+                    readers: 1
+                }),
+                "{}: the freeze hangs",
+                v.name
+            );
+            assert_eq!(hung.len(), 1, "{}: the freeze hangs", v.name);
+            println!("{}", hung[0]);
+            assert!(hung[0]
+                .message
+                .contains("waiting in freeze_super: percpu_down_write(sb_writers#3)"));
+        } else {
+            assert_eq!(res, Ok(()), "{}: the freeze hangs", v.name);
+            assert!(hung.is_empty());
+            assert_eq!(sb.thaw_super(&r.cx), Ok(()));
+            assert!(r.k.reports().is_empty(), "{:?}", r.k.reports().all());
+        }
+    }
+}
+
+/// 5/6's requeue of a bdev's `ki_complete(-EAGAIN)` returns before the end work too: the
+/// NOWAIT attempt's write on the bdev pseudo file system's superblock is never ended (harmless in
+/// practice: nothing freezes that superblock). The fix ends it before requeueing.
+#[test]
+#[cfg_attr(
+    feature = "bug-loop-no-kiocb-start-write",
+    should_panic(expected = "leaked")
+)]
+fn an_async_eagain_from_a_bdev_requeues_without_kiocb_end_write() {
+    for (v, leaked) in [(LoopVariant::V5, 1), (V5_FIXED, 0)] {
+        let r = rig(
+            MemBacking::preallocated(1 << 20)
+                .as_block_device()
+                .asynchronous(),
+            v,
+            LO_FLAGS_DIRECT_IO,
+        );
+        assert_eq!(r.mem.superblock().unwrap().s_id(), "bdev");
+        r.mem.refuse_nowait_once();
+        r.submit(ReqOp::Write, 0, Some(block(5)));
+        complete_all(&r);
+        assert_eq!(r.lo.stats().nowait_eagain, 1);
+        r.run_worker();
+        complete_all(&r);
+        assert_eq!(r.statuses(), [BLK_STS_OK], "{}", v.name);
+        assert_eq!(backing_writers(&r), leaked, "{}: writers leaked", v.name);
+    }
+}
+
+/// The tag set follows the version: the base's `->queue_rq()` runs under `rcu_read_lock()` (no
+/// sleeping), the NOWAIT versions' under the tag set's SRCU (`BLK_MQ_F_BLOCKING`, patch 5/6).
+#[test]
+fn the_nowait_versions_tag_set_is_blocking_and_the_bases_is_not() {
+    for v in LoopVariant::ALL {
+        let r = rig(MemBacking::sparse(1 << 20), v, LO_FLAGS_DIRECT_IO);
+        let q = r.lo.mq_queue().expect("a blk-mq device");
+        assert_eq!(
+            q.flags & BLK_MQ_F_BLOCKING != 0,
+            v.nowait_first,
+            "{}",
+            v.name
+        );
+        let ctx = |cx: &Cpu| (cx.preempt_count(), cx.rcu_preempt_depth());
+        let outside = ctx(&r.cx);
+        let (inside, srcu) = q.blk_mq_run_dispatch_ops(&r.cx, || (ctx(&r.cx), q.srcu.readers()));
+        let under_rcu = inside != outside;
+        assert_eq!(
+            (under_rcu, srcu),
+            (!v.nowait_first, u32::from(v.nowait_first)),
+            "{}: rcu_read_lock() or SRCU",
+            v.name
+        );
+    }
 }
