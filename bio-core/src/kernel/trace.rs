@@ -291,8 +291,40 @@ pub(crate) mod tests {
         }
     }
 
+    /// The process-wide subscriber of bio-core's tests: interested in every callsite
+    /// "sometimes" and enabling nothing. Without it, a callsite first hit on a thread with no
+    /// capture (the global default is then "no subscriber": interest never) may keep that cached
+    /// interest while another thread's capture is being registered, and the capture misses the
+    /// event (seen as a flaky missing `block_unplug`). With it, interest is never cached as
+    /// never: each event asks the dispatcher of its own thread.
+    struct SometimesNothing;
+
+    impl tracing::Subscriber for SometimesNothing {
+        fn register_callsite(
+            &self,
+            _: &'static tracing::Metadata<'static>,
+        ) -> tracing::subscriber::Interest {
+            tracing::subscriber::Interest::sometimes()
+        }
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            false
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {}
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
     /// The tracepoint events `f` fires on this thread.
     pub(crate) fn capture(f: impl FnOnce()) -> Vec<Captured> {
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(SometimesNothing);
+        });
         let events = Arc::new(Mutex::new(Vec::new()));
         let subscriber = tracing_subscriber::registry().with(CaptureLayer(Arc::clone(&events)));
         tracing::subscriber::with_default(subscriber, f);

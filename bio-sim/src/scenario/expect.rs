@@ -25,7 +25,7 @@ impl fmt::Display for Expectation {
 
 /// The scenario language's name of every invariant an `expect` line can name, both ways: the
 /// parser reads it, a written counterexample (`biosim explore`) writes it.
-const INVARIANT_NAMES: [(&str, Invariant); 15] = [
+const INVARIANT_NAMES: [(&str, Invariant); 17] = [
     ("once", Invariant::EndIoOnce),
     ("task", Invariant::TaskContext),
     ("stranded", Invariant::Stranded),
@@ -49,6 +49,14 @@ const INVARIANT_NAMES: [(&str, Invariant); 15] = [
     ("dropbehind", Invariant::DropbehindCached),
     ("data", Invariant::DataMismatch),
     ("hung-task", Invariant::KernelReport(ReportKind::HungTask)),
+    (
+        "circular-locking",
+        Invariant::KernelReport(ReportKind::CircularLockDependency),
+    ),
+    (
+        "recursive-locking",
+        Invariant::KernelReport(ReportKind::RecursiveLocking),
+    ),
     (
         "sb-writers",
         Invariant::KernelReport(ReportKind::SbWritersUnbalanced),
