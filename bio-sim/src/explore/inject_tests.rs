@@ -13,7 +13,7 @@ use super::generator::{transition, Space};
 use crate::machine::loop_rig::{BackingKind, LoopSetup};
 use crate::machine::transition::Transition;
 use bio_core::block::complete_in_task::Variant;
-use bio_core::drivers::block::loop_drv::LoopVariant;
+use bio_core::drivers::block::loop_drv::{LoopKnob, LoopVariant};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
 
@@ -78,10 +78,20 @@ fn injection_is_drawn_only_when_asked() {
 }
 
 /// One CPU: the loop device's I/O under CPU hotplug has violations of its own on main (a
-/// request submitted on a CPU that goes down is lost; see the report), which a campaign with
-/// hotplug finds first; with one CPU every hotplug operation is refused (the last online CPU),
-/// so what the campaign finds is what the injection and plug lines reveal.
+/// request submitted on a CPU that goes down is lost; see docs/explore.md), which a campaign
+/// with hotplug finds first; with one CPU every hotplug operation is refused (the last online
+/// CPU), so what the campaign finds is what the injection and plug lines reveal. v5 with L6's
+/// fix: v5 as posted leaks a `kiocb_start_write()` on its first fallen-back write (loop check
+/// L6), which [`explore_finds_l6_on_v5_as_posted`] shows explore finding by itself.
 fn campaign(backing: BackingKind, cases: u64) -> Campaign {
+    campaign_on(
+        LoopVariant::V5.with(LoopKnob::NowaitEndsWriteOnEagain(true)),
+        backing,
+        cases,
+    )
+}
+
+fn campaign_on(variant: LoopVariant, backing: BackingKind, cases: u64) -> Campaign {
     let base = crate::perf::explore_bench::campaign(Variant::DEFAULT, cases, 24, 1, 11);
     Campaign {
         config: crate::machine::sim::SimConfig {
@@ -89,7 +99,7 @@ fn campaign(backing: BackingKind, cases: u64) -> Campaign {
             online: 1,
             ..base.config
         },
-        loop_dev: Some(LoopSetup::new(LoopVariant::V5, backing, 0)),
+        loop_dev: Some(LoopSetup::new(variant, backing, 0)),
         inject: true,
         budget: Budget::Cases(cases),
         shard: Shard::ALL,
@@ -160,4 +170,45 @@ fn the_counterexample_keeps_the_injection_line() {
     assert!(text.contains("\nfail_io loop0\n"), "{text}");
     assert!(w.transitions.len() <= 3, "{text}");
     assert!(text.contains("\nexpect data\n"), "{text}");
+}
+
+/// Loop check L6 found from scratch: a campaign on v5 as posted (no injection needed) finds the
+/// leaked `SB_FREEZE_WRITE` writer of a write whose NOWAIT attempt fell back, and shrinks it to
+/// the write alone; base, which makes no NOWAIT attempt, stays clean over the same cases. No
+/// injection: the leak is v5's own.
+#[test]
+fn explore_finds_l6_on_v5_as_posted() {
+    use super::shrink::shrink;
+    use crate::machine::oracle::Invariant;
+    use bio_core::kernel::ReportKind;
+    let c = Campaign {
+        inject: false,
+        ..campaign_on(LoopVariant::V5, BackingKind::Sparse, 300)
+    };
+    let found = c
+        .run(None)
+        .unwrap()
+        .found
+        .expect("v5 as posted leaks a writer");
+    let shrunk = shrink(&c, &found).unwrap();
+    assert_eq!(
+        shrunk.invariant,
+        Invariant::KernelReport(ReportKind::SbWritersUnbalanced)
+    );
+    let lines: Vec<String> = shrunk.case.iter().map(|t| t.to_scenario_line()).collect();
+    assert!(
+        lines.len() <= 2 && lines.iter().any(|l| l.contains(" write ")),
+        "{lines:?}"
+    );
+    let base = Campaign {
+        inject: false,
+        ..campaign_on(LoopVariant::BASE, BackingKind::Sparse, 300)
+    }
+    .run(None)
+    .unwrap();
+    assert!(
+        base.found.is_none(),
+        "base: {:?}",
+        base.found.map(|f| f.index)
+    );
 }
