@@ -9,11 +9,15 @@
 //! before it hands the CPU to the runtime (whatever the runtime): a task never sleeps on
 //! requests it holds in its own plug.
 //!
-//! `blk_mq_flush_plug_list()` first splices the plug's list off (and zeroes `rq_count`), then
-//! dispatches per queue: so a `->queue_rq()` that submits (a stacking driver, with no
-//! `current->bio_list` during a plug flush) adds to a fresh plug batch, flushed by the next turn
-//! of the loop, never to the list being walked. The buggy twin `bug-plug-flush-no-splice` walks
-//! the live list, and [`blk_add_rq_to_plug`] WARNs when it is added to mid-walk.
+//! 6.18's `blk_mq_flush_plug_list()` zeroes `rq_count` and walks the live `plug->mq_list`: a
+//! `->queue_rq()` that submits to a blk-mq device with no `current->bio_list` (a stacking driver
+//! whose flush comes from an outer plug, e.g. io_uring's or `schedule()`'s, outside
+//! `submit_bio()`) adds to the list being walked, which is list corruption in the kernel;
+//! [`blk_add_rq_to_plug`] WARNs when that happens. The loop driver's NOWAIT-first path (V5) is
+//! such a `->queue_rq()`. The fix posted after 6.18 ("blk-mq: fix plug list corruption when
+//! queue_rq adds new requests", Ming Lei, Nov 2025) swaps the list to a local one first and
+//! loops while new requests were added: `Kernel::set_blk_plug_list_fix` applies it; the buggy
+//! twin `bug-plug-flush-no-splice` breaks the fix (it walks the live list with the fix on).
 //!
 //! `block_unplug`'s `explicit` argument (`!from_schedule`) is not in the event's print format
 //! (`"[%s] %d"`, tracefs-6.18/formats/block_unplug.format); blktrace alone uses it.
@@ -169,12 +173,13 @@ fn by_queue(list: VecDeque<Rq>) -> Vec<(UntrackedArc<RequestQueue>, Vec<usize>)>
     groups
 }
 
-/// `blk_mq_flush_plug_list()`: splice the list off and zero `rq_count`, then per queue:
+/// `blk_mq_flush_plug_list()`: on 6.18 the live list is walked ([`flush_live_list`]); with
+/// the post-6.18 fix, splice the list off and zero `rq_count`, then per queue:
 /// `blk_mq_dispatch_queue_requests()` (`block_unplug`, issue directly) for an explicit flush,
 /// or insert and run the queue for a flush from `schedule()`; again while `->queue_rq()` added
 /// requests to the plug meanwhile.
 pub fn blk_mq_flush_plug_list(cx: &Cpu, from_schedule: bool) {
-    if cfg!(feature = "bug-plug-flush-no-splice") {
+    if !cx.kernel().blk_plug_list_fix() || cfg!(feature = "bug-plug-flush-no-splice") {
         return flush_live_list(cx, from_schedule);
     }
     loop {
@@ -203,7 +208,8 @@ pub fn blk_mq_flush_plug_list(cx: &Cpu, from_schedule: bool) {
     }
 }
 
-/// `bug-plug-flush-no-splice`: the live `plug->mq_list` is walked while `->queue_rq()` runs.
+/// 6.18's walk of the live `plug->mq_list` while `->queue_rq()` runs (also what the twin
+/// `bug-plug-flush-no-splice` makes of the fixed code).
 fn flush_live_list(cx: &Cpu, from_schedule: bool) {
     let depth = {
         let mut g = cx.task_state().plug.borrow_mut();

@@ -80,6 +80,9 @@ pub struct Kernel {
     fault_inject: fault_inject::FaultInject,
     /// The hung-task detector's sysctls.
     pub(crate) hung_task: hung_task::HungTask,
+    /// Whether `blk_mq_flush_plug_list()` has the post-6.18 fix "blk-mq: fix plug list
+    /// corruption when queue_rq adds new requests" (Ming Lei, Nov 2025): off, the 6.18 code.
+    blk_plug_list_fix: crate::sync::untracked::AtomicBool,
 }
 
 /// Per-CPU kernel state that any CPU may read.
@@ -173,11 +176,27 @@ impl Kernel {
             bio_complete: UntrackedOnceLock::new(),
             fault_inject: fault_inject::FaultInject::default(),
             hung_task: hung_task::HungTask::default(),
+            blk_plug_list_fix: crate::sync::untracked::AtomicBool::new(false),
         });
         crate::workqueue::register_hotplug_states(&kernel);
         crate::time::register_hotplug_states(&kernel);
         boot_states::register_early_dynamic_states(&kernel);
         Ok(kernel)
+    }
+
+    /// Applies (or not) the post-6.18 patch "blk-mq: fix plug list corruption when queue_rq
+    /// adds new requests": `blk_mq_flush_plug_list()` swaps `plug->mq_list` to a local list and
+    /// loops while `->queue_rq()` added requests. Off by default: 6.18 walks the live list
+    /// (see `block::blk_plug`).
+    pub fn set_blk_plug_list_fix(&self, on: bool) {
+        self.blk_plug_list_fix
+            .store(on, crate::sync::untracked::Ordering::Relaxed);
+    }
+
+    /// Whether [`Kernel::set_blk_plug_list_fix`] is on.
+    pub fn blk_plug_list_fix(&self) -> bool {
+        self.blk_plug_list_fix
+            .load(crate::sync::untracked::Ordering::Relaxed)
     }
 
     /// The configuration this kernel was built with.

@@ -462,12 +462,14 @@ mod plug {
         assert_eq!(e.lock().len(), 2);
     }
 
-    /// A stacking driver's `->queue_rq()` during an explicit flush submits to its lower queue:
-    /// that request goes to a fresh plug batch, flushed by the same `blk_finish_plug()`.
+    /// With the post-6.18 fix, a stacking driver's `->queue_rq()` during an explicit flush
+    /// submits to its lower queue: that request goes to a fresh plug batch, flushed by the same
+    /// `blk_finish_plug()`.
     #[test]
     #[cfg_attr(feature = "bug-plug-flush-no-splice", should_panic)]
     fn a_queue_rq_that_submits_during_a_flush_gets_a_fresh_batch() {
         let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        k.set_blk_plug_list_fix(true);
         let cx = k.cpu(CpuId(0)).unwrap();
         let log = log();
         let lower: UntrackedArc<dyn BlockDriver> = MqDevCfg::new("sda", 0, &log).build();
@@ -494,6 +496,35 @@ mod plug {
         );
         assert!(k.reports().is_empty(), "{:?}", k.reports().all());
     }
+}
+
+/// 6.18 as released: the same stacked submit during an explicit flush adds to the plug list
+/// being walked (the kernel's list corruption), and the WARN says so.
+#[test]
+fn on_6_18_a_queue_rq_that_submits_during_a_flush_corrupts_the_plug_list() {
+    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+    assert!(!k.blk_plug_list_fix());
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let log = log();
+    let lower: UntrackedArc<dyn BlockDriver> = MqDevCfg::new("sda", 0, &log).build();
+    let upper = MqDevCfg {
+        lower: Some(lower),
+        ..MqDevCfg::new("loop0", 1, &log)
+    }
+    .build();
+    let e = ends();
+    let plug = blk_start_plug(&cx);
+    submit(&*upper, ReqOp::Write, 0, ReqFlags::NONE, &e, &cx);
+    blk_finish_plug(plug, &cx);
+    let warns = k.reports().of_kind(ReportKind::Warn);
+    assert_eq!(warns.len(), 1, "{:?}", k.reports().all());
+    assert!(
+        warns[0]
+            .message
+            .contains("request added to plug->mq_list while blk_mq_flush_plug_list() walks it"),
+        "{}",
+        warns[0].message
+    );
 }
 
 mod tags {
