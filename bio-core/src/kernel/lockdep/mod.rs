@@ -678,15 +678,26 @@ impl Cpu {
         )
     }
 
-    /// `lockdep_assert_held()` (`include/linux/lockdep.h`): `WARN_ON(debug_locks &&
-    /// !lockdep_is_held(l))`. The lock is found by class name among every lock the flow holds
-    /// (any context, any read mode, as `lock_is_held_type(l, -1)`). A WARN, not a lockdep splat:
-    /// it does not turn lockdep off, and is silent once lockdep is off or without
-    /// `CONFIG_PROVE_LOCKING` (where the kernel's macro is empty). The WARN names the caller's
-    /// file and line (the kernel's `at file:line`, no `func+off`) and, as loop.c's check does,
-    /// the locks held instead.
+    /// `lockdep_assert_held(l)` (`include/linux/lockdep.h`): `WARN_ON(debug_locks &&
+    /// !lockdep_is_held(l))`, named at the caller's file and line. See
+    /// [`Cpu::lockdep_assert_held_at`].
     #[track_caller]
     pub fn lockdep_assert_held(&self, name: &'static str) -> Option<Report> {
+        self.lockdep_assert_held_at(name, std::panic::Location::caller())
+    }
+
+    /// `lockdep_assert_held(l)` at a kernel site (e.g. `drivers/block/loop.c:
+    /// loop_inc_blocking_writes()`). The lock is found by class name among every lock the flow
+    /// holds (any context, any read mode, as `lock_is_held_type(l, -1)`). A WARN
+    /// (`ReportKind::Warn`), not a lockdep splat: it does not turn lockdep off, and is silent
+    /// once lockdep is off or without `CONFIG_PROVE_LOCKING` (where the kernel's macro is
+    /// empty). The WARN names the site (the kernel's `at file:line`, no `func+off`) and the
+    /// locks held.
+    pub fn lockdep_assert_held_at(
+        &self,
+        name: &'static str,
+        site: impl fmt::Display,
+    ) -> Option<Report> {
         if !self.config().prove_locking || !self.kernel().debug_locks() {
             return None;
         }
@@ -697,9 +708,8 @@ impl Cpu {
         Some(self.report(
             ReportKind::Warn,
             format!(
-                "WARNING: CPU: {} at {}: lockdep_assert_held({name}): not held (held: {})",
+                "WARNING: CPU: {} at {site}: lockdep_assert_held({name}): not held (held: {})",
                 self.id().0,
-                std::panic::Location::caller(),
                 held.join(", ")
             ),
         ))
