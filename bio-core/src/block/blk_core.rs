@@ -109,9 +109,8 @@ pub enum Submission {
 /// (`CONFIG_FAIL_MAKE_REQUEST`): the device's `make-it-fail` and the `fail_make_request` attr,
 /// or biosim's one-shot `fail_io DEV`. A failed bio ends with `BLK_STS_IOERR`.
 fn should_fail_bio(bio: &Bio, dev: &dyn BlockDriver, cx: &Cpu) -> bool {
-    cx.kernel()
-        .fault_inject()
-        .should_fail_request(&dev.disk_name(), bio.bi_iter.bi_size, cx)
+    let fi = cx.kernel().fault_inject();
+    fi.io_armed() && fi.should_fail_request(&dev.disk_name(), bio.bi_iter.bi_size, cx)
 }
 
 /// `bio_check_ro()`: a write to a read-only device is a warning only ("Trying to write to

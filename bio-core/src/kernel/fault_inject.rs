@@ -144,6 +144,11 @@ struct State {
 #[derive(Debug)]
 pub struct FaultInject {
     state: Mutex<State>,
+    /// Whether any device is a `fail_make_request` candidate (`make-it-fail` set or a
+    /// `fail_io` one-shot armed), kept with `state`: `should_fail_bio()` looks here first, as
+    /// the kernel tests `bd_make_it_fail` before anything else, so an unarmed kernel pays one
+    /// load per bio.
+    io_armed: crate::sync::untracked::AtomicBool,
 }
 
 impl Default for FaultInject {
@@ -163,6 +168,7 @@ impl Default for FaultInject {
                 oneshot_io: Vec::new(),
                 log: Vec::new(),
             }),
+            io_armed: crate::sync::untracked::AtomicBool::new(false),
         }
     }
 }
@@ -210,6 +216,20 @@ impl FaultInject {
         if on {
             st.make_it_fail.push(dev.to_owned());
         }
+        self.sync_io_armed(&st);
+    }
+
+    /// Recomputes [`FaultInject::io_armed`] from `st` (called with the state locked).
+    fn sync_io_armed(&self, st: &State) {
+        let armed = !st.make_it_fail.is_empty() || !st.oneshot_io.is_empty();
+        self.io_armed
+            .store(armed, crate::sync::untracked::Ordering::Release);
+    }
+
+    /// Whether any bio can be failed by `fail_make_request` or a `fail_io` one-shot now.
+    pub fn io_armed(&self) -> bool {
+        self.io_armed
+            .load(crate::sync::untracked::Ordering::Acquire)
     }
 
     /// biosim's site filter for `failslab`: only allocations at `site` are candidates (`None`
@@ -233,7 +253,9 @@ impl FaultInject {
         if dev.is_empty() {
             return Err(FaultInjectError::NoDevice);
         }
-        self.state.lock().oneshot_io.push(dev.to_owned());
+        let mut st = self.state.lock();
+        st.oneshot_io.push(dev.to_owned());
+        self.sync_io_armed(&st);
         Ok(())
     }
 
@@ -248,10 +270,12 @@ impl FaultInject {
     /// (a read-back) do not meet it.
     pub fn disarm_oneshots(&self) -> (Vec<&'static str>, Vec<String>) {
         let mut st = self.state.lock();
-        (
+        let disarmed = (
             std::mem::take(&mut st.oneshot_alloc),
             std::mem::take(&mut st.oneshot_io),
-        )
+        );
+        self.sync_io_armed(&st);
+        disarmed
     }
 
     /// The fault log: every printk line of `fail_dump()` and every one-shot that fired, in
@@ -336,6 +360,7 @@ impl FaultInject {
         if let Some(i) = st.oneshot_io.iter().position(|d| d == dev) {
             if !cfg!(feature = "bug-fault-oneshot-rearms") {
                 st.oneshot_io.remove(i);
+                self.sync_io_armed(&st);
             }
             Self::print(
                 &mut st,

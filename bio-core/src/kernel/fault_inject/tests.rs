@@ -359,12 +359,19 @@ fn disarm_oneshots_clears_what_is_armed() {
     let k = kernel();
     let fi = k.fault_inject();
     fi.fail_alloc_once("bvec_alloc").unwrap();
+    assert!(!fi.io_armed());
     fi.fail_io_once("loop0").unwrap();
+    assert!(fi.io_armed());
     assert_eq!(
         fi.disarm_oneshots(),
         (vec!["bvec_alloc"], vec!["loop0".to_owned()])
     );
     assert_eq!(fi.armed(), (Vec::new(), Vec::new()));
+    assert!(!fi.io_armed());
+    fi.set_make_it_fail("nullb0", true);
+    assert!(fi.io_armed());
+    fi.set_make_it_fail("nullb0", false);
+    assert!(!fi.io_armed());
     let cx = k.cpu(CpuId(0)).unwrap();
     assert!(!fi.should_fail_request("loop0", 4096, &cx));
     assert!(fi.log().is_empty());
