@@ -62,6 +62,14 @@ fn dep(k: &Kernel, prev: &str, next: &str) -> Option<u8> {
     feature = "bug-lockdep-no-irq-usage",
     should_panic(expected = "must be reported")
 )]
+#[cfg_attr(
+    feature = "bug-lockdep-every-splat",
+    should_panic(expected = "turned lockdep off")
+)]
+#[cfg_attr(
+    feature = "bug-lockdep-enabled-ignores-irqs-off",
+    should_panic(expected = "IRQs off")
+)]
 fn hardirq_safe_then_a_new_dependency_on_a_hardirq_unsafe_lock_is_reported() {
     // A is taken in hardirq (HARDIRQ-safe), B with IRQs on (HARDIRQ-unsafe); then a task
     // with IRQs off takes B under A: the new A -> B is check_irq_usage()'s report.
@@ -82,7 +90,12 @@ fn hardirq_safe_then_a_new_dependency_on_a_hardirq_unsafe_lock_is_reported() {
             )
         })
         .expect("HARDIRQ-safe -> HARDIRQ-unsafe must be reported");
-    assert_eq!(rep.kind, ReportKind::BadIrqDependency);
+    assert_eq!(
+        rep.kind,
+        ReportKind::BadIrqDependency,
+        "IRQs off marks no HARDIRQ-ON: {}",
+        rep.message
+    );
     assert_eq!(rep.message, documented(0), "{}", rep.message);
     assert!(!k.debug_locks(), "the splat turned lockdep off");
     assert_eq!(k.reports().len(), 1);
@@ -93,6 +106,10 @@ fn hardirq_safe_then_a_new_dependency_on_a_hardirq_unsafe_lock_is_reported() {
     feature = "bug-lockdep-no-irq-usage",
     should_panic(expected = "must be reported")
 )]
+#[cfg_attr(
+    feature = "bug-lockdep-enabled-ignores-irqs-off",
+    should_panic(expected = "IRQs off")
+)]
 fn a_chain_through_a_middle_lock_prints_chain_exists_of() {
     // safe -> mid recorded first (IRQs off), unsafe taken with IRQs on, then mid -> unsafe.
     let k = kernel();
@@ -100,9 +117,8 @@ fn a_chain_through_a_middle_lock_prints_chain_exists_of() {
     assert!(cx
         .with_hardirq(|c| take(c, LockClass::Spinlock, "safe", W))
         .is_none());
-    assert!(cx
-        .with_irqs_disabled(|c| nest2(c, LockClass::Spinlock, ("safe", W), ("mid", W)))
-        .is_none());
+    let r = cx.with_irqs_disabled(|c| nest2(c, LockClass::Spinlock, ("safe", W), ("mid", W)));
+    assert!(r.is_none(), "IRQs off is no usage conflict: {r:?}");
     assert!(take(&cx, LockClass::Spinlock, "unsafe", W).is_none());
     let rep = cx
         .with_irqs_disabled(|c| nest2(c, LockClass::Spinlock, ("mid", W), ("unsafe", W)))
@@ -127,6 +143,10 @@ fn a_chain_through_a_middle_lock_prints_chain_exists_of() {
     feature = "bug-lockdep-no-irq-usage",
     should_panic(expected = "must be reported")
 )]
+#[cfg_attr(
+    feature = "bug-lockdep-enabled-ignores-irqs-off",
+    should_panic(expected = "IRQs off")
+)]
 fn the_usage_set_after_the_dependency_is_an_irq_lock_inversion_both_ways() {
     // Backwards: A in hardirq, then A -> B with IRQs off, then B with IRQs on.
     let k = kernel();
@@ -134,9 +154,8 @@ fn the_usage_set_after_the_dependency_is_an_irq_lock_inversion_both_ways() {
     assert!(cx
         .with_hardirq(|c| take(c, LockClass::Spinlock, "lock_A", W))
         .is_none());
-    assert!(cx
-        .with_irqs_disabled(|c| nest2(c, LockClass::Spinlock, ("lock_A", W), ("lock_B", W)))
-        .is_none());
+    let r = cx.with_irqs_disabled(|c| nest2(c, LockClass::Spinlock, ("lock_A", W), ("lock_B", W)));
+    assert!(r.is_none(), "IRQs off is no usage conflict: {r:?}");
     let rep = take(&cx, LockClass::Spinlock, "lock_B", W)
         .expect("HARDIRQ-ON on B after A -> B must be reported");
     assert_eq!(rep.kind, ReportKind::IrqLockInversion);
@@ -168,6 +187,14 @@ fn the_usage_set_after_the_dependency_is_an_irq_lock_inversion_both_ways() {
     feature = "bug-lockdep-no-irq-usage",
     should_panic(expected = "must be reported")
 )]
+#[cfg_attr(
+    feature = "bug-lockdep-enabled-ignores-irqs-off",
+    should_panic(expected = "IRQs off")
+)]
+#[cfg_attr(
+    feature = "bug-lockdep-read-as-write",
+    should_panic(expected = "reader under reader is no inversion")
+)]
 fn read_rules_readers_share_but_a_write_under_a_hardirq_reader_does_not() {
     // rwlock_t: read_lock() in hardirq (IN-HARDIRQ-R) and read_lock() with IRQs on elsewhere
     // (HARDIRQ-ON-R). A task nesting the two as readers with IRQs off is fine: a reader in the
@@ -190,11 +217,15 @@ fn read_rules_readers_share_but_a_write_under_a_hardirq_reader_does_not() {
     let rep = cx
         .with_irqs_disabled(|c| nest2(c, LockClass::Spinlock, ("&l1", W), ("&l2", W)))
         .expect("HARDIRQ-READ-safe -> HARDIRQ-READ-unsafe must be reported");
-    assert_eq!(rep.kind, ReportKind::BadIrqDependency);
+    assert_eq!(
+        rep.kind,
+        ReportKind::BadIrqDependency,
+        "IRQs off marks no HARDIRQ-ON"
+    );
     let lines: Vec<&str> = rep.message.lines().collect();
     assert_eq!(
-        lines[0],
-        "WARNING: HARDIRQ-READ-safe -> HARDIRQ-READ-unsafe lock order detected"
+        lines[0], "WARNING: HARDIRQ-READ-safe -> HARDIRQ-READ-unsafe lock order detected",
+        "IRQs off marks no HARDIRQ-ON"
     );
     assert!(
         rep.message
@@ -246,6 +277,10 @@ fn softirq_safe_then_softirq_unsafe_is_reported_and_hardirq_is_not_involved() {
     feature = "bug-lockdep-no-irq-usage",
     should_panic(expected = "must be reported")
 )]
+#[cfg_attr(
+    feature = "bug-lockdep-enabled-ignores-irqs-off",
+    should_panic(expected = "IRQs off")
+)]
 fn local_locks_are_skipped_but_a_spinlock_in_their_place_is_not() {
     // v6's batcher: local_lock_irqsave() in hardirq, local_lock_irq() in the worker, which
     // then takes a lock taken elsewhere with IRQs on. usage_skip(): a local_lock_t is never
@@ -264,7 +299,7 @@ fn local_locks_are_skipped_but_a_spinlock_in_their_place_is_not() {
         cx.lock_release(w);
         cx.lock_release(b);
         cx.local_irq_enable();
-        assert!(r1.is_none());
+        assert!(r1.is_none(), "IRQs off is no usage conflict: {r1:?}");
         if reported {
             let rep = r2.expect("a spinlock in the local_lock's place must be reported");
             assert_eq!(rep.kind, ReportKind::BadIrqDependency);
@@ -305,6 +340,10 @@ fn an_abba_whose_second_side_is_a_trylock_is_no_report() {
     feature = "bug-lockdep-no-graph",
     should_panic(expected = "must be reported")
 )]
+#[cfg_attr(
+    feature = "bug-lockdep-trylock-as-lock",
+    should_panic(expected = "through the trylock")
+)]
 fn a_held_trylock_is_a_prev_of_what_is_taken_under_it() {
     // CPU0: A then B. CPU1: trylocks B, then takes A (a full acquisition): B -> A closes the
     // cycle. And check_prevs_add() walks through the trylock to the full lock below it.
@@ -327,7 +366,11 @@ fn a_held_trylock_is_a_prev_of_what_is_taken_under_it() {
         dep(&k, "lock_X", "lock_Y").is_some(),
         "through the trylock to X -> Y"
     );
-    assert!(cfg!(feature = "bug-lockdep-trylock-as-lock") || dep(&k, "lock_X", "lock_T").is_none());
+    assert_eq!(
+        dep(&k, "lock_X", "lock_T"),
+        None,
+        "nothing into the trylock"
+    );
 
     assert!(nest2(&cx0, LockClass::Mutex, ("lock_A", W), ("lock_B", W)).is_none());
     let (b, r) = cx1.lock_acquire_try(LockClass::Mutex, "lock_B", W);
