@@ -1,6 +1,8 @@
 //! `kernel/locking/lockdep.c`: the wait-context check (`check_wait_context()`), the IRQ-usage
 //! check (`mark_usage()`/`mark_lock()`/`valid_state()`/`print_usage_bug()`), the dependency
-//! graph (`validate_chain()`, in `graph.rs`), lockdep's
+//! graph (`validate_chain()`, in `graph.rs`), the IRQ-usage checks over the graph
+//! (`check_irq_usage()`, `check_usage_forwards()`/`check_usage_backwards()`, in
+//! `irq_usage.rs`), trylocks (`lock_acquire(.., trylock = 1, ..)`), lockdep's
 //! one-splat rule (`debug_locks_off()`, `lib/debug_locks.c`), and the lock classes it knows, with
 //! the preemption side effects of taking each lock (`include/linux/spinlock.h`,
 //! `include/linux/local_lock.h`, `kernel/locking/spinlock_rt.c`).
@@ -58,11 +60,28 @@
 //! opposite direction's write bit, and a write bit also with its read bit. A `lock_sync()` sets
 //! no ENABLED bit.
 //!
-//! Not modelled: trylocks, `check_irq_usage()` / `check_usage_forwards()` /
-//! `check_usage_backwards()` ("possible irq lock inversion dependency", "HARDIRQ-safe ->
-//! HARDIRQ-unsafe lock order"), and `mark_held_locks()`: re-enabling IRQs or BHs while holding a
-//! lock does not set ENABLED bits, only acquisitions do. An NMI marks nothing: `nmi_enter()` runs
-//! `lockdep_off()`.
+//! A new usage bit is also checked against the graph (`mark_lock_irq()` →
+//! `check_usage_forwards()` for a USED_IN bit, `check_usage_backwards()` for an ENABLED one):
+//! a class that already depends on, or is depended on by, a class with the conflicting usage is
+//! [`ReportKind::IrqLockInversion`], "WARNING: possible irq lock inversion dependency
+//! detected"; and every new dependency `prev -> next` runs `check_irq_usage()`: an IRQ-safe
+//! class before `prev` reaching an IRQ-unsafe class after `next` is
+//! [`ReportKind::BadIrqDependency`], "WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order
+//! detected" (or SOFTIRQ, or `-READ`). Both follow the graph's strong paths with the kernel's
+//! read rules and skip `local_lock_t` classes (`usage_skip()`); see `irq_usage.rs`.
+//!
+//! # Trylocks
+//!
+//! [`Cpu::lock_acquire_try`] / [`Cpu::lockdep_acquire_try`] are a successful trylock's
+//! annotation (`spin_trylock()`, `percpu_rwsem_acquire()`, `rwsem_acquire(.., 1, ..)`): no
+//! `check_wait_context()`, no sleep check, only the ENABLED usage bits (`mark_usage()` marks
+//! USED_IN for non-trylocks only) and no `validate_chain()`, so no dependency from the held
+//! locks to it (a trylock never waits, so it closes no cycle). Held, it is a `prev` of later
+//! acquisitions: `check_prevs_add()` adds an edge from each held trylock on top of the stack and
+//! from the first full acquisition below them.
+//!
+//! Not modelled: `mark_held_locks()`: re-enabling IRQs or BHs while holding a lock does not set
+//! ENABLED bits, only acquisitions do. An NMI marks nothing: `nmi_enter()` runs `lockdep_off()`.
 //!
 //! # The dependency graph
 //!
@@ -122,7 +141,7 @@
 //! # One splat per boot
 //!
 //! Every lockdep report here (invalid wait context, inconsistent lock state, recursive locking,
-//! circular dependency, bad unlock balance)
+//! circular dependency, bad IRQ dependency, IRQ lock inversion, bad unlock balance)
 //! first calls `debug_locks_off()`: the first one clears `debug_locks` ([`Kernel::debug_locks`])
 //! and prints; later ones on the same kernel are silent, and no usage bits or dependencies are
 //! recorded any more, as
@@ -132,7 +151,9 @@
 //! Buggy twins (features of bio-core, run by `.ci/run`): `bug-lockdep-no-valid-state`,
 //! `bug-lockdep-every-splat`, `bug-lockdep-enabled-ignores-irqs-off`, `bug-lockdep-no-graph`
 //! (`check_noncircular()` never finds a path), `bug-lockdep-read-as-write` (recursive reads
-//! count as writes), `bug-fs-reclaim-ignores-noio` (`fs_reclaim` taken under `GFP_NOIO`); the
+//! count as writes), `bug-fs-reclaim-ignores-noio` (`fs_reclaim` taken under `GFP_NOIO`),
+//! `bug-lockdep-no-irq-usage` (`check_irq_usage()` and `check_usage_{forwards,backwards}()`
+//! skipped), `bug-lockdep-trylock-as-lock` (a trylock validated as a full acquisition); the
 //! unit tests each one breaks are `should_panic` under it.
 //!
 //! The class table and `debug_locks` are a checker's bookkeeping, not kernel state the loom
