@@ -145,10 +145,14 @@ impl SuperBlock {
         self.classes[usize::from(level.clamp(1, 3)) - 1]
     }
 
-    /// `percpu_rwsem_acquire()` for read: lockdep only, recorded in the task's freeze protection.
-    fn lockdep_read_acquire(&self, level: u8, cx: &Cpu) {
-        let (held, _) =
-            cx.lockdep_acquire_mode(LockClass::PercpuRwsem, self.class(level), LockRead::Read);
+    /// `percpu_down_read()`'s lockdep acquisition (a trylock for `percpu_down_read_trylock()`
+    /// and `percpu_rwsem_acquire()`), recorded in the task's freeze protection.
+    fn lockdep_read_acquire(&self, level: u8, cx: &Cpu, trylock: bool) {
+        let (held, _) = if trylock {
+            cx.lockdep_acquire_try(LockClass::PercpuRwsem, self.class(level), LockRead::Read)
+        } else {
+            cx.lockdep_acquire_mode(LockClass::PercpuRwsem, self.class(level), LockRead::Read)
+        };
         cx.task_state().sb_writers.borrow_mut().push(SbWritersHeld {
             s_id: self.s_id,
             level,
@@ -180,7 +184,7 @@ impl SuperBlock {
     /// never end (the hung-task detector's case); the caller must not write then.
     pub fn __sb_start_write(&self, level: u8, cx: &Cpu) -> bool {
         let _ = cx.might_sleep_at("include/linux/fs.h:__sb_start_write");
-        self.lockdep_read_acquire(level, cx);
+        self.lockdep_read_acquire(level, cx, false);
         let lvl = self.level(level);
         if lvl.writer.load(Ordering::Acquire)
             && !cx.wait_until(self.class(level), &|| !lvl.writer.load(Ordering::Acquire))
@@ -227,7 +231,7 @@ impl SuperBlock {
         if lvl.writer.load(Ordering::Acquire) {
             return false;
         }
-        self.lockdep_read_acquire(SB_FREEZE_WRITE, cx);
+        self.lockdep_read_acquire(SB_FREEZE_WRITE, cx, true);
         lvl.readers.fetch_add(1, Ordering::AcqRel);
         true
     }
@@ -251,9 +255,9 @@ impl SuperBlock {
     }
 
     /// `kiocb_end_write()`: `__sb_writers_acquired()` (lockdep takes the level again, in the
-    /// completing context), then `sb_end_write()`. A kiocb of another superblock is a WARN. In
-    /// an atomic context (an interrupt's `ki_complete()`) only the count drops: the kernel's
-    /// re-acquire is a lockdep trylock, which the model's lockdep does not have.
+    /// completing context, a lockdep trylock), then `sb_end_write()`. A kiocb of another
+    /// superblock is a WARN. In an atomic context (an interrupt's `ki_complete()`) the trylock
+    /// and its release bracket the count, outside the interrupted task's freeze protection.
     pub fn kiocb_end_write(&self, kiocb: KiocbWrite, cx: &Cpu) {
         if kiocb.s_id != self.s_id {
             cx.warn(&format!(
@@ -269,9 +273,13 @@ impl SuperBlock {
         );
         if !cx.may_sleep() {
             // A completion interrupt (a bdev's bio end_io calling ki_complete()):
-            // __sb_writers_acquired() is percpu_rwsem_acquire(), a lockdep *trylock*, which
-            // check_wait_context() and the IRQ usage marks skip. Lockdep here has no trylock, so
-            // the atomic case does the count alone (lockdep never sees this acquire/release).
+            // __sb_writers_acquired() is percpu_rwsem_acquire(), a lockdep trylock, which
+            // check_wait_context(), the USED_IN marks and validate_chain() skip.
+            let (held, _) = cx.lockdep_acquire_try(
+                LockClass::PercpuRwsem,
+                self.class(SB_FREEZE_WRITE),
+                LockRead::Read,
+            );
             let lvl = self.level(SB_FREEZE_WRITE);
             if lvl
                 .readers
@@ -284,9 +292,10 @@ impl SuperBlock {
                     self.class(SB_FREEZE_WRITE)
                 ));
             }
+            cx.lock_release(held);
             return;
         }
-        self.lockdep_read_acquire(SB_FREEZE_WRITE, cx);
+        self.lockdep_read_acquire(SB_FREEZE_WRITE, cx, true);
         self.sb_end_write(cx);
     }
 
@@ -352,7 +361,8 @@ impl SuperBlock {
         }
         let held: Vec<HeldLock> = (SB_FREEZE_WRITE..=SB_FREEZE_FS)
             .map(|level| {
-                cx.lockdep_acquire_mode(LockClass::PercpuRwsem, self.class(level), LockRead::Write)
+                // lockdep_sb_freeze_acquire(): percpu_rwsem_acquire(), a trylock.
+                cx.lockdep_acquire_try(LockClass::PercpuRwsem, self.class(level), LockRead::Write)
                     .0
             })
             .collect();

@@ -35,6 +35,15 @@ pub enum ReportKind {
     /// lockdep's `WARNING: possible recursive locking detected` (`check_deadlock()` →
     /// `print_deadlock_bug()`): a held non-recursive class taken again.
     RecursiveLocking,
+    /// lockdep's `WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order detected` (or SOFTIRQ,
+    /// or their `-READ` forms; `check_irq_usage()` → `print_bad_irq_dependency()`): a new
+    /// dependency connects a lock taken in an IRQ to one taken with that IRQ enabled.
+    BadIrqDependency,
+    /// lockdep's `WARNING: possible irq lock inversion dependency detected`
+    /// (`mark_lock_irq()` → `check_usage_forwards()`/`check_usage_backwards()` →
+    /// `print_irq_inversion_bug()`): a usage bit set on a lock whose dependencies have the
+    /// conflicting one.
+    IrqLockInversion,
 }
 
 /// One splat.

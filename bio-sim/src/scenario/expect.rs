@@ -25,7 +25,7 @@ impl fmt::Display for Expectation {
 
 /// The scenario language's name of every invariant an `expect` line can name, both ways: the
 /// parser reads it, a written counterexample (`biosim explore`) writes it.
-const INVARIANT_NAMES: [(&str, Invariant); 17] = [
+const INVARIANT_NAMES: [(&str, Invariant); 19] = [
     ("once", Invariant::EndIoOnce),
     ("task", Invariant::TaskContext),
     ("stranded", Invariant::Stranded),
@@ -60,6 +60,14 @@ const INVARIANT_NAMES: [(&str, Invariant); 17] = [
     (
         "sb-writers",
         Invariant::KernelReport(ReportKind::SbWritersUnbalanced),
+    ),
+    (
+        "bad-irq-dependency",
+        Invariant::KernelReport(ReportKind::BadIrqDependency),
+    ),
+    (
+        "irq-lock-inversion",
+        Invariant::KernelReport(ReportKind::IrqLockInversion),
     ),
 ];
 

@@ -271,12 +271,12 @@ impl RequestQueue {
 /// (the model counts requests holding a tag as `q_usage_counter`). Returns the freeze and
 /// whether the wait ended (`false`: it never can, a deadlock).
 ///
-/// Lockdep: the kernel's `rwsem_acquire(.., trylock=1, ..)` is a plain write acquisition here
-/// (the seam has no trylock flag).
+/// Lockdep: the kernel's `rwsem_acquire(.., trylock=1, ..)`, a trylock (no edge from the held
+/// locks to the map; locks taken while frozen do depend on it).
 pub fn blk_mq_freeze_queue(q: &RequestQueue, cx: &Cpu) -> (Frozen, bool) {
     let first = q.mq_freeze_depth.fetch_add(1, Ordering::AcqRel) == 0;
     let held = first.then(|| {
-        cx.lock_acquire_mode(LockClass::Map, Q_USAGE_COUNTER_IO, LockRead::Write)
+        cx.lock_acquire_try(LockClass::Map, Q_USAGE_COUNTER_IO, LockRead::Write)
             .0
     });
     let _ = cx.might_sleep_at("block/blk-mq.c:blk_mq_freeze_queue_wait");

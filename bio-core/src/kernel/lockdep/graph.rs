@@ -6,10 +6,13 @@
 //! `prev -> next` carries the `DEP_{SR,ER,SN,EN}` bits and only a *strong* path (no
 //! `-(*R)->` followed by `-(S*)->`) closes a cycle.
 //!
-//! Classes are keyed by name, as everywhere in this module. Only the forward lists
-//! (`locks_after`) are kept: `locks_before` serves `check_irq_usage()`, which is not modelled.
+//! Classes are keyed by name, as everywhere in this module. Each edge is kept twice, as the
+//! kernel does: in `prev`'s `locks_after` with `calc_dep()` and in `next`'s `locks_before` with
+//! `calc_depb()`, the backward lists serving `check_irq_usage()` (`irq_usage.rs`). A trylock
+//! adds no edge for itself (`validate_chain()` skips it) but, held, is a `prev` of every later
+//! acquisition down to the nearest non-trylock (`check_prevs_add()`).
 
-use super::{Cpu, HeldLock, LockRead, LockdepState, ReportKind};
+use super::{Cpu, HeldLock, LockClass, LockRead, LockdepState, ReportKind};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// `DEP_SR_BIT`: shared (read) `prev`, recursive-read `next`.
@@ -22,7 +25,7 @@ pub(super) const DEP_SN_MASK: u8 = 1 << 2;
 pub(super) const DEP_EN_MASK: u8 = 1 << 3;
 
 /// `held_lock->read` as the graph sees it: 0 write, 1 read, 2 recursive read.
-fn hlock_read(read: LockRead) -> u8 {
+pub(super) fn hlock_read(read: LockRead) -> u8 {
     match read {
         LockRead::Write => 0,
         LockRead::Read => 1,
@@ -35,6 +38,18 @@ fn hlock_read(read: LockRead) -> u8 {
 
 /// `calc_dep()` / `__calc_dep_bit()`: shared or exclusive `prev`, recursive or not `next`.
 fn calc_dep(prev: &HeldLock, next: &HeldLock) -> u8 {
+    calc_dep_bit(prev, next)
+}
+
+/// `calc_depb()`: the backward edge's bits, `__calc_dep_bit(next, prev)` (shared or exclusive
+/// `next`, recursive or not `prev`), so that `__bfs_backwards()` applies the same strong-path
+/// rule as the forward search.
+fn calc_depb(prev: &HeldLock, next: &HeldLock) -> u8 {
+    calc_dep_bit(next, prev)
+}
+
+/// `__calc_dep_bit()`.
+fn calc_dep_bit(prev: &HeldLock, next: &HeldLock) -> u8 {
     match (hlock_read(prev.read) == 0, hlock_read(next.read) != 2) {
         (false, false) => DEP_SR_MASK,
         (true, false) => DEP_ER_MASK,
@@ -43,9 +58,30 @@ fn calc_dep(prev: &HeldLock, next: &HeldLock) -> u8 {
     }
 }
 
-/// One step of a path `check_noncircular()` found: the class, and the `locks_after` entry
-/// (`(class, index)`) it was reached through, `None` for the search's root.
-type PathEntry = (usize, Option<(usize, usize)>);
+/// One step of a path `__bfs()` found: the class, and the trace of the `lock_list` entry it
+/// was reached through, `None` for the search's root.
+pub(super) type PathEntry = (usize, Option<String>);
+
+/// `__bfs_forwards()` (over `locks_after`) or `__bfs_backwards()` (over `locks_before`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BfsDir {
+    /// `locks_after`.
+    Forwards,
+    /// `locks_before`.
+    Backwards,
+}
+
+/// One node of a `__bfs()` walk (`struct lock_list` as the queue holds it).
+pub(super) struct BfsEntry {
+    /// The class reached.
+    pub(super) class: usize,
+    /// `lock_list::only_xr`: only `-(*R)->` led here, so the next step must be `-(E*)->`.
+    pub(super) only_xr: bool,
+    dep: u8,
+    parent: Option<usize>,
+    /// The dependency list entry of the parent's class this came through.
+    edge: Option<usize>,
+}
 
 /// One `struct lock_list` in a class's `locks_after`: the edge to `class`, its dependency kinds
 /// and the "trace" of the acquisition that first made it (task and context, not a stack).
@@ -62,7 +98,11 @@ struct LockList {
 pub(crate) struct DepGraph {
     ids: HashMap<&'static str, usize>,
     names: Vec<&'static str>,
+    /// `lock_class::lock_type == LD_LOCK_PERCPU` (a `local_lock_t`), which `usage_skip()`
+    /// leaves out of the IRQ-usage searches.
+    percpu: Vec<bool>,
     locks_after: Vec<Vec<LockList>>,
+    locks_before: Vec<Vec<LockList>>,
     /// `chainhash_table`: the 64-bit keys of every chain validated. Like the kernel, the key
     /// alone identifies a chain.
     lock_chains: HashSet<u64>,
@@ -78,55 +118,56 @@ impl DepGraph {
         }
         let id = self.names.len();
         self.names.push(name);
+        self.percpu.push(false);
         self.locks_after.push(Vec::new());
+        self.locks_before.push(Vec::new());
         self.ids.insert(name, id);
         id
     }
 
-    /// Whether the graph has the edge `prev -> next`, and with which `DEP_*` bits.
-    #[cfg(test)]
-    pub(crate) fn dependency(&self, prev: &str, next: &str) -> Option<u8> {
-        let (p, n) = (*self.ids.get(prev)?, *self.ids.get(next)?);
-        self.locks_after[p]
-            .iter()
-            .find(|e| e.class == n)
-            .map(|e| e.dep)
+    /// [`DepGraph::class_id`] of a held lock, recording its lock type (`LD_LOCK_PERCPU` for a
+    /// `local_lock_t`).
+    pub(super) fn hlock_class(&mut self, h: &HeldLock) -> usize {
+        let id = self.class_id(h.name);
+        if h.class == LockClass::LocalLock {
+            self.percpu[id] = true;
+        }
+        id
     }
 
-    /// `nr_lock_chains`.
-    #[cfg(test)]
-    pub(crate) fn nr_lock_chains(&self) -> usize {
-        self.lock_chains.len()
+    /// The class's name.
+    pub(super) fn name(&self, class: usize) -> &'static str {
+        self.names[class]
     }
 
-    /// `check_noncircular(next, prev)`: a breadth-first search from `next`'s class over
-    /// `locks_after` for `prev`'s class along a strong path (`__bfs()` with `only_xr`), matched
-    /// by `hlock_conflict()`. Returns the path found, target first, as `(class, trace)` with no
-    /// trace for the root (the acquisition being made).
-    fn check_noncircular(
-        &mut self,
-        next: (usize, u8),
-        prev: (usize, u8),
+    /// `usage_skip()`: a `local_lock_t` is left out of IRQ-inversion searches (on !RT it is no
+    /// lock; on RT it can never sit between an IRQ-safe and an IRQ-unsafe lock).
+    pub(super) fn usage_skip(&self, class: usize) -> bool {
+        self.percpu[class]
+    }
+
+    /// `__bfs()`: a breadth-first search from `root` (its `only_xr` as `bfs_init_root[b]()`
+    /// set it) along strong paths only (a `-(*R)->` step is never followed by `-(S*)->`),
+    /// each `lock_list` entry visited once. `skip` drops a node and every path through it
+    /// (`usage_skip()`); the first node `matches` accepts ends the search. Returns the path,
+    /// target first and root last, each with the trace of the entry it came through.
+    pub(super) fn bfs(
+        &self,
+        root: usize,
+        root_only_xr: bool,
+        dir: BfsDir,
+        mut skip: impl FnMut(&BfsEntry) -> bool,
+        mut matches: impl FnMut(&BfsEntry) -> bool,
     ) -> Option<Vec<PathEntry>> {
-        // Twin: the graph is recorded but never searched.
-        if cfg!(feature = "bug-lockdep-no-graph") {
-            return None;
-        }
-        self.bfs_walks += 1;
-        struct Entry {
-            class: usize,
-            dep: u8,
-            parent: Option<usize>,
-            only_xr: bool,
-            /// The `locks_after` entry of the parent's class this came through.
-            edge: Option<usize>,
-        }
-        // bfs_init_root(): a recursive-read `next` may only continue with -(E*)->.
-        let mut entries = vec![Entry {
-            class: next.0,
+        let lists = match dir {
+            BfsDir::Forwards => &self.locks_after,
+            BfsDir::Backwards => &self.locks_before,
+        };
+        let mut entries = vec![BfsEntry {
+            class: root,
+            only_xr: root_only_xr,
             dep: 0,
             parent: None,
-            only_xr: next.1 == 2,
             edge: None,
         }];
         let mut accessed: HashSet<(usize, usize)> = HashSet::new();
@@ -148,33 +189,34 @@ impl DepGraph {
                 // Only -(*R)-> left: the next step must start exclusive.
                 entries[i].only_xr = dep & (DEP_SN_MASK | DEP_EN_MASK) == 0;
             }
-            // Step 3: hlock_conflict(): prev's class, and either prev is a write or the path
-            // into it does not end -(*R)-> (else the closing prev -> next, which starts shared,
-            // would make it weak).
-            if entries[i].class == prev.0 && (prev.1 == 0 || !entries[i].only_xr) {
+            // Step 3: skip, then match.
+            if skip(&entries[i]) {
+                continue;
+            }
+            if matches(&entries[i]) {
                 let mut path = Vec::new();
                 let mut at = Some(i);
                 while let Some(j) = at {
                     let trace = entries[j]
                         .parent
                         .zip(entries[j].edge)
-                        .map(|(p, e)| (entries[p].class, e));
+                        .map(|(p, e)| lists[entries[p].class][e].trace.clone());
                     path.push((entries[j].class, trace));
                     at = entries[j].parent;
                 }
                 return Some(path);
             }
-            // Step 4: expand along the class's forward dependencies.
+            // Step 4: expand along the class's dependencies in this direction.
             let class = entries[i].class;
-            for (e, l) in self.locks_after[class].iter().enumerate() {
+            for (e, l) in lists[class].iter().enumerate() {
                 if accessed.contains(&(class, e)) {
                     continue;
                 }
-                entries.push(Entry {
+                entries.push(BfsEntry {
                     class: l.class,
+                    only_xr: false,
                     dep: l.dep,
                     parent: Some(i),
-                    only_xr: false,
                     edge: Some(e),
                 });
                 queue.push_back(entries.len() - 1);
@@ -183,9 +225,47 @@ impl DepGraph {
         None
     }
 
-    /// The trace recorded with the `e`-th `locks_after` entry of `class`.
-    fn trace(&self, (class, e): (usize, usize)) -> &str {
-        &self.locks_after[class][e].trace
+    /// Whether the graph has the edge `prev -> next`, and with which `DEP_*` bits.
+    #[cfg(test)]
+    pub(crate) fn dependency(&self, prev: &str, next: &str) -> Option<u8> {
+        let (p, n) = (*self.ids.get(prev)?, *self.ids.get(next)?);
+        self.locks_after[p]
+            .iter()
+            .find(|e| e.class == n)
+            .map(|e| e.dep)
+    }
+
+    /// `nr_lock_chains`.
+    #[cfg(test)]
+    pub(crate) fn nr_lock_chains(&self) -> usize {
+        self.lock_chains.len()
+    }
+
+    /// `check_noncircular(next, prev)`: a breadth-first search from `next`'s class over
+    /// `locks_after` for `prev`'s class along a strong path (`__bfs()` with `only_xr`), matched
+    /// by `hlock_conflict()`. Returns the path found, target first, with no trace for the root
+    /// (the acquisition being made).
+    fn check_noncircular(
+        &mut self,
+        next: (usize, u8),
+        prev: (usize, u8),
+    ) -> Option<Vec<PathEntry>> {
+        // Twin: the graph is recorded but never searched.
+        if cfg!(feature = "bug-lockdep-no-graph") {
+            return None;
+        }
+        self.bfs_walks += 1;
+        // bfs_init_root(): a recursive-read `next` may only continue with -(E*)->.
+        // hlock_conflict(): prev's class, and either prev is a write or the path into it does
+        // not end -(*R)-> (else the closing prev -> next, which starts shared, would make it
+        // weak).
+        self.bfs(
+            next.0,
+            next.1 == 2,
+            BfsDir::Forwards,
+            |_| false,
+            |e| e.class == prev.0 && (prev.1 == 0 || !e.only_xr),
+        )
     }
 }
 
@@ -211,7 +291,9 @@ impl Cpu {
     /// Reports as the kernel prints (see [`Cpu::print_circular_bug`]); only the first lockdep
     /// splat of the kernel prints.
     pub(super) fn validate_chain(&self, next: &HeldLock) -> Option<super::Report> {
-        if !self.lockdep_checking() {
+        // A trylock keeps the held stack but adds no dependency (it can be taken in any
+        // order): validate_chain() runs for `!hlock->trylock` only.
+        if !self.lockdep_checking() || next.trylock {
             return None;
         }
         let bug = {
@@ -243,7 +325,7 @@ impl Cpu {
         let mut key = INITIAL_CHAIN_KEY ^ u64::from(next.irq_context);
         for h in chain.iter().chain(std::iter::once(next)) {
             // hlock_id(): the class and the read mode.
-            let id = graph.class_id(h.name) as u64 | (u64::from(hlock_read(h.read)) << 48);
+            let id = graph.hlock_class(h) as u64 | (u64::from(hlock_read(h.read)) << 48);
             key = iterate_chain_key(key, id);
         }
         if !graph.lock_chains.insert(key) {
@@ -260,10 +342,18 @@ impl Cpu {
             }
             return Some(self.print_deadlock_bug(state, held, prev, next));
         }
-        // check_prevs_add(): the nearest held lock of the same context (no trylocks, so the
-        // search stops at the first entry, recursive readers included).
-        let prev = chain.last()?;
-        self.check_prev_add(state, held, prev, next)
+        // check_prevs_add(): every held lock of the same context from the top down to, and
+        // including, the first one that is not a trylock (those added their own edges to the
+        // ones below already).
+        for prev in chain.iter().rev() {
+            if let Some(bug) = self.check_prev_add(state, held, prev, next) {
+                return Some(bug);
+            }
+            if !prev.trylock {
+                break;
+            }
+        }
+        None
     }
 
     /// `check_prev_add()`: proves `prev -> next` closes no cycle, then adds it (or widens the
@@ -276,8 +366,8 @@ impl Cpu {
         next: &HeldLock,
     ) -> Option<GraphBug> {
         let graph = &mut state.graph;
-        let p = graph.class_id(prev.name);
-        let n = graph.class_id(next.name);
+        let p = graph.hlock_class(prev);
+        let n = graph.hlock_class(next);
         if let Some(path) =
             graph.check_noncircular((n, hlock_read(next.read)), (p, hlock_read(prev.read)))
         {
@@ -286,27 +376,40 @@ impl Cpu {
             }
             return Some(self.print_circular_bug(state, held, &path, prev, next));
         }
-        let dep = calc_dep(prev, next);
+        if let Some(bug) = self.check_irq_usage(state, held, prev, next) {
+            return Some(bug);
+        }
+        let graph = &mut state.graph;
+        let (dep, depb) = (calc_dep(prev, next), calc_depb(prev, next));
         if let Some(e) = graph.locks_after[p].iter_mut().find(|e| e.class == n) {
             e.dep |= dep;
+            // The reverse entry in next's locks_before exists with it, always.
+            if let Some(b) = graph.locks_before[n].iter_mut().find(|e| e.class == p) {
+                b.dep |= depb;
+            }
             return None;
         }
         let trace = self.lockdep_trace();
         graph.locks_after[p].push(LockList {
             class: n,
             dep,
+            trace: trace.clone(),
+        });
+        graph.locks_before[n].push(LockList {
+            class: p,
+            dep: depb,
             trace,
         });
         None
     }
 
     /// `print_lock()` / `print_lock_name()`: `(name){usage}` (no address, wait types, call site).
-    fn print_lock_name(state: &LockdepState, name: &str) -> String {
+    pub(super) fn print_lock_name(state: &LockdepState, name: &str) -> String {
         format!("({name}){{{}}}", state.usage_chars(name))
     }
 
     /// `lockdep_print_held_locks()`.
-    fn print_held_locks(&self, state: &LockdepState, held: &[HeldLock], m: &mut String) {
+    pub(super) fn print_held_locks(&self, state: &LockdepState, held: &[HeldLock], m: &mut String) {
         let task = self.current();
         if held.is_empty() {
             m.push_str(&format!("no locks held by {}/{}.", task.comm, task.pid));
@@ -399,7 +502,7 @@ impl Cpu {
                 depth - k,
                 Self::print_lock_name(state, name)
             ));
-            let trace = trace.map_or(current_trace.as_str(), |t| graph.trace(t));
+            let trace = trace.as_deref().unwrap_or(current_trace.as_str());
             lines.push(format!("       {trace}"));
         }
         lines.push("other info that might help us debug this:".to_owned());

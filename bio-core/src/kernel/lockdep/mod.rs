@@ -1,6 +1,8 @@
 //! `kernel/locking/lockdep.c`: the wait-context check (`check_wait_context()`), the IRQ-usage
 //! check (`mark_usage()`/`mark_lock()`/`valid_state()`/`print_usage_bug()`), the dependency
-//! graph (`validate_chain()`, in `graph.rs`), lockdep's
+//! graph (`validate_chain()`, in `graph.rs`), the IRQ-usage checks over the graph
+//! (`check_irq_usage()`, `check_usage_forwards()`/`check_usage_backwards()`, in
+//! `irq_usage.rs`), trylocks (`lock_acquire(.., trylock = 1, ..)`), lockdep's
 //! one-splat rule (`debug_locks_off()`, `lib/debug_locks.c`), and the lock classes it knows, with
 //! the preemption side effects of taking each lock (`include/linux/spinlock.h`,
 //! `include/linux/local_lock.h`, `kernel/locking/spinlock_rt.c`).
@@ -58,11 +60,28 @@
 //! opposite direction's write bit, and a write bit also with its read bit. A `lock_sync()` sets
 //! no ENABLED bit.
 //!
-//! Not modelled: trylocks, `check_irq_usage()` / `check_usage_forwards()` /
-//! `check_usage_backwards()` ("possible irq lock inversion dependency", "HARDIRQ-safe ->
-//! HARDIRQ-unsafe lock order"), and `mark_held_locks()`: re-enabling IRQs or BHs while holding a
-//! lock does not set ENABLED bits, only acquisitions do. An NMI marks nothing: `nmi_enter()` runs
-//! `lockdep_off()`.
+//! A new usage bit is also checked against the graph (`mark_lock_irq()` →
+//! `check_usage_forwards()` for a USED_IN bit, `check_usage_backwards()` for an ENABLED one):
+//! a class that already depends on, or is depended on by, a class with the conflicting usage is
+//! [`ReportKind::IrqLockInversion`], "WARNING: possible irq lock inversion dependency
+//! detected"; and every new dependency `prev -> next` runs `check_irq_usage()`: an IRQ-safe
+//! class before `prev` reaching an IRQ-unsafe class after `next` is
+//! [`ReportKind::BadIrqDependency`], "WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order
+//! detected" (or SOFTIRQ, or `-READ`). Both follow the graph's strong paths with the kernel's
+//! read rules and skip `local_lock_t` classes (`usage_skip()`); see `irq_usage.rs`.
+//!
+//! # Trylocks
+//!
+//! [`Cpu::lock_acquire_try`] / [`Cpu::lockdep_acquire_try`] are a successful trylock's
+//! annotation (`spin_trylock()`, `percpu_rwsem_acquire()`, `rwsem_acquire(.., 1, ..)`): no
+//! `check_wait_context()`, no sleep check, only the ENABLED usage bits (`mark_usage()` marks
+//! USED_IN for non-trylocks only) and no `validate_chain()`, so no dependency from the held
+//! locks to it (a trylock never waits, so it closes no cycle). Held, it is a `prev` of later
+//! acquisitions: `check_prevs_add()` adds an edge from each held trylock on top of the stack and
+//! from the first full acquisition below them.
+//!
+//! Not modelled: `mark_held_locks()`: re-enabling IRQs or BHs while holding a lock does not set
+//! ENABLED bits, only acquisitions do. An NMI marks nothing: `nmi_enter()` runs `lockdep_off()`.
 //!
 //! # The dependency graph
 //!
@@ -122,7 +141,7 @@
 //! # One splat per boot
 //!
 //! Every lockdep report here (invalid wait context, inconsistent lock state, recursive locking,
-//! circular dependency, bad unlock balance)
+//! circular dependency, bad IRQ dependency, IRQ lock inversion, bad unlock balance)
 //! first calls `debug_locks_off()`: the first one clears `debug_locks` ([`Kernel::debug_locks`])
 //! and prints; later ones on the same kernel are silent, and no usage bits or dependencies are
 //! recorded any more, as
@@ -132,7 +151,9 @@
 //! Buggy twins (features of bio-core, run by `.ci/run`): `bug-lockdep-no-valid-state`,
 //! `bug-lockdep-every-splat`, `bug-lockdep-enabled-ignores-irqs-off`, `bug-lockdep-no-graph`
 //! (`check_noncircular()` never finds a path), `bug-lockdep-read-as-write` (recursive reads
-//! count as writes), `bug-fs-reclaim-ignores-noio` (`fs_reclaim` taken under `GFP_NOIO`); the
+//! count as writes), `bug-fs-reclaim-ignores-noio` (`fs_reclaim` taken under `GFP_NOIO`),
+//! `bug-lockdep-no-irq-usage` (`check_irq_usage()` and `check_usage_{forwards,backwards}()`
+//! skipped), `bug-lockdep-trylock-as-lock` (a trylock validated as a full acquisition); the
 //! unit tests each one breaks are `should_panic` under it.
 //!
 //! The class table and `debug_locks` are a checker's bookkeeping, not kernel state the loom
@@ -142,6 +163,9 @@
 mod graph;
 #[cfg(test)]
 mod graph_tests;
+mod irq_usage;
+#[cfg(test)]
+mod irq_usage_tests;
 
 use super::{Cpu, Kernel, Report, ReportKind};
 use crate::sync::untracked;
@@ -384,6 +408,19 @@ impl LockdepState {
             .get(name)
             .map_or_else(|| "....".to_owned(), LockClassUsage::usage_chars)
     }
+
+    /// A class's `usage_mask` (0 for a class never marked).
+    fn usage_mask(&self, name: &str) -> u8 {
+        self.usage.get(name).map_or(0, |u| u.usage_mask)
+    }
+
+    /// Where a class's usage bit was first set (`usage_traces[bit]`).
+    fn usage_trace(&self, name: &str, bit: LockUsageBit) -> String {
+        self.usage
+            .get(name)
+            .and_then(|u| u.usage_traces[bit.index()].clone())
+            .unwrap_or_default()
+    }
 }
 
 /// A kernel's lockdep state: `debug_locks`, the lock classes (`lock_classes[]`, found by name
@@ -411,6 +448,14 @@ impl Lockdep {
     pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut LockdepState) -> R) -> R {
         f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+/// What `mark_lock()` found: a usage conflict on the class itself (`valid_state()`), or one
+/// through its dependencies (`check_usage_forwards()`/`check_usage_backwards()`, formatted
+/// under `graph_lock()`).
+enum MarkBug {
+    State(UsageBug),
+    Inversion(graph::GraphBug),
 }
 
 /// A usage conflict `mark_lock()` found, with what `print_usage_bug()` prints of the class.
@@ -460,6 +505,9 @@ pub struct HeldLock {
     irq_context: u8,
     /// `held_lock->sync`: a `lock_sync()` acquisition, checked but never held.
     sync: bool,
+    /// `held_lock->trylock`: a successful trylock ([`Cpu::lock_acquire_try`]), which added no
+    /// dependency of its own but is a `prev` of the acquisitions made while it is held.
+    trylock: bool,
 }
 
 impl fmt::Display for HeldLock {
@@ -540,6 +588,43 @@ impl Cpu {
         self.lockdep_acquire_mode(class, name, LockRead::Write)
     }
 
+    /// A successful trylock (`spin_trylock()`, `mutex_trylock()`, `down_read_trylock()`,
+    /// `percpu_rwsem_acquire()`): `lock_acquire(.., trylock = 1, read, ..)` plus the lock's own
+    /// preemption effect. As `__lock_acquire()` with `trylock`: no `check_wait_context()` and no
+    /// sleep check (a trylock never waits), only the ENABLED usage bits (`mark_usage()` marks
+    /// no USED_IN for a trylock), and no `validate_chain()`: no dependency from the held locks
+    /// to it, no recursion check. Held, it is a `prev` of every later acquisition
+    /// (`check_prevs_add()` walks down through trylocks to the first full acquisition).
+    pub fn lock_acquire_try(
+        &self,
+        class: LockClass,
+        name: &'static str,
+        read: LockRead,
+    ) -> (HeldLock, Option<Report>) {
+        let (mut held, report) = self.lockdep_acquire_try(class, name, read);
+        held.disabled_preemption = class.disables_preemption(self.config());
+        if held.disabled_preemption {
+            self.preempt_disable();
+            if let Some(h) = self.held_locks.borrow_mut().last_mut() {
+                h.disabled_preemption = true;
+            }
+        }
+        (held, report)
+    }
+
+    /// The lockdep half of a successful trylock (see [`Cpu::lock_acquire_try`]) with no effect
+    /// on preemption: what `percpu_rwsem_acquire()` and `rwsem_acquire(.., 1, ..)` annotate.
+    pub fn lockdep_acquire_try(
+        &self,
+        class: LockClass,
+        name: &'static str,
+        read: LockRead,
+    ) -> (HeldLock, Option<Report>) {
+        // Twin: the trylock flag is dropped, so it is validated as a full acquisition.
+        let trylock = !cfg!(feature = "bug-lockdep-trylock-as-lock");
+        self.lockdep_acquire_inner(class, name, read, false, trylock)
+    }
+
     /// `lock_sync()` (`kernel/locking/lockdep.c`, 6.4+): what `synchronize_srcu()` tells lockdep,
     /// an acquisition checked and recorded as a dependency of every held lock, then released at
     /// once (the caller waits for the readers, it does not hold them off).
@@ -548,7 +633,7 @@ impl Cpu {
     /// locks are recorded), marked without the ENABLED bits (no critical section is entered),
     /// and never pushed on the held stack.
     pub fn lock_sync(&self, class: LockClass, name: &'static str) -> Option<Report> {
-        self.lockdep_acquire_inner(class, name, LockRead::Write, true)
+        self.lockdep_acquire_inner(class, name, LockRead::Write, true, false)
             .1
     }
 
@@ -559,17 +644,19 @@ impl Cpu {
         name: &'static str,
         read: LockRead,
     ) -> (HeldLock, Option<Report>) {
-        self.lockdep_acquire_inner(class, name, read, false)
+        self.lockdep_acquire_inner(class, name, read, false, false)
     }
 
     /// `__lock_acquire()`: `check_wait_context()`, `mark_usage()`, `validate_chain()` (see
-    /// `graph.rs`), then the push on the held stack unless this is a `lock_sync()`.
+    /// `graph.rs`), then the push on the held stack unless this is a `lock_sync()`. A
+    /// `trylock` skips the wait-context and sleep checks and `validate_chain()`.
     fn lockdep_acquire_inner(
         &self,
         class: LockClass,
         name: &'static str,
         read: LockRead,
         sync: bool,
+        trylock: bool,
     ) -> (HeldLock, Option<Report>) {
         let mut report = None;
         let held = HeldLock {
@@ -579,6 +666,7 @@ impl Cpu {
             disabled_preemption: false,
             irq_context: self.lockdep_irq_context(),
             sync,
+            trylock,
         };
         let rt = self.config().preempt_rt();
         let effective = match class.wait_type() {
@@ -589,7 +677,8 @@ impl Cpu {
             WaitType::Config if !rt => WaitType::Spin,
             w => w,
         };
-        if self.config().prove_locking && class.wait_checked() && effective > ceiling {
+        // check_wait_context() returns at once for a trylock (it does not wait).
+        if self.config().prove_locking && class.wait_checked() && !trylock && effective > ceiling {
             // print_lock_invalid_wait_context(): debug_locks_off_graph_unlock() first, so only
             // the first lockdep splat of the kernel prints. The lock is not marked either:
             // __lock_acquire() returns before mark_usage().
@@ -602,12 +691,13 @@ impl Cpu {
         } else {
             // __lock_acquire(): mark_usage() after the wait-context check, and both before
             // rt_spin_lock() reaches rtlock_might_resched().
-            report = self.mark_usage(name, read, sync);
+            report = self.mark_usage(&held);
             // validate_chain() after mark_usage(), with the new lock not yet on the stack.
             if report.is_none() {
                 report = self.validate_chain(&held);
             }
-            if class.sleeps(self.config()) {
+            // A trylock never sleeps (rt_spin_trylock(), mutex_trylock() do not wait).
+            if class.sleeps(self.config()) && !trylock {
                 // Formatted only if a report is made.
                 let site = format_args!("kernel/locking/spinlock_rt.c ({name})");
                 let slept = if class.wait_type() == WaitType::Config {
@@ -732,15 +822,17 @@ impl Cpu {
         self.config().prove_locking && self.kernel().debug_locks() && !self.in_nmi()
     }
 
-    /// `mark_usage()` for a (non-trylock) acquisition of the class `name`: sets the usage bits
-    /// the context implies (the `_READ` halves for a read), each through `mark_lock()`, and
-    /// reports the first conflict as `print_usage_bug()` (if `debug_locks_off()` lets it print).
-    /// A `lock_sync()` sets no ENABLED bit (`hlock->sync`). Nothing with
-    /// `CONFIG_PROVE_LOCKING` off, once lockdep is off, or in an NMI (`lockdep_off()`).
-    fn mark_usage(&self, name: &'static str, read: LockRead, sync: bool) -> Option<Report> {
+    /// `mark_usage()` for an acquisition of `hlock`: sets the usage bits the context implies
+    /// (the `_READ` halves for a read), each through `mark_lock()`, and reports the first
+    /// conflict as `print_usage_bug()` or `print_irq_inversion_bug()` (if `debug_locks_off()`
+    /// lets it print). A trylock sets no USED_IN bit (`!hlock->trylock`), a `lock_sync()` no
+    /// ENABLED bit (`hlock->sync`). Nothing with `CONFIG_PROVE_LOCKING` off, once lockdep is
+    /// off, or in an NMI (`lockdep_off()`).
+    fn mark_usage(&self, hlock: &HeldLock) -> Option<Report> {
         if !self.lockdep_checking() {
             return None;
         }
+        let (name, read, sync) = (hlock.name, hlock.read, hlock.sync);
         let half = |bit: LockUsageBit| {
             if read == LockRead::Write {
                 bit
@@ -749,10 +841,10 @@ impl Cpu {
             }
         };
         let mut bits = Vec::with_capacity(4);
-        if self.in_hardirq() {
+        if self.in_hardirq() && !hlock.trylock {
             bits.push(half(LockUsageBit::UsedInHardirq));
         }
-        if self.lockdep_softirq_context() {
+        if self.lockdep_softirq_context() && !hlock.trylock {
             bits.push(half(LockUsageBit::UsedInSoftirq));
         }
         // hlock->hardirqs_off: ENABLED_SOFTIRQ too needs hardirqs on. Twin: a task's IRQs-off
@@ -764,7 +856,15 @@ impl Cpu {
                 bits.push(half(LockUsageBit::EnabledSoftirq));
             }
         }
-        let bug = self.mark_lock(name, &bits)?;
+        let bug = match self.mark_lock(hlock, &bits)? {
+            MarkBug::State(bug) => bug,
+            MarkBug::Inversion(bug) => {
+                if !self.kernel().debug_locks_off() {
+                    return None;
+                }
+                return Some(self.report(bug.kind, bug.message));
+            }
+        };
         if !self.kernel().debug_locks_off() {
             return None;
         }
@@ -815,29 +915,32 @@ impl Cpu {
         Some(self.report(ReportKind::InconsistentLockState, m))
     }
 
-    /// `mark_lock()` of each of `bits` in turn on the class `name`, under the class table's lock
+    /// `mark_lock()` of each of `bits` in turn on `hlock`'s class, under the class table's lock
     /// (the kernel's `graph_lock()`): a bit already set is skipped; a new one is set with its
-    /// registration, then `mark_lock_irq()`'s `valid_state()` checks its exclusive bit. Returns
-    /// the first conflict; the bits after it are not set, as `mark_usage()` stops there.
-    fn mark_lock(&self, name: &'static str, bits: &[LockUsageBit]) -> Option<UsageBug> {
+    /// registration, then `mark_lock_irq()`: `valid_state()` checks its exclusive bit, then
+    /// `check_usage_forwards()` (a USED_IN bit) or `check_usage_backwards()` (an ENABLED bit)
+    /// the classes it depends on or that depend on it (`irq_usage.rs`). Returns the first
+    /// conflict; the bits after it are not set, as `mark_usage()` stops there.
+    fn mark_lock(&self, hlock: &HeldLock, bits: &[LockUsageBit]) -> Option<MarkBug> {
         if bits.is_empty() {
             return None;
         }
         self.kernel()
             .lockdep
-            .with_state(|state| self.mark_lock_locked(state, name, bits))
+            .with_state(|state| self.mark_lock_locked(state, hlock, bits))
     }
 
     /// [`Cpu::mark_lock`] under `graph_lock()`.
     fn mark_lock_locked(
         &self,
         state: &mut LockdepState,
-        name: &'static str,
+        hlock: &HeldLock,
         bits: &[LockUsageBit],
-    ) -> Option<UsageBug> {
-        let class = state.usage.entry(name).or_default();
+    ) -> Option<MarkBug> {
+        let name = hlock.name;
         let mut conflict = None;
         for &bit in bits {
+            let class = state.usage.entry(name).or_default();
             if class.usage_mask & bit.flag() != 0 {
                 continue;
             }
@@ -860,6 +963,10 @@ impl Cpu {
                 });
                 break;
             }
+            // mark_lock_irq(): the dependencies must not have the conflicting usage either.
+            if let Some(bug) = self.check_usage(state, hlock, bit) {
+                return Some(MarkBug::Inversion(bug));
+            }
         }
         let mut bug = conflict?;
         bug.held = self
@@ -868,7 +975,7 @@ impl Cpu {
             .iter()
             .map(|h| (h.name, state.usage_chars(h.name)))
             .collect();
-        Some(bug)
+        Some(MarkBug::State(bug))
     }
 
     /// Releases a lock taken with [`Cpu::lock_acquire`] (`lock_release()`). Releasing a lock the
@@ -906,6 +1013,7 @@ impl Cpu {
             disabled_preemption: false,
             irq_context: self.lockdep_irq_context(),
             sync: false,
+            trylock: false,
         });
     }
 
