@@ -37,6 +37,49 @@ fn r(name: &'static str) -> (&'static str, LockRead) {
 }
 
 /// The module docs' second `text` block: the circular dependency example.
+/// docs/detectors/lockdep.md quotes these reports verbatim in ```text blocks (`[..]` elides
+/// part of a line, as in the console examples): a report that changes must change the page too.
+pub(super) fn assert_quoted_in_lockdep_md(message: &str) {
+    const PAGE: &str = include_str!("../../../../docs/detectors/lockdep.md");
+    let line_matches = |want: &str, got: &str| {
+        let mut parts = want.split("[..]");
+        let first = parts.next().unwrap_or("");
+        let Some(mut rest) = got.strip_prefix(first) else {
+            return false;
+        };
+        let parts: Vec<&str> = parts.collect();
+        for (i, part) in parts.iter().enumerate() {
+            if i + 1 == parts.len() {
+                return rest.ends_with(part);
+            }
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+        rest.is_empty()
+    };
+    let quoted = PAGE.split("```text\n").skip(1).any(|block| {
+        let block = block.split("\n```").next().unwrap_or("");
+        block.lines().count() == message.lines().count()
+            && block
+                .lines()
+                .zip(message.lines())
+                .all(|(w, g)| line_matches(w, g))
+    });
+    assert!(
+        quoted,
+        "docs/detectors/lockdep.md does not quote this report verbatim:\n{message}"
+    );
+}
+
+#[test]
+fn the_lockdep_md_matcher_elides_only_where_the_page_says_so() {
+    // The matcher itself must be able to fail: a report the page does not quote.
+    let r = std::panic::catch_unwind(|| assert_quoted_in_lockdep_md("WARNING: not on the page"));
+    assert!(r.is_err());
+}
+
 fn documented_circular_splat() -> String {
     let src = include_str!("mod.rs");
     let fence = "//! ```text\n";
@@ -118,6 +161,7 @@ fn abba_on_two_flows_is_a_circular_dependency_in_lockdeps_layout() {
         documented_circular_splat(),
         "the module docs quote it"
     );
+    assert_quoted_in_lockdep_md(&r.message);
     assert_eq!(k.reports().len(), 1);
     assert!(!k.debug_locks(), "the splat turned lockdep off");
 }
@@ -230,6 +274,7 @@ fn taking_a_held_mutex_again_is_recursive_locking() {
         1 lock held by biosim/0/1000:\n \
         #0: (&q->sysfs_lock){+.+.}";
     assert_eq!(r.message, expected);
+    assert_quoted_in_lockdep_md(&r.message);
 }
 
 #[test]
@@ -275,6 +320,7 @@ fn srcu_read_then_gfp_kernel_against_synchronize_srcu_in_reclaim_is_a_cycle() {
     assert!(acq.is_none());
     let r = r.expect("srcu -> fs_reclaim -> srcu must be reported");
     assert_eq!(r.kind, ReportKind::CircularLockDependency);
+    assert_quoted_in_lockdep_md(&r.message);
     let lines: Vec<&str> = r.message.lines().collect();
     assert_eq!(lines[3], "(&set->srcu){.+.+}");
     assert_eq!(lines[5], "(fs_reclaim){+.+.}");
@@ -724,6 +770,7 @@ fn lockdep_assert_held_warns_only_when_not_held_and_lockdep_is_on() {
             "    let r = cx.".len() + 1
         )
     );
+    assert_quoted_in_lockdep_md(&r.message);
     // A WARN_ON, not a lockdep splat: lockdep stays on.
     assert!(k.debug_locks());
     assert!(k.debug_locks_off());

@@ -97,6 +97,7 @@ fn hardirq_safe_then_a_new_dependency_on_a_hardirq_unsafe_lock_is_reported() {
         rep.message
     );
     assert_eq!(rep.message, documented(0), "{}", rep.message);
+    super::graph_tests::assert_quoted_in_lockdep_md(&rep.message);
     assert!(!k.debug_locks(), "the splat turned lockdep off");
     assert_eq!(k.reports().len(), 1);
 }
@@ -160,6 +161,7 @@ fn the_usage_set_after_the_dependency_is_an_irq_lock_inversion_both_ways() {
         .expect("HARDIRQ-ON on B after A -> B must be reported");
     assert_eq!(rep.kind, ReportKind::IrqLockInversion);
     assert_eq!(rep.message, documented(1), "{}", rep.message);
+    super::graph_tests::assert_quoted_in_lockdep_md(&rep.message);
 
     // Forwards: A -> B with IRQs off, B with IRQs on, then A in hardirq.
     let k = kernel();
