@@ -447,6 +447,30 @@ impl Cpu {
         ok
     }
 
+    /// Sleeps until `cond` holds or `timeout` jiffies pass (`io_schedule_timeout()` in a
+    /// wait loop whose caller retries: `mempool_alloc()`), letting the runtime run other work.
+    /// Returns whether the condition holds; `false` is the timeout (the model takes it when no
+    /// event can make the condition true, and does not advance jiffies for it). A task that sleeps
+    /// like this switches at every timeout, so the hung-task detector reports it only if its
+    /// check would not see that (`hung_task::check_hung_task_timed`).
+    pub fn wait_until_timeout(&self, what: &str, timeout: u64, cond: &dyn Fn() -> bool) -> bool {
+        if cond() {
+            return true;
+        }
+        crate::block::blk_plug::sched_submit_work(self);
+        if cond() {
+            return true;
+        }
+        let ok = match &self.runtime {
+            Some(rt) => rt.wait_until(self, what, cond),
+            None => false,
+        };
+        if !ok {
+            hung_task::check_hung_task_timed(self, what, timeout);
+        }
+        ok
+    }
+
     /// The kernel this CPU belongs to.
     pub fn kernel(&self) -> &Kernel {
         &self.kernel
