@@ -35,6 +35,11 @@ pub enum ReportKind {
     /// lockdep's `WARNING: possible recursive locking detected` (`check_deadlock()` →
     /// `print_deadlock_bug()`): a held non-recursive class taken again.
     RecursiveLocking,
+    /// biosim's check on a timed retry loop (`mm/mempool.rs`): a task retries a timed sleep
+    /// forever (`mempool_alloc()`'s `io_schedule_timeout(5*HZ)` loop with nothing to free an
+    /// element). The kernel prints nothing (the task switches at every timeout, so the hung-task
+    /// detector skips it); the model cannot loop forever, so it says so and returns.
+    EndlessRetry,
 }
 
 /// One splat.

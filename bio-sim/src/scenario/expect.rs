@@ -61,6 +61,10 @@ const INVARIANT_NAMES: [(&str, Invariant); 17] = [
         "sb-writers",
         Invariant::KernelReport(ReportKind::SbWritersUnbalanced),
     ),
+    (
+        "endless-retry",
+        Invariant::KernelReport(ReportKind::EndlessRetry),
+    ),
 ];
 
 fn invariant_name(s: &str) -> Option<Invariant> {
