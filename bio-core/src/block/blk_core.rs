@@ -15,6 +15,9 @@
 //! logical block size fails: `bio_split_rw_at()` returns `-EINVAL` and `bio_submit_split()` ends
 //! the bio with `errno_to_blk_status(-EINVAL)`, which is `BLK_STS_IOERR` with the status table of
 //! kernel-semantics.md §4.4 (it has no `-EINVAL` entry).
+//!
+//! Also here: `kblockd_workqueue` (`blk_dev_init()`) and `kblockd_mod_delayed_work_on()`, where
+//! blk-mq runs a hardware queue asynchronously.
 
 use super::bio::{bio_endio, bio_endio_status};
 use super::blk_status::{errno_to_blk_status, BLK_STS_IOERR, BLK_STS_NOTSUPP};
@@ -24,6 +27,33 @@ use crate::kernel::Cpu;
 use crate::sync::UntrackedArc;
 use std::collections::VecDeque;
 use std::fmt;
+
+/// `kblockd_workqueue`: `blk_dev_init()`'s `alloc_workqueue("kblockd", WQ_MEM_RECLAIM |
+/// WQ_HIGHPRI | WQ_PERCPU, 0)`, allocated on first use so that a kernel without blk-mq work
+/// shows no extra workqueue. Its work runs on the CPU's highpri pool (`kworker/N:1H`).
+pub fn kblockd_workqueue(kernel: &crate::kernel::Kernel) -> crate::workqueue::Workqueue {
+    use crate::workqueue::{WQ_HIGHPRI, WQ_MEM_RECLAIM, WQ_PERCPU};
+    kernel
+        .kblockd
+        .get_or_init(|| {
+            kernel
+                .alloc_workqueue("kblockd", WQ_MEM_RECLAIM | WQ_HIGHPRI | WQ_PERCPU, 0)
+                .expect("kblockd's flags are valid")
+        })
+        .clone()
+}
+
+/// `kblockd_mod_delayed_work_on(cpu, dwork, delay)`: `mod_delayed_work_on()` on kblockd
+/// (`None` is `WORK_CPU_UNBOUND`: the local CPU for this per-CPU workqueue).
+pub fn kblockd_mod_delayed_work_on(
+    cpu: Option<crate::kernel::CpuId>,
+    dwork: crate::workqueue::DelayedWork,
+    delay: u64,
+    cx: &Cpu,
+) -> bool {
+    let wq = kblockd_workqueue(cx.kernel());
+    cx.kernel().mod_delayed_work_on(cpu, &wq, dwork, delay, cx)
+}
 
 /// The parts of `struct queue_limits` and the gendisk that the submit path reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

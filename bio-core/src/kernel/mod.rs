@@ -83,6 +83,8 @@ pub struct Kernel {
     /// Whether `blk_mq_flush_plug_list()` has the post-6.18 fix "blk-mq: fix plug list
     /// corruption when queue_rq adds new requests" (Ming Lei, Nov 2025): off, the 6.18 code.
     blk_plug_list_fix: crate::sync::untracked::AtomicBool,
+    /// `kblockd_workqueue`, allocated on first use (`block::blk_core::kblockd_workqueue`).
+    pub(crate) kblockd: UntrackedOnceLock<crate::workqueue::Workqueue>,
 }
 
 /// Per-CPU kernel state that any CPU may read.
@@ -177,6 +179,7 @@ impl Kernel {
             fault_inject: fault_inject::FaultInject::default(),
             hung_task: hung_task::HungTask::default(),
             blk_plug_list_fix: crate::sync::untracked::AtomicBool::new(false),
+            kblockd: UntrackedOnceLock::new(),
         });
         crate::workqueue::register_hotplug_states(&kernel);
         crate::time::register_hotplug_states(&kernel);

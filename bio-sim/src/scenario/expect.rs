@@ -25,7 +25,7 @@ impl fmt::Display for Expectation {
 
 /// The scenario language's name of every invariant an `expect` line can name, both ways: the
 /// parser reads it, a written counterexample (`biosim explore`) writes it.
-const INVARIANT_NAMES: [(&str, Invariant); 17] = [
+const INVARIANT_NAMES: [(&str, Invariant); 18] = [
     ("once", Invariant::EndIoOnce),
     ("task", Invariant::TaskContext),
     ("stranded", Invariant::Stranded),
