@@ -115,6 +115,55 @@ fn loop_over_null_blk_stores_through_the_stack_and_the_lower_bio_follows_queue_r
     assert_eq!(lo.stats().nowait_done, 4);
 }
 
+/// loop0 over nullb0p1 (a partition of nullb0 from sector 1024): loop0's lower bio is for the
+/// partition; `blk_partition_remap()` moves it to nullb0 at `bd_start_sect` and traces
+/// `block_bio_remap`; the data lands at the partition's offset on nullb0.
+#[test]
+fn loop_over_a_partition_remaps_its_lower_bio_to_the_disk() {
+    use crate::block::partition::{bdev_add_partition, part_devt};
+    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let mut cfg = NullBlkConfig {
+        clock: HrtimerClock::Explicit,
+        size_bytes: 1 << 20,
+        memory_backed: true,
+        ..NullBlkConfig::default()
+    };
+    cfg.parse_param("irqmode", "0").unwrap();
+    let nullb = NullBlk::new(&k, 0, cfg).unwrap();
+    let whole = UntrackedArc::clone(&nullb) as UntrackedArc<dyn BlockDriver>;
+    let devt = part_devt(whole.devt(), 1, 1, 0);
+    let part = bdev_add_partition(whole, 1, 1024, 1024, devt).unwrap();
+    let lo = loop_over(&k, 0, part as UntrackedArc<dyn BlockDriver>);
+    assert_eq!(
+        lo.limits().capacity_sectors,
+        1024,
+        "loop0 is the partition's size"
+    );
+    let ev = capture(|| {
+        tracing::callsite::rebuild_interest_cache();
+        write_then_read_back(&*lo, &cx)
+    });
+    let remaps: Vec<&str> = ev
+        .iter()
+        .filter(|e| e.tracepoint == "block_bio_remap")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(
+        remaps,
+        [
+            "block_bio_remap: 254,0 WS 1032 + 8 <- (259,0) 8",
+            "block_bio_remap: 254,0 WS 1088 + 8 <- (259,0) 64",
+            "block_bio_remap: 254,0 RS 1088 + 8 <- (259,0) 64",
+            "block_bio_remap: 254,0 RS 1032 + 8 <- (259,0) 8",
+        ]
+    );
+    assert_eq!(nullb.read_backing(1032 * 512, 4096), Some(pattern(1)));
+    assert_eq!(nullb.read_backing(1088 * 512, 4096), Some(pattern(2)));
+    assert_ne!(nullb.read_backing(8 * 512, 4096), Some(pattern(1)));
+    assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+}
+
 #[test]
 fn loop_over_loop_over_memory_stores_through_the_stack() {
     let k = Kernel::new(KernelConfig::default(), 1).unwrap();
