@@ -85,6 +85,8 @@ pub struct Kernel {
     blk_plug_list_fix: crate::sync::untracked::AtomicBool,
     /// `kblockd_workqueue`, allocated on first use (`block::blk_core::kblockd_workqueue`).
     pub(crate) kblockd: UntrackedOnceLock<crate::workqueue::Workqueue>,
+    /// `blkdev_dio_pool` (block/fops.c), made on first use (`block::fops::blkdev_dio_pool`).
+    pub(crate) blkdev_dio_pool: UntrackedOnceLock<crate::block::BioSet>,
 }
 
 /// Per-CPU kernel state that any CPU may read.
@@ -180,6 +182,7 @@ impl Kernel {
             hung_task: hung_task::HungTask::default(),
             blk_plug_list_fix: crate::sync::untracked::AtomicBool::new(false),
             kblockd: UntrackedOnceLock::new(),
+            blkdev_dio_pool: UntrackedOnceLock::new(),
         });
         crate::workqueue::register_hotplug_states(&kernel);
         crate::time::register_hotplug_states(&kernel);

@@ -177,8 +177,15 @@ fn bio_alloc_bioset_absorbs_an_injected_failure_with_gfp_noio() {
         .fail_alloc_once("bio_alloc_bioset")
         .unwrap();
     let bio = bs.bio_alloc_bioset(ReqOp::Write, 8, 1, GfpFlags::GFP_NOIO, &cx);
-    assert!(bio.is_some_and(|b| b.bi_iter.bi_sector == 8));
+    assert!(bio.as_ref().is_some_and(|b| b.bi_iter.bi_sector == 8));
     assert_eq!(bs.bio_pool.curr_nr(), 1, "the reserve answered");
+    // bio_put() → bio_free(): the element goes back to the reserve.
+    drop(bio);
+    assert_eq!(
+        bs.bio_pool.curr_nr(),
+        2,
+        "freeing the bio refills the reserve"
+    );
     assert_eq!(
         k.fault_inject().armed().0,
         Vec::<&str>::new(),

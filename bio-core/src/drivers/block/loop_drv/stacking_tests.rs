@@ -164,6 +164,44 @@ fn loop_over_a_partition_remaps_its_lower_bio_to_the_disk() {
     assert!(k.reports().is_empty(), "{:?}", k.reports().all());
 }
 
+/// The lower bio of loop0 over nullb0 is `blkdev_direct_IO()`'s, from `blkdev_dio_pool` with
+/// `GFP_KERNEL`: a one-shot failslab at `bio_alloc_bioset` is absorbed by the pool's reserve
+/// (the I/O goes on), and the element is back in the reserve once the bio is freed.
+#[test]
+#[cfg_attr(
+    feature = "bug-fault-oneshot-rearms",
+    should_panic(expected = "the one-shot is spent")
+)]
+fn the_lower_bio_comes_from_blkdev_dio_pool_whose_reserve_absorbs_a_failure() {
+    use crate::block::fops::{blkdev_dio_pool, BLKDEV_DIO_POOL_SIZE};
+    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let mut cfg = NullBlkConfig {
+        clock: HrtimerClock::Explicit,
+        size_bytes: 1 << 20,
+        memory_backed: true,
+        ..NullBlkConfig::default()
+    };
+    cfg.parse_param("irqmode", "0").unwrap();
+    let nullb = NullBlk::new(&k, 0, cfg).unwrap();
+    let lo = loop_over(&k, 0, nullb as UntrackedArc<dyn BlockDriver>);
+    k.fault_inject()
+        .fail_alloc_once("bio_alloc_bioset")
+        .unwrap();
+    write_then_read_back(&*lo, &cx);
+    assert_eq!(
+        k.fault_inject().armed().0,
+        Vec::<&str>::new(),
+        "the one-shot is spent"
+    );
+    assert_eq!(
+        blkdev_dio_pool(&k).bio_pool.curr_nr(),
+        BLKDEV_DIO_POOL_SIZE,
+        "the reserve element came back with the bio"
+    );
+    assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+}
+
 #[test]
 fn loop_over_loop_over_memory_stores_through_the_stack() {
     let k = Kernel::new(KernelConfig::default(), 1).unwrap();
