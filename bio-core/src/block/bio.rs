@@ -18,7 +18,11 @@ use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
 
 impl Kernel {
-    /// `bio_alloc()`: a fresh bio with a unique simulator id.
+    /// A fresh bio with a unique simulator id, from nowhere: the bio of a submitter the model
+    /// does not model (the workload's `dd`/`fio`, a test), so no mempool, no GFP mask, no
+    /// `might_alloc()` and no fault injection. Kernel code under model that allocates a bio
+    /// (`blkdev_direct_IO()`'s lower bio in `drivers/block/loop_drv/bdev_backing.rs`) goes
+    /// through [`BioSet::bio_alloc_bioset`] with the kernel's mask instead.
     pub fn bio_alloc(&self, op: ReqOp, sector: u64) -> Box<Bio> {
         Bio::new(self.alloc_bio_id(), op, sector)
     }
@@ -34,17 +38,34 @@ pub const BIO_POOL_SIZE: usize = 2;
 /// `struct bio_set` (`include/linux/bio.h`): the mempool of bios and the mempool of
 /// `BIO_MAX_VECS` bvec arrays behind `bio_alloc_bioset()`.
 ///
+/// A bio keeps what it took from the pools (`bio->bi_pool`, [`BiPool`]) and gives it back when it
+/// is freed (`bio_put()` → `bio_free()` → `mempool_free()`: the model's `Drop`), so a reserve
+/// element taken by an allocation returns with the bio.
+///
 /// Left out: `front_pad`, the per-CPU bio cache (`REQ_ALLOC_CACHE`) and the rescuer that
 /// `punt_bios_to_rescuer()` hands `current->bio_list` to (the first attempt under a non-empty
-/// bio_list drops `__GFP_DIRECT_RECLAIM`); and the model's bios do not point back to their
-/// bio_set (`bi_pool`), so dropping one does not `mempool_free()` a reserve element: a reserve
-/// taken stays taken.
+/// bio_list drops `__GFP_DIRECT_RECLAIM`; `blkdev_dio_pool` has no rescuer anyway).
 #[derive(Debug)]
 pub struct BioSet {
     /// `bs->bio_pool`.
-    pub bio_pool: Mempool,
+    pub bio_pool: Arc<Mempool>,
     /// `bs->bvec_pool` (`BIOSET_NEED_BVECS`).
-    pub bvec_pool: Mempool,
+    pub bvec_pool: Arc<Mempool>,
+}
+
+/// What a bio allocated from a [`BioSet`] holds of it (`bio->bi_pool`, the bvec array of
+/// `bi_io_vec`): an element of one of its mempools, freed with the bio.
+#[derive(Debug)]
+pub(crate) struct BiPool {
+    pool: Arc<Mempool>,
+    elem: MempoolElement,
+}
+
+impl BiPool {
+    /// `mempool_free()` of the element (from `bio_free()`).
+    pub(crate) fn free(self) {
+        self.pool.mempool_free(self.elem);
+    }
 }
 
 /// The bio slab (`bio_find_or_create_slab()`), allocation site `bio_alloc_bioset`.
@@ -57,8 +78,8 @@ impl BioSet {
     /// `BioSet::new(BIO_POOL_SIZE)`.
     pub fn new(pool_size: usize) -> Self {
         Self {
-            bio_pool: Mempool::new(pool_size, BIO_SLAB),
-            bvec_pool: Mempool::new(pool_size, BVEC_SLAB),
+            bio_pool: Arc::new(Mempool::new(pool_size, BIO_SLAB)),
+            bvec_pool: Arc::new(Mempool::new(pool_size, BVEC_SLAB)),
         }
     }
 
@@ -76,17 +97,26 @@ impl BioSet {
         cx: &Cpu,
     ) -> Option<Box<Bio>> {
         let p = self.bio_pool.mempool_alloc(gfp_mask, cx)?;
+        let mut held = vec![BiPool {
+            pool: Arc::clone(&self.bio_pool),
+            elem: p,
+        }];
         if nr_vecs > BIO_INLINE_VECS {
             match bvec_alloc(&self.bvec_pool, nr_vecs, gfp_mask, cx) {
-                Some(bvl) => drop(bvl),
+                Some(bvl) => held.push(BiPool {
+                    pool: Arc::clone(&self.bvec_pool),
+                    elem: bvl,
+                }),
                 None => {
-                    self.bio_pool.mempool_free(p);
+                    // err_free: the bio goes back.
+                    held.into_iter().for_each(BiPool::free);
                     return None;
                 }
             }
         }
-        drop(p);
-        Some(cx.kernel().bio_alloc(op, sector))
+        let mut bio = cx.kernel().bio_alloc(op, sector);
+        bio.bi_pool = held;
+        Some(bio)
     }
 }
 

@@ -15,6 +15,9 @@
 //! logical block size fails: `bio_split_rw_at()` returns `-EINVAL` and `bio_submit_split()` ends
 //! the bio with `errno_to_blk_status(-EINVAL)`, which is `BLK_STS_IOERR` with the status table of
 //! kernel-semantics.md §4.4 (it has no `-EINVAL` entry).
+//!
+//! Also here: `kblockd_workqueue` (`blk_dev_init()`) and `kblockd_mod_delayed_work_on()`, where
+//! blk-mq runs a hardware queue asynchronously.
 
 use super::bio::{bio_endio, bio_endio_status};
 use super::blk_status::{errno_to_blk_status, BLK_STS_IOERR, BLK_STS_NOTSUPP};
@@ -24,6 +27,33 @@ use crate::kernel::Cpu;
 use crate::sync::UntrackedArc;
 use std::collections::VecDeque;
 use std::fmt;
+
+/// `kblockd_workqueue`: `blk_dev_init()`'s `alloc_workqueue("kblockd", WQ_MEM_RECLAIM |
+/// WQ_HIGHPRI | WQ_PERCPU, 0)`, allocated on first use so that a kernel without blk-mq work
+/// shows no extra workqueue. Its work runs on the CPU's highpri pool (`kworker/N:1H`).
+pub fn kblockd_workqueue(kernel: &crate::kernel::Kernel) -> crate::workqueue::Workqueue {
+    use crate::workqueue::{WQ_HIGHPRI, WQ_MEM_RECLAIM, WQ_PERCPU};
+    kernel
+        .kblockd
+        .get_or_init(|| {
+            kernel
+                .alloc_workqueue("kblockd", WQ_MEM_RECLAIM | WQ_HIGHPRI | WQ_PERCPU, 0)
+                .expect("kblockd's flags are valid")
+        })
+        .clone()
+}
+
+/// `kblockd_mod_delayed_work_on(cpu, dwork, delay)`: `mod_delayed_work_on()` on kblockd
+/// (`None` is `WORK_CPU_UNBOUND`: the local CPU for this per-CPU workqueue).
+pub fn kblockd_mod_delayed_work_on(
+    cpu: Option<crate::kernel::CpuId>,
+    dwork: crate::workqueue::DelayedWork,
+    delay: u64,
+    cx: &Cpu,
+) -> bool {
+    let wq = kblockd_workqueue(cx.kernel());
+    cx.kernel().mod_delayed_work_on(cpu, &wq, dwork, delay, cx)
+}
 
 /// The parts of `struct queue_limits` and the gendisk that the submit path reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +121,11 @@ pub trait BlockDriver: Send + Sync + fmt::Debug {
     fn mq_queue(&self) -> Option<UntrackedArc<super::blk_mq::RequestQueue>> {
         None
     }
+    /// `bdev_is_partition()`: for a partition, its disk (`bdev_whole()`) and `bd_start_sect`,
+    /// for `blk_partition_remap()` ([`super::partition::Partition`]). `None`: a whole disk.
+    fn bd_partition(&self) -> Option<(UntrackedArc<dyn BlockDriver>, u64)> {
+        None
+    }
 }
 
 /// What `submit_bio_noacct()` did with a bio.
@@ -152,8 +187,34 @@ fn bio_check_eod(bio: &Bio, lim: &QueueLimits, dev: &dyn BlockDriver, cx: &Cpu) 
     false
 }
 
+/// `blk_partition_remap()`: a partition's bio moves onto its disk. `should_fail_request()` on
+/// the partition (`fail_make_request`, the one-shot `fail_io` naming it) fails it; a bio with
+/// sectors gains `bd_start_sect` and is traced as `block_bio_remap` (`bio_dev()` is the disk's
+/// devt, the old one the partition's). Returns `false` for a failed bio (not ended here).
+fn blk_partition_remap(
+    bio: &mut Bio,
+    part: &dyn BlockDriver,
+    start: u64,
+    whole: (u32, u32),
+    cx: &Cpu,
+) -> bool {
+    let fi = cx.kernel().fault_inject();
+    if fi.io_armed() && fi.should_fail_request(&part.disk_name(), bio.bi_iter.bi_size, cx) {
+        return false;
+    }
+    // bio_dev(): the disk's devt, whichever block_device the bio names.
+    bio.bi_bdev = Some(whole);
+    if bio.sectors() > 0 {
+        bio.bi_iter.bi_sector += start;
+        trace::block_bio_remap(bio, part.devt(), bio.bi_iter.bi_sector - start, cx);
+    }
+    true
+}
+
 /// `submit_bio_noacct()`: the generic checks, then the driver. Every bio given here is ended
-/// exactly once: by this function on a failed check, or by the driver.
+/// exactly once: by this function on a failed check, or by the driver. A bio for a partition
+/// is checked against the partition's size, then remapped onto the disk
+/// (`blk_partition_remap()`), whose driver gets it.
 pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> Submission {
     let lim = dev.limits();
     bio.bi_bdev = Some(dev.devt());
@@ -161,15 +222,34 @@ pub fn submit_bio_noacct(mut bio: Box<Bio>, dev: &dyn BlockDriver, cx: &Cpu) -> 
         bio_endio_status(bio, BLK_STS_NOTSUPP, cx);
         return Submission::Failed(BLK_STS_NOTSUPP);
     }
-    if should_fail_bio(&bio, dev, cx) {
+    let part = dev.bd_partition();
+    // should_fail_request(bdev_whole(bio->bi_bdev), ..): the disk's make-it-fail.
+    let fail_dev = part.as_ref().map_or(dev, |(whole, _)| &**whole);
+    if should_fail_bio(&bio, fail_dev, cx) {
         bio_endio_status(bio, BLK_STS_IOERR, cx);
         return Submission::Failed(BLK_STS_IOERR);
     }
     bio_check_ro(&bio, &lim, dev, cx);
-    if !bio_check_eod(&bio, &lim, dev, cx) {
+    // bdev_nr_sectors(bio->bi_bdev): a partition's own size. Twin:
+    // `bug-partition-eod-whole-disk` checks against the whole disk's.
+    let eod_lim = match &part {
+        Some((whole, _)) if cfg!(feature = "bug-partition-eod-whole-disk") => whole.limits(),
+        _ => lim,
+    };
+    if !bio_check_eod(&bio, &eod_lim, dev, cx) {
         bio_endio_status(bio, BLK_STS_IOERR, cx);
         return Submission::Failed(BLK_STS_IOERR);
     }
+    let dev = match &part {
+        Some((whole, start)) => {
+            if !blk_partition_remap(&mut bio, dev, *start, whole.devt(), cx) {
+                bio_endio_status(bio, BLK_STS_IOERR, cx);
+                return Submission::Failed(BLK_STS_IOERR);
+            }
+            &**whole
+        }
+        None => dev,
+    };
     let flags = bio.bi_opf.flags;
     if flags.contains(ReqFlags::REQ_PREFLUSH) || flags.contains(ReqFlags::REQ_FUA) {
         if bio.op() != ReqOp::Write {

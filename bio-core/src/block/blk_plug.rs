@@ -19,8 +19,15 @@
 //! loops while new requests were added: `Kernel::set_blk_plug_list_fix` applies it; the buggy
 //! twin `bug-plug-flush-no-splice` breaks the fix (it walks the live list with the fix on).
 //!
+//! A flush from `schedule()` never calls `->queue_rq()` in the sleeping task: 6.18's
+//! `blk_mq_flush_plug_list(plug, true)` skips the direct issue, and `blk_mq_dispatch_list()`
+//! inserts the requests and runs the queue on kblockd (`blk_mq_run_hw_queue(hctx, true)`), so
+//! the driver sees them later from `kworker/N:1H`. The list corruption above needs an explicit
+//! flush (`blk_finish_plug()`, or a full plug in `blk_add_rq_to_plug()`).
+//!
 //! `block_unplug`'s `explicit` argument (`!from_schedule`) is not in the event's print format
-//! (`"[%s] %d"`, tracefs-6.18/formats/block_unplug.format); blktrace alone uses it.
+//! (`"[%s] %d"`, include/trace/events/block.h); blktrace alone uses it (`BLK_TA_UNPLUG_IO` for
+//! an explicit unplug, `BLK_TA_UNPLUG_TIMER` for one from `schedule()`).
 
 use super::blk_mq::{RequestQueue, Rq};
 use crate::kernel::Cpu;
@@ -173,14 +180,18 @@ fn by_queue(list: VecDeque<Rq>) -> Vec<(UntrackedArc<RequestQueue>, Vec<usize>)>
     groups
 }
 
-/// `blk_mq_flush_plug_list()`: on 6.18 the live list is walked ([`flush_live_list`]); with
-/// the post-6.18 fix, splice the list off and zero `rq_count`, then per queue:
-/// `blk_mq_dispatch_queue_requests()` (`block_unplug`, issue directly) for an explicit flush,
-/// or insert and run the queue for a flush from `schedule()`; again while `->queue_rq()` added
-/// requests to the plug meanwhile.
+/// `blk_mq_flush_plug_list(plug, from_schedule)`: a flush from `schedule()` skips the direct
+/// issue and hands every request to [`blk_mq_dispatch_list`], which runs the queues on kblockd.
+/// An explicit flush on 6.18 walks the live list ([`flush_live_list`]); with the post-6.18 fix,
+/// it splices the list off and zeroes `rq_count`, then per queue
+/// `blk_mq_dispatch_queue_requests()` (`block_unplug`, issue directly), again while
+/// `->queue_rq()` added requests to the plug meanwhile.
 pub fn blk_mq_flush_plug_list(cx: &Cpu, from_schedule: bool) {
+    if from_schedule {
+        return flush_from_schedule(cx);
+    }
     if !cx.kernel().blk_plug_list_fix() || cfg!(feature = "bug-plug-flush-no-splice") {
-        return flush_live_list(cx, from_schedule);
+        return flush_live_list(cx);
     }
     loop {
         let (list, depth) = {
@@ -198,19 +209,70 @@ pub fn blk_mq_flush_plug_list(cx: &Cpu, from_schedule: bool) {
         let single = groups.len() == 1;
         for (q, tags) in groups {
             let n = if single { depth } else { tags.len() };
-            if from_schedule {
-                block_unplug(n, false, cx);
-                q.insert_and_run(tags, cx);
-            } else {
-                q.dispatch_plugged(tags, n, true, cx);
-            }
+            q.dispatch_plugged(tags, n, true, cx);
         }
     }
 }
 
-/// 6.18's walk of the live `plug->mq_list` while `->queue_rq()` runs (also what the twin
-/// `bug-plug-flush-no-splice` makes of the fixed code).
-fn flush_live_list(cx: &Cpu, from_schedule: bool) {
+/// The `from_schedule` branch of `blk_mq_flush_plug_list()` (6.18 and the fix alike):
+/// `rq_count` zeroed, then `blk_mq_dispatch_list(&plug->mq_list, true)` until the list is
+/// empty. No `->queue_rq()` runs in the sleeping task, so nothing can add to the list meanwhile.
+fn flush_from_schedule(cx: &Cpu) {
+    {
+        let mut g = cx.task_state().plug.borrow_mut();
+        let Some(p) = g.as_mut() else { return };
+        if p.rq_count == 0 {
+            return;
+        }
+        p.rq_count = 0;
+    }
+    loop {
+        let list = {
+            let mut g = cx.task_state().plug.borrow_mut();
+            match g.as_mut() {
+                Some(p) if !p.mq_list.is_empty() => std::mem::take(&mut p.mq_list),
+                _ => return,
+            }
+        };
+        let rest = blk_mq_dispatch_list(list, true, cx);
+        if let Some(p) = cx.task_state().plug.borrow_mut().as_mut() {
+            // What a dispatch left for another queue goes back in front, in order.
+            let mut rest = rest;
+            rest.extend(p.mq_list.drain(..));
+            p.mq_list = rest;
+        }
+    }
+}
+
+/// `blk_mq_dispatch_list(rqs, from_sched)`: takes the requests of the first request's queue off
+/// `rqs` (the others stay, in order, and are returned), traces `block_unplug` with their count
+/// (`explicit = !from_sched`) and inserts them with `blk_mq_insert_requests(..,
+/// run_queue_async = from_sched)`.
+pub fn blk_mq_dispatch_list(rqs: VecDeque<Rq>, from_sched: bool, cx: &Cpu) -> VecDeque<Rq> {
+    let mut this: Option<UntrackedArc<RequestQueue>> = None;
+    let mut tags = Vec::new();
+    let mut requeue = VecDeque::new();
+    for rq in rqs {
+        match &this {
+            None => {
+                this = Some(UntrackedArc::clone(&rq.q));
+                tags.push(rq.tag);
+            }
+            Some(q) if UntrackedArc::ptr_eq(q, &rq.q) => tags.push(rq.tag),
+            Some(_) => requeue.push_back(rq),
+        }
+    }
+    if let Some(q) = this {
+        block_unplug(tags.len(), !from_sched, cx);
+        q.blk_mq_insert_requests(tags, from_sched, cx);
+    }
+    requeue
+}
+
+/// 6.18's explicit flush (`blk_mq_dispatch_queue_requests()` on `plug->mq_list`): the live list
+/// is walked while `->queue_rq()` runs (also what the twin `bug-plug-flush-no-splice` makes of
+/// the fixed code).
+fn flush_live_list(cx: &Cpu) {
     let depth = {
         let mut g = cx.task_state().plug.borrow_mut();
         let Some(p) = g.as_mut() else { return };
@@ -220,18 +282,14 @@ fn flush_live_list(cx: &Cpu, from_schedule: bool) {
         p.walking = true;
         std::mem::take(&mut p.rq_count)
     };
-    block_unplug(depth, !from_schedule, cx);
+    block_unplug(depth, true, cx);
     loop {
         let rq = {
             let mut g = cx.task_state().plug.borrow_mut();
             g.as_mut().and_then(|p| p.mq_list.pop_front())
         };
         let Some(rq) = rq else { break };
-        if from_schedule {
-            UntrackedArc::clone(&rq.q).insert_and_run(vec![rq.tag], cx);
-        } else {
-            super::blk_mq::blk_mq_try_issue_directly(&rq, cx);
-        }
+        super::blk_mq::blk_mq_try_issue_directly(&rq, cx);
     }
     if let Some(p) = cx.task_state().plug.borrow_mut().as_mut() {
         p.walking = false;

@@ -339,6 +339,11 @@ pub struct Bio {
     /// Set while this bio shares `__bi_remaining`/`bi_status` (chain parent or extra reference).
     pub(crate) shared: Option<Arc<ChainShared>>,
     id: u64,
+    /// `bi_pool`: the bio_set elements this bio holds (none for [`Kernel::bio_alloc`]'s), given
+    /// back when it is freed.
+    ///
+    /// [`Kernel::bio_alloc`]: crate::Kernel::bio_alloc
+    pub(crate) bi_pool: Vec<super::bio::BiPool>,
 }
 
 impl fmt::Debug for Bio {
@@ -380,6 +385,7 @@ impl Bio {
             bi_bdev: None,
             shared: None,
             id,
+            bi_pool: Vec::new(),
         })
     }
 
@@ -546,6 +552,10 @@ impl Drop for Bio {
     // recurse once per link.
     fn drop(&mut self) {
         drop_chain(std::mem::replace(&mut self.bi_next, std::ptr::null_mut()));
+        // bio_free(): the elements go back to their mempools.
+        for p in self.bi_pool.drain(..) {
+            p.free();
+        }
     }
 }
 

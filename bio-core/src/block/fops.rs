@@ -7,11 +7,25 @@
 //! the flag on `/dev/loopN`); patch 4/4 of the series adds it, as RFC v3's 2/2 does.
 //! [`PageCacheConfig::force_dontcache`] adds it on the other designs, to measure what they would
 //! leave behind.
+//!
+//! Also `blkdev_dio_pool`, the bio_set of `blkdev_direct_IO()`'s bios ([`blkdev_dio_pool`]).
 
 use crate::errno::Errno;
 use crate::kernel::Cpu;
 use crate::mm::dontcache::PageCacheConfig;
 use crate::mm::filemap::{AddressSpace, IocbFlags, ReadProgress, WriteProgress};
+
+/// `blkdev_dio_pool`: `blkdev_init()`'s `bioset_init(&blkdev_dio_pool, 4, offsetof(struct
+/// blkdev_dio, bio), BIOSET_NEED_BVECS | BIOSET_PERCPU_CACHE)`, one per kernel, made on first
+/// use (the per-CPU cache is not modelled).
+pub fn blkdev_dio_pool(kernel: &crate::kernel::Kernel) -> &crate::block::BioSet {
+    kernel
+        .blkdev_dio_pool
+        .get_or_init(|| crate::block::BioSet::new(BLKDEV_DIO_POOL_SIZE))
+}
+
+/// The reserve of [`blkdev_dio_pool`].
+pub const BLKDEV_DIO_POOL_SIZE: usize = 4;
 
 /// `RWF_HIPRI`.
 pub const RWF_HIPRI: u32 = 0x0000_0001;

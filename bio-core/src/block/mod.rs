@@ -11,6 +11,7 @@ mod blk_types;
 pub mod blk_wbt;
 pub mod complete_in_task;
 pub mod fops;
+pub mod partition;
 pub mod trace;
 
 pub use bio::{

@@ -1,7 +1,8 @@
 //! The block tracepoints of `include/trace/events/block.h` that exist so far, fired with
 //! [`ktrace!`](crate::ktrace) on target `block` in ftrace's format (tracefs-6.18/formats):
 //! `block_bio_queue: 8,0 WS 2048 + 8 [comm]` (`current->comm`, the real one: `swapper/0` for the
-//! idle task), `block_bio_complete: 8,0 W 2048 + 8 [0]`.
+//! idle task), `block_bio_complete: 8,0 W 2048 + 8 [0]`, `block_bio_remap: 8,0 W 4104 + 8 <-
+//! (8,1) 2056`.
 
 use super::blk_status::blk_status_to_errno;
 use super::blk_types::Bio;
@@ -22,6 +23,28 @@ pub fn block_bio_queue(bio: &Bio, cpu: &Cpu) {
         bio.bi_iter.bi_sector,
         bio.sectors(),
         cpu.current().comm
+    );
+}
+
+/// `trace_block_bio_remap(bio, dev, from)`: a stacked or partitioned device moved the bio
+/// (`blk_partition_remap()`): `dev,minor RWBS sector + n <- (old_dev) old_sector`, where the
+/// bio's device is `bio_dev()` (the whole disk) and `(old_dev) old_sector` where it came from.
+pub fn block_bio_remap(bio: &Bio, old_dev: (u32, u32), old_sector: u64, cpu: &Cpu) {
+    let (major, minor) = bio.bi_bdev.unwrap_or((0, 0));
+    crate::ktrace!(
+        cpu,
+        target: "block",
+        "block_bio_remap",
+        fields(bio = bio.id()),
+        "{},{} {} {} + {} <- ({},{}) {}",
+        major,
+        minor,
+        bio.bi_opf.rwbs(),
+        bio.bi_iter.bi_sector,
+        bio.sectors(),
+        old_dev.0,
+        old_dev.1,
+        old_sector
     );
 }
 

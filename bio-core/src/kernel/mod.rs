@@ -83,6 +83,10 @@ pub struct Kernel {
     /// Whether `blk_mq_flush_plug_list()` has the post-6.18 fix "blk-mq: fix plug list
     /// corruption when queue_rq adds new requests" (Ming Lei, Nov 2025): off, the 6.18 code.
     blk_plug_list_fix: crate::sync::untracked::AtomicBool,
+    /// `kblockd_workqueue`, allocated on first use (`block::blk_core::kblockd_workqueue`).
+    pub(crate) kblockd: UntrackedOnceLock<crate::workqueue::Workqueue>,
+    /// `blkdev_dio_pool` (block/fops.c), made on first use (`block::fops::blkdev_dio_pool`).
+    pub(crate) blkdev_dio_pool: UntrackedOnceLock<crate::block::BioSet>,
 }
 
 /// Per-CPU kernel state that any CPU may read.
@@ -177,6 +181,8 @@ impl Kernel {
             fault_inject: fault_inject::FaultInject::default(),
             hung_task: hung_task::HungTask::default(),
             blk_plug_list_fix: crate::sync::untracked::AtomicBool::new(false),
+            kblockd: UntrackedOnceLock::new(),
+            blkdev_dio_pool: UntrackedOnceLock::new(),
         });
         crate::workqueue::register_hotplug_states(&kernel);
         crate::time::register_hotplug_states(&kernel);
@@ -443,6 +449,30 @@ impl Cpu {
         // Gave up: nothing can make the condition true, a task blocked forever.
         if !ok {
             hung_task::check_hung_task(self, what);
+        }
+        ok
+    }
+
+    /// Sleeps until `cond` holds or `timeout` jiffies pass (`io_schedule_timeout()` in a
+    /// wait loop whose caller retries: `mempool_alloc()`), letting the runtime run other work.
+    /// Returns whether the condition holds; `false` is the timeout (the model takes it when no
+    /// event can make the condition true, and does not advance jiffies for it). A task that sleeps
+    /// like this switches at every timeout, so the hung-task detector reports it only if its
+    /// check would not see that (`hung_task::check_hung_task_timed`).
+    pub fn wait_until_timeout(&self, what: &str, timeout: u64, cond: &dyn Fn() -> bool) -> bool {
+        if cond() {
+            return true;
+        }
+        crate::block::blk_plug::sched_submit_work(self);
+        if cond() {
+            return true;
+        }
+        let ok = match &self.runtime {
+            Some(rt) => rt.wait_until(self, what, cond),
+            None => false,
+        };
+        if !ok {
+            hung_task::check_hung_task_timed(self, what, timeout);
         }
         ok
     }

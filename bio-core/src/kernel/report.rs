@@ -44,6 +44,11 @@ pub enum ReportKind {
     /// `print_irq_inversion_bug()`): a usage bit set on a lock whose dependencies have the
     /// conflicting one.
     IrqLockInversion,
+    /// biosim's check on a timed retry loop (`mm/mempool.rs`): a task retries a timed sleep
+    /// forever (`mempool_alloc()`'s `io_schedule_timeout(5*HZ)` loop with nothing to free an
+    /// element). The kernel prints nothing (the task switches at every timeout, so the hung-task
+    /// detector skips it); the model cannot loop forever, so it says so and returns.
+    EndlessRetry,
 }
 
 /// One splat.

@@ -351,6 +351,7 @@ pub(crate) mod tests {
         ("timer_expire_exit", "timer=%p"),
         ("block_bio_queue", "%d,%d %s %llu + %u [%s]"),
         ("block_bio_complete", "%d,%d %s %llu + %u [%d]"),
+        ("block_bio_remap", "%d,%d %s %llu + %u <- (%d,%d) %llu"),
         ("block_plug", "[%s]"),
         ("block_unplug", "[%s] %d"),
         ("sched_switch", "prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s ==> next_comm=%s next_pid=%d next_prio=%d"),

@@ -5,15 +5,24 @@
 //! `mempool_alloc()` as 6.18 has it: `might_alloc(gfp)`; adds `__GFP_NOMEMALLOC | __GFP_NORETRY
 //! | __GFP_NOWARN`; first tries the slab without `__GFP_DIRECT_RECLAIM | __GFP_IO`; then takes
 //! a reserved element; then (if the first try was the reduced mask) the slab with the full mask;
-//! then, without `__GFP_DIRECT_RECLAIM`, returns NULL; else sleeps until an element is freed
-//! (`io_schedule_timeout()`, here [`Cpu::wait_until`]) and starts over. `__GFP_NOMEMALLOC` is not
-//! modelled (no memory reserves). A wait no event can end is the hung-task detector's; the model
-//! then returns `None` rather than loop forever.
+//! then, without `__GFP_DIRECT_RECLAIM`, returns NULL; else sleeps until an element is freed or
+//! 5 seconds pass (`io_schedule_timeout(5*HZ)`, here [`Cpu::wait_until_timeout`]) and starts
+//! over. `__GFP_NOMEMALLOC` is not modelled (no memory reserves).
+//!
+//! With nothing to free an element the kernel loops here forever, waking every 5 seconds: the
+//! hung-task detector does not report it (its switch count changes at every timeout, see
+//! `kernel/hung_task.rs`). The model retries [`MEMPOOL_TIMED_RETRIES`] times (a probabilistic
+//! failslab may let a later slab attempt through), then reports the endless loop as biosim's
+//! [`ReportKind::EndlessRetry`] and returns `None` rather than loop forever.
 
 use super::gfp::{gfpflags_allow_blocking, might_alloc, GfpFlags};
 use super::slab::{kmem_cache_alloc, KmemCache, SlabObject};
-use crate::kernel::Cpu;
+use crate::kernel::{Cpu, ReportKind};
 use crate::sync::atomic::{AtomicUsize, Ordering};
+
+/// How many fruitless 5-second sleeps in a row the model lets a blocking `mempool_alloc()` take
+/// before it calls the loop endless (the kernel has no limit).
+pub const MEMPOOL_TIMED_RETRIES: u32 = 4;
 
 /// `mempool_t`: `min_nr` elements reserved from `cache`.
 #[derive(Debug)]
@@ -77,6 +86,7 @@ impl Mempool {
             GfpFlags::__GFP_DIRECT_RECLAIM.0 | GfpFlags::__GFP_IO.0,
         ));
         let mut gfp_temp = reduced;
+        let mut timeouts = 0;
         loop {
             if let Ok(obj) = kmem_cache_alloc(&self.cache, gfp_temp, cx) {
                 return Some(MempoolElement {
@@ -100,12 +110,35 @@ impl Mempool {
             if !gfpflags_allow_blocking(gfp_mask) {
                 return None;
             }
-            // io_schedule_timeout(5*HZ) until mempool_free() refills the reserve.
-            if !cx.wait_until("mempool_alloc", &|| self.curr_nr() > 0) {
-                return None;
+            if !self.mempool_wait(cx) {
+                timeouts += 1;
+                if timeouts == MEMPOOL_TIMED_RETRIES {
+                    let task = cx.current();
+                    cx.report(
+                        ReportKind::EndlessRetry,
+                        format!(
+                            "biosim: task {}:{} retries mempool_alloc() from {} forever: io_schedule_timeout(5*HZ) timed out {timeouts} times and no event can free an element (the kernel prints nothing)",
+                            task.comm, task.pid, self.cache.name
+                        ),
+                    );
+                    return None;
+                }
             }
             gfp_temp = reduced;
         }
+    }
+
+    /// `prepare_to_wait(&pool->wait)` + `io_schedule_timeout(5*HZ)`: sleeps until `mempool_free()`
+    /// refills the reserve or 5 seconds pass. Returns whether an element came back.
+    fn mempool_wait(&self, cx: &Cpu) -> bool {
+        let cond = || self.curr_nr() > 0;
+        // Twin: `bug-mempool-wait-untimed` sleeps as io_schedule() would (no timeout), so the
+        // hung-task detector reports a task the kernel's skips.
+        if cfg!(feature = "bug-mempool-wait-untimed") {
+            return cx.wait_until("mempool_alloc", &cond);
+        }
+        let timeout = 5 * u64::from(cx.config().hz);
+        cx.wait_until_timeout("mempool_alloc", timeout, &cond)
     }
 
     /// `mempool_free(element, pool)`: refills the reserve if it is below `min_nr`, else frees

@@ -11,6 +11,7 @@
 
 use crate::machine::oracle::{Invariant, Oracle, Violation};
 use crate::runtime::deterministic::DetRuntime;
+use bio_core::block::partition::{bdev_add_partition, part_devt};
 use bio_core::block::BlockDriver;
 use bio_core::block::{submit_bio_noacct, BioEndIo, ReqOp};
 use bio_core::drivers::block::loop_drv::{
@@ -29,6 +30,8 @@ use std::sync::Arc;
 pub const BLOCK: usize = 4096;
 /// The backing file's size.
 pub const BACKING_BYTES: u64 = 1 << 20;
+/// The partition of nullb0 a `start=SECTORS` backing uses.
+pub const NULLB_PART: &str = "nullb0p1";
 
 /// The backing file of a loop scenario (an in-memory [`MemBacking`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,6 +115,10 @@ pub struct LoopSetup {
     /// Instead of the loop device, `nullb0` (`drivers/block/null_blk/main.c`) with these
     /// parameters: a scenario's `null_blk KEY=VALUE ...` line. The loop fields are then unused.
     pub nullb: Option<NullBlkConfig>,
+    /// `start=SECTORS` on a `nullb` backing: loop0's backing is `nullb0p1`, a partition of
+    /// nullb0 from this sector to the disk's end (`BLKPG_ADD_PARTITION`), so every lower bio is
+    /// remapped (`block_bio_remap`). `None`: the whole disk.
+    pub part_start: Option<u64>,
 }
 
 impl LoopSetup {
@@ -123,6 +130,7 @@ impl LoopSetup {
             offset,
             fmode_nowait: true,
             nullb: None,
+            part_start: None,
         }
     }
 
@@ -151,6 +159,9 @@ impl LoopSetup {
         let mut v = vec![self.disk_name()];
         if self.nullb.is_none() {
             v.extend(self.backing.lower_disk());
+            if self.part_start.is_some() {
+                v.push(NULLB_PART);
+            }
         }
         v
     }
@@ -159,7 +170,13 @@ impl LoopSetup {
     pub fn blocks(&self) -> u64 {
         match &self.nullb {
             Some(c) => c.size_bytes / BLOCK as u64,
-            None => BACKING_BYTES.saturating_sub(self.offset) / BLOCK as u64,
+            None => {
+                let part = self.part_start.unwrap_or(0).saturating_mul(512);
+                BACKING_BYTES
+                    .saturating_sub(part)
+                    .saturating_sub(self.offset)
+                    / BLOCK as u64
+            }
         }
     }
 }
@@ -278,7 +295,7 @@ impl LoopRig {
             setup.variant.name,
             crate::report::knob_line(&setup.variant.knobs()),
             setup.backing.name(),
-            BACKING_BYTES >> 10,
+            (BACKING_BYTES - setup.part_start.unwrap_or(0) * 512) >> 10,
             if setup.fmode_nowait {
                 ""
             } else {
@@ -549,8 +566,24 @@ impl LoopRig {
                 };
                 let nb = NullBlk::new(s.kernel, 0, cfg)
                     .unwrap_or_else(|e| panic!("fixed null_blk parameters are valid: {e}"));
-                s.rt.note(format!("# nullb0: null_blk {cfg} (loop0's backing)"));
-                nb
+                let Some(start) = setup.part_start else {
+                    s.rt.note(format!("# nullb0: null_blk {cfg} (loop0's backing)"));
+                    return Self::bdev_backing(nb);
+                };
+                s.rt.note(format!("# nullb0: null_blk {cfg}"));
+                let whole: Arc<dyn BlockDriver> = nb;
+                // null_blk's disk has one minor: the partition's devt is an extended one.
+                let devt = part_devt(whole.devt(), 1, 1, 0);
+                let nr = whole.limits().capacity_sectors - start;
+                let p = bdev_add_partition(whole, 1, start, nr, devt)
+                    .unwrap_or_else(|e| panic!("start={start} was validated: {e:?}"));
+                s.rt.note(format!(
+                    "# {NULLB_PART}: partition 1 of nullb0, {},{}, sectors {start}..{} (loop0's backing)",
+                    devt.0,
+                    devt.1,
+                    start + nr
+                ));
+                p
             }
             BackingKind::Loop => {
                 let file: Arc<dyn LoopBacking> = Arc::new(
@@ -571,6 +604,13 @@ impl LoopRig {
                 return (Arc::new(file), None);
             }
         };
+        Self::bdev_backing(lower)
+    }
+
+    /// `lower` as loop0's backing file.
+    fn bdev_backing(
+        lower: Arc<dyn BlockDriver>,
+    ) -> (Arc<dyn LoopBacking>, Option<Arc<BdevBacking>>) {
         let b = Arc::new(BdevBacking::new(lower));
         (Arc::clone(&b) as Arc<dyn LoopBacking>, Some(b))
     }
@@ -583,6 +623,22 @@ pub fn validate(setup: &LoopSetup) -> Result<(), String> {
             "offset={}: lo_offset must be a multiple of 512",
             setup.offset
         ));
+    }
+    if let Some(start) = setup.part_start {
+        if setup.backing != BackingKind::Nullb {
+            return Err(format!(
+                "start={start}: a partition needs the nullb backing (got {})",
+                setup.backing.name()
+            ));
+        }
+        let sectors = BACKING_BYTES / 512;
+        let block = BLOCK as u64 / 512;
+        if start == 0 || start >= sectors || !start.is_multiple_of(block) {
+            return Err(format!(
+                "start={start}: the partition's first sector must be a multiple of {block} (nullb0's 4096-byte logical block) between {block} and {}",
+                sectors - block
+            ));
+        }
     }
     if setup.blocks() == 0 {
         return Err(format!(

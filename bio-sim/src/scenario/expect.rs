@@ -25,7 +25,7 @@ impl fmt::Display for Expectation {
 
 /// The scenario language's name of every invariant an `expect` line can name, both ways: the
 /// parser reads it, a written counterexample (`biosim explore`) writes it.
-const INVARIANT_NAMES: [(&str, Invariant); 19] = [
+const INVARIANT_NAMES: [(&str, Invariant); 20] = [
     ("once", Invariant::EndIoOnce),
     ("task", Invariant::TaskContext),
     ("stranded", Invariant::Stranded),
@@ -68,6 +68,10 @@ const INVARIANT_NAMES: [(&str, Invariant); 19] = [
     (
         "irq-lock-inversion",
         Invariant::KernelReport(ReportKind::IrqLockInversion),
+    ),
+    (
+        "endless-retry",
+        Invariant::KernelReport(ReportKind::EndlessRetry),
     ),
 ];
 

@@ -314,8 +314,9 @@ fn null_blk_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
     Ok(LoopSetup::null_blk(cfg))
 }
 
-/// `loop NAME BACKING [offset=BYTES] [nowait=on|off]`: `nowait=off` is a backing file without
-/// `FMODE_NOWAIT`.
+/// `loop NAME BACKING [offset=BYTES] [nowait=on|off] [start=SECTORS]`: `nowait=off` is a backing
+/// file without `FMODE_NOWAIT`; `start=SECTORS` (with `nullb`) backs loop0 with `nullb0p1`, a
+/// partition of nullb0 from that sector.
 fn loop_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
     let names = LoopVariant::names().collect::<Vec<_>>().join(", ");
     let name = l.arg(1, &format!("a loop version ({names})"))?;
@@ -342,13 +343,27 @@ fn loop_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
     })?;
     let mut setup = LoopSetup::new(variant, backing, 0);
     let (mut offset_seen, mut nowait_seen) = (false, false);
-    for n in 3..5 {
+    for n in 3..6 {
         let Some(w) = l.words.get(n) else { break };
         if let Some(v) = w.strip_prefix("offset=").filter(|_| !offset_seen) {
             offset_seen = true;
             setup.offset = v
                 .parse()
                 .map_err(|_| l.err_at(n, format!("`offset={v}`: a byte count is expected")))?;
+        } else if let Some(v) = w
+            .strip_prefix("start=")
+            .filter(|_| setup.part_start.is_none())
+        {
+            let start: u64 = v
+                .parse()
+                .map_err(|_| l.err_at(n, format!("`start={v}`: a sector number is expected")))?;
+            if backing != BackingKind::Nullb {
+                return Err(l.err_at(
+                    n,
+                    format!("`start={v}`: a partition needs the nullb backing (got {kind})"),
+                ));
+            }
+            setup.part_start = Some(start);
         } else if let Some(v) = w.strip_prefix("nowait=").filter(|_| !nowait_seen) {
             nowait_seen = true;
             setup.fmode_nowait = match v {
@@ -364,15 +379,19 @@ fn loop_line(l: &Line<'_>) -> Result<LoopSetup, ScenarioError> {
         } else {
             return Err(l.err_at(
                 n,
-                format!("loop: unexpected `{w}` (expected offset=BYTES or nowait=on|off, each at most once)"),
+                format!("loop: unexpected `{w}` (expected offset=BYTES, nowait=on|off or start=SECTORS, each at most once)"),
             ));
         }
     }
     l.done(
-        5,
-        "a version, a backing, and at most one offset=BYTES and one nowait=on|off",
+        6,
+        "a version, a backing, and at most one offset=BYTES, one nowait=on|off and one start=SECTORS",
     )?;
-    crate::machine::loop_rig::validate(&setup).map_err(|e| l.err(e))?;
+    let start_at = (3..6).find(|&n| l.words.get(n).is_some_and(|w| w.starts_with("start=")));
+    crate::machine::loop_rig::validate(&setup).map_err(|e| match start_at {
+        Some(n) if e.starts_with("start=") => l.err_at(n, e),
+        _ => l.err(e),
+    })?;
     Ok(setup)
 }
 

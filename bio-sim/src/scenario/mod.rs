@@ -28,7 +28,9 @@
 //! (the parser the CLI's `--knob` uses; a module takes only `gate_reads` and `fs_flag`).
 //!
 //! A loop device (`drivers/block/loop.c`): header `loop NAME sparse|prealloc|refusing|blockdev|nullb|loop
-//! [offset=BYTES] [nowait=on|off]` (`nowait=off`: the backing file lacks `FMODE_NOWAIT`; NAME: one of [`LoopVariant::ALL`](bio_core::drivers::block::loop_drv::LoopVariant::ALL))
+//! [offset=BYTES] [nowait=on|off] [start=SECTORS]` (`nowait=off`: the backing file lacks `FMODE_NOWAIT`;
+//! `start=SECTORS`, with `nullb` only: loop0's backing is `nullb0p1`, a partition of nullb0 from
+//! that sector to its end, so each lower bio is remapped (`block_bio_remap`); NAME: one of [`LoopVariant::ALL`](bio_core::drivers::block::loop_drv::LoopVariant::ALL))
 //! and `loop_knob NAME=VALUE` (one of [`LoopKnob`](bio_core::drivers::block::loop_drv::LoopKnob)'s); transitions
 //! `io CPU read|discard BLOCK`, `io CPU write BLOCK [fill=BYTE]` and `loop_worker CPU`. At the end every block
 //! written is read back through the device and compared (`expect data` for a mismatch). The
@@ -522,6 +524,55 @@ mod tests {
         assert!(e.to_string().contains("multiple of 512"), "{e}");
     }
 
+    /// `start=SECTORS` on a `nullb` backing puts loop0 on `nullb0p1` from that sector: loop0
+    /// shrinks by the partition's start and `fail_io` may name the partition; a start that is
+    /// not a 4 KiB multiple inside the 1 MiB disk, a repeat, or another backing is refused at
+    /// the word's column.
+    #[test]
+    fn the_loop_header_takes_a_partition_start_on_nullb() {
+        let s = Scenario::parse(
+            "loop v5 nullb start=1024
+fail_io nullb0p1
+",
+            "t",
+        )
+        .unwrap();
+        let l = s.loop_dev.unwrap();
+        assert_eq!((l.part_start, l.blocks()), (Some(1024), 128));
+        assert_eq!(l.disk_names(), ["loop0", "nullb0", "nullb0p1"]);
+        for (header, said) in [
+            (
+                "loop v5 nullb start=x",
+                "t:1:15: `start=x`: a sector number is expected",
+            ),
+            (
+                "loop v5 nullb start=1020",
+                "t:1:15: start=1020: the partition's first sector must be a multiple of 8",
+            ),
+            (
+                "loop v5 nullb start=0",
+                "t:1:15: start=0: the partition's first sector",
+            ),
+            (
+                "loop v5 nullb start=2048",
+                "t:1:15: start=2048: the partition's first sector",
+            ),
+            (
+                "loop v5 sparse start=8",
+                "t:1:16: `start=8`: a partition needs the nullb backing (got sparse)",
+            ),
+            (
+                "loop v5 nullb start=8 start=16",
+                "t:1:23: loop: unexpected `start=16`",
+            ),
+        ] {
+            let e = Scenario::parse(&format!("{header}\n"), "t").unwrap_err();
+            assert!(e.to_string().contains(said), "{header}: {e}");
+        }
+        let e = Scenario::parse("loop v5 nullb\nfail_io nullb0p1\n", "t").unwrap_err();
+        assert!(e.to_string().contains("`nullb0p1` is not a device"), "{e}");
+    }
+
     /// `nowait=off` takes `FMODE_NOWAIT` away from the backing, in either order with `offset=`;
     /// a bad value, a repeat or an unknown word is refused at its column.
     #[test]
@@ -543,7 +594,7 @@ mod tests {
             ),
             (
                 "loop v5 prealloc nowait=off nowait=on",
-                "t:1:29: loop: unexpected `nowait=on` (expected offset=BYTES or nowait=on|off, each at most once)",
+                "t:1:29: loop: unexpected `nowait=on` (expected offset=BYTES, nowait=on|off or start=SECTORS, each at most once)",
             ),
             (
                 "loop v5 prealloc fmode=off",
@@ -551,7 +602,11 @@ mod tests {
             ),
             (
                 "loop v5 prealloc nowait=off offset=0 x",
-                "t:1:38: unexpected `x`: expected the end of the line",
+                "t:1:38: loop: unexpected `x`",
+            ),
+            (
+                "loop v5 nullb nowait=off offset=0 start=8 x",
+                "t:1:43: unexpected `x`: expected the end of the line",
             ),
         ] {
             let e = Scenario::parse(&format!("{header}\n{io}"), "t").unwrap_err();

@@ -20,9 +20,16 @@
 //! `blk_mq_free_request()`, whose `req_ref_put_and_test()` is the kernel's
 //! `WARN_ON_ONCE(req_ref_zero(rq))` for a request completed twice.
 //!
+//! `blk_mq_run_hw_queue(hctx, async)`: inline in the caller's context, or, `async` (a plug
+//! flushed from `schedule()`), through `hctx->run_work` on kblockd
+//! (`blk_mq_delay_run_hw_queue()` → `kblockd_mod_delayed_work_on(WORK_CPU_UNBOUND, ..)`, the
+//! local CPU's `kworker/N:1H`, as `blk_mq_hctx_next_cpu()` answers for a single hardware queue),
+//! whose `blk_mq_run_work_fn()` dispatches the list from the worker.
+//!
 //! Simplifications: one hardware queue and one software context per queue, no I/O scheduler, no
-//! merging (one bio per request), no timeout handling; `blk_mq_run_hw_queue()` runs the dispatch
-//! list in the caller's context (the kernel may defer it to kblockd).
+//! merging (one bio per request), no timeout handling; requests inserted for a run go straight
+//! onto the dispatch list (the kernel puts them on the software queue, `ctx->rq_lists`, which
+//! the run then takes).
 
 pub mod request;
 pub mod tag;
@@ -41,7 +48,8 @@ use crate::kernel::srcu::SrcuStruct;
 use crate::kernel::HeldLock;
 use crate::kernel::{Cpu, LockClass, LockRead, ReportKind};
 use crate::sync::atomic::{AtomicU32, Ordering};
-use crate::sync::{Mutex, UntrackedArc, UntrackedWeak};
+use crate::sync::{Mutex, UntrackedArc, UntrackedOnceLock, UntrackedWeak};
+use crate::workqueue::DelayedWork;
 use std::collections::VecDeque;
 use std::fmt;
 
@@ -81,6 +89,9 @@ pub struct RequestQueue {
     /// `q->mq_freeze_depth`.
     mq_freeze_depth: AtomicU32,
     ops: UntrackedWeak<dyn BlkMqOps>,
+    /// `hctx->run_work` (`INIT_DELAYED_WORK(.., blk_mq_run_work_fn)`), made on the first
+    /// asynchronous run (the queue has no kernel before it is used).
+    run_work: UntrackedOnceLock<DelayedWork>,
 }
 
 impl fmt::Debug for RequestQueue {
@@ -111,6 +122,7 @@ impl RequestQueue {
             rq_qos: None,
             mq_freeze_depth: AtomicU32::new(0),
             ops,
+            run_work: UntrackedOnceLock::new(),
         }
     }
 
@@ -171,9 +183,16 @@ impl RequestQueue {
         self.dispatch.lock().push_back(rq.tag);
     }
 
-    /// `blk_mq_insert_request()` + `blk_mq_run_hw_queue()` for requests flushed from a plug by
-    /// `schedule()`: inserted (`block_rq_insert`), then the queue is run.
-    pub(crate) fn insert_and_run(self: &UntrackedArc<Self>, tags: Vec<usize>, cx: &Cpu) {
+    /// `blk_mq_insert_requests(hctx, ctx, list, run_queue_async)` for requests flushed from a
+    /// plug by `schedule()` (`blk_mq_dispatch_list(.., from_sched = true)`): with
+    /// `run_queue_async` the direct issue is skipped, each request is inserted
+    /// (`block_rq_insert`) and the queue is run on kblockd.
+    pub(crate) fn blk_mq_insert_requests(
+        self: &UntrackedArc<Self>,
+        tags: Vec<usize>,
+        run_queue_async: bool,
+        cx: &Cpu,
+    ) {
         for tag in tags {
             let rq = Rq {
                 q: UntrackedArc::clone(self),
@@ -182,11 +201,35 @@ impl RequestQueue {
             block_rq_insert(&rq.trace(), cx);
             self.dispatch.lock().push_back(tag);
         }
-        self.blk_mq_run_hw_queue(cx);
+        self.blk_mq_run_hw_queue_async(run_queue_async, cx);
     }
 
-    /// `blk_mq_run_hw_queue()`: dispatch the list until it is empty or the driver pushes back
-    /// (a request that comes back with `BLK_STS_RESOURCE` ends the run).
+    /// `blk_mq_run_hw_queue(hctx, async)`: nothing to do on an empty dispatch list
+    /// (`blk_mq_hw_queue_need_run()`); `async` queues `hctx->run_work` on kblockd
+    /// (`blk_mq_delay_run_hw_queue(hctx, 0)`), else the list is dispatched here.
+    pub fn blk_mq_run_hw_queue_async(self: &UntrackedArc<Self>, async_run: bool, cx: &Cpu) {
+        if self.dispatch_len() == 0 {
+            return;
+        }
+        if !async_run {
+            return self.blk_mq_run_hw_queue(cx);
+        }
+        let dwork = *self.run_work.get_or_init(|| {
+            let q = UntrackedArc::downgrade(self);
+            cx.kernel()
+                .init_delayed_work("blk_mq_run_work_fn", move |cx, _| {
+                    // blk_mq_run_work_fn(): blk_mq_run_dispatch_ops(.., blk_mq_sched_dispatch_requests()).
+                    if let Some(q) = q.upgrade() {
+                        q.blk_mq_run_hw_queue(cx);
+                    }
+                })
+        });
+        // blk_mq_hctx_next_cpu(): WORK_CPU_UNBOUND with one hardware queue.
+        crate::block::blk_core::kblockd_mod_delayed_work_on(None, dwork, 0, cx);
+    }
+
+    /// `blk_mq_run_hw_queue(hctx, false)`: dispatch the list here until it is empty or the
+    /// driver pushes back (a request that comes back with `BLK_STS_RESOURCE` ends the run).
     pub fn blk_mq_run_hw_queue(self: &UntrackedArc<Self>, cx: &Cpu) {
         let n = self.dispatch_len();
         for _ in 0..n {

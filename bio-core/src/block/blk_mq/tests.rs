@@ -436,30 +436,55 @@ mod plug {
     }
 
     /// `schedule()` flushes the plug: a task that sleeps waiting for its own plugged I/O does
-    /// not wait forever.
+    /// not wait forever. The flush skips the direct issue: the requests are inserted and the
+    /// queue runs on kblockd, so `->queue_rq()` runs in `kworker/0:1H`, not in the sleeper.
     #[test]
-    fn sleeping_flushes_the_plug() {
+    fn sleeping_flushes_the_plug_to_kblockd() {
         let k = Kernel::new(KernelConfig::default(), 1).unwrap();
-        let cx = k.cpu(CpuId(0)).unwrap();
+        let (rt, cx) = event_cpu(&k, CpuId(0));
         let log = log();
         let dev = MqDevCfg::new("nullb0", 0, &log).build();
         let e = ends();
         let plug = blk_start_plug(&cx);
         submit(&*dev, ReqOp::Write, 0, ReqFlags::NONE, &e, &cx);
         submit(&*dev, ReqOp::Write, 8, ReqFlags::NONE, &e, &cx);
+        // The one other event: CPU 0's highpri worker runs what is queued on kblockd.
+        let (k2, log2) = (UntrackedArc::clone(&k), UntrackedArc::clone(&log));
+        let seen = UntrackedArc::new(Mutex::new(None));
+        let seen2 = UntrackedArc::clone(&seen);
+        rt.push(move || {
+            let w = k2.cpu(CpuId(0)).unwrap();
+            let before = log2.lock().len();
+            let ran = k2.run_worker(crate::workqueue::PoolId::Cpu(CpuId(0)), &w);
+            *seen2.lock() = Some((before, ran.map(|r| (r.function, r.workqueue))));
+        });
         let e2 = UntrackedArc::clone(&e);
         register_plug_callsites(&cx);
         let ev = serial_capture(|| assert!(cx.wait_until("test_wait", &|| e2.lock().len() == 2)));
+        assert_eq!(
+            *seen.lock(),
+            Some((0, Some(("blk_mq_run_work_fn", "kblockd".to_owned())))),
+            "nothing reached the driver before kblockd's work ran it"
+        );
+        for e in &ev {
+            let comm = e.comm.as_deref().unwrap_or("?");
+            println!("{comm}-{} {}", e.pid.unwrap_or(0), e.message);
+        }
         let msgs: Vec<&str> = ev.iter().map(|e| e.message.as_str()).collect();
-        assert!(msgs.contains(&"block_unplug: [biosim/0] 2"), "{msgs:?}");
-        // From schedule(): inserted, then the queue is run.
+        let at = |p: &str| msgs.iter().position(|m| m.starts_with(p));
+        let unplug = at("block_unplug: [biosim/0] 2").expect("unplug");
+        let insert = at("block_rq_insert: 250,0 W 512 () 0 + 1").expect("insert");
+        let queued = at("workqueue_queue_work: ").expect("queued");
+        assert!(msgs[queued].contains("function=blk_mq_run_work_fn workqueue=kblockd"));
+        let issue = at("block_rq_issue: 250,0 W 512 () 0 + 1").expect("issue");
         assert!(
-            msgs.iter()
-                .any(|m| m.starts_with("block_rq_insert: 250,0 W 512")),
+            unplug < insert && insert < queued && queued < issue,
             "{msgs:?}"
         );
+        assert_eq!(ev[issue].comm.as_deref(), Some("kworker/0:1H"), "{msgs:?}");
         blk_finish_plug(plug, &cx);
         assert_eq!(e.lock().len(), 2);
+        assert!(k.reports().is_empty(), "{:?}", k.reports().all());
     }
 
     /// With the post-6.18 fix, a stacking driver's `->queue_rq()` during an explicit flush

@@ -3,7 +3,7 @@
 use super::*;
 use crate::block::{BioSet, ReqOp, BIO_SLAB};
 use crate::kernel::{CpuId, KernelConfig, ReportKind};
-use crate::mm::mempool::Mempool;
+use crate::mm::mempool::{Mempool, MEMPOOL_TIMED_RETRIES};
 use crate::sync::UntrackedArc;
 use crate::Kernel;
 
@@ -88,21 +88,80 @@ fn mempool_non_blocking_alloc_takes_the_reserve_then_returns_none() {
 
 #[test]
 #[cfg_attr(
-    feature = "bug-hung-task-detector-off",
-    should_panic(expected = "the endless mempool wait is reported")
+    feature = "bug-mempool-wait-untimed",
+    should_panic(expected = "no hung-task report for a task that wakes every 5 s")
 )]
-fn mempool_blocking_alloc_with_nothing_to_wait_for_is_a_hung_task() {
+fn mempool_blocking_alloc_with_nothing_to_wait_for_retries_forever_unreported() {
     let k = kernel();
     slab_fails(&k);
     k.set_hung_task_timeout_secs(120);
     let cx = k.cpu(CpuId(0)).unwrap();
     let pool = Mempool::new(1, BIO_SLAB);
     let _held = pool.mempool_alloc(GfpFlags::GFP_NOIO, &cx).unwrap();
-    // The reserve is gone and nothing will free an element: the kernel sleeps forever.
+    // The reserve is gone and nothing will free an element: the kernel loops in
+    // io_schedule_timeout(5*HZ) forever, switching every 5 s, so khungtaskd never reports it.
+    assert_eq!(pool.mempool_alloc(GfpFlags::GFP_NOIO, &cx), None);
+    assert!(
+        k.reports().of_kind(ReportKind::HungTask).is_empty(),
+        "no hung-task report for a task that wakes every 5 s"
+    );
+    let endless = k.reports().of_kind(ReportKind::EndlessRetry);
+    assert_eq!(endless.len(), 1, "biosim says the loop never ends");
+    println!("{}", endless[0]);
+    assert_eq!(
+        endless[0].message,
+        "biosim: task biosim/0:1000 retries mempool_alloc() from bio_alloc_bioset forever: io_schedule_timeout(5*HZ) timed out 4 times and no event can free an element (the kernel prints nothing)"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    feature = "bug-hung-task-detector-off",
+    should_panic(expected = "a timeout shorter than the sleep sees it")
+)]
+fn a_hung_task_timeout_shorter_than_the_mempool_sleep_reports_it() {
+    // khungtaskd checking every 3 s with a 3 s timeout finds a window with no switch in each
+    // 5 s sleep: the kernel reports the task in every one, and so does the model.
+    let k = kernel();
+    slab_fails(&k);
+    k.set_hung_task_timeout_secs(3);
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let pool = Mempool::new(0, BIO_SLAB);
     assert_eq!(pool.mempool_alloc(GfpFlags::GFP_NOIO, &cx), None);
     let hung = k.reports().of_kind(ReportKind::HungTask);
-    assert_eq!(hung.len(), 1, "the endless mempool wait is reported");
-    assert!(hung[0].message.contains("waiting in mempool_alloc"));
+    assert_eq!(
+        hung.len(),
+        MEMPOOL_TIMED_RETRIES as usize,
+        "a timeout shorter than the sleep sees it"
+    );
+    assert_eq!(k.reports().of_kind(ReportKind::EndlessRetry).len(), 1);
+    let lines: Vec<&str> = hung[0].message.lines().collect();
+    assert_eq!(
+        lines[0],
+        "INFO: task biosim/0:1000 blocked for more than 3 seconds."
+    );
+    assert!(
+        lines[4].starts_with("biosim: waiting in mempool_alloc: no event can make it true"),
+        "{}",
+        lines[4]
+    );
+}
+
+#[test]
+#[cfg_attr(
+    feature = "bug-hung-task-detector-off",
+    should_panic(expected = "a forever wait is still reported")
+)]
+fn a_forever_wait_is_still_a_hung_task_with_the_mempool_timed() {
+    let k = kernel();
+    k.set_hung_task_timeout_secs(120);
+    let cx = k.cpu(CpuId(0)).unwrap();
+    assert!(!cx.wait_until("test: never", &|| false));
+    assert_eq!(
+        k.reports().of_kind(ReportKind::HungTask).len(),
+        1,
+        "a forever wait is still reported"
+    );
 }
 
 #[test]
@@ -118,8 +177,15 @@ fn bio_alloc_bioset_absorbs_an_injected_failure_with_gfp_noio() {
         .fail_alloc_once("bio_alloc_bioset")
         .unwrap();
     let bio = bs.bio_alloc_bioset(ReqOp::Write, 8, 1, GfpFlags::GFP_NOIO, &cx);
-    assert!(bio.is_some_and(|b| b.bi_iter.bi_sector == 8));
+    assert!(bio.as_ref().is_some_and(|b| b.bi_iter.bi_sector == 8));
     assert_eq!(bs.bio_pool.curr_nr(), 1, "the reserve answered");
+    // bio_put() → bio_free(): the element goes back to the reserve.
+    drop(bio);
+    assert_eq!(
+        bs.bio_pool.curr_nr(),
+        2,
+        "freeing the bio refills the reserve"
+    );
     assert_eq!(
         k.fault_inject().armed().0,
         Vec::<&str>::new(),

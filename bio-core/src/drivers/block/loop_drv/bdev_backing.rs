@@ -1,7 +1,8 @@
 //! A loop device's backing file that is itself a simulated block device (`losetup` on
 //! `/dev/nullb0` or `/dev/loop1`): the direct I/O `lo_rw_aio()` starts goes to
-//! `blkdev_direct_IO()`, which builds a bio over the request's pages and submits it with
-//! `submit_bio_noacct()` in the submitter's context; the bio's end calls `ki_complete()`
+//! `blkdev_direct_IO()`, which allocates a bio from `blkdev_dio_pool` (`GFP_KERNEL`: the mempool
+//! falls back to its reserve and never fails), sets it over the request's pages and submits it
+//! with `submit_bio_noacct()` in the submitter's context; the bio's end calls `ki_complete()`
 //! (`lo_rw_aio_complete()`).
 //!
 //! Since a loop device's `->queue_rq()` runs inside `__submit_bio_noacct_mq()` (or its bio-based
@@ -16,11 +17,13 @@
 //! refuses it with `-EOPNOTSUPP`, as does `fallocate()` (no `blkdev_fallocate()` here).
 
 use super::{AioRequest, Fallocate, LoopBacking, LoopDevice};
+use crate::block::fops::blkdev_dio_pool;
 use crate::block::{
     blk_status_to_errno, submit_bio_noacct, BioEndIo, BlockDriver, ReqFlags, ReqOp, SECTOR_SHIFT,
 };
 use crate::errno::Errno;
 use crate::kernel::Cpu;
+use crate::mm::gfp::GfpFlags;
 use crate::sync::{UntrackedArc, UntrackedOnceLock, UntrackedWeak};
 use std::fmt;
 
@@ -125,12 +128,21 @@ impl LoopBacking for BdevBacking {
                 }
             }
         });
-        let bio = cx
-            .kernel()
-            .bio_alloc(op, req.pos >> SECTOR_SHIFT)
-            .with_flags(flags)
-            .with_data(req.data)
-            .with_end_io(end);
+        // __blkdev_direct_IO_async(): bio_alloc_bioset(bdev, nr_pages, opf, GFP_KERNEL,
+        // &blkdev_dio_pool); nr_pages is 0 for the loop's ITER_BVEC (bio_iov_vecs_to_alloc():
+        // the bio borrows the request's bvecs). GFP_KERNEL sleeps rather than fail, so the
+        // kernel has no NULL check; the model's only None is a mempool loop it had to give up
+        // (already reported), which the caller sees as -ENOMEM.
+        let Some(bio) = blkdev_dio_pool(cx.kernel()).bio_alloc_bioset(
+            op,
+            req.pos >> SECTOR_SHIFT,
+            0,
+            GfpFlags::GFP_KERNEL,
+            cx,
+        ) else {
+            return Err((req, Errno::ENOMEM));
+        };
+        let bio = bio.with_flags(flags).with_data(req.data).with_end_io(end);
         submit_bio_noacct(bio, &*self.lower, cx);
         Ok(())
     }

@@ -115,6 +115,93 @@ fn loop_over_null_blk_stores_through_the_stack_and_the_lower_bio_follows_queue_r
     assert_eq!(lo.stats().nowait_done, 4);
 }
 
+/// loop0 over nullb0p1 (a partition of nullb0 from sector 1024): loop0's lower bio is for the
+/// partition; `blk_partition_remap()` moves it to nullb0 at `bd_start_sect` and traces
+/// `block_bio_remap`; the data lands at the partition's offset on nullb0.
+#[test]
+fn loop_over_a_partition_remaps_its_lower_bio_to_the_disk() {
+    use crate::block::partition::{bdev_add_partition, part_devt};
+    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let mut cfg = NullBlkConfig {
+        clock: HrtimerClock::Explicit,
+        size_bytes: 1 << 20,
+        memory_backed: true,
+        ..NullBlkConfig::default()
+    };
+    cfg.parse_param("irqmode", "0").unwrap();
+    let nullb = NullBlk::new(&k, 0, cfg).unwrap();
+    let whole = UntrackedArc::clone(&nullb) as UntrackedArc<dyn BlockDriver>;
+    let devt = part_devt(whole.devt(), 1, 1, 0);
+    let part = bdev_add_partition(whole, 1, 1024, 1024, devt).unwrap();
+    let lo = loop_over(&k, 0, part as UntrackedArc<dyn BlockDriver>);
+    assert_eq!(
+        lo.limits().capacity_sectors,
+        1024,
+        "loop0 is the partition's size"
+    );
+    let ev = capture(|| {
+        tracing::callsite::rebuild_interest_cache();
+        write_then_read_back(&*lo, &cx)
+    });
+    let remaps: Vec<&str> = ev
+        .iter()
+        .filter(|e| e.tracepoint == "block_bio_remap")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(
+        remaps,
+        [
+            "block_bio_remap: 254,0 WS 1032 + 8 <- (259,0) 8",
+            "block_bio_remap: 254,0 WS 1088 + 8 <- (259,0) 64",
+            "block_bio_remap: 254,0 RS 1088 + 8 <- (259,0) 64",
+            "block_bio_remap: 254,0 RS 1032 + 8 <- (259,0) 8",
+        ]
+    );
+    assert_eq!(nullb.read_backing(1032 * 512, 4096), Some(pattern(1)));
+    assert_eq!(nullb.read_backing(1088 * 512, 4096), Some(pattern(2)));
+    assert_ne!(nullb.read_backing(8 * 512, 4096), Some(pattern(1)));
+    assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+}
+
+/// The lower bio of loop0 over nullb0 is `blkdev_direct_IO()`'s, from `blkdev_dio_pool` with
+/// `GFP_KERNEL`: a one-shot failslab at `bio_alloc_bioset` is absorbed by the pool's reserve
+/// (the I/O goes on), and the element is back in the reserve once the bio is freed.
+#[test]
+#[cfg_attr(
+    feature = "bug-fault-oneshot-rearms",
+    should_panic(expected = "the one-shot is spent")
+)]
+fn the_lower_bio_comes_from_blkdev_dio_pool_whose_reserve_absorbs_a_failure() {
+    use crate::block::fops::{blkdev_dio_pool, BLKDEV_DIO_POOL_SIZE};
+    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let mut cfg = NullBlkConfig {
+        clock: HrtimerClock::Explicit,
+        size_bytes: 1 << 20,
+        memory_backed: true,
+        ..NullBlkConfig::default()
+    };
+    cfg.parse_param("irqmode", "0").unwrap();
+    let nullb = NullBlk::new(&k, 0, cfg).unwrap();
+    let lo = loop_over(&k, 0, nullb as UntrackedArc<dyn BlockDriver>);
+    k.fault_inject()
+        .fail_alloc_once("bio_alloc_bioset")
+        .unwrap();
+    write_then_read_back(&*lo, &cx);
+    assert_eq!(
+        k.fault_inject().armed().0,
+        Vec::<&str>::new(),
+        "the one-shot is spent"
+    );
+    assert_eq!(
+        blkdev_dio_pool(&k).bio_pool.curr_nr(),
+        BLKDEV_DIO_POOL_SIZE,
+        "the reserve element came back with the bio"
+    );
+    assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+}
+
 #[test]
 fn loop_over_loop_over_memory_stores_through_the_stack() {
     let k = Kernel::new(KernelConfig::default(), 1).unwrap();
