@@ -10,6 +10,10 @@
 //! kernel, a `Vec` in order here): the first one it was made for, then those merged into it
 //! (`block/blk-merge.c`, [`crate::block::blk_merge`]).
 
+// Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
+// `bio_endio()`); a request's list of them is a `Vec<Box<Bio>>`.
+#![allow(clippy::vec_box)]
+
 use super::RequestQueue;
 use crate::block::{Bio, BlkOpf};
 use crate::drivers::block::blk_mq_trace::RqTrace;
