@@ -34,8 +34,11 @@
 //! itself a simulated block device ([`BdevBacking`]) stacks for real through
 //! `current->bio_list`.
 //!
-//! Simplifications, each documented where it matters (docs/loop.md): one bio is one request (no
-//! blk-mq merging); a synchronous backing completes inline where the I/O was issued, an
+//! A request may carry several bios (blk-mq's plug merge): `lo_rw_aio_prep()` then allocates the
+//! `bio_vec` array at the fault-injection site [`LO_RW_AIO_PREP`], and a failure takes each
+//! version's posted error path (check L7).
+//!
+//! Simplifications, each documented where it matters (docs/loop.md): a synchronous backing completes inline where the I/O was issued, an
 //! asynchronous one (`-EIOCBQUEUED`) through `ki_complete()` in an interrupt on the submitting
 //! CPU; bios end in `BLOCK_SOFTIRQ` on the CPU that completed them (the kernel sends them back
 //! to the submitting CPU); there is one root cgroup worker (`lo->rootcg_work`).
