@@ -414,7 +414,8 @@ fn check_l6_freeze_after_fallback(variant: LoopVariant, trace: bool) -> Result<L
 /// `kmalloc_array(.., GFP_NOIO)`), the unplug. The request must be completed exactly once, with
 /// the error: the base's `lo_rw_aio()` returns `-EIO` and `loop_handle_cmd()` completes it; the
 /// NOWAIT versions' `goto fail` completes it before `cmd->ref` is armed, the stale count goes to
-/// -1, and neither bio ever ends (`Stranded`). The blocks must read back as they were.
+/// -1, and neither bio ever ends (`Stranded`); `LOOP_SET_STATUS`'s queue freeze, next, waits for
+/// it forever (`HungTask`). The blocks must read back as they were.
 fn check_l7_prep_allocation_failure(
     variant: LoopVariant,
     trace: bool,
@@ -427,11 +428,14 @@ fn check_l7_prep_allocation_failure(
         site: "lo_rw_aio_prep",
     });
     s.apply(&Transition::Unplug { cpu: 0 });
+    // LOOP_SET_STATUS: the queue freeze waits for the request.
+    s.apply(&Transition::FreezeLoopQueue);
     let mut v = s.settle(BUDGET);
     v.extend(s.verify_devices(BUDGET));
     keep(
         &mut v,
         &[
+            Invariant::KernelReport(ReportKind::HungTask),
             Invariant::KernelReport(ReportKind::Warn),
             Invariant::KernelReport(ReportKind::Bug),
             Invariant::DataMismatch,

@@ -65,6 +65,7 @@ fn injection_and_plug_lines_round_trip() {
             Transition::FailIo { dev: "nullb0" },
         ),
         ("loop v5 prealloc", "plug 1", Transition::Plug { cpu: 1 }),
+        ("loop v5 prealloc", "freeze_queue", Transition::FreezeLoopQueue),
         (
             "loop v5 prealloc",
             "unplug 0",
@@ -98,6 +99,8 @@ fn bad_injection_and_plug_lines_are_refused() {
         ("cpus 2\nplug 0\n", "t.scn:2:1: `plug` needs a `loop` or `null_blk` header line"),
         ("loop v5 prealloc\nplug\n", "t.scn:2:5: `plug` needs a CPU number"),
         ("loop v5 prealloc\nunplug 0 1\n", "t.scn:2:10: unexpected `1`"),
+        ("null_blk\nfreeze_queue\n", "t.scn:2:1: `freeze_queue` needs a `loop` header line"),
+        ("loop v5 prealloc\nfreeze_queue now\n", "t.scn:2:14: unexpected `now`"),
         ("cpus 2\nloop v5 prealloc\nplug 2\n", "t.scn:3:6: CPU2 does not exist"),
         ("loop v5 tape\n", "loop: unknown backing `tape` (expected sparse, prealloc, refusing, blockdev, nullb or loop)"),
     ] {
