@@ -65,7 +65,11 @@ fn injection_and_plug_lines_round_trip() {
             Transition::FailIo { dev: "nullb0" },
         ),
         ("loop v5 prealloc", "plug 1", Transition::Plug { cpu: 1 }),
-        ("loop v5 prealloc", "freeze_queue", Transition::FreezeLoopQueue),
+        (
+            "loop v5 prealloc",
+            "freeze_queue",
+            Transition::FreezeLoopQueue,
+        ),
         (
             "loop v5 prealloc",
             "unplug 0",
