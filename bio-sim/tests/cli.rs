@@ -84,11 +84,20 @@ fn the_scenarios_readme_lists_every_file() {
         .map(|(name, _)| name)
         .filter(|name| name.ends_with(".scn"))
         .collect();
-    let mut files: Vec<String> = std::fs::read_dir(scenarios_dir())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".scn"))
-        .collect();
+    // The top-level files and the detectors' (listed as `detectors/NAME.scn`).
+    let mut files: Vec<String> = Vec::new();
+    for (dir, prefix) in [
+        (scenarios_dir(), ""),
+        (scenarios_dir().join("detectors"), "detectors/"),
+    ] {
+        files.extend(
+            std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".scn"))
+                .map(|n| format!("{prefix}{n}")),
+        );
+    }
     files.sort();
     let mut sorted = listed.clone();
     sorted.sort();

@@ -64,3 +64,52 @@ fn traces_show_the_nowait_attempt_the_hint_and_the_lockdep_splat() {
     .unwrap();
     assert!(matches!(twin.verdict, Verdict::Caught(_)));
 }
+
+/// L7: the merged request's failed `bvec` allocation. The base completes it once with `-EIO`
+/// (`block_rq_complete ... [-5]`, both bios `BLK_STS_IOERR`, nothing stranded); V5's `goto fail`
+/// takes the stale `cmd->ref` to -1 and both bios are stranded; the fix (the twin) completes it.
+#[test]
+fn l7_shows_the_base_failing_the_merged_request_once_and_v5_never_completing_it() {
+    let base = run_loop_check("L7", LoopVariant::BASE, true).unwrap();
+    assert!(matches!(base.verdict, Verdict::Clean), "{:?}", base.verdict);
+    assert!(
+        base.trace
+            .contains("block_bio_backmerge: 7,0 W 16 + 8 [biosim/0]"),
+        "{}",
+        base.trace
+    );
+    assert!(
+        base.trace
+            .contains("block_rq_complete: 7,0 W () 8 + 16 be,0,4 [-5]"),
+        "{}",
+        base.trace
+    );
+    let v5 = run_loop_check("L7", LoopVariant::V5, true).unwrap();
+    let Verdict::Caught(v) = v5.verdict else {
+        panic!("v5 strands the request")
+    };
+    assert!(
+        v[0].message
+            .contains("biosim: waiting in blk_mq_freeze_queue_wait: no event can make it true"),
+        "{}",
+        v[0].message
+    );
+    let stranded: Vec<&str> = v[1..].iter().map(|x| x.message.as_str()).collect();
+    assert_eq!(
+        stranded,
+        [
+            "bio#1 never completed (deferred 0 times; lost)",
+            "bio#2 never completed (deferred 0 times; lost)"
+        ]
+    );
+    assert!(
+        v5.trace
+            .contains("cmd->ref 0 -> -1, the request is never completed"),
+        "{}",
+        v5.trace
+    );
+    let twin =
+        run_loop_check("L7", twin_variant(loop_check("L7").unwrap()).unwrap(), true).unwrap();
+    assert!(matches!(twin.verdict, Verdict::Clean), "{:?}", twin.verdict);
+    assert!(twin.trace.contains("[-5]"), "{}", twin.trace);
+}

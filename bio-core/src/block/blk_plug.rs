@@ -122,9 +122,14 @@ pub fn sched_submit_work(cx: &Cpu) {
 }
 
 /// `blk_add_rq_to_plug()`: the first request of a batch traces `block_plug`; a full plug
-/// (`blk_plug_max_rq_count()` requests, or a last request of `BLK_PLUG_FLUSH_SIZE` or more) is
-/// flushed first and starts a new batch; a request for another queue than the last one sets
-/// `multiple_queues`.
+/// (`blk_plug_max_rq_count()` requests, or, unless the queue has `QUEUE_FLAG_NOMERGES`, a
+/// `last` request of `BLK_PLUG_FLUSH_SIZE` or more) is flushed first and starts a new batch; a
+/// request for another queue than `last` sets `multiple_queues`. The request goes to the tail.
+///
+/// `last` is 6.18's `rq_list_peek(&plug->mq_list)`: the list's HEAD, the oldest request (the
+/// rq_list has a head and a tail since 6.17 and adds at the tail), not the newest. The twin
+/// `bug-plug-last-is-newest` peeks at the tail and drops the `!blk_queue_nomerges()` gate, as
+/// the model did before.
 pub fn blk_add_rq_to_plug(rq: Rq, cx: &Cpu) {
     let (walking, count, full) = {
         let g = cx.task_state().plug.borrow();
@@ -133,10 +138,14 @@ pub fn blk_add_rq_to_plug(rq: Rq, cx: &Cpu) {
             super::blk_mq::blk_mq_try_issue_directly(&rq, cx);
             return;
         };
-        let last_big = p.mq_list.back().is_some_and(|l| {
-            let t = l.trace();
-            (t.nr_sector << super::SECTOR_SHIFT) >= BLK_PLUG_FLUSH_SIZE
-        });
+        let twin = cfg!(feature = "bug-plug-last-is-newest");
+        let last = if twin {
+            p.mq_list.back()
+        } else {
+            p.mq_list.front()
+        };
+        let gate = twin || !rq.q.blk_queue_nomerges();
+        let last_big = gate && last.is_some_and(|l| l.bytes() >= BLK_PLUG_FLUSH_SIZE);
         (
             p.walking,
             p.rq_count,
@@ -146,16 +155,23 @@ pub fn blk_add_rq_to_plug(rq: Rq, cx: &Cpu) {
     if walking {
         cx.warn("block/blk-mq.c: blk_add_rq_to_plug: request added to plug->mq_list while blk_mq_flush_plug_list() walks it (list corruption)");
     }
+    let mut flushed = false;
     if count == 0 {
         block_plug(cx);
     } else if full && !walking {
         blk_mq_flush_plug_list(cx, false);
+        flushed = true; // last = NULL
         block_plug(cx);
     }
     let mut g = cx.task_state().plug.borrow_mut();
     let Some(p) = g.as_mut() else { return };
-    if !p.multiple_queues {
-        if let Some(last) = p.mq_list.back() {
+    if !p.multiple_queues && !flushed {
+        let last = if cfg!(feature = "bug-plug-last-is-newest") {
+            p.mq_list.back()
+        } else {
+            p.mq_list.front()
+        };
+        if let Some(last) = last {
             if !UntrackedArc::ptr_eq(&last.q, &rq.q) {
                 p.multiple_queues = true;
             }

@@ -66,6 +66,16 @@ impl ReqFlags {
     pub const REQ_RAHEAD: ReqFlags = ReqFlags(1 << 19);
     /// `REQ_NOWAIT`: do not block; fail with `BLK_STS_AGAIN` instead.
     pub const REQ_NOWAIT: ReqFlags = ReqFlags(1 << 21);
+    /// `REQ_NOMERGE`: the bio (or request) must not be merged with another one.
+    pub const REQ_NOMERGE: ReqFlags = ReqFlags(1 << 14);
+    /// `REQ_NOMERGE_FLAGS` (`REQ_NOMERGE | REQ_PREFLUSH | REQ_FUA`): what keeps a bio or a request
+    /// out of every merge (`bio_mergeable()`, `rq_mergeable()`).
+    pub const REQ_NOMERGE_FLAGS: ReqFlags = ReqFlags((1 << 14) | (1 << 18) | (1 << 17));
+
+    /// Whether any flag of `other` is set.
+    pub fn intersects(self, other: ReqFlags) -> bool {
+        self.0 & other.0 != 0
+    }
 
     /// Whether every flag of `other` is set.
     pub fn contains(self, other: ReqFlags) -> bool {
@@ -89,6 +99,7 @@ impl fmt::Debug for ReqFlags {
             (Self::REQ_PREFLUSH, "REQ_PREFLUSH"),
             (Self::REQ_RAHEAD, "REQ_RAHEAD"),
             (Self::REQ_NOWAIT, "REQ_NOWAIT"),
+            (Self::REQ_NOMERGE, "REQ_NOMERGE"),
         ];
         let set: Vec<&str> = names
             .iter()

@@ -4,6 +4,7 @@
 mod bio;
 mod bio_list;
 pub mod blk_core;
+pub mod blk_merge;
 pub mod blk_mq;
 pub mod blk_plug;
 mod blk_status;

@@ -1,8 +1,9 @@
 //! The block tracepoints of `include/trace/events/block.h` that exist so far, fired with
 //! [`ktrace!`](crate::ktrace) on target `block` in ftrace's format (tracefs-6.18/formats):
 //! `block_bio_queue: 8,0 WS 2048 + 8 [comm]` (`current->comm`, the real one: `swapper/0` for the
-//! idle task), `block_bio_complete: 8,0 W 2048 + 8 [0]`, `block_bio_remap: 8,0 W 4104 + 8 <-
-//! (8,1) 2056`.
+//! idle task), `block_bio_complete: 8,0 W 2048 + 8 [0]`, the merge events of the same
+//! `block_bio` class, `block_bio_backmerge: 7,0 W 16 + 8 [comm]` / `block_bio_frontmerge`, and
+//! `block_bio_remap: 8,0 W 4104 + 8 <- (8,1) 2056`.
 
 use super::blk_status::blk_status_to_errno;
 use super::blk_types::Bio;
@@ -46,6 +47,36 @@ pub fn block_bio_remap(bio: &Bio, old_dev: (u32, u32), old_sector: u64, cpu: &Cp
         old_dev.1,
         old_sector
     );
+}
+
+/// `DECLARE_EVENT_CLASS(block_bio)`'s `TP_printk("%d,%d %s %llu + %u [%s]")` with
+/// `current->comm`: `block_bio_queue`, `block_bio_backmerge`, `block_bio_frontmerge`.
+fn block_bio_class(event: &'static str, bio: &Bio, cpu: &Cpu) {
+    let (major, minor) = bio.bi_bdev.unwrap_or((0, 0));
+    crate::ktrace!(
+        cpu,
+        target: "block",
+        event,
+        fields(bio = bio.id()),
+        "{},{} {} {} + {} [{}]",
+        major,
+        minor,
+        bio.bi_opf.rwbs(),
+        bio.bi_iter.bi_sector,
+        bio.sectors(),
+        cpu.current().comm
+    );
+}
+
+/// `trace_block_bio_backmerge()`: `bio_attempt_back_merge()` appended the bio to a request.
+pub fn block_bio_backmerge(bio: &Bio, cpu: &Cpu) {
+    block_bio_class("block_bio_backmerge", bio, cpu);
+}
+
+/// `trace_block_bio_frontmerge()`: `bio_attempt_front_merge()` put the bio in front of a
+/// request.
+pub fn block_bio_frontmerge(bio: &Bio, cpu: &Cpu) {
+    block_bio_class("block_bio_frontmerge", bio, cpu);
 }
 
 /// `trace_block_bio_complete()`: `bio_endio()` of a `BIO_TRACE_COMPLETION` bio. The bracket holds

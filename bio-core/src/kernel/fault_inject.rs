@@ -30,6 +30,9 @@ pub const ALLOC_SITES: &[&str] = &[
     "bio_alloc_bioset",
     // block/bio.c: bvec_alloc() for more than BIO_INLINE_VECS vectors -> a biovec slab.
     "bvec_alloc",
+    // drivers/block/loop.c: lo_rw_aio_prep() (6.18's lo_rw_aio()) -> kmalloc_array() of the
+    // bio_vec array for a request of more than one bio (GFP_NOIO).
+    "lo_rw_aio_prep",
 ];
 
 /// `FAULT_NOWARN` (`include/linux/fault-inject.h`): the caller asked for no printk

@@ -350,6 +350,10 @@ pub(crate) mod tests {
         ("timer_expire_entry", "timer=%p function=%ps now=%lu baseclk=%lu"),
         ("timer_expire_exit", "timer=%p"),
         ("block_bio_queue", "%d,%d %s %llu + %u [%s]"),
+        // No .format file was recorded for the merge events: they are block_bio_queue's
+        // DECLARE_EVENT_CLASS(block_bio), so they share its print fmt.
+        ("block_bio_backmerge", "%d,%d %s %llu + %u [%s]"),
+        ("block_bio_frontmerge", "%d,%d %s %llu + %u [%s]"),
         ("block_bio_complete", "%d,%d %s %llu + %u [%d]"),
         ("block_bio_remap", "%d,%d %s %llu + %u <- (%d,%d) %llu"),
         ("block_plug", "[%s]"),

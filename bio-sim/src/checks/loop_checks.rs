@@ -49,7 +49,7 @@ impl LoopTwin {
 use Expect::{Caught as C, Clean as K};
 
 /// The checks.
-pub const LOOP_CHECKS: [LoopCheck; 6] = [
+pub const LOOP_CHECKS: [LoopCheck; 7] = [
     LoopCheck {
         id: "L1",
         title: "NOWAIT-first wastes an attempt per write to a sparse file",
@@ -96,6 +96,15 @@ pub const LOOP_CHECKS: [LoopCheck; 6] = [
             expect: K,
         }),
     },
+    LoopCheck {
+        id: "L7",
+        title: "a failed bvec allocation (lo_rw_aio_prep) completes once",
+        twin: Some(LoopTwin {
+            base: LoopVariant::V5,
+            knob: LoopKnob::RefArmedBeforePrep(true),
+            expect: K,
+        }),
+    },
 ];
 
 /// One loop version's row of expectations, by check id.
@@ -110,10 +119,10 @@ pub struct LoopExpectRow {
 /// Every loop version's row, in [`LoopVariant::ALL`]'s order (a test checks both agree).
 #[rustfmt::skip]
 pub const LOOP_EXPECTED: &[LoopExpectRow] = &[
-    LoopExpectRow { variant: LoopVariant::BASE,       cells: &[("L1", K), ("L2", K), ("L3", K), ("L4", K), ("L5", K), ("L6", K)] },
-    LoopExpectRow { variant: LoopVariant::V5_NO_HINT, cells: &[("L1", C), ("L2", K), ("L3", C), ("L4", K), ("L5", K), ("L6", C)] },
-    LoopExpectRow { variant: LoopVariant::V4,         cells: &[("L1", K), ("L2", C), ("L3", C), ("L4", K), ("L5", C), ("L6", C)] },
-    LoopExpectRow { variant: LoopVariant::V5,         cells: &[("L1", K), ("L2", K), ("L3", C), ("L4", K), ("L5", K), ("L6", C)] },
+    LoopExpectRow { variant: LoopVariant::BASE,       cells: &[("L1", K), ("L2", K), ("L3", K), ("L4", K), ("L5", K), ("L6", K), ("L7", K)] },
+    LoopExpectRow { variant: LoopVariant::V5_NO_HINT, cells: &[("L1", C), ("L2", K), ("L3", C), ("L4", K), ("L5", K), ("L6", C), ("L7", C)] },
+    LoopExpectRow { variant: LoopVariant::V4,         cells: &[("L1", K), ("L2", C), ("L3", C), ("L4", K), ("L5", C), ("L6", C), ("L7", C)] },
+    LoopExpectRow { variant: LoopVariant::V5,         cells: &[("L1", K), ("L2", K), ("L3", C), ("L4", K), ("L5", K), ("L6", C), ("L7", C)] },
 ];
 
 /// What check `id` must get on the loop version called `variant` (`None`: no row or cell).
@@ -226,6 +235,7 @@ pub fn run_loop_check(id: &str, variant: LoopVariant, trace: bool) -> Result<Loo
         "L4" => check_l4_data(variant, trace),
         "L5" => check_l5_no_fmode_nowait(variant, trace),
         "L6" => check_l6_freeze_after_fallback(variant, trace),
+        "L7" => check_l7_prep_allocation_failure(variant, trace),
         _ => Ok(LoopRun {
             verdict: Verdict::NotApplicable("no such check"),
             stats: LoopStats::default(),
@@ -391,6 +401,43 @@ fn check_l6_freeze_after_fallback(variant: LoopVariant, trace: bool) -> Result<L
         &[
             Invariant::KernelReport(ReportKind::HungTask),
             Invariant::KernelReport(ReportKind::SbWritersUnbalanced),
+            Invariant::DataMismatch,
+            Invariant::Stranded,
+            Invariant::EndIoOnce,
+        ],
+    );
+    Ok(done(&s, Verdict::of(v)))
+}
+
+/// L7: two contiguous writes in CPU0's plug (blk-mq merges them into one request of two bios),
+/// a one-shot failure armed at `lo_rw_aio_prep` (the request's `bvec` array,
+/// `kmalloc_array(.., GFP_NOIO)`), the unplug. The request must be completed exactly once, with
+/// the error: the base's `lo_rw_aio()` returns `-EIO` and `loop_handle_cmd()` completes it; the
+/// NOWAIT versions' `goto fail` completes it before `cmd->ref` is armed, the stale count goes to
+/// -1, and neither bio ever ends (`Stranded`); `LOOP_SET_STATUS`'s queue freeze, next, waits for
+/// it forever (`HungTask`). The blocks must read back as they were.
+fn check_l7_prep_allocation_failure(
+    variant: LoopVariant,
+    trace: bool,
+) -> Result<LoopRun, SimError> {
+    let s = machine(variant, BackingKind::Prealloc, 0, trace)?;
+    s.apply(&Transition::Plug { cpu: 0 });
+    io(&s, LoopOp::Write, 1);
+    io(&s, LoopOp::Write, 2);
+    s.apply(&Transition::FailAlloc {
+        site: "lo_rw_aio_prep",
+    });
+    s.apply(&Transition::Unplug { cpu: 0 });
+    // LOOP_SET_STATUS: the queue freeze waits for the request.
+    s.apply(&Transition::FreezeLoopQueue);
+    let mut v = s.settle(BUDGET);
+    v.extend(s.verify_devices(BUDGET));
+    keep(
+        &mut v,
+        &[
+            Invariant::KernelReport(ReportKind::HungTask),
+            Invariant::KernelReport(ReportKind::Warn),
+            Invariant::KernelReport(ReportKind::Bug),
             Invariant::DataMismatch,
             Invariant::Stranded,
             Invariant::EndIoOnce,

@@ -69,6 +69,7 @@ fn injection_is_drawn_only_when_asked() {
         vec![
             "fail_alloc bio_alloc_bioset",
             "fail_alloc bvec_alloc",
+            "fail_alloc lo_rw_aio_prep",
             "fail_io loop",
             "fail_io nullb",
             "plug ",

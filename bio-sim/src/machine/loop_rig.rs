@@ -440,6 +440,39 @@ impl LoopRig {
         }
     }
 
+    /// `LOOP_SET_STATUS`'s `blk_mq_freeze_queue()` + `blk_mq_unfreeze_queue()` on loop0's queue
+    /// from the lowest online CPU. A freeze that never drains (a request that is never
+    /// completed) is the kernel's task stuck in `blk_mq_freeze_queue_wait()`: the hung-task
+    /// detector reports it; the model then unfreezes so the run can end, and says so.
+    pub(crate) fn freeze_loop_queue(&self, s: RigParts<'_>) -> Result<(), String> {
+        use bio_core::block::blk_mq::{blk_mq_freeze_queue, blk_mq_unfreeze_queue};
+        let Some(lo) = &self.lo else {
+            return Err("there is no loop device".to_owned());
+        };
+        let Some(q) = lo.mq_queue() else {
+            return Err("loop0 has no request queue".to_owned());
+        };
+        let Some(&cpu) = s.kernel.online_cpus().first() else {
+            return Err("no CPU is online".to_owned());
+        };
+        let r = s.rt.on_cpu(cpu, "blk_mq_freeze_queue(loop0)", |cx| {
+            let (frozen, drained) = blk_mq_freeze_queue(&q, cx);
+            blk_mq_unfreeze_queue(&q, frozen, cx);
+            drained
+        });
+        match r {
+            None => Err(format!("{cpu} cannot run blk_mq_freeze_queue now")),
+            Some(true) => Ok(()),
+            Some(false) => {
+                s.rt.note(format!(
+                    "   >>> blk_mq_freeze_queue(loop0): {} request(s) never end; the model unfreezes so the run can go on",
+                    q.tags.busy()
+                ));
+                Ok(())
+            }
+        }
+    }
+
     /// The device.
     pub(crate) fn device(&self) -> Option<&Arc<LoopDevice>> {
         self.lo.as_ref()

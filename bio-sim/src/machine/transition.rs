@@ -110,6 +110,10 @@ pub enum Transition {
     FreezeBacking,
     /// `fsfreeze -u`: `thaw_super()` on the backing's superblock, likewise.
     ThawBacking,
+    /// `blk_mq_freeze_queue()` then `blk_mq_unfreeze_queue()` on loop0's request queue, from task
+    /// context on the lowest online CPU, as `LOOP_SET_STATUS` and `LOOP_CLR_FD` (`losetup -d`) do
+    /// around their update: the freeze waits until every request in flight has ended.
+    FreezeLoopQueue,
 }
 
 impl fmt::Display for Transition {
@@ -165,6 +169,9 @@ impl fmt::Display for Transition {
             Transition::NullbTimer => f.write_str("expire nullb0's next hrtimer"),
             Transition::FreezeBacking => f.write_str("freeze loop0's backing file system"),
             Transition::ThawBacking => f.write_str("thaw loop0's backing file system"),
+            Transition::FreezeLoopQueue => {
+                f.write_str("freeze and unfreeze loop0's request queue (LOOP_SET_STATUS)")
+            }
         }
     }
 }
@@ -230,7 +237,8 @@ impl Sim {
             | Transition::HotplugStep
             | Transition::NullbTimer
             | Transition::FreezeBacking
-            | Transition::ThawBacking => None,
+            | Transition::ThawBacking
+            | Transition::FreezeLoopQueue => None,
         };
         if let Some(c) = cpu {
             if c >= n {
@@ -359,6 +367,10 @@ impl Sim {
                 Some(r) => r
                     .freeze_backing(self.parts(), *t == Transition::FreezeBacking)
                     .or_else(refuse),
+                None => refuse("there is no loop device"),
+            },
+            Transition::FreezeLoopQueue => match self.loop_rig() {
+                Some(r) => r.freeze_loop_queue(self.parts()).or_else(refuse),
                 None => refuse("there is no loop device"),
             },
         }

@@ -39,6 +39,13 @@ fn injection_and_plug_lines_round_trip() {
         ),
         (
             "loop v5 prealloc",
+            "fail_alloc lo_rw_aio_prep",
+            Transition::FailAlloc {
+                site: "lo_rw_aio_prep",
+            },
+        ),
+        (
+            "loop v5 prealloc",
             "fail_io loop0",
             Transition::FailIo { dev: "loop0" },
         ),
@@ -60,6 +67,11 @@ fn injection_and_plug_lines_round_trip() {
         ("loop v5 prealloc", "plug 1", Transition::Plug { cpu: 1 }),
         (
             "loop v5 prealloc",
+            "freeze_queue",
+            Transition::FreezeLoopQueue,
+        ),
+        (
+            "loop v5 prealloc",
             "unplug 0",
             Transition::Unplug { cpu: 0 },
         ),
@@ -71,7 +83,7 @@ fn injection_and_plug_lines_round_trip() {
     }
     assert_eq!(
         ALLOC_SITES.len(),
-        2,
+        3,
         "the round trip above covers every site"
     );
 }
@@ -80,7 +92,7 @@ fn injection_and_plug_lines_round_trip() {
 #[test]
 fn bad_injection_and_plug_lines_are_refused() {
     for (text, want) in [
-        ("loop v5 prealloc\nfail_alloc kmalloc\n", "t.scn:2:12: fail_alloc: unknown allocation site `kmalloc` (known sites: bio_alloc_bioset, bvec_alloc)"),
+        ("loop v5 prealloc\nfail_alloc kmalloc\n", "t.scn:2:12: fail_alloc: unknown allocation site `kmalloc` (known sites: bio_alloc_bioset, bvec_alloc, lo_rw_aio_prep)"),
         ("loop v5 prealloc\nfail_alloc\n", "t.scn:2:11: `fail_alloc` needs an allocation site"),
         ("loop v5 prealloc\nfail_alloc bvec_alloc 2\n", "t.scn:2:23: unexpected `2`"),
         ("loop v5 prealloc\nfail_io nullb0\n", "t.scn:2:9: fail_io: `nullb0` is not a device of this scenario (its devices: loop0)"),
@@ -91,6 +103,8 @@ fn bad_injection_and_plug_lines_are_refused() {
         ("cpus 2\nplug 0\n", "t.scn:2:1: `plug` needs a `loop` or `null_blk` header line"),
         ("loop v5 prealloc\nplug\n", "t.scn:2:5: `plug` needs a CPU number"),
         ("loop v5 prealloc\nunplug 0 1\n", "t.scn:2:10: unexpected `1`"),
+        ("null_blk\nfreeze_queue\n", "t.scn:2:1: `freeze_queue` needs a `loop` header line"),
+        ("loop v5 prealloc\nfreeze_queue now\n", "t.scn:2:14: unexpected `now`"),
         ("cpus 2\nloop v5 prealloc\nplug 2\n", "t.scn:3:6: CPU2 does not exist"),
         ("loop v5 tape\n", "loop: unknown backing `tape` (expected sparse, prealloc, refusing, blockdev, nullb or loop)"),
     ] {
@@ -170,12 +184,12 @@ fn fail_alloc_arms_the_site() {
     assert_eq!(s.kernel.fault_inject().armed().0, vec!["bio_alloc_bioset"]);
 }
 
-/// `plug`/`unplug`: the writes between them are held in the plug (no request issued) and
-/// dispatched at `unplug` (`block_unplug` with both); a second `plug` and an `unplug` without a
+/// `plug`/`unplug`: the writes between them (not contiguous: nothing merges) are held in the plug
+/// (no request issued) and dispatched at `unplug` (`block_unplug` with both); a second `plug` and an `unplug` without a
 /// plug are refused; a plug left open is finished by settle.
 #[test]
 fn plug_holds_requests_until_unplug() {
-    let r = run("cpus 2\nloop v5 prealloc\nplug 0\nio 0 write 1 fill=1\nio 0 write 2 fill=2\nunplug 0\nsettle\nexpect clean\n");
+    let r = run("cpus 2\nloop v5 prealloc\nplug 0\nio 0 write 1 fill=1\nio 0 write 3 fill=2\nunplug 0\nsettle\nexpect clean\n");
     let t = &r.trace;
     let finish = t.find("   >>> blk_finish_plug() on CPU0").unwrap();
     assert!(!t[..finish].contains("block_rq_issue"), "{t}");

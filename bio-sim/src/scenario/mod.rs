@@ -189,7 +189,7 @@ impl Scenario {
                         transitions.push((l.number, t))
                     }
                     None => return Err(l.err(format!(
-                        "unknown line `{kw}` (expected a header: variant, module, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, hotplug_state_control, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker, nullb_timer, fail_alloc, fail_io, plug, unplug; or settle / expect)"
+                        "unknown line `{kw}` (expected a header: variant, module, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, hotplug_state_control, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker, nullb_timer, fail_alloc, fail_io, plug, unplug, freeze_backing, thaw_backing, freeze_queue; or settle / expect)"
                     ))),
                 },
             }

@@ -84,6 +84,13 @@ pub(super) fn parse_transition(
                 Transition::Unplug { cpu }
             }
         }
+        "freeze_queue" => {
+            if loop_dev.is_none_or(|d| d.nullb.is_some()) {
+                return Err(l.err("`freeze_queue` needs a `loop` header line".to_owned()));
+            }
+            l.done(1, "nothing")?;
+            Transition::FreezeLoopQueue
+        }
         "freeze_backing" | "thaw_backing" => {
             if loop_dev.is_none_or(|d| d.nullb.is_some()) {
                 return Err(l.err(format!("`{}` needs a `loop` header line", l.keyword())));
@@ -320,6 +327,7 @@ impl Transition {
             Transition::NullbTimer => "nullb_timer".to_owned(),
             Transition::FreezeBacking => "freeze_backing".to_owned(),
             Transition::ThawBacking => "thaw_backing".to_owned(),
+            Transition::FreezeLoopQueue => "freeze_queue".to_owned(),
         }
     }
 }

@@ -4,7 +4,8 @@
 //! of `&q->q_usage_counter(io)` taken and released at once, as `bio_queue_enter()` annotates
 //! it; the write side is `blk_freeze_acquire_lock()` in [`blk_mq_freeze_queue`], held until
 //! [`blk_mq_unfreeze_queue`]), `rq_qos_throttle()` (the optional
-//! write throttle, [`crate::block::blk_wbt`]), a tag ([`tag::BlkMqTags::blk_mq_get_tag`]), the
+//! write throttle, [`crate::block::blk_wbt`]; a bio merged into a plugged request skips it and
+//! what follows, see [`crate::block::blk_merge`]), a tag ([`tag::BlkMqTags::blk_mq_get_tag`]), the
 //! request (`block_getrq`), then `current->plug` if the task has one (`blk_add_rq_to_plug()`)
 //! or `blk_mq_try_issue_directly()`.
 //!
@@ -16,7 +17,8 @@
 //! any other error ends the request with it.
 //!
 //! `blk_mq_start_request()` (`block_rq_issue`, `WARN_ON_ONCE(state != MQ_RQ_IDLE)`) and
-//! `blk_mq_end_request()` → `blk_update_request()` (`block_rq_complete`, the bio ends) →
+//! `blk_mq_end_request()` → `blk_update_request()` (`block_rq_complete` with the whole request,
+//! then every bio of the request ends, in order) →
 //! `blk_mq_free_request()`, whose `req_ref_put_and_test()` is the kernel's
 //! `WARN_ON_ONCE(req_ref_zero(rq))` for a request completed twice.
 //!
@@ -26,10 +28,10 @@
 //! local CPU's `kworker/N:1H`, as `blk_mq_hctx_next_cpu()` answers for a single hardware queue),
 //! whose `blk_mq_run_work_fn()` dispatches the list from the worker.
 //!
-//! Simplifications: one hardware queue and one software context per queue, no I/O scheduler, no
-//! merging (one bio per request), no timeout handling; requests inserted for a run go straight
-//! onto the dispatch list (the kernel puts them on the software queue, `ctx->rq_lists`, which
-//! the run then takes).
+//! Simplifications: one hardware queue and one software context per queue, no I/O scheduler (so
+//! merging is the plug's only: `blk_attempt_plug_merge()`), no cached requests, no timeout
+//! handling; requests inserted for a run go straight onto the dispatch list (the kernel puts
+//! them on the software queue, `ctx->rq_lists`, which the run then takes).
 
 pub mod request;
 pub mod tag;
@@ -47,7 +49,7 @@ use crate::drivers::block::blk_mq_trace::{
 use crate::kernel::srcu::SrcuStruct;
 use crate::kernel::HeldLock;
 use crate::kernel::{Cpu, LockClass, LockRead, ReportKind};
-use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use crate::sync::{Mutex, UntrackedArc, UntrackedOnceLock, UntrackedWeak};
 use crate::workqueue::DelayedWork;
 use std::collections::VecDeque;
@@ -92,7 +94,19 @@ pub struct RequestQueue {
     /// `hctx->run_work` (`INIT_DELAYED_WORK(.., blk_mq_run_work_fn)`), made on the first
     /// asynchronous run (the queue has no kernel before it is used).
     run_work: UntrackedOnceLock<DelayedWork>,
+    /// `QUEUE_FLAG_NOMERGES` in `q->queue_flags` (sysfs `nomerges` 2).
+    nomerges: AtomicBool,
+    /// `queue_max_sectors()` (`limits.max_sectors`): no request grows past it by merging.
+    pub max_sectors: u64,
+    /// `queue_max_segments()` (`limits.max_segments`).
+    pub max_segments: u32,
 }
+
+/// `BLK_DEF_MAX_SECTORS_CAP`: the `max_sectors` `blk_validate_limits()` gives a queue whose
+/// driver sets no lower hardware limit (2560 sectors, 1280 KiB).
+pub const BLK_DEF_MAX_SECTORS_CAP: u64 = 2560;
+/// `BLK_MAX_SEGMENTS`: the default `max_segments`.
+pub const BLK_MAX_SEGMENTS: u32 = 128;
 
 impl fmt::Debug for RequestQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -123,7 +137,21 @@ impl RequestQueue {
             mq_freeze_depth: AtomicU32::new(0),
             ops,
             run_work: UntrackedOnceLock::new(),
+            nomerges: AtomicBool::new(false),
+            max_sectors: BLK_DEF_MAX_SECTORS_CAP,
+            max_segments: BLK_MAX_SEGMENTS,
         }
+    }
+
+    /// `blk_queue_nomerges()`: `QUEUE_FLAG_NOMERGES` is set.
+    pub fn blk_queue_nomerges(&self) -> bool {
+        self.nomerges.load(Ordering::Acquire)
+    }
+
+    /// `blk_queue_flag_set(QUEUE_FLAG_NOMERGES)` / `blk_queue_flag_clear()` (sysfs
+    /// `queue/nomerges` 2 / 0): no bio is merged into a request of this queue while set.
+    pub fn set_nomerges(&self, on: bool) {
+        self.nomerges.store(on, Ordering::Release);
     }
 
     /// `wbt_init()` with an inflight limit on writes (`wb_normal`).
@@ -368,6 +396,11 @@ pub fn blk_mq_submit_bio(q: &UntrackedArc<RequestQueue>, bio: Box<Bio>, cx: &Cpu
             return bio_endio_status(bio, BLK_STS_IOERR, cx);
         }
     }
+    // blk_mq_attempt_bio_merge(): a bio merged into a plugged request is done here
+    // (blk_queue_exit(): the model's bio_queue_enter() holds nothing).
+    let Some(bio) = super::blk_merge::blk_mq_attempt_bio_merge(q, bio, cx) else {
+        return;
+    };
     let wbt_tracked = match &q.rq_qos {
         Some(w) => match w.rq_qos_throttle(&bio, cx) {
             Ok(tracked) => tracked,
@@ -410,7 +443,8 @@ pub fn blk_mq_submit_bio(q: &UntrackedArc<RequestQueue>, bio: Box<Bio>, cx: &Cpu
         s.sector = bio.bi_iter.bi_sector;
         s.nr_sectors = bio.sectors();
         s.wbt_tracked = wbt_tracked;
-        s.bio = Some(bio);
+        s.nr_phys_segments = super::blk_merge::bio_nr_segs(&bio);
+        s.bios = vec![bio];
     });
     let rq = Rq {
         q: UntrackedArc::clone(q),
@@ -445,8 +479,8 @@ pub fn blk_mq_start_request(rq: &Rq, cx: &Cpu) {
     }
 }
 
-/// `blk_mq_end_request()`: `blk_update_request()` (`block_rq_complete`, the bio ends with
-/// `status`), rq-qos done (`wbt_done()`), then `blk_mq_free_request()`: the reference drops
+/// `blk_mq_end_request()`: `blk_update_request()` (`block_rq_complete` for the whole request,
+/// then every bio of the request ends with `status`, `rq->bio` first), rq-qos done (`wbt_done()`), then `blk_mq_free_request()`: the reference drops
 /// and the tag is freed. A request whose reference is already zero (completed before) is the
 /// kernel's `WARN_ON_ONCE(req_ref_zero(rq))` in `req_ref_put_and_test()`, and nothing else
 /// happens. A freed tag lets the dispatch list run again.
@@ -457,9 +491,9 @@ pub fn blk_mq_end_request(rq: &Rq, status: BlkStatus, cx: &Cpu) {
         }
         s.refcount = 0;
         s.state = MqRqState::Complete;
-        Some((s.bio.take(), s.wbt_tracked))
+        Some((std::mem::take(&mut s.bios), s.wbt_tracked))
     });
-    let Some((bio, wbt_tracked)) = taken else {
+    let Some((bios, wbt_tracked)) = taken else {
         cx.warn(&format!(
             "block/blk-mq.h:req_ref_put_and_test: WARN_ON_ONCE(req_ref_zero(rq)) ({},{} tag {}: request completed twice)",
             rq.q.devt.0, rq.q.devt.1, rq.tag
@@ -467,7 +501,7 @@ pub fn blk_mq_end_request(rq: &Rq, status: BlkStatus, cx: &Cpu) {
         return;
     };
     block_rq_complete(&rq.trace(), super::blk_status_to_errno(status), cx);
-    if let Some(bio) = bio {
+    for bio in bios {
         bio_endio_status(bio, status, cx);
     }
     if wbt_tracked {

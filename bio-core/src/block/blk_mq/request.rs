@@ -5,6 +5,14 @@
 //! The request itself lives in its tag's slot (`tags->static_rqs[tag]`); a driver holds an
 //! [`Rq`], the model's `struct request *`: a clonable handle, so a driver can complete the same
 //! request twice, and the kernel's check on that is reproduced.
+//!
+//! A request carries a list of bios, `rq->bio` … `rq->biotail` (linked by `bi_next` in the
+//! kernel, a `Vec` in order here): the first one it was made for, then those merged into it
+//! (`block/blk-merge.c`, [`crate::block::blk_merge`]).
+
+// Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
+// `bio_endio()`); a request's list of them is a `Vec<Box<Bio>>`.
+#![allow(clippy::vec_box)]
 
 use super::RequestQueue;
 use crate::block::{Bio, BlkOpf};
@@ -29,8 +37,11 @@ pub(crate) struct RqSlot {
     pub(crate) state: MqRqState,
     /// `rq->ref`: 1 from allocation to `blk_mq_free_request()`.
     pub(crate) refcount: u32,
-    /// `rq->bio` (one bio per request: the model does not merge).
-    pub(crate) bio: Option<Box<Bio>>,
+    /// `rq->bio` … `rq->biotail`, in order (empty while a driver holds them, see
+    /// [`Rq::take_bios`]).
+    pub(crate) bios: Vec<Box<Bio>>,
+    /// `rq->nr_phys_segments`: the bio segments of every bio of the request.
+    pub(crate) nr_phys_segments: u32,
     /// `rq->cmd_flags`.
     pub(crate) cmd_flags: BlkOpf,
     /// `blk_rq_pos()`.
@@ -46,7 +57,8 @@ impl RqSlot {
         RqSlot {
             state: MqRqState::Idle,
             refcount: 0,
-            bio: None,
+            bios: Vec::new(),
+            nr_phys_segments: 0,
             cmd_flags: BlkOpf {
                 op: crate::block::ReqOp::Read,
                 flags: crate::block::ReqFlags::NONE,
@@ -87,16 +99,28 @@ impl Rq {
         self.q.tags.slot(self.tag, |s| s.state)
     }
 
-    /// `rq->bio`, taken by a driver that moves the data itself (it stays the request's: the
-    /// driver hands it back with [`Rq::put_bio`] before ending the request, or the request ends
-    /// without a bio to complete).
-    pub fn take_bio(&self) -> Option<Box<Bio>> {
-        self.q.tags.slot_mut(self.tag, |s| s.bio.take())
+    /// `rq->bio` … `rq->biotail`, taken by a driver that moves the data itself (they stay the
+    /// request's: the driver hands them back with [`Rq::put_bios`] before ending the request,
+    /// or the request ends without bios to complete).
+    pub fn take_bios(&self) -> Vec<Box<Bio>> {
+        self.q
+            .tags
+            .slot_mut(self.tag, |s| std::mem::take(&mut s.bios))
     }
 
-    /// Gives the bio back to the request (after the driver filled or consumed it).
-    pub fn put_bio(&self, bio: Box<Bio>) {
-        self.q.tags.slot_mut(self.tag, |s| s.bio = Some(bio));
+    /// Gives the bios back to the request (after the driver filled or consumed them).
+    pub fn put_bios(&self, bios: Vec<Box<Bio>>) {
+        self.q.tags.slot_mut(self.tag, |s| s.bios = bios);
+    }
+
+    /// The number of bios the request carries (`rq->bio != rq->biotail` when more than one).
+    pub fn nr_bios(&self) -> usize {
+        self.q.tags.slot(self.tag, |s| s.bios.len())
+    }
+
+    /// `blk_rq_bytes()`.
+    pub fn bytes(&self) -> u64 {
+        self.q.tags.slot(self.tag, |s| s.nr_sectors) << crate::block::SECTOR_SHIFT
     }
 
     /// `req_op(rq)` is a write.

@@ -94,6 +94,8 @@ struct MqDevCfg {
     wbt: Option<u32>,
     lower: Option<UntrackedArc<dyn BlockDriver>>,
     log: UntrackedArc<Mutex<Vec<String>>>,
+    /// The queue's `max_sectors`.
+    max_sectors: u64,
 }
 
 impl MqDevCfg {
@@ -108,6 +110,7 @@ impl MqDevCfg {
             wbt: None,
             lower: None,
             log: UntrackedArc::clone(log),
+            max_sectors: BLK_DEF_MAX_SECTORS_CAP,
         }
     }
 
@@ -115,6 +118,7 @@ impl MqDevCfg {
         UntrackedArc::new_cyclic(|me: &UntrackedWeak<MqDev>| {
             let ops: UntrackedWeak<dyn BlkMqOps> = me.clone();
             let mut q = RequestQueue::new((250, self.minor), self.depth, self.flags, ops);
+            q.max_sectors = self.max_sectors;
             if let Some(l) = self.wbt {
                 q = q.with_wbt(l);
             }
@@ -863,5 +867,257 @@ mod freeze {
             all[0].message
         );
         blk_mq_unfreeze_queue(&dev.q, frozen, &cx);
+    }
+}
+
+/// `blk_attempt_plug_merge()` (block/blk_merge.rs) and 6.18's `blk_add_rq_to_plug()` flush test.
+mod merge {
+    use super::*;
+    use crate::block::blk_plug::BLK_PLUG_FLUSH_SIZE;
+
+    /// Submits a bio of `bytes` at `sector` with `flags`, recording `(sector, status, data)` at
+    /// its end.
+    #[allow(clippy::type_complexity)]
+    fn submit_len(
+        dev: &dyn BlockDriver,
+        op: ReqOp,
+        sector: u64,
+        bytes: usize,
+        flags: ReqFlags,
+        ends: &UntrackedArc<Mutex<Vec<(u64, BlkStatus, Vec<u8>)>>>,
+        cx: &Cpu,
+    ) {
+        let e = UntrackedArc::clone(ends);
+        let bio = cx
+            .kernel()
+            .bio_alloc(op, sector)
+            .with_flags(flags)
+            .with_data(vec![sector as u8; bytes])
+            .with_end_io(BioEndIo::new("test_end_io", move |b, _| {
+                e.lock().push((b.bi_iter.bi_sector, b.status(), b.data()))
+            }));
+        submit_bio_noacct(bio, dev, cx);
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn data_ends() -> UntrackedArc<Mutex<Vec<(u64, BlkStatus, Vec<u8>)>>> {
+        UntrackedArc::new(Mutex::new(Vec::new()))
+    }
+
+    /// Runs `f` (bios submitted inside a plug) and returns the block events it traced.
+    fn plugged(cx: &Cpu, f: impl FnOnce()) -> Vec<String> {
+        register_plug_callsites(cx);
+        let ev = serial_capture(|| {
+            let plug = blk_start_plug(cx);
+            f();
+            blk_finish_plug(plug, cx);
+        });
+        // The request events are checked by blk_mq_trace's own tests.
+        let bio_and_plug: Vec<_> = ev
+            .iter()
+            .filter(|e| e.tracepoint.starts_with("block_bio") || e.tracepoint.contains("plug"))
+            .cloned()
+            .collect();
+        assert_eq!(
+            crate::kernel::trace::tests::check_formats(&bio_and_plug),
+            Vec::<String>::new()
+        );
+        ev.into_iter()
+            .filter(|e| e.tracepoint.starts_with("block_"))
+            .map(|e| e.message)
+            .collect()
+    }
+
+    /// Two contiguous plugged writes become one request of two bios: one `block_getrq`, a
+    /// `block_bio_backmerge` for the second bio, one `block_rq_issue` and one
+    /// `block_rq_complete` of 16 sectors, and each bio ends once with its own data.
+    #[test]
+    fn two_contiguous_plugged_writes_become_one_request_of_two_bios() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let dev = MqDevCfg::new("nullb0", 0, &log).build();
+        let e = data_ends();
+        let msgs = plugged(&cx, || {
+            submit_len(&*dev, ReqOp::Write, 8, 4096, ReqFlags::NONE, &e, &cx);
+            submit_len(&*dev, ReqOp::Write, 16, 4096, ReqFlags::NONE, &e, &cx);
+            assert_eq!(dev.q.tags.busy(), 1, "one request, one tag");
+        });
+        assert_eq!(
+            msgs,
+            [
+                "block_bio_queue: 250,0 W 8 + 8 [biosim/0]",
+                "block_getrq: 250,0 W 8 + 8 [biosim/0]",
+                "block_plug: [biosim/0]",
+                "block_bio_queue: 250,0 W 16 + 8 [biosim/0]",
+                "block_bio_backmerge: 250,0 W 16 + 8 [biosim/0]",
+                "block_unplug: [biosim/0] 1",
+                "block_rq_issue: 250,0 W 8192 () 8 + 16 be,0,4 [biosim/0]",
+                "block_rq_complete: 250,0 W () 8 + 16 be,0,4 [0]",
+            ]
+        );
+        assert_eq!(*log.lock(), ["nullb0: queue_rq 8"]);
+        assert_eq!(
+            *e.lock(),
+            [
+                (8, BLK_STS_OK, vec![8; 4096]),
+                (16, BLK_STS_OK, vec![16; 4096])
+            ]
+        );
+        assert_eq!(dev.q.tags.busy(), 0);
+        assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+    }
+
+    /// A bio that ends where the plugged request starts is merged in front of it
+    /// (`block_bio_frontmerge`); the request then starts at the bio's sector.
+    #[test]
+    fn a_bio_just_before_the_plugged_request_is_front_merged() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let dev = MqDevCfg::new("nullb0", 0, &log).build();
+        let e = data_ends();
+        let msgs = plugged(&cx, || {
+            submit_len(&*dev, ReqOp::Read, 16, 4096, ReqFlags::NONE, &e, &cx);
+            submit_len(&*dev, ReqOp::Read, 8, 4096, ReqFlags::NONE, &e, &cx);
+        });
+        assert!(
+            msgs.contains(&"block_bio_frontmerge: 250,0 R 8 + 8 [biosim/0]".to_owned()),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.contains(&"block_rq_issue: 250,0 R 8192 () 8 + 16 be,0,4 [biosim/0]".to_owned()),
+            "{msgs:?}"
+        );
+        // rq->bio is the front-merged bio now: the request ends it first.
+        let order: Vec<u64> = e.lock().iter().map(|x| x.0).collect();
+        assert_eq!(order, [8, 16]);
+    }
+
+    /// What must not merge: a gap, another op, a `REQ_FUA` bio (`REQ_NOMERGE_FLAGS`), and
+    /// anything on a queue with `QUEUE_FLAG_NOMERGES`. Each case leaves two requests.
+    #[test]
+    fn a_gap_another_op_a_fua_bio_or_nomerges_leave_two_requests() {
+        let cases: [(&str, ReqOp, u64, ReqFlags, bool); 4] = [
+            ("gap", ReqOp::Write, 24, ReqFlags::NONE, false),
+            ("other op", ReqOp::Read, 16, ReqFlags::NONE, false),
+            ("REQ_FUA", ReqOp::Write, 16, ReqFlags::REQ_FUA, false),
+            ("nomerges", ReqOp::Write, 16, ReqFlags::NONE, true),
+        ];
+        for (what, op, sector, flags, nomerges) in cases {
+            let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+            let cx = k.cpu(CpuId(0)).unwrap();
+            let log = log();
+            let dev = MqDevCfg::new("nullb0", 0, &log).build();
+            dev.q.set_nomerges(nomerges);
+            let e = data_ends();
+            let msgs = plugged(&cx, || {
+                submit_len(&*dev, ReqOp::Write, 8, 4096, ReqFlags::NONE, &e, &cx);
+                submit_len(&*dev, op, sector, 4096, flags, &e, &cx);
+            });
+            assert!(
+                !msgs.iter().any(|m| m.contains("merge")),
+                "{what}: {msgs:?}"
+            );
+            assert_eq!(log.lock().len(), 2, "{what}: two requests issued");
+            assert_eq!(e.lock().len(), 2, "{what}: each bio ends once");
+        }
+    }
+
+    /// `ll_back_merge_fn()`: a merge that would take the request past `max_sectors` fails and
+    /// marks the request `REQ_NOMERGE` (`req_set_nomerge()`): the next contiguous bio does not
+    /// merge either.
+    #[test]
+    fn a_merge_past_max_sectors_fails_and_marks_the_request_nomerge() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let dev = MqDevCfg {
+            max_sectors: 16,
+            ..MqDevCfg::new("nullb0", 0, &log)
+        }
+        .build();
+        let e = data_ends();
+        let msgs = plugged(&cx, || {
+            submit_len(&*dev, ReqOp::Write, 0, 4096, ReqFlags::NONE, &e, &cx);
+            submit_len(&*dev, ReqOp::Write, 8, 4096, ReqFlags::NONE, &e, &cx);
+            submit_len(&*dev, ReqOp::Write, 16, 512, ReqFlags::NONE, &e, &cx);
+            submit_len(&*dev, ReqOp::Write, 17, 512, ReqFlags::NONE, &e, &cx);
+        });
+        let merges = msgs.iter().filter(|m| m.contains("backmerge")).count();
+        // 0+8 merge (16 sectors, the limit); 16 cannot join it, and starts a request that 17
+        // joins.
+        assert_eq!(merges, 2, "{msgs:?}");
+        assert_eq!(e.lock().len(), 4);
+    }
+
+    /// 6.18's `blk_add_rq_to_plug()`: `last` is `rq_list_peek()`, the oldest request. A small
+    /// oldest request does not flush the plug even when a newer one is `BLK_PLUG_FLUSH_SIZE`;
+    /// the twin `bug-plug-last-is-newest` (the newest) flushes at the third request.
+    #[test]
+    #[cfg_attr(feature = "bug-plug-last-is-newest", should_panic)]
+    fn the_plug_flush_size_test_looks_at_the_oldest_request() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let dev = MqDevCfg::new("nullb0", 0, &log).build();
+        let e = data_ends();
+        let plug = blk_start_plug(&cx);
+        submit_len(&*dev, ReqOp::Write, 0, 4096, ReqFlags::NONE, &e, &cx);
+        submit_len(
+            &*dev,
+            ReqOp::Write,
+            1000,
+            BLK_PLUG_FLUSH_SIZE as usize,
+            ReqFlags::NONE,
+            &e,
+            &cx,
+        );
+        submit_len(&*dev, ReqOp::Write, 5000, 4096, ReqFlags::NONE, &e, &cx);
+        assert!(log.lock().is_empty(), "flushed early: {:?}", log.lock());
+        blk_finish_plug(plug, &cx);
+        assert_eq!(log.lock().len(), 3);
+        // A big OLDEST request does flush the plug when the next request comes.
+        let plug = blk_start_plug(&cx);
+        submit_len(
+            &*dev,
+            ReqOp::Write,
+            0,
+            BLK_PLUG_FLUSH_SIZE as usize,
+            ReqFlags::NONE,
+            &e,
+            &cx,
+        );
+        submit_len(&*dev, ReqOp::Write, 5000, 4096, ReqFlags::NONE, &e, &cx);
+        assert_eq!(log.lock().len(), 4, "the big request was flushed");
+        blk_finish_plug(plug, &cx);
+        assert_eq!(e.lock().len(), 5);
+    }
+
+    /// ... and only on a queue without `QUEUE_FLAG_NOMERGES` (`!blk_queue_nomerges(rq->q) &&
+    /// blk_rq_bytes(last) >= BLK_PLUG_FLUSH_SIZE`); the twin drops the gate.
+    #[test]
+    #[cfg_attr(feature = "bug-plug-last-is-newest", should_panic)]
+    fn a_nomerges_queue_is_not_flushed_for_a_big_request() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let dev = MqDevCfg::new("nullb0", 0, &log).build();
+        dev.q.set_nomerges(true);
+        let e = data_ends();
+        let plug = blk_start_plug(&cx);
+        submit_len(
+            &*dev,
+            ReqOp::Write,
+            0,
+            BLK_PLUG_FLUSH_SIZE as usize,
+            ReqFlags::NONE,
+            &e,
+            &cx,
+        );
+        submit_len(&*dev, ReqOp::Write, 5000, 4096, ReqFlags::NONE, &e, &cx);
+        assert!(log.lock().is_empty(), "flushed: {:?}", log.lock());
+        blk_finish_plug(plug, &cx);
+        assert_eq!(e.lock().len(), 2);
     }
 }

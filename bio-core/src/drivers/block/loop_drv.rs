@@ -34,11 +34,18 @@
 //! itself a simulated block device ([`BdevBacking`]) stacks for real through
 //! `current->bio_list`.
 //!
-//! Simplifications, each documented where it matters (docs/loop.md): one bio is one request (no
-//! blk-mq merging); a synchronous backing completes inline where the I/O was issued, an
+//! A request may carry several bios (blk-mq's plug merge): `lo_rw_aio_prep()` then allocates the
+//! `bio_vec` array at the fault-injection site [`LO_RW_AIO_PREP`], and a failure takes each
+//! version's posted error path (check L7).
+//!
+//! Simplifications, each documented where it matters (docs/loop.md): a synchronous backing completes inline where the I/O was issued, an
 //! asynchronous one (`-EIOCBQUEUED`) through `ki_complete()` in an interrupt on the submitting
 //! CPU; bios end in `BLOCK_SOFTIRQ` on the CPU that completed them (the kernel sends them back
 //! to the submitting CPU); there is one root cgroup worker (`lo->rootcg_work`).
+
+// Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
+// `bio_endio()`); a request's list of them is a `Vec<Box<Bio>>`.
+#![allow(clippy::vec_box)]
 
 use crate::block::blk_mq::{
     blk_mq_end_request, blk_mq_start_request, BlkMqOps, RequestQueue, Rq, BLK_MQ_F_BLOCKING,
@@ -56,6 +63,8 @@ use crate::errno::Errno;
 use crate::fs::super_block::{KiocbWrite, SuperBlock, SB_WRITERS_CLASSES_3};
 use crate::irq::SoftirqVec;
 use crate::kernel::{Cpu, LockClass, ReportKind};
+use crate::mm::gfp::GfpFlags;
+use crate::mm::slab::{kfree, kmalloc_array, SlabObject};
 use crate::sync::untracked::{AtomicUsize, Ordering};
 use crate::sync::{Mutex, UntrackedArc, UntrackedWeak};
 use crate::workqueue::{WorkStruct, Workqueue, WQ_UNBOUND};
@@ -194,6 +203,11 @@ pub struct LoopVariant {
     /// whose `lo_submit_rw_aio()` takes it again (what io_uring does before it retries a NOWAIT
     /// write). Off in every posted version: the attempt's `kiocb_start_write()` is never ended.
     pub nowait_ends_write_on_eagain: bool,
+    /// The fix of check L7 (no posted version has it): `cmd->ref` is armed (set to 1, the
+    /// completion's reference) before `lo_rw_aio_prep()`, so a `goto fail` after a failed
+    /// `bvec` allocation completes the request instead of taking the stale `cmd->ref` to -1.
+    /// Off in every version (the base has no such path: its failure returns `-EIO`).
+    pub ref_armed_before_prep: bool,
 }
 
 impl LoopVariant {
@@ -208,6 +222,7 @@ impl LoopVariant {
         asserted_lock: LO_WORK_LOCK,
         nowait_adds_lo_offset: true,
         nowait_ends_write_on_eagain: false,
+        ref_armed_before_prep: false,
     };
     /// V5 up to patch 5/6: V5 without the hint (the sparse-file randwrite regression).
     pub const V5_NO_HINT: LoopVariant = LoopVariant {
@@ -297,6 +312,10 @@ impl LoopVariant {
                 "nowait_ends_write_on_eagain",
                 self.nowait_ends_write_on_eagain.to_string(),
             ),
+            (
+                "ref_armed_before_prep",
+                self.ref_armed_before_prep.to_string(),
+            ),
         ]
     }
 }
@@ -319,11 +338,13 @@ pub enum LoopKnob {
     NowaitAddsLoOffset(bool),
     /// [`LoopVariant::nowait_ends_write_on_eagain`].
     NowaitEndsWriteOnEagain(bool),
+    /// [`LoopVariant::ref_armed_before_prep`].
+    RefArmedBeforePrep(bool),
 }
 
 impl LoopKnob {
     /// Every loop knob's name (each takes `true` or `false`).
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "nowait_first",
         "hint",
         "check_fmode_nowait",
@@ -331,6 +352,7 @@ impl LoopKnob {
         "nowait_completes_on_eopnotsupp",
         "nowait_adds_lo_offset",
         "nowait_ends_write_on_eagain",
+        "ref_armed_before_prep",
     ];
 
     /// The one loop knob parser. An unknown name is refused with the known ones, a bad value with
@@ -354,6 +376,7 @@ impl LoopKnob {
             "nowait_completes_on_eopnotsupp" => LoopKnob::NowaitCompletesOnEopnotsupp(b),
             "nowait_adds_lo_offset" => LoopKnob::NowaitAddsLoOffset(b),
             "nowait_ends_write_on_eagain" => LoopKnob::NowaitEndsWriteOnEagain(b),
+            "ref_armed_before_prep" => LoopKnob::RefArmedBeforePrep(b),
             _ => return Err(Self::unknown(name)),
         })
     }
@@ -398,6 +421,10 @@ impl LoopKnob {
                 nowait_ends_write_on_eagain,
                 ..v
             },
+            LoopKnob::RefArmedBeforePrep(ref_armed_before_prep) => LoopVariant {
+                ref_armed_before_prep,
+                ..v
+            },
         }
     }
 }
@@ -413,6 +440,7 @@ impl fmt::Display for LoopKnob {
             LoopKnob::NowaitCompletesOnEopnotsupp(b) => ("nowait_completes_on_eopnotsupp", b),
             LoopKnob::NowaitAddsLoOffset(b) => ("nowait_adds_lo_offset", b),
             LoopKnob::NowaitEndsWriteOnEagain(b) => ("nowait_ends_write_on_eagain", b),
+            LoopKnob::RefArmedBeforePrep(b) => ("ref_armed_before_prep", b),
         };
         write!(f, "{name}={b}")
     }
@@ -426,10 +454,10 @@ mod variant_tests {
     #[test]
     fn each_loop_presets_knob_listing_is_pinned() {
         let pinned = [
-            ("base", "nowait_first=false hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false"),
-            ("v5-no-hint", "nowait_first=true hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false"),
-            ("v4", "nowait_first=true hint=true check_fmode_nowait=false eopnotsupp_falls_back=false nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_mutex nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false"),
-            ("v5", "nowait_first=true hint=true check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false"),
+            ("base", "nowait_first=false hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false"),
+            ("v5-no-hint", "nowait_first=true hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false"),
+            ("v4", "nowait_first=true hint=true check_fmode_nowait=false eopnotsupp_falls_back=false nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_mutex nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false"),
+            ("v5", "nowait_first=true hint=true check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false"),
         ];
         for (name, knobs) in pinned {
             let v = LoopVariant::by_name(name).unwrap_or_else(|| panic!("{name} is gone"));
@@ -469,12 +497,15 @@ pub const LO_WORK_LOCK: &str = "&lo->lo_work_lock";
 /// `lo->lo_mutex`'s lockdep name.
 pub const LO_MUTEX: &str = "&lo->lo_mutex";
 
-/// A command on its way through the driver (`struct loop_cmd` and its request). `bio` is `None`
-/// once the request has been completed while the command lives on: the double completion of
-/// V5's `-EOPNOTSUPP` path (check L3), which the worker then reports instead of ending anything.
+/// A command on its way through the driver (`struct loop_cmd` and its request). `bios` is
+/// `None` once the request has been completed while the command lives on: the double completion
+/// of V5's `-EOPNOTSUPP` path (check L3), which the worker then reports instead of ending
+/// anything.
 #[derive(Debug)]
 struct LoopCmd {
-    bio: Option<Box<Bio>>,
+    /// The request's bios, `rq->bio` … `rq->biotail` (more than one when blk-mq merged bios
+    /// into the request in the submitter's plug).
+    bios: Option<Vec<Box<Bio>>>,
     /// The request's op: `REQ_OP_FLUSH` for an empty `REQ_PREFLUSH` write (the flush state
     /// machine turns it into a flush request).
     op: ReqOp,
@@ -491,13 +522,20 @@ struct LoopCmd {
     /// The blk-mq request the command belongs to (`blk_mq_rq_to_pdu()`), on a device created
     /// with [`LoopDevice::new_blk_mq`]; `None` on the direct path.
     mq_rq: Option<Rq>,
-    /// `cmd->ref`: `lo_submit_rw_aio()` sets it to 2 (the submitter's and the completion's
-    /// reference); `lo_rw_aio_do_completion()` drops one and does the end work at 0.
-    aio_ref: u32,
+    /// `cmd->ref` (an `atomic_t`): `lo_submit_rw_aio()` sets it to 2 (the submitter's and the
+    /// completion's reference); `lo_rw_aio_do_completion()` drops one and does the end work at
+    /// 0. Before `lo_submit_rw_aio()` it holds what the request's previous use left, 0 (blk-mq
+    /// allocates the pdus zeroed, and every completed use ends at 0): a completion then takes it
+    /// to -1, and the end work never runs (check L7).
+    aio_ref: i32,
     /// The freeze protection `kiocb_start_write()` took for this command's write
     /// (`cmd->iocb`'s `IOCB_WRITE` state); `kiocb_end_write()` in `lo_rw_aio_do_completion()`
     /// ends it. Overwriting it without ending it is the leak of check L6.
     kiocb: Option<KiocbWrite>,
+    /// `cmd->bvec`: the `bio_vec` array `lo_rw_aio_prep()` allocated for a request of more
+    /// than one bio (`kmalloc_array(nr_bvec, sizeof(struct bio_vec), GFP_NOIO)`), freed by
+    /// `lo_rw_aio_do_completion()`'s `kfree(cmd->bvec)`.
+    bvec: Option<SlabObject>,
 }
 
 impl LoopCmd {
@@ -511,30 +549,86 @@ impl LoopCmd {
         }
     }
 
-    fn new(bio: Box<Bio>, use_aio: bool) -> Self {
-        let f = bio.bi_opf.flags;
+    /// The command of a request whose bios are `bios` (at least one: the request's flags and
+    /// position are its first bio's, its size all of theirs).
+    fn new(bios: Vec<Box<Bio>>, use_aio: bool) -> Self {
+        let (opf, sector, op) = bios.first().map_or(
+            (
+                BlkOpf {
+                    op: ReqOp::Read,
+                    flags: ReqFlags::NONE,
+                },
+                0,
+                ReqOp::Read,
+            ),
+            |b| (b.bi_opf, b.bi_iter.bi_sector, b.op()),
+        );
+        let f = opf.flags;
         let (preflush, fua) = (
             f.contains(ReqFlags::REQ_PREFLUSH),
             f.contains(ReqFlags::REQ_FUA),
         );
-        let empty = bio.bi_iter.bi_size == 0;
+        let sectors: u64 = bios.iter().map(|b| b.sectors()).sum();
+        let empty = sectors == 0;
         LoopCmd {
-            op: if bio.op() == ReqOp::Write && empty && preflush {
+            op: if op == ReqOp::Write && empty && preflush {
                 ReqOp::Flush
             } else {
-                bio.op()
+                op
             },
             preflush: preflush && !empty,
             postflush: fua && !empty,
-            sector: bio.bi_iter.bi_sector,
-            sectors: bio.sectors(),
-            opf: bio.bi_opf,
-            bio: Some(bio),
+            sector,
+            sectors,
+            opf,
+            bios: Some(bios),
             use_aio,
             mq_rq: None,
             aio_ref: 0,
             kiocb: None,
+            bvec: None,
         }
+    }
+
+    /// `blk_rq_bytes()` of the bios the command still holds.
+    fn data_len(&self) -> usize {
+        self.bios
+            .as_ref()
+            .map_or(0, |v| v.iter().map(|b| b.data_len()).sum())
+    }
+
+    /// `lo_cmd_nr_bvec()`: `rq_for_each_bvec()` over every bio of the request.
+    fn nr_bvec(&self) -> usize {
+        self.bios
+            .as_ref()
+            .map_or(0, |v| v.iter().map(|b| b.bi_io_vec.len()).sum())
+    }
+
+    /// `rq->bio != rq->biotail`.
+    fn multi_bio(&self) -> bool {
+        self.bios.as_ref().is_some_and(|v| v.len() > 1)
+    }
+
+    /// Every segment of every bio, in order (the iov_iter over `cmd->bvec` or the one bio's).
+    fn segments_mut(&mut self) -> impl Iterator<Item = &mut BioVec> {
+        self.bios
+            .iter_mut()
+            .flat_map(|v| v.iter_mut())
+            .flat_map(|b| b.bi_io_vec.iter_mut())
+    }
+
+    /// `bi_iter.bi_size` of every bio (a discard's or write-zeroes' has no data).
+    fn bytes(&self) -> u32 {
+        self.bios
+            .as_ref()
+            .map_or(0, |v| v.iter().map(|b| b.bi_iter.bi_size).sum())
+    }
+
+    /// The data of every bio, in order.
+    fn data(&self) -> Vec<u8> {
+        self.bios
+            .as_ref()
+            .map_or_else(Vec::new, |v| v.iter().flat_map(|b| b.data()).collect())
     }
 
     fn is_aio_write(&self) -> bool {
@@ -545,7 +639,7 @@ impl LoopCmd {
     /// bio moves those along explicitly).
     fn shell(&self) -> LoopCmd {
         LoopCmd {
-            bio: None,
+            bios: None,
             op: self.op,
             preflush: self.preflush,
             postflush: self.postflush,
@@ -556,6 +650,7 @@ impl LoopCmd {
             mq_rq: self.mq_rq.clone(),
             aio_ref: 0,
             kiocb: None,
+            bvec: None,
         }
     }
 }
@@ -632,7 +727,15 @@ pub struct LoopDevice {
     inflight: Mutex<std::collections::HashMap<u64, InFlight>>,
     /// Token generator, shared by the kernel's devices.
     tokens: UntrackedArc<AtomicUsize>,
+    /// Commands whose completion took `cmd->ref` below zero (check L7): the request is never
+    /// completed and its bios never end; they stay here, as the kernel's stay in the request.
+    stranded: Mutex<Vec<LoopCmd>>,
 }
+
+/// The allocation site of `lo_rw_aio_prep()`'s `kmalloc_array()` (mm/slab.rs, `fail_alloc`).
+pub const LO_RW_AIO_PREP: &str = "lo_rw_aio_prep";
+/// `sizeof(struct bio_vec)` on a 64-bit kernel (page pointer, length, offset).
+pub const BIO_VEC_SIZE: usize = 16;
 
 impl fmt::Debug for LoopDevice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -754,6 +857,7 @@ impl LoopDevice {
                 counters: Counters::default(),
                 inflight: Mutex::new(std::collections::HashMap::new()),
                 tokens: kernel.aio_tokens(),
+                stranded: Mutex::new(Vec::new()),
             }
         })
     }
@@ -809,9 +913,55 @@ impl LoopDevice {
         a.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `loop_queue_rq()`.
-    fn loop_queue_rq(&self, bio: Box<Bio>, mq_rq: Option<Rq>, cx: &Cpu) {
-        let mut cmd = LoopCmd::new(bio, false);
+    /// Requests whose completion never came because `cmd->ref` went below zero (check L7).
+    pub fn stranded(&self) -> usize {
+        self.stranded.lock().len()
+    }
+
+    /// Whether `loop_queue_rq()` tries `IOCB_NOWAIT` for a `use_aio` command (patch 5/6, and
+    /// V5's `lo_backfile_support_nowait()`): then `lo_rw_aio_prep()` ran there, and V5's
+    /// `lo_rw_aio()` does not run it again ("prepared already if we have tried nowait").
+    fn tries_nowait(&self) -> bool {
+        self.variant.nowait_first
+            && (!self.variant.check_fmode_nowait || self.backing.fmode_nowait())
+    }
+
+    /// `lo_rw_aio_prep()` (V5 2/6; the first half of 6.18's `lo_rw_aio()`): for a request of more
+    /// than one bio (`rq->bio != rq->biotail`), `cmd->bvec = kmalloc_array(nr_bvec,
+    /// sizeof(struct bio_vec), GFP_NOIO)` at the allocation site [`LO_RW_AIO_PREP`], which fails
+    /// with `-EIO` (`if (!bvec) return -EIO;`); a one-bio request iterates its bio in place
+    /// (`cmd->bvec = NULL`). `GFP_NOIO` has `__GFP_DIRECT_RECLAIM`, so failslab's default
+    /// `ignore-gfp-wait` spares it: only a one-shot `fail_alloc lo_rw_aio_prep`, `fail-nth`, or
+    /// failslab with `ignore-gfp-wait` off fails it. With [`LoopVariant::ref_armed_before_prep`]
+    /// `cmd->ref` is set to 1 first (L7's fix).
+    fn lo_rw_aio_prep(&self, cmd: &mut LoopCmd, cx: &Cpu) -> Result<(), Errno> {
+        if self.variant.ref_armed_before_prep {
+            cmd.aio_ref = 1;
+        }
+        if !cmd.multi_bio() {
+            cmd.bvec = None;
+            return Ok(());
+        }
+        match kmalloc_array(
+            LO_RW_AIO_PREP,
+            cmd.nr_bvec(),
+            BIO_VEC_SIZE,
+            GfpFlags::GFP_NOIO,
+            cx,
+        ) {
+            Ok(obj) => {
+                if let Some(old) = cmd.bvec.replace(obj) {
+                    kfree(old);
+                }
+                Ok(())
+            }
+            Err(_) => Err(Errno::EIO),
+        }
+    }
+
+    /// `loop_queue_rq()`: the request's bios (more than one if blk-mq merged them).
+    fn loop_queue_rq(&self, bios: Vec<Box<Bio>>, mq_rq: Option<Rq>, cx: &Cpu) {
+        let mut cmd = LoopCmd::new(bios, false);
         // blk_mq_start_request(rq), first thing loop_queue_rq() does.
         match &mq_rq {
             Some(rq) => blk_mq_start_request(rq, cx),
@@ -824,8 +974,7 @@ impl LoopDevice {
             ReqOp::Write if cmd.preflush || cmd.postflush => false,
             ReqOp::Read | ReqOp::Write => self.lo_flags & LO_FLAGS_DIRECT_IO != 0,
         };
-        let supports = !self.variant.check_fmode_nowait || self.backing.fmode_nowait();
-        if cmd.use_aio && self.variant.nowait_first && supports {
+        if cmd.use_aio && self.tries_nowait() {
             let res = self.lo_rw_aio_nowait(&mut cmd, cx);
             let falls_back = match res {
                 Err(Errno::EAGAIN) => true,
@@ -833,7 +982,7 @@ impl LoopDevice {
                 _ => false,
             };
             if !falls_back {
-                if cmd.bio.is_some() {
+                if cmd.bios.is_some() {
                     self.lo_rw_aio_complete(cmd, res, cx);
                 }
                 return; // BLK_STS_OK: the request is (being) completed
@@ -855,7 +1004,23 @@ impl LoopDevice {
     /// the request itself on any result other than `-EIOCBQUEUED`/`-EAGAIN` (with
     /// [`LoopVariant::nowait_completes_on_eopnotsupp`], `-EOPNOTSUPP` included); the command then
     /// carries no bio. A short NOWAIT transfer is reported as `-EAGAIN` (the fallback does it all).
+    ///
+    /// `lo_rw_aio_prep()` runs first (patch 6/6 consults the hint after it); when it fails,
+    /// V5 does `goto fail` → `lo_rw_aio_complete(&cmd->iocb, ret)` before `lo_submit_rw_aio()`
+    /// has armed `cmd->ref` (check L7) and returns `-EIO`, which `loop_queue_rq()` answers with
+    /// `BLK_STS_OK`.
     fn lo_rw_aio_nowait(&self, cmd: &mut LoopCmd, cx: &Cpu) -> Result<usize, Errno> {
+        if let Err(e) = self.lo_rw_aio_prep(cmd, cx) {
+            let done = LoopCmd {
+                bios: cmd.bios.take(),
+                aio_ref: std::mem::take(&mut cmd.aio_ref),
+                kiocb: cmd.kiocb.take(),
+                bvec: cmd.bvec.take(),
+                ..cmd.shell()
+            };
+            self.lo_rw_aio_complete(done, Err(e), cx);
+            return Err(e);
+        }
         if self.variant.hint && !self.lo_aio_try_nowait(cmd) {
             Self::bump(&self.counters.hint_skipped);
             tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, self.nr_blocking_writes());
@@ -893,9 +1058,10 @@ impl LoopDevice {
                 if self.variant.nowait_completes_on_eopnotsupp {
                     // `if (ret != -EIOCBQUEUED && ret != -EAGAIN) lo_rw_aio_complete(...)`.
                     let done = LoopCmd {
-                        bio: cmd.bio.take(),
+                        bios: cmd.bios.take(),
                         aio_ref: std::mem::take(&mut cmd.aio_ref),
                         kiocb: cmd.kiocb.take(),
+                        bvec: cmd.bvec.take(),
                         ..cmd.shell()
                     };
                     self.lo_rw_aio_complete(done, r, cx);
@@ -906,7 +1072,8 @@ impl LoopDevice {
         r
     }
 
-    /// `lo_submit_rw_aio()` over every segment of the bio, from `(bi_sector << 9) + offset`.
+    /// `lo_submit_rw_aio()` over every segment of every bio of the request (`cmd->bvec`'s
+    /// iov_iter), from `(blk_rq_pos(rq) << 9) + offset`.
     /// Returns the bytes done; a NOWAIT call stops at the first short segment and reports
     /// `-EAGAIN` (the fallback redoes the whole command; nothing was half-applied that a retry
     /// would not redo identically).
@@ -918,7 +1085,7 @@ impl LoopDevice {
         cx: &Cpu,
     ) -> Result<usize, Errno> {
         let write = cmd.op == ReqOp::Write;
-        if cmd.bio.is_none() {
+        if cmd.bios.is_none() {
             return Err(Errno::EIO);
         }
         if !cmd.use_aio {
@@ -945,9 +1112,10 @@ impl LoopDevice {
                     // kiocb_end_write(): the same iocb, its count taken twice (check L6).
                     Some(k) => cmd.kiocb = Some(k),
                     // The freeze never thaws: the kernel sleeps here forever (the hung-task
-                    // detector's report); the model fails the command so the run can end.
+                    // detector's report); the model fails the command so the run can end
+                    // (with the completion's reference, so the failure completes it).
                     None => {
-                        cmd.aio_ref = 0;
+                        cmd.aio_ref = 1;
                         return Err(Errno::EIO);
                     }
                 }
@@ -957,7 +1125,7 @@ impl LoopDevice {
         if r != Err(Errno::EIOCBQUEUED) {
             // The submitter's lo_rw_aio_do_completion(): 2 -> 1 (the asynchronous path dropped
             // it when it parked the command).
-            cmd.aio_ref = cmd.aio_ref.saturating_sub(1);
+            cmd.aio_ref -= 1;
         }
         r
     }
@@ -972,19 +1140,20 @@ impl LoopDevice {
         cx: &Cpu,
     ) -> Result<usize, Errno> {
         let write = cmd.op == ReqOp::Write;
-        let Some(bio) = cmd.bio.as_mut() else {
+        if cmd.bios.is_none() {
             return Err(Errno::EIO);
-        };
-        let mut pos = (bio.bi_iter.bi_sector << SECTOR_SHIFT) + offset;
+        }
+        let mut pos = (cmd.sector << SECTOR_SHIFT) + offset;
         if self.backing.is_async()
             && cmd.use_aio
-            && !self.backing.completes_inline(write, pos, bio.data_len())
+            && !self.backing.completes_inline(write, pos, cmd.data_len())
         {
             return self.lo_submit_aio(cmd, pos, nowait, cx);
         }
         let mut done = 0;
-        for BioVec { data } in bio.bi_io_vec.iter_mut() {
-            let n = self.backing.rw(write, pos, data, nowait)?;
+        let backing = &self.backing;
+        for BioVec { data } in cmd.segments_mut() {
+            let n = backing.rw(write, pos, data, nowait)?;
             done += n;
             if n < data.len() {
                 if nowait {
@@ -1008,21 +1177,22 @@ impl LoopDevice {
         cx: &Cpu,
     ) -> Result<usize, Errno> {
         let cpu = cx.id();
-        let bio = cmd.bio.take().expect("checked by the caller");
+        let bytes = cmd.bytes();
+        let data = if cmd.op == ReqOp::Write {
+            cmd.data()
+        } else {
+            vec![0; cmd.data_len()]
+        };
+        let bios = cmd.bios.take();
         let lower = self.backing.lower_device().map(|dev| {
             let mut b = cx
                 .kernel()
                 .bio_alloc(cmd.op, pos >> SECTOR_SHIFT)
                 .with_flags(ReqFlags::REQ_SYNC);
             b.bi_bdev = Some(dev);
-            b.bi_iter.bi_size = bio.bi_iter.bi_size;
+            b.bi_iter.bi_size = bytes;
             b
         });
-        let data = if cmd.op == ReqOp::Write {
-            bio.data()
-        } else {
-            vec![0; bio.data_len()]
-        };
         // Unique across every device of the kernel, so several loop devices can share one
         // asynchronous backing (two partitions of one image at different lo_offsets).
         let token = self.kernel_token();
@@ -1037,9 +1207,10 @@ impl LoopDevice {
         // The submitter's lo_rw_aio_do_completion() (2 -> 1) happens before ki_complete() can
         // run here (the backing completes later, from its interrupt).
         let parked = LoopCmd {
-            bio: Some(bio),
-            aio_ref: cmd.aio_ref.saturating_sub(1),
+            bios,
+            aio_ref: cmd.aio_ref - 1,
             kiocb: cmd.kiocb.take(),
+            bvec: cmd.bvec.take(),
             ..cmd.shell()
         };
         let lower_rq = lower.as_ref().map(|b| RqTrace {
@@ -1061,8 +1232,9 @@ impl LoopDevice {
             Err((_, e)) => {
                 // Not started: the command is the caller's again.
                 if let Some((back, _, _)) = self.inflight.lock().remove(&token) {
-                    cmd.bio = back.bio;
+                    cmd.bios = back.bios;
                     cmd.kiocb = back.kiocb;
+                    cmd.bvec = back.bvec;
                 }
                 Err(e)
             }
@@ -1087,9 +1259,9 @@ impl LoopDevice {
             ));
             return;
         };
-        if let (ReqOp::Read, Ok(n), Some(bio)) = (cmd.op, res, cmd.bio.as_mut()) {
+        if let (ReqOp::Read, Ok(n)) = (cmd.op, res) {
             let mut at = 0;
-            for v in bio.bi_io_vec.iter_mut() {
+            for v in cmd.segments_mut() {
                 let end = (at + v.data.len()).min(n).min(data.len());
                 if at < end {
                     v.data[..end - at].copy_from_slice(&data[at..end]);
@@ -1102,7 +1274,7 @@ impl LoopDevice {
             block_rq_complete(rq, res.map_or_else(|e| e.as_neg_i32(), |_| 0), cx);
         }
         // A short NOWAIT transfer falls back like -EAGAIN, as on the synchronous path.
-        let want = cmd.bio.as_ref().map_or(0, |b| b.data_len());
+        let want = cmd.data_len();
         let again = res == Err(Errno::EAGAIN) || (nowait && matches!(res, Ok(n) if n < want));
         if nowait {
             match res {
@@ -1117,7 +1289,7 @@ impl LoopDevice {
             // -EAGAIN` requeue, which returns before the end work: kiocb_end_write() does not run
             // and the worker's lo_submit_rw_aio() starts the write again. (For a block device
             // the superblock is the bdev pseudo file system's, which nobody freezes.)
-            cmd.aio_ref = cmd.aio_ref.saturating_sub(1);
+            cmd.aio_ref -= 1;
             if self.variant.nowait_ends_write_on_eagain {
                 self.lo_nowait_end_write(&mut cmd, cx);
             }
@@ -1168,8 +1340,8 @@ impl LoopDevice {
     /// than the device, where the requeued rest reads nothing and fails the same way, so biosim
     /// zero-fills the rest and fails it at once.
     fn lo_rw_aio_complete(&self, mut cmd: LoopCmd, res: Result<usize, Errno>, cx: &Cpu) {
-        // lo_rw_aio_do_completion(): drop the completion's reference; the end work runs at 0.
-        if cmd.use_aio && cmd.aio_ref > 0 {
+        // lo_rw_aio_do_completion(): `if (!atomic_dec_and_test(&cmd->ref)) return;`.
+        if cmd.use_aio {
             cmd.aio_ref -= 1;
             if cmd.aio_ref > 0 {
                 // The submitter still holds its reference: never the case in the model, whose
@@ -1178,26 +1350,46 @@ impl LoopDevice {
                     "drivers/block/loop.c: loop{} lo_rw_aio_do_completion(): cmd->ref still {} at ki_complete()",
                     self.number, cmd.aio_ref
                 ));
+            } else if cmd.aio_ref < 0 {
+                // The completion of a command whose cmd->ref was never armed (V5's `goto fail`
+                // after lo_rw_aio_prep()): the stale 0 becomes -1, atomic_dec_and_test() is
+                // false, and nothing ever completes the request (check L7).
+                tracing::trace!(target: "loop", tracepoint = "biosim_loop_aio_complete", cpu = cx.id().0, "biosim_loop_aio_complete: loop{}: lo_rw_aio_do_completion() {} {} + {} -> {}: cmd->ref {} -> {}, the request is never completed", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() }, cmd.aio_ref + 1, cmd.aio_ref);
+                if cmd.bios.is_some() {
+                    self.stranded.lock().push(cmd);
+                }
+                return;
             }
         }
-        // The end work: for a write, kiocb_end_write().
+        // The end work: kfree(cmd->bvec), and for a write kiocb_end_write().
+        if let Some(b) = cmd.bvec.take() {
+            kfree(b);
+        }
         if let Some(k) = cmd.kiocb.take() {
             match self.backing.superblock() {
                 Some(sb) => sb.kiocb_end_write(k, cx),
                 None => drop(k),
             }
         }
-        let Some(mut bio) = cmd.bio.take() else {
+        self.lo_complete_rq(cmd, res, cx);
+    }
+
+    /// `blk_mq_complete_request()` → `lo_complete_rq()`, without `cmd->ref`: what
+    /// `loop_handle_cmd()` does for a command `do_req_filebacked()` did not hand to
+    /// `lo_rw_aio_complete()` (a non-aio one, or 6.18's `lo_rw_aio()` returning `-EIO` when its
+    /// `bvec` allocation failed). A command without bios has nothing left to end.
+    fn lo_complete_rq(&self, mut cmd: LoopCmd, res: Result<usize, Errno>, cx: &Cpu) {
+        let Some(mut bios) = cmd.bios.take() else {
             return;
         };
-        let want = bio.data_len();
+        let want: usize = bios.iter().map(|b| b.data_len()).sum();
         let status = match res {
             Err(e) => errno_to_blk_status(e.as_neg_i32()),
             Ok(n) if n >= want || cmd.op != ReqOp::Read => BLK_STS_OK,
             Ok(n) => {
                 Self::bump(&self.counters.short_reads);
                 let mut at = 0;
-                for v in bio.bi_io_vec.iter_mut() {
+                for v in bios.iter_mut().flat_map(|b| b.bi_io_vec.iter_mut()) {
                     let keep = n.saturating_sub(at).min(v.data.len());
                     v.data[keep..].fill(0);
                     at += v.data.len();
@@ -1208,17 +1400,25 @@ impl LoopDevice {
         let rq = cmd.rq(self.number);
         let mq_rq = cmd.mq_rq.take();
         // lo_complete_rq() -> blk_mq_end_request() -> blk_update_request(): the request's
-        // tracepoint, then the bio's end.
-        let end = move |cx: &Cpu| match mq_rq {
+        // tracepoint, then every bio's end.
+        self.blk_mq_complete_request(cx, move |cx: &Cpu| match mq_rq {
             Some(mq_rq) => {
-                mq_rq.put_bio(bio);
+                mq_rq.put_bios(bios);
                 blk_mq_end_request(&mq_rq, status, cx);
             }
             None => {
                 block_rq_complete(&rq, crate::block::blk_status_to_errno(status), cx);
-                bio_endio_status(bio, status, cx)
+                for bio in bios {
+                    bio_endio_status(bio, status, cx);
+                }
             }
-        };
+        });
+    }
+
+    /// `blk_mq_complete_request()` of a loop queue (one hardware queue): with more than one CPU,
+    /// `blk_mq_complete_request_remote()` raises `BLOCK_SOFTIRQ` and `end` runs there; on a
+    /// 1-CPU machine, inline.
+    fn blk_mq_complete_request(&self, cx: &Cpu, end: impl FnOnce(&Cpu) + Send + 'static) {
         if cx.kernel().nr_cpus() > 1 {
             cx.kernel()
                 .raise_softirq(cx, SoftirqVec::Block, Box::new(end));
@@ -1299,7 +1499,7 @@ impl LoopDevice {
     /// the non-aio operations become `-EIO` (except `-EOPNOTSUPP`), as `loop_handle_cmd()` does.
     fn loop_handle_cmd(&self, mut cmd: LoopCmd, cx: &Cpu) {
         Self::bump(&self.counters.worker_cmds);
-        if cmd.bio.is_none() {
+        if cmd.bios.is_none() {
             cx.report(
                 ReportKind::Bug,
                 format!(
@@ -1313,7 +1513,12 @@ impl LoopDevice {
         let _ = cx.might_sleep_at("drivers/block/loop.c:loop_handle_cmd");
         // do_req_filebacked(): pos = (blk_rq_pos(rq) << 9) + lo->lo_offset.
         let pos = (cmd.sector << SECTOR_SHIFT) + self.lo_offset;
-        let len = cmd.bio.as_ref().map_or(0, |b| u64::from(b.bi_iter.bi_size));
+        let len = u64::from(cmd.bytes());
+        if cmd.use_aio && matches!(cmd.op, ReqOp::Read | ReqOp::Write) && !self.tries_nowait() {
+            if let Err(e) = self.lo_rw_aio_prep(&mut cmd, cx) {
+                return self.lo_rw_aio_prep_failed(cmd, e, cx);
+            }
+        }
         let res = match cmd.op {
             ReqOp::Read | ReqOp::Write => {
                 let pre = if cmd.preflush {
@@ -1345,9 +1550,39 @@ impl LoopDevice {
             (_, _, Err(Errno::EOPNOTSUPP)) => Err(Errno::EOPNOTSUPP),
             (_, _, Err(_)) => Err(Errno::EIO),
             (ReqOp::Read | ReqOp::Write, false, Ok(n)) => Ok(n),
-            (_, _, Ok(_)) => Ok(cmd.bio.as_ref().map_or(0, |b| b.data_len())),
+            (_, _, Ok(_)) => Ok(cmd.data_len()),
         };
         self.lo_rw_aio_complete(cmd, res, cx);
+    }
+
+    /// The worker's `lo_rw_aio()` found `lo_rw_aio_prep()` failing (`-EIO`).
+    ///
+    /// Base (6.18): `lo_rw_aio()` returns `-EIO` before anything is submitted, and
+    /// `loop_handle_cmd()` (`ret != -EIOCBQUEUED`) completes the request once:
+    /// `cmd->ret = -EIO`, `blk_mq_complete_request()`, `BLK_STS_IOERR` for every bio. The twin
+    /// `bug-loop-prep-fail-completes-twice` completes it in `lo_rw_aio()` as well and still
+    /// returns the error: blk-mq's `WARN_ON_ONCE(req_ref_zero(rq))` catches the second end.
+    ///
+    /// V5 (and V4, v5-no-hint) on a backing it does not try NOWAIT on: `goto fail` →
+    /// `lo_rw_aio_complete(&cmd->iocb, -EIO)` with `cmd->ref` never armed (check L7), and
+    /// `lo_rw_aio()` returns `-EIOCBQUEUED`, so `loop_handle_cmd()` does nothing more.
+    fn lo_rw_aio_prep_failed(&self, cmd: LoopCmd, e: Errno, cx: &Cpu) {
+        if self.variant.nowait_first {
+            return self.lo_rw_aio_complete(cmd, Err(e), cx);
+        }
+        if cfg!(feature = "bug-loop-prep-fail-completes-twice") {
+            let again = cmd.shell();
+            self.lo_complete_rq(cmd, Err(e), cx);
+            if let Some(rq) = again.mq_rq {
+                // loop_handle_cmd(): the request is completed a second time, without bios.
+                self.blk_mq_complete_request(cx, move |cx: &Cpu| {
+                    blk_mq_end_request(&rq, BLK_STS_IOERR, cx)
+                });
+            }
+            return;
+        }
+        // loop_handle_cmd(): `cmd->ret = ret ? -EIO : 0`.
+        self.lo_complete_rq(cmd, Err(Errno::EIO), cx);
     }
 }
 
@@ -1384,7 +1619,7 @@ impl BlockDriver for LoopDevice {
             },
             cx,
         );
-        self.loop_queue_rq(bio, None, cx);
+        self.loop_queue_rq(vec![bio], None, cx);
     }
 
     fn bdev(&self) -> Option<UntrackedArc<dyn BlockDriver>> {
@@ -1401,9 +1636,11 @@ impl BlockDriver for LoopDevice {
 /// `loop_mq_ops.queue_rq` of a [`LoopDevice::new_blk_mq`] device.
 impl BlkMqOps for LoopDevice {
     fn queue_rq(&self, rq: &Rq, cx: &Cpu) -> crate::block::BlkStatus {
-        match rq.take_bio() {
-            Some(bio) => self.loop_queue_rq(bio, Some(rq.clone()), cx),
-            None => blk_mq_end_request(rq, BLK_STS_IOERR, cx),
+        let bios = rq.take_bios();
+        if bios.is_empty() {
+            blk_mq_end_request(rq, BLK_STS_IOERR, cx);
+        } else {
+            self.loop_queue_rq(bios, Some(rq.clone()), cx);
         }
         BLK_STS_OK
     }
@@ -1701,6 +1938,8 @@ impl LoopBacking for MemBacking {
 mod bdev_backing;
 pub use bdev_backing::BdevBacking;
 
+#[cfg(test)]
+mod merge_tests;
 #[cfg(test)]
 mod stacking_tests;
 #[cfg(test)]

@@ -109,7 +109,7 @@ fn the_site_filter_restricts_failslab_to_one_site_and_refuses_unknown_ones() {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unknown allocation site `nosuch` (known sites: bio_alloc_bioset, bvec_alloc)"
+        "unknown allocation site `nosuch` (known sites: bio_alloc_bioset, bvec_alloc, lo_rw_aio_prep)"
     );
 }
 
