@@ -41,11 +41,17 @@ fn calc_dep(prev: &HeldLock, next: &HeldLock) -> u8 {
     calc_dep_bit(prev, next)
 }
 
-/// `calc_depb()`: the backward edge's bits, `__calc_dep_bit(next, prev)` (shared or exclusive
-/// `next`, recursive or not `prev`), so that `__bfs_backwards()` applies the same strong-path
-/// rule as the forward search.
+/// `calc_depb()` / `__calc_dep_bitb()`: the backward edge's bits. The E/S position says whether
+/// `next` is not a recursive reader, the N/R position whether `prev` is exclusive (`(next->read
+/// != 2) + ((prev->read == 0) << 1)`), so that `__bfs_backwards()` applies the strong-path rule
+/// seen from `next`. It differs from `__calc_dep_bit(next, prev)` for a plain reader (read 1).
 fn calc_depb(prev: &HeldLock, next: &HeldLock) -> u8 {
-    calc_dep_bit(next, prev)
+    match (hlock_read(next.read) != 2, hlock_read(prev.read) == 0) {
+        (false, false) => DEP_SR_MASK,
+        (true, false) => DEP_ER_MASK,
+        (false, true) => DEP_SN_MASK,
+        (true, true) => DEP_EN_MASK,
+    }
 }
 
 /// `__calc_dep_bit()`.
@@ -148,7 +154,7 @@ impl DepGraph {
 
     /// `__bfs()`: a breadth-first search from `root` (its `only_xr` as `bfs_init_root[b]()`
     /// set it) along strong paths only (a `-(*R)->` step is never followed by `-(S*)->`),
-    /// each `lock_list` entry visited once. `skip` drops a node and every path through it
+    /// each `lock_list` entry visited once (the kernel: each class). `skip` drops a node and every path through it
     /// (`usage_skip()`); the first node `matches` accepts ends the search. Returns the path,
     /// target first and root last, each with the trace of the entry it came through.
     pub(super) fn bfs(
@@ -174,7 +180,9 @@ impl DepGraph {
         let mut queue = VecDeque::from([0usize]);
         while let Some(i) = queue.pop_front() {
             if let (Some(p), Some(e)) = (entries[i].parent, entries[i].edge) {
-                // Step 1: each lock_list is visited once (lock_accessed()).
+                // Step 1: each lock_list entry is visited once. The kernel marks the class
+                // instead (lock_accessed() on class->dep_gen_id, the root included), so it can
+                // miss a class first reached weakly; docs/detectors/lockdep.md says so.
                 if !accessed.insert((entries[p].class, e)) {
                     continue;
                 }

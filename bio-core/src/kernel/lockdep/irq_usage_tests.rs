@@ -414,3 +414,61 @@ fn a_trylock_in_hardirq_marks_no_used_in_and_checks_no_wait_context() {
     );
     assert!(k.reports().is_empty(), "{:#?}", k.reports().all());
 }
+
+/// `calc_depb()` for a plain reader (read 1): A (hardirq-safe) -> R (down_read-style read) with
+/// IRQs off, U taken with IRQs on, then R (read) -> U. Backwards from the read-held R, the edge
+/// A -> R is `-(EN)->` (`__calc_dep_bitb()`: R is not a recursive reader, A is exclusive), so
+/// A's IN-HARDIRQ is found: the kernel reports it. With the forward formula applied backwards
+/// the edge would be `-(SN)->`, dropped under a read-held root, and nothing reported.
+#[test]
+#[cfg_attr(
+    feature = "bug-lockdep-no-irq-usage",
+    should_panic(expected = "must be reported")
+)]
+#[cfg_attr(
+    feature = "bug-lockdep-enabled-ignores-irqs-off",
+    should_panic(expected = "IRQs off")
+)]
+fn a_plain_reader_as_the_backward_root_still_finds_the_hardirq_safe_writer() {
+    const R1: LockRead = LockRead::Read;
+    let k = kernel();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    assert!(cx
+        .with_hardirq(|c| take(c, LockClass::Spinlock, "lock_A", W))
+        .is_none());
+    let r = cx.with_irqs_disabled(|c| nest2(c, LockClass::Spinlock, ("lock_A", W), ("lock_R", R1)));
+    assert!(r.is_none(), "IRQs off: {r:?}");
+    assert!(take(&cx, LockClass::Spinlock, "lock_U", W).is_none());
+    let rep = cx
+        .with_irqs_disabled(|c| nest2(c, LockClass::Spinlock, ("lock_R", R1), ("lock_U", W)))
+        .expect("A -(EN)-> R, R -> U: HARDIRQ-safe -> HARDIRQ-unsafe must be reported");
+    assert_eq!(rep.kind, ReportKind::BadIrqDependency, "{}", rep.message);
+    assert_eq!(
+        rep.message.lines().next(),
+        Some("WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order detected")
+    );
+}
+
+/// The other direction of the same formula: A held as a plain reader, used in hardirq only as a
+/// reader (IN-HARDIRQ-R), A -> B (write) with IRQs off, then B -> U with U HARDIRQ-ON. Backwards
+/// from B the edge A -> B is `-(ER)->` (A is not exclusive), so only A's write bits count and the
+/// kernel reports nothing: an interrupt's read_lock(A) does not wait for a reader.
+#[test]
+fn a_plain_reader_behind_the_root_counts_with_its_write_bits_only() {
+    const R1: LockRead = LockRead::Read;
+    let k = kernel();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    assert!(cx
+        .with_hardirq(|c| take(c, LockClass::Spinlock, "lock_A", R1))
+        .is_none());
+    let r = cx.with_irqs_disabled(|c| nest2(c, LockClass::Spinlock, ("lock_A", R1), ("lock_B", W)));
+    assert!(r.is_none(), "IRQs off: {r:?}");
+    assert!(take(&cx, LockClass::Spinlock, "lock_U", W).is_none());
+    let r = cx.with_irqs_disabled(|c| nest2(c, LockClass::Spinlock, ("lock_B", W), ("lock_U", W)));
+    assert!(
+        r.is_none(),
+        "A -(ER)-> B: A's read-only IRQ usage is no inversion: {}",
+        r.map(|r| r.message).unwrap_or_default()
+    );
+    assert!(k.debug_locks());
+}
