@@ -425,3 +425,70 @@ fn explore_inject_and_backing_need_loop_and_run() {
     assert_eq!(code, 2);
     assert!(err.contains("unknown backing `tape`"), "{err}");
 }
+
+/// `--loop-knob` (a reviewer's own fix, explored): v5 with L6's fix
+/// (`nowait_ends_write_on_eagain=true`) and `--inject` finds loop check L7 (a merged request
+/// whose `lo_rw_aio_prep` allocation fails is never completed); the counterexample carries the
+/// knob as a `loop_knob` line, so `biosim run` reproduces it; with L7's fix too, the same cases
+/// are clean; an unknown knob or one without `--loop` is refused with exit status 2.
+#[test]
+fn explore_loop_knob_explores_a_fixed_version_and_writes_the_knob() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("l7.scn");
+    let args = |extra: &[&str], out: Option<&str>| -> Vec<String> {
+        let a = vec![
+            "explore",
+            "--loop",
+            "v5",
+            "--cpus",
+            "1",
+            "--seed",
+            "9",
+            "--cases",
+            "1000",
+            "--inject",
+            "--loop-knob",
+            "nowait_ends_write_on_eagain=true",
+        ];
+        let mut a: Vec<String> = a.into_iter().map(str::to_owned).collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        if let Some(o) = out {
+            a.extend(["--out".to_owned(), o.to_owned()]);
+        }
+        a
+    };
+    let a = args(&[], Some(out_file.to_str().unwrap()));
+    let (code, out, err) = biosim_in(
+        dir.path(),
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        out.contains("cmd->ref 0 -> -1, the request is never completed"),
+        "{out}"
+    );
+    let scn = std::fs::read_to_string(&out_file).unwrap();
+    assert!(
+        scn.contains("loop v5 sparse\nloop_knob nowait_ends_write_on_eagain=true\n"),
+        "{scn}"
+    );
+    assert!(scn.contains("fail_alloc lo_rw_aio_prep"), "{scn}");
+    let (code, out, err) = biosim_in(dir.path(), &["run", out_file.to_str().unwrap()]);
+    assert_eq!(code, 0, "the file's expect lines hold: {out}\n{err}");
+    let a = args(&["--loop-knob", "ref_armed_before_prep=true"], None);
+    let (code, out, err) = biosim_in(
+        dir.path(),
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("no invariant violated"), "{out}");
+    let (code, _, err) = biosim_in(
+        dir.path(),
+        &["explore", "--loop", "v5", "--loop-knob", "bogus=true"],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown loop_knob `bogus`"), "{err}");
+    let (code, _, err) = biosim_in(dir.path(), &["explore", "--loop-knob", "hint=false"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--loop"), "{err}");
+}

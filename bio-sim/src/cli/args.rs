@@ -212,6 +212,22 @@ pub struct ExploreArgs {
     /// device, `fail_alloc SITE`) and `plug`/`unplug` pairs.
     #[arg(long, requires = "loop_dev")]
     pub inject: bool,
+    /// With --loop: a loop knob set on the version (a scenario's `loop_knob` line), repeatable.
+    #[arg(long = "loop-knob", value_name = "NAME=VALUE", requires = "loop_dev", value_parser = parse_loop_knob, help = explore_loop_knob_help())]
+    pub loop_knobs: Vec<LoopKnob>,
+}
+
+/// `biosim explore --loop-knob`'s help: [`LoopKnob::NAMES`].
+fn explore_loop_knob_help() -> String {
+    format!(
+        "With --loop: a knob set on the loop version, NAME=true|false, repeatable; a counterexample writes it as a `loop_knob` line (NAME: {})",
+        LoopKnob::NAMES.join(", ")
+    )
+}
+
+/// `--loop-knob NAME=VALUE`: the one loop-knob parser (an unknown name or value is refused).
+fn parse_loop_knob(s: &str) -> Result<LoopKnob, String> {
+    LoopKnob::parse_assignment(s)
 }
 
 impl ExploreArgs {

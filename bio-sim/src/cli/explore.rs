@@ -156,9 +156,10 @@ pub fn explore(args: ExploreArgs) -> Result<(), Box<dyn std::error::Error>> {
             seed: 0,
             trace: false,
         },
-        loop_dev: args
-            .loop_dev
-            .map(|v| LoopSetup::new(v, args.backing.unwrap_or(BackingKind::Sparse), 0)),
+        loop_dev: args.loop_dev.map(|v| {
+            let v = args.loop_knobs.iter().fold(v, |v, k| v.with(*k));
+            LoopSetup::new(v, args.backing.unwrap_or(BackingKind::Sparse), 0)
+        }),
         seed: args.seed,
         steps: args.steps as usize,
         budget,

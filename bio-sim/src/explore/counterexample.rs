@@ -108,6 +108,15 @@ fn header(config: &SimConfig, campaign: &Campaign, preset: &str, knobs: &[String
     }
     if let Some(l) = campaign.loop_dev {
         let _ = writeln!(h, "loop {} {}", l.variant.name, l.backing.name());
+        // `--loop-knob`s: every knob whose value differs from the named preset's.
+        let preset = bio_core::drivers::block::loop_drv::LoopVariant::by_name(l.variant.name)
+            .map(|p| p.knobs())
+            .unwrap_or_default();
+        for (name, value) in l.variant.knobs() {
+            if !preset.iter().any(|(n, v)| *n == name && *v == value) {
+                let _ = writeln!(h, "loop_knob {name}={value}");
+            }
+        }
     }
     h
 }
