@@ -17,11 +17,8 @@ use std::process::Command;
 const UNCONVERTED: &[&str] = &[];
 
 /// Kernel events biosim prints that have no format file under tests/data (their lines only have
-/// to parse). The merge events were never recorded from the live kernel (the recordings hold no
-/// merge, and this work may not touch the live machine); they are `DECLARE_EVENT_CLASS(block_bio)`
-/// events, so their print fmt is `block_bio_queue`'s, which bio-core's trace tests check them
-/// against. Record their format files and take them off this list.
-const WITHOUT_FORMAT: &[&str] = &["block_bio_backmerge", "block_bio_frontmerge"];
+/// to parse). None today: the merge events' formats were recorded from the live kernel.
+const WITHOUT_FORMAT: &[&str] = &[];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -99,8 +96,10 @@ fn every_trace_biosim_writes_is_a_tracefs_trace_file_with_the_kernels_fields() {
         "biosim run".to_owned(),
         traced(d, "default", &["run", "--quiet"]),
     ));
-    let mut scns: Vec<PathBuf> = std::fs::read_dir(workspace_root().join("docs/scenarios"))
-        .unwrap()
+    // The detectors' scenarios too: their merge, remap and plug events are checked by format.
+    let mut scns: Vec<PathBuf> = ["docs/scenarios", "docs/scenarios/detectors"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(workspace_root().join(d)).unwrap())
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "scn"))
         .collect();
