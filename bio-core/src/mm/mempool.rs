@@ -124,7 +124,8 @@ impl Mempool {
                     return None;
                 }
             }
-            gfp_temp = reduced;
+            // `goto repeat_alloc` keeps `gfp_temp == gfp_mask`: after a wait each round is one
+            // full-mask try, then the reserve (review: resetting it made two slab tries a round).
         }
     }
 

@@ -221,3 +221,19 @@ fn bio_alloc_bioset_without_direct_reclaim_fails_on_a_bvec_failure() {
         .bio_alloc_bioset(ReqOp::Read, 0, 16, GfpFlags::GFP_NOIO, &cx)
         .is_some());
 }
+
+/// `mempool_alloc()` after a wait: `goto repeat_alloc` keeps the full mask, so each later round is
+/// one slab try, then the reserve. The first round is two (the reduced mask, then the full one).
+#[test]
+fn mempool_retries_after_a_wait_with_one_full_mask_slab_try_a_round() {
+    let k = kernel();
+    slab_fails(&k);
+    // mempool_alloc() adds __GFP_NOWARN (no fail_dump() line): count the failures by `times`.
+    k.fault_inject().set_failslab(|f| f.attr.times = 1000);
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let pool = Mempool::new(0, BIO_SLAB);
+    assert_eq!(pool.mempool_alloc(GfpFlags::GFP_NOIO, &cx), None);
+    let tries = (1000 - k.fault_inject().failslab().attr.times) as usize;
+    // 2 in the first round, then one after each of the timed waits but the last (which gives up).
+    assert_eq!(tries, 2 + (MEMPOOL_TIMED_RETRIES as usize - 1));
+}
