@@ -164,7 +164,8 @@ fn bio_check_ro(bio: &Bio, lim: &QueueLimits, dev: &dyn BlockDriver, cx: &Cpu) {
 }
 
 /// `bio_check_eod()`: whether the bio lies inside the device (only a bio with sectors can be
-/// beyond the end); if not, the kernel's "attempt to access beyond end of device" message.
+/// beyond the end); if not, the kernel's "attempt to access beyond end of device" message
+/// (`current->comm`, then `%pg` of the bio's bdev with `rw=%d`, the raw `bi_opf`).
 fn bio_check_eod(bio: &Bio, lim: &QueueLimits, dev: &dyn BlockDriver, cx: &Cpu) -> bool {
     let nr = bio.sectors();
     let max = lim.capacity_sectors;
@@ -176,9 +177,9 @@ fn bio_check_eod(bio: &Bio, lim: &QueueLimits, dev: &dyn BlockDriver, cx: &Cpu) 
             target: "block",
             cpu = cx.id().0,
             "{}: attempt to access beyond end of device\n{}: rw={}, sector={}, nr_sectors = {} limit={}",
+            cx.current().comm,
             dev.disk_name(),
-            dev.disk_name(),
-            bio.bi_opf.rwbs(),
+            bio.bi_opf.raw(),
             bio.bi_iter.bi_sector,
             nr,
             max

@@ -4,7 +4,8 @@
 //! `blk_mq_submit_bio()` → `blk_mq_attempt_bio_merge()`: unless the queue has
 //! `QUEUE_FLAG_NOMERGES` or the bio carries one of `REQ_NOMERGE_FLAGS`,
 //! `blk_attempt_plug_merge()` tries ONE request: the plug list's tail (the newest, "one-shot
-//! backmerge", 6.17's "block: use plug request list tail for one-shot backmerge attempt") when
+//! backmerge", 961296e89dc3 "block: use plug request list tail for one-shot backmerge attempt",
+//! 6.16) when
 //! it is for the same queue; otherwise, only if the plug spans queues, the first request of that
 //! queue from the head. `blk_attempt_bio_merge()` then asks `blk_rq_merge_ok()` (both mergeable,
 //! same op) and `blk_try_merge()` (the bio starts where the request ends: back merge; it ends

@@ -127,7 +127,7 @@ pub fn sched_submit_work(cx: &Cpu) {
 /// request for another queue than `last` sets `multiple_queues`. The request goes to the tail.
 ///
 /// `last` is 6.18's `rq_list_peek(&plug->mq_list)`: the list's HEAD, the oldest request (the
-/// rq_list has a head and a tail since 6.17 and adds at the tail), not the newest. The twin
+/// rq_list has a head and a tail since 6.13 and adds at the tail), not the newest. The twin
 /// `bug-plug-last-is-newest` peeks at the tail and drops the `!blk_queue_nomerges()` gate, as
 /// the model did before.
 pub fn blk_add_rq_to_plug(rq: Rq, cx: &Cpu) {

@@ -128,6 +128,12 @@ pub struct BlkOpf {
 }
 
 impl BlkOpf {
+    /// `bio->bi_opf` as the kernel's integer: the op in the low bits, the `REQ_*` flag bits above
+    /// (what `rw=%d` prints).
+    pub fn raw(self) -> u32 {
+        self.op as u32 | self.flags.0
+    }
+
     /// `blk_fill_rwbs()` (`kernel/trace/blktrace.c`): the RWBS string of blktrace and the block
     /// tracepoints, e.g. `WS`, `FWF`, `R`.
     pub fn rwbs(self) -> String {

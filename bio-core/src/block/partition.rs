@@ -75,9 +75,9 @@ impl fmt::Debug for Partition {
 
 /// `bdev_add_partition(disk, partno, start, length)` after `blkpg_do_ioctl()`'s checks, in
 /// sectors: `partno` 1..`DISK_MAX_PARTS` (`-EINVAL`), `start` aligned to the logical block
-/// size (`-EINVAL`, as the ioctl checks it), and (the model's own refusal, where the kernel
-/// would accept a partition it cannot serve) a non-empty partition of whole logical blocks
-/// inside the disk (`-EINVAL`).
+/// size (`-EINVAL`), and a non-empty partition of whole logical blocks inside the disk
+/// (`-EINVAL`: `blkpg_do_ioctl()`'s length, alignment and `start >= capacity || end > capacity`
+/// checks).
 pub fn bdev_add_partition(
     whole: UntrackedArc<dyn BlockDriver>,
     partno: u32,

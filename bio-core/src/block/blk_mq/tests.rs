@@ -96,6 +96,8 @@ struct MqDevCfg {
     log: UntrackedArc<Mutex<Vec<String>>>,
     /// The queue's `max_sectors`.
     max_sectors: u64,
+    /// The queue's `max_segments`.
+    max_segments: u32,
 }
 
 impl MqDevCfg {
@@ -111,6 +113,7 @@ impl MqDevCfg {
             lower: None,
             log: UntrackedArc::clone(log),
             max_sectors: BLK_DEF_MAX_SECTORS_CAP,
+            max_segments: crate::block::blk_mq::BLK_MAX_SEGMENTS,
         }
     }
 
@@ -119,6 +122,7 @@ impl MqDevCfg {
             let ops: UntrackedWeak<dyn BlkMqOps> = me.clone();
             let mut q = RequestQueue::new((250, self.minor), self.depth, self.flags, ops);
             q.max_sectors = self.max_sectors;
+            q.max_segments = self.max_segments;
             if let Some(l) = self.wbt {
                 q = q.with_wbt(l);
             }
@@ -1049,6 +1053,87 @@ mod merge {
         // joins.
         assert_eq!(merges, 2, "{msgs:?}");
         assert_eq!(e.lock().len(), 4);
+    }
+
+    /// `ll_back_merge_fn()` at the limit: a merge that makes the request exactly `max_sectors`
+    /// long is allowed (the test is `>`), one sector more is not.
+    #[test]
+    fn a_merge_up_to_exactly_max_sectors_is_allowed() {
+        for (second, merges) in [(4096, 1), (4096 + 512, 0)] {
+            let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+            let cx = k.cpu(CpuId(0)).unwrap();
+            let log = log();
+            let dev = MqDevCfg {
+                max_sectors: 16,
+                ..MqDevCfg::new("nullb0", 0, &log)
+            }
+            .build();
+            let e = data_ends();
+            let msgs = plugged(&cx, || {
+                submit_len(&*dev, ReqOp::Write, 0, 4096, ReqFlags::NONE, &e, &cx);
+                submit_len(&*dev, ReqOp::Write, 8, second, ReqFlags::NONE, &e, &cx);
+            });
+            let n = msgs.iter().filter(|m| m.contains("backmerge")).count();
+            assert_eq!(n, merges, "second bio of {second} bytes: {msgs:?}");
+            assert_eq!(e.lock().len(), 2);
+        }
+    }
+
+    /// `ll_new_hw_segment()`: the merged request's physical segments (one per bio vector in the
+    /// model) stay within `max_segments`. Bios of two vectors each on a queue of 4 segments: the
+    /// second merges (4), the third does not (6).
+    #[test]
+    fn a_merge_past_max_segments_fails() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let dev = MqDevCfg {
+            max_segments: 4,
+            ..MqDevCfg::new("nullb0", 0, &log)
+        }
+        .build();
+        let ends = data_ends();
+        let two_vecs = |sector: u64| {
+            let e = UntrackedArc::clone(&ends);
+            let mut bio = cx.kernel().bio_alloc(ReqOp::Write, sector);
+            bio.add_data(vec![1; 2048]);
+            bio.add_data(vec![2; 2048]);
+            assert_eq!(crate::block::blk_merge::bio_nr_segs(&bio), 2);
+            let bio = bio.with_end_io(BioEndIo::new("test_end_io", move |b, _| {
+                e.lock().push((b.bi_iter.bi_sector, b.status(), b.data()))
+            }));
+            submit_bio_noacct(bio, &*dev, &cx);
+        };
+        let msgs = plugged(&cx, || {
+            two_vecs(0);
+            two_vecs(8);
+            two_vecs(16);
+        });
+        let n = msgs.iter().filter(|m| m.contains("backmerge")).count();
+        assert_eq!(n, 1, "{msgs:?}");
+        assert_eq!(log.lock().len(), 2, "two requests issued");
+        assert_eq!(ends.lock().len(), 3, "each bio ends once");
+    }
+
+    /// `rq_mergeable()`: a write-zeroes request takes no bio, even a contiguous write-zeroes one
+    /// (`blk_rq_merge_ok()` is false before any position test).
+    #[test]
+    fn a_write_zeroes_request_is_not_mergeable() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let dev = MqDevCfg::new("nullb0", 0, &log).build();
+        let msgs = plugged(&cx, || {
+            for sector in [0, 8] {
+                let bio = cx
+                    .kernel()
+                    .bio_alloc(ReqOp::WriteZeroes, sector)
+                    .with_size(4096);
+                submit_bio_noacct(bio, &*dev, &cx);
+            }
+        });
+        assert!(!msgs.iter().any(|m| m.contains("merge")), "{msgs:?}");
+        assert_eq!(log.lock().len(), 2, "two requests issued");
     }
 
     /// 6.18's `blk_add_rq_to_plug()`: `last` is `rq_list_peek()`, the oldest request. A small

@@ -230,7 +230,8 @@ impl LoopVariant {
         hint: false,
         ..Self::V5
     };
-    /// V4 as applied to linux-next (0ba93a906dda): the base with NOWAIT first and the hint,
+    /// V4 as posted (0ba93a906dda, the commit 5/6 got in linux-next, is V5's): the base with
+    /// NOWAIT first and the hint,
     /// asserting the wrong lock, trying NOWAIT on any backing file, falling back on `-EAGAIN` only.
     pub const V4: LoopVariant = LoopVariant {
         name: "v4",
