@@ -208,6 +208,13 @@ pub struct LoopVariant {
     /// `bvec` allocation completes the request instead of taking the stale `cmd->ref` to -1.
     /// Off in every version (the base has no such path: its failure returns `-EIO`).
     pub ref_armed_before_prep: bool,
+    /// Upstream's fix of check L7 ("loop: fix error handling in aio functions", Ming Lei, November
+    /// 2025, `Fixes: 0ba93a906dda`): both `goto fail`s after a failed `lo_rw_aio_prep()` become
+    /// `return ret`. The worker's `lo_rw_aio()` then returns `-EIO` to `loop_handle_cmd()`, which
+    /// completes the request once (the base's behaviour); `lo_rw_aio_nowait()` returns `-EIO` to
+    /// V5's `loop_queue_rq()`, which answers `BLK_STS_OK` for anything but `-EAGAIN`/`-EOPNOTSUPP`
+    /// and completes nothing. Off in every posted version.
+    pub prep_fail_returns_error: bool,
 }
 
 impl LoopVariant {
@@ -223,6 +230,7 @@ impl LoopVariant {
         nowait_adds_lo_offset: true,
         nowait_ends_write_on_eagain: false,
         ref_armed_before_prep: false,
+        prep_fail_returns_error: false,
     };
     /// V5 up to patch 5/6: V5 without the hint (the sparse-file randwrite regression).
     pub const V5_NO_HINT: LoopVariant = LoopVariant {
@@ -317,6 +325,10 @@ impl LoopVariant {
                 "ref_armed_before_prep",
                 self.ref_armed_before_prep.to_string(),
             ),
+            (
+                "prep_fail_returns_error",
+                self.prep_fail_returns_error.to_string(),
+            ),
         ]
     }
 }
@@ -341,11 +353,13 @@ pub enum LoopKnob {
     NowaitEndsWriteOnEagain(bool),
     /// [`LoopVariant::ref_armed_before_prep`].
     RefArmedBeforePrep(bool),
+    /// [`LoopVariant::prep_fail_returns_error`].
+    PrepFailReturnsError(bool),
 }
 
 impl LoopKnob {
     /// Every loop knob's name (each takes `true` or `false`).
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 9] = [
         "nowait_first",
         "hint",
         "check_fmode_nowait",
@@ -354,6 +368,7 @@ impl LoopKnob {
         "nowait_adds_lo_offset",
         "nowait_ends_write_on_eagain",
         "ref_armed_before_prep",
+        "prep_fail_returns_error",
     ];
 
     /// The one loop knob parser. An unknown name is refused with the known ones, a bad value with
@@ -378,6 +393,7 @@ impl LoopKnob {
             "nowait_adds_lo_offset" => LoopKnob::NowaitAddsLoOffset(b),
             "nowait_ends_write_on_eagain" => LoopKnob::NowaitEndsWriteOnEagain(b),
             "ref_armed_before_prep" => LoopKnob::RefArmedBeforePrep(b),
+            "prep_fail_returns_error" => LoopKnob::PrepFailReturnsError(b),
             _ => return Err(Self::unknown(name)),
         })
     }
@@ -426,6 +442,10 @@ impl LoopKnob {
                 ref_armed_before_prep,
                 ..v
             },
+            LoopKnob::PrepFailReturnsError(prep_fail_returns_error) => LoopVariant {
+                prep_fail_returns_error,
+                ..v
+            },
         }
     }
 }
@@ -442,6 +462,7 @@ impl fmt::Display for LoopKnob {
             LoopKnob::NowaitAddsLoOffset(b) => ("nowait_adds_lo_offset", b),
             LoopKnob::NowaitEndsWriteOnEagain(b) => ("nowait_ends_write_on_eagain", b),
             LoopKnob::RefArmedBeforePrep(b) => ("ref_armed_before_prep", b),
+            LoopKnob::PrepFailReturnsError(b) => ("prep_fail_returns_error", b),
         };
         write!(f, "{name}={b}")
     }
@@ -455,10 +476,10 @@ mod variant_tests {
     #[test]
     fn each_loop_presets_knob_listing_is_pinned() {
         let pinned = [
-            ("base", "nowait_first=false hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false"),
-            ("v5-no-hint", "nowait_first=true hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false"),
-            ("v4", "nowait_first=true hint=true check_fmode_nowait=false eopnotsupp_falls_back=false nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_mutex nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false"),
-            ("v5", "nowait_first=true hint=true check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false"),
+            ("base", "nowait_first=false hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false prep_fail_returns_error=false"),
+            ("v5-no-hint", "nowait_first=true hint=false check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false prep_fail_returns_error=false"),
+            ("v4", "nowait_first=true hint=true check_fmode_nowait=false eopnotsupp_falls_back=false nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_mutex nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false prep_fail_returns_error=false"),
+            ("v5", "nowait_first=true hint=true check_fmode_nowait=true eopnotsupp_falls_back=true nowait_completes_on_eopnotsupp=true asserted_lock=&lo->lo_work_lock nowait_adds_lo_offset=true nowait_ends_write_on_eagain=false ref_armed_before_prep=false prep_fail_returns_error=false"),
         ];
         for (name, knobs) in pinned {
             let v = LoopVariant::by_name(name).unwrap_or_else(|| panic!("{name} is gone"));
@@ -1012,6 +1033,20 @@ impl LoopDevice {
     /// `BLK_STS_OK`.
     fn lo_rw_aio_nowait(&self, cmd: &mut LoopCmd, cx: &Cpu) -> Result<usize, Errno> {
         if let Err(e) = self.lo_rw_aio_prep(cmd, cx) {
+            if self.variant.prep_fail_returns_error {
+                // Upstream's fix: `return ret`. V5's loop_queue_rq() answers -EIO with
+                // BLK_STS_OK and nobody completes the request: it keeps its bios forever.
+                tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: lo_rw_aio_prep() {} {} + {} -> {}: lo_rw_aio_nowait() returns it, loop_queue_rq() returns BLK_STS_OK, the request is never completed", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, e.neg_str());
+                let kept = LoopCmd {
+                    bios: cmd.bios.take(),
+                    aio_ref: std::mem::take(&mut cmd.aio_ref),
+                    kiocb: cmd.kiocb.take(),
+                    bvec: cmd.bvec.take(),
+                    ..cmd.shell()
+                };
+                self.stranded.lock().push(kept);
+                return Err(e);
+            }
             let done = LoopCmd {
                 bios: cmd.bios.take(),
                 aio_ref: std::mem::take(&mut cmd.aio_ref),
@@ -1566,9 +1601,11 @@ impl LoopDevice {
     ///
     /// V5 (and V4, v5-no-hint) on a backing it does not try NOWAIT on: `goto fail` →
     /// `lo_rw_aio_complete(&cmd->iocb, -EIO)` with `cmd->ref` never armed (check L7), and
-    /// `lo_rw_aio()` returns `-EIOCBQUEUED`, so `loop_handle_cmd()` does nothing more.
+    /// `lo_rw_aio()` returns `-EIOCBQUEUED`, so `loop_handle_cmd()` does nothing more. With
+    /// [`LoopVariant::prep_fail_returns_error`] (upstream's fix) it is the base's path.
     fn lo_rw_aio_prep_failed(&self, cmd: LoopCmd, e: Errno, cx: &Cpu) {
-        if self.variant.nowait_first {
+        // Upstream's fix (`return ret`) makes the worker's failure the base's.
+        if self.variant.nowait_first && !self.variant.prep_fail_returns_error {
             return self.lo_rw_aio_complete(cmd, Err(e), cx);
         }
         if cfg!(feature = "bug-loop-prep-fail-completes-twice") {

@@ -263,3 +263,35 @@ fn with_the_ref_armed_before_the_prep_v5_fails_the_request_once() {
     assert_eq!((r.busy_tags(), r.lo.stranded()), (0, 0));
     assert!(r.k.reports().is_empty(), "{:?}", r.k.reports().all());
 }
+
+/// Upstream's fix ([`LoopVariant::prep_fail_returns_error`]: `return ret` instead of `goto
+/// fail`) applied to V5 as posted fixes the worker's half only. Over a backing without
+/// `FMODE_NOWAIT` the worker's `lo_rw_aio()` returns `-EIO` and `loop_handle_cmd()` fails the
+/// request once; over one with it, `lo_rw_aio_nowait()` returns `-EIO` to `loop_queue_rq()`,
+/// which answers `BLK_STS_OK` and completes nothing: the request is still never completed.
+#[test]
+fn upstreams_return_ret_fix_on_v5_fixes_the_worker_but_not_the_nowait_path() {
+    let v = LoopVariant::V5.with(LoopKnob::PrepFailReturnsError(true));
+    // The worker's half: fixed.
+    let r = rig(
+        MemBacking::preallocated(1 << 20).with_fmode_nowait(false),
+        v,
+    );
+    r.k.fault_inject().fail_alloc_once(LO_RW_AIO_PREP).unwrap();
+    r.two_plugged_writes();
+    let st: Vec<(u64, BlkStatus)> = r.ended.lock().iter().map(|e| (e.0, e.1)).collect();
+    assert_eq!(st, [(8, BLK_STS_IOERR), (16, BLK_STS_IOERR)]);
+    assert_eq!((r.busy_tags(), r.lo.stranded()), (0, 0));
+    // The NOWAIT half: loop_queue_rq() returns BLK_STS_OK for -EIO.
+    let r = rig(MemBacking::preallocated(1 << 20), v);
+    r.k.fault_inject().fail_alloc_once(LO_RW_AIO_PREP).unwrap();
+    let ev = traced(|| r.two_plugged_writes());
+    assert!(r.ended.lock().is_empty(), "{:?}", r.ended.lock());
+    assert_eq!((r.busy_tags(), r.lo.stranded()), (1, 1));
+    assert!(
+        ev.iter().any(|e| e.message
+            == "biosim_loop_nowait: loop0: lo_rw_aio_prep() W 8 + 16 -> -EIO: lo_rw_aio_nowait() returns it, loop_queue_rq() returns BLK_STS_OK, the request is never completed"),
+        "{:?}",
+        ev.iter().map(|e| &e.message).collect::<Vec<_>>()
+    );
+}
