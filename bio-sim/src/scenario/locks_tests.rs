@@ -132,6 +132,10 @@ fn locks_on_an_offline_cpu_is_refused_at_run_time() {
 /// The trace shows the context, each `lock_acquire` (with `try`/`read` as the kernel's
 /// tracepoint prints them) before lockdep's report, and each `lock_release` in reverse.
 #[test]
+#[cfg_attr(
+    feature = "bug-lockdep-no-graph",
+    should_panic(expected = "lockdep-abba.scn")
+)]
 fn the_trace_shows_each_acquisition_then_the_report() {
     let run = runs_to(
         "lockdep-abba.scn",
@@ -235,16 +239,20 @@ fn irq_inversion_scenario_is_an_irq_lock_inversion() {
     );
 }
 
-/// The readers' scenario is quiet, and its locks were really taken and validated: the same
-/// kernel still has lockdep on and every class in its trace.
+/// The readers' scenario is quiet, and its locks were really taken: every one is in its trace
+/// (with `read` where lockdep saw a read).
 #[test]
+#[cfg_attr(
+    feature = "bug-lockdep-read-as-write",
+    should_panic(expected = "readers-clean")
+)]
 fn readers_scenario_is_clean() {
     let run = detector_scenario("lockdep-readers-clean.scn")
         .run()
         .unwrap();
     assert!(
         run.failed_expectations.is_empty(),
-        "{:?}",
+        "readers-clean: {:?}",
         run.failed_expectations
     );
     assert!(run.violations.is_empty(), "{:?}", run.violations);
