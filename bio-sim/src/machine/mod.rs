@@ -8,9 +8,12 @@
 //! - [`loop_rig`]: a loop device (`drivers/block/loop.c`) over an in-memory backing file with a
 //!   reference of what it must hold; it takes the kernel, runtime and oracle it needs, not the
 //!   `Sim`.
+//! - [`locks`]: lock sequences in one context of one CPU, as `lib/locking-selftest.c` runs
+//!   them (the `locks` scenario line).
 //! - [`modules`]: a reviewer's registered modules as `--module` and a scenario's `module` line
 //!   name them, and the knobs they take.
 
+pub mod locks;
 pub mod loop_rig;
 pub mod modules;
 pub mod oracle;

@@ -114,6 +114,16 @@ pub enum Transition {
     /// context on the lowest online CPU, as `LOOP_SET_STATUS` and `LOOP_CLR_FD` (`losetup -d`) do
     /// around their update: the freeze waits until every request in flight has ended.
     FreezeLoopQueue,
+    /// `locks CPU CONTEXT KIND:NAME...`: a `lib/locking-selftest.c`-style sequence: the locks
+    /// taken nested in order on `cpu` in `ctx`, then released in reverse, through lockdep.
+    LockSeq {
+        /// The CPU.
+        cpu: u32,
+        /// The context the locks are taken in.
+        ctx: crate::machine::locks::LockContext,
+        /// The locks, outermost first (interned: see [`crate::machine::locks::intern_steps`]).
+        steps: &'static [crate::machine::locks::LockStep],
+    },
 }
 
 impl fmt::Display for Transition {
@@ -171,6 +181,13 @@ impl fmt::Display for Transition {
             Transition::ThawBacking => f.write_str("thaw loop0's backing file system"),
             Transition::FreezeLoopQueue => {
                 f.write_str("freeze and unfreeze loop0's request queue (LOOP_SET_STATUS)")
+            }
+            Transition::LockSeq { cpu, ctx, steps } => {
+                write!(f, "on CPU{cpu} in {}: take", ctx.word())?;
+                for s in *steps {
+                    write!(f, " {s}")?;
+                }
+                f.write_str(", then release in reverse")
             }
         }
     }
@@ -232,7 +249,8 @@ impl Sim {
             | Transition::Target { cpu, .. }
             | Transition::NeedResched { cpu }
             | Transition::LoopIo { cpu, .. }
-            | Transition::LoopWorker { cpu } => Some(cpu),
+            | Transition::LoopWorker { cpu }
+            | Transition::LockSeq { cpu, .. } => Some(cpu),
             Transition::Tick
             | Transition::HotplugStep
             | Transition::NullbTimer
@@ -373,6 +391,12 @@ impl Sim {
                 Some(r) => r.freeze_loop_queue(self.parts()).or_else(refuse),
                 None => refuse("there is no loop device"),
             },
+            Transition::LockSeq { cpu, ctx, steps } => {
+                if !self.kernel.cpu_online(CpuId(cpu)) {
+                    return refuse(offline(cpu));
+                }
+                self.lock_seq(CpuId(cpu), ctx, steps).or_else(refuse)
+            }
         }
     }
 }

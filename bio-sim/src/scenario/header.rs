@@ -1,5 +1,5 @@
 //! The header-line parser: the machine a scenario runs on (`variant`, `module`, `knob`, `cpus`, `online`,
-//! `preempt`, `preempt_count`, `preempt_rcu`, `hz`, `hotplug_state_control`, `seed`, `rescuer`,
+//! `preempt`, `preempt_count`, `preempt_rcu`, `hz`, `hotplug_state_control`, `prove_locking`, `seed`, `rescuer`,
 //! `loop`, `loop_knob`), all before the first transition.
 
 use super::line::{error_at, yes_no, Line, ScenarioError};
@@ -13,7 +13,7 @@ use bio_core::kernel::PreemptModel;
 use bio_core::workqueue::RescuerAffinity;
 
 /// The header keywords.
-const KEYWORDS: [&str; 15] = [
+const KEYWORDS: [&str; 16] = [
     "variant",
     "module",
     "knob",
@@ -24,6 +24,7 @@ const KEYWORDS: [&str; 15] = [
     "preempt_rcu",
     "hz",
     "hotplug_state_control",
+    "prove_locking",
     "seed",
     "rescuer",
     "loop",
@@ -44,6 +45,8 @@ pub(super) struct Header {
     hz: Option<u32>,
     /// `hotplug_state_control y|n`: `CONFIG_CPU_HOTPLUG_STATE_CONTROL`.
     hotplug_state_control: Option<bool>,
+    /// `prove_locking y|n`: `CONFIG_PROVE_LOCKING` (lockdep).
+    prove_locking: Option<bool>,
     online: Option<(u64, usize, usize)>,
     /// The line of the first `knob` line, if any: a `variant` or `module` after it would discard
     /// it.
@@ -55,7 +58,7 @@ pub(super) struct Header {
 }
 
 /// The header keywords a second line of would override the first.
-const ONCE: [&str; 13] = [
+const ONCE: [&str; 14] = [
     "variant",
     "module",
     "cpus",
@@ -65,6 +68,7 @@ const ONCE: [&str; 13] = [
     "preempt_rcu",
     "hz",
     "hotplug_state_control",
+    "prove_locking",
     "seed",
     "rescuer",
     "loop",
@@ -86,6 +90,7 @@ impl Header {
             preempt_rcu: None,
             hz: None,
             hotplug_state_control: None,
+            prove_locking: None,
             online: None,
             knob_line: None,
             kconfig_line: 0,
@@ -181,7 +186,7 @@ impl Header {
                 );
                 l.done(2, "one preemption model")?;
             }
-            "preempt_count" | "preempt_rcu" | "hotplug_state_control" => {
+            "preempt_count" | "preempt_rcu" | "hotplug_state_control" | "prove_locking" => {
                 self.kconfig_line = l.number;
                 let v = l.arg(1, "y or n")?;
                 let b = yes_no(v)
@@ -190,6 +195,7 @@ impl Header {
                 match kw {
                     "preempt_count" => self.preempt_count = Some(b),
                     "preempt_rcu" => self.preempt_rcu = Some(b),
+                    "prove_locking" => self.prove_locking = Some(b),
                     _ => self.hotplug_state_control = Some(b),
                 }
             }
@@ -274,6 +280,9 @@ impl Header {
         }
         if let Some(c) = self.hotplug_state_control {
             k.cpu_hotplug_state_control = c;
+        }
+        if let Some(p) = self.prove_locking {
+            k.prove_locking = p;
         }
         k.validate()
             .map_err(|e| error_at(file, self.kconfig_line, e.to_string()))?;

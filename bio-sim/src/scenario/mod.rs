@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Header lines (before the first transition): `variant NAME` (or `module NAME`), `knob NAME=VALUE`, `cpus N`,
-//! `online N`, `preempt MODEL`, `preempt_count y|n`, `preempt_rcu y|n`, `hz N`,
+//! `online N`, `preempt MODEL`, `preempt_count y|n`, `preempt_rcu y|n`, `prove_locking y|n`, `hz N`,
 //! `hotplug_state_control y|n`, `seed N`, `rescuer pool|unbound`. Transitions: `complete CPU hardirq|softirq|atomic|task plain|flag|dynamic` (all three words required),
 //! `worker CPU`, `tick`, `cpu_down CPU [fail=STATE]`, `cpu_up CPU [fail=STATE]`, `step`,
 //! `fail CPU STATE` (write `hotplug/fail` now, also mid-operation), `target CPU STATE` (start a
@@ -47,6 +47,11 @@
 //! ([`Sim::fault_seed`]); every injected fault is in the trace where it strikes (the fault
 //! log's event, captured), and the whole log is listed again after `settle` (`fault_inject: ...`).
 //!
+//! Lock sequences, with no device header needed: `locks CPU CONTEXT KIND:NAME...` takes the locks
+//! nested in order on CPU in CONTEXT (`task`, `irqs-off`, `bh-off`, `softirq`, `hardirq`), then
+//! releases them in reverse, each through lockdep, as a `lib/locking-selftest.c` case does
+//! ([`crate::machine::locks`]); the header `prove_locking y|n` sets `CONFIG_PROVE_LOCKING`.
+//!
 //! Nothing passes by accident: a word a line does not take, a header line given twice, two
 //! verdicts on one `expect` line, an empty scenario, or input over [`INPUT_CAP`] are
 //! [`ScenarioError`]s naming the file, line and column; a transition that cannot happen at that
@@ -62,6 +67,9 @@ mod expect;
 mod fault_plug_tests;
 mod header;
 mod line;
+mod locks;
+#[cfg(test)]
+mod locks_tests;
 mod transition;
 
 pub use expect::{invariant_word, Expectation};
@@ -189,7 +197,7 @@ impl Scenario {
                         transitions.push((l.number, t))
                     }
                     None => return Err(l.err(format!(
-                        "unknown line `{kw}` (expected a header: variant, module, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, hotplug_state_control, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker, nullb_timer, fail_alloc, fail_io, plug, unplug, freeze_backing, thaw_backing, freeze_queue; or settle / expect)"
+                        "unknown line `{kw}` (expected a header: variant, module, knob, cpus, online, preempt, preempt_count, preempt_rcu, hz, hotplug_state_control, prove_locking, seed, rescuer, loop, loop_knob; a transition, optionally after `try`: complete, worker, tick, cpu_down, cpu_up, step, fail, target, need_resched, io, loop_worker, nullb_timer, fail_alloc, fail_io, plug, unplug, freeze_backing, thaw_backing, freeze_queue, locks; or settle / expect)"
                     ))),
                 },
             }

@@ -1,6 +1,7 @@
 //! The transition-line parser (`complete`, `worker`, `tick`, `cpu_down`, `cpu_up`, `step`,
 //! `fail`, `target`, `need_resched`, `io`, `loop_worker`, `nullb_timer`, `fail_alloc`, `fail_io`,
-//! `plug`, `unplug`) and its inverse, [`Transition::to_scenario_line`].
+//! `plug`, `unplug`, `freeze_backing`, `thaw_backing`, `freeze_queue`; `locks` is in `locks.rs`)
+//! and its inverse, [`Transition::to_scenario_line`].
 
 use super::line::{Line, ScenarioError};
 use crate::machine::loop_rig::{LoopOp, LoopSetup};
@@ -103,6 +104,7 @@ pub(super) fn parse_transition(
             }
         }
         "complete" => complete_line(l, nr_cpus)?,
+        "locks" => super::locks::locks_line(l, nr_cpus)?,
         "worker" => {
             let cpu = l.cpu(1, nr_cpus)?;
             l.done(
@@ -328,6 +330,13 @@ impl Transition {
             Transition::FreezeBacking => "freeze_backing".to_owned(),
             Transition::ThawBacking => "thaw_backing".to_owned(),
             Transition::FreezeLoopQueue => "freeze_queue".to_owned(),
+            Transition::LockSeq { cpu, ctx, steps } => {
+                let mut line = format!("locks {cpu} {}", ctx.word());
+                for s in steps {
+                    line.push_str(&format!(" {s}"));
+                }
+                line
+            }
         }
     }
 }
