@@ -120,6 +120,13 @@ impl BioSet {
     }
 }
 
+/// `fs_bio_set`: `init_bio()`'s `bioset_init(&fs_bio_set, BIO_POOL_SIZE, 0, BIOSET_NEED_BVECS |
+/// BIOSET_PERCPU_CACHE)`, the bio_set of `bio_alloc()`; one per kernel, made on first use (the
+/// per-CPU cache is not modelled).
+pub fn fs_bio_set(kernel: &crate::kernel::Kernel) -> &BioSet {
+    kernel.fs_bio_set.get_or_init(|| BioSet::new(BIO_POOL_SIZE))
+}
+
 /// `bvec_alloc(pool, &nr_vecs, gfp_mask)`: below `BIO_MAX_VECS` first the biovec slab with
 /// `bvec_alloc_gfp()` (no direct reclaim or I/O, `__GFP_NORETRY | __GFP_NOWARN`); on failure
 /// without `__GFP_DIRECT_RECLAIM` that is the answer, else the mempool with the caller's mask.

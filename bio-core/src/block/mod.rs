@@ -17,8 +17,8 @@ pub mod trace;
 
 pub use bio::{
     bio_chain, bio_endio, bio_endio_ref, bio_endio_status, bio_in_atomic, bio_inc_remaining,
-    bio_io_error, bio_wouldblock_error, bvec_alloc, BioRef, BioSet, BIO_INLINE_VECS, BIO_MAX_VECS,
-    BIO_POOL_SIZE, BIO_SLAB, BVEC_SLAB,
+    bio_io_error, bio_wouldblock_error, bvec_alloc, fs_bio_set, BioRef, BioSet, BIO_INLINE_VECS,
+    BIO_MAX_VECS, BIO_POOL_SIZE, BIO_SLAB, BVEC_SLAB,
 };
 pub use bio_list::{BioChain, BioList, BioListIter};
 pub use blk_core::{

@@ -19,10 +19,11 @@
 #![allow(clippy::vec_box)]
 
 use crate::block::complete_in_task::Variant;
-use crate::block::{Bio, BioEndIo, BioFlag, ReqOp};
+use crate::block::{fs_bio_set, Bio, BioEndIo, BioFlag, ReqOp};
 use crate::kernel::Cpu;
 use crate::mm::dontcache::DontcacheDesign;
 use crate::mm::filemap::{AddressSpace, Mapping, PAGE_SECTORS};
+use crate::mm::gfp::GfpFlags;
 use crate::mm::page_writeback::WbFolio;
 
 /// The flag decision of `submit_bh_wbc()` for a buffer_head on a folio with `dropbehind` set:
@@ -54,7 +55,7 @@ pub fn submit_bh_wbc_design(
 pub(crate) fn block_write_full_folios(
     mapping: &AddressSpace,
     m: &mut Mapping,
-    _cx: &Cpu,
+    cx: &Cpu,
     folios: Vec<WbFolio>,
 ) -> Vec<Box<Bio>> {
     let design = mapping.config.design;
@@ -62,9 +63,12 @@ pub(crate) fn block_write_full_folios(
     folios
         .into_iter()
         .map(|f| {
-            let mut bio = mapping
-                .kernel
-                .bio_alloc(ReqOp::Write, f.index * PAGE_SECTORS);
+            // submit_bh_wbc(): bio_alloc(bdev, 1, opf, GFP_NOIO), from fs_bio_set; the sleeping
+            // mask never gets NULL in the kernel (see iomap_writepages() for the model's give-up).
+            let sector = f.index * PAGE_SECTORS;
+            let mut bio = fs_bio_set(&mapping.kernel)
+                .bio_alloc_bioset(ReqOp::Write, sector, 1, GfpFlags::GFP_NOIO, cx)
+                .unwrap_or_else(|| mapping.kernel.bio_alloc(ReqOp::Write, sector));
             bio.bi_bdev = Some(mapping.config.dev);
             bio.add_data(f.data);
             let flagged = submit_bh_wbc_design(&mut bio, f.dropbehind, &design);

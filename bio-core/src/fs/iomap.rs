@@ -21,9 +21,10 @@
 // `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
 #![allow(clippy::vec_box)]
 
-use crate::block::{Bio, BioEndIo, BioFlag, ReqOp};
-use crate::kernel::Cpu;
+use crate::block::{Bio, BioEndIo, BioFlag, BioSet, ReqOp, BIO_MAX_VECS};
+use crate::kernel::{Cpu, Kernel};
 use crate::mm::filemap::{AddressSpace, Mapping, PAGE_SECTORS};
+use crate::mm::gfp::GfpFlags;
 use crate::mm::page_writeback::WbFolio;
 
 /// `IOMAP_IOEND_SHARED`.
@@ -54,6 +55,14 @@ struct Ioend {
     last: u64,
 }
 
+/// `iomap_ioend_bioset`: `iomap_ioend_init()`'s `bioset_init(&iomap_ioend_bioset, 4 * (PAGE_SIZE
+/// / SECTOR_SIZE), offsetof(struct iomap_ioend, io_bio), BIOSET_NEED_BVECS)`, one per kernel.
+fn iomap_ioend_bioset(kernel: &Kernel) -> &BioSet {
+    kernel
+        .iomap_ioend_bioset
+        .get_or_init(|| BioSet::new(4 * (crate::mm::filemap::PAGE_SIZE / 512)))
+}
+
 /// `iomap_writepages()` → `iomap_add_to_ioend()` for each folio (ascending), then
 /// `iomap_ioend_writeback_submit()`: the bios to submit, one per ioend, each at most
 /// `max_bio_pages` long. Each bio's `bi_end_io` is `iomap_writepage_end_bio` (ends writeback in
@@ -61,7 +70,7 @@ struct Ioend {
 pub(crate) fn iomap_writepages(
     mapping: &AddressSpace,
     m: &mut Mapping,
-    _cx: &Cpu,
+    cx: &Cpu,
     folios: Vec<WbFolio>,
 ) -> Vec<Box<Bio>> {
     let design = mapping.config.design;
@@ -87,9 +96,14 @@ pub(crate) fn iomap_writepages(
                 && e.folios.len() < max
         });
         if !can_add {
-            let mut bio = mapping
-                .kernel
-                .bio_alloc(ReqOp::Write, f.index * PAGE_SECTORS);
+            // iomap_alloc_ioend(): bio_alloc_bioset(bdev, BIO_MAX_VECS, REQ_OP_WRITE | ..,
+            // GFP_NOFS, &iomap_ioend_bioset). GFP_NOFS sleeps for the mempool, so the kernel
+            // never sees NULL; the model's mempool gives up only after its endless-retry report,
+            // and then an unpooled bio lets the run end.
+            let sector = f.index * PAGE_SECTORS;
+            let mut bio = iomap_ioend_bioset(&mapping.kernel)
+                .bio_alloc_bioset(ReqOp::Write, sector, BIO_MAX_VECS, GfpFlags::GFP_NOFS, cx)
+                .unwrap_or_else(|| mapping.kernel.bio_alloc(ReqOp::Write, sector));
             bio.bi_bdev = Some(mapping.config.dev);
             ioends.push(Ioend {
                 bio,

@@ -87,6 +87,10 @@ pub struct Kernel {
     pub(crate) kblockd: UntrackedOnceLock<crate::workqueue::Workqueue>,
     /// `blkdev_dio_pool` (block/fops.c), made on first use (`block::fops::blkdev_dio_pool`).
     pub(crate) blkdev_dio_pool: UntrackedOnceLock<crate::block::BioSet>,
+    /// `fs_bio_set` (block/bio.c), made on first use (`block::bio::fs_bio_set`).
+    pub(crate) fs_bio_set: UntrackedOnceLock<crate::block::BioSet>,
+    /// `iomap_ioend_bioset` (fs/iomap/ioend.c), made on first use (`fs::iomap`).
+    pub(crate) iomap_ioend_bioset: UntrackedOnceLock<crate::block::BioSet>,
 }
 
 /// Per-CPU kernel state that any CPU may read.
@@ -183,6 +187,8 @@ impl Kernel {
             blk_plug_list_fix: crate::sync::untracked::AtomicBool::new(false),
             kblockd: UntrackedOnceLock::new(),
             blkdev_dio_pool: UntrackedOnceLock::new(),
+            fs_bio_set: UntrackedOnceLock::new(),
+            iomap_ioend_bioset: UntrackedOnceLock::new(),
         });
         crate::workqueue::register_hotplug_states(&kernel);
         crate::time::register_hotplug_states(&kernel);
