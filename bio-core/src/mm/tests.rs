@@ -856,3 +856,24 @@ fn reversed_ranges_and_huge_sizes_do_not_panic() {
     let p = big.fsync(&cx);
     assert!(p.submit.is_empty() && p.error.is_none());
 }
+
+/// Writeback bios come from their biosets (`iomap_alloc_ioend()`: `iomap_ioend_bioset`,
+/// `GFP_NOFS`; `submit_bh_wbc()`: `fs_bio_set`, `GFP_NOIO`): a one-shot failure at
+/// `bio_alloc_bioset` is reached and absorbed by the reserve, so every page still reaches the
+/// disk and reads back. It strikes `mempool_alloc()`'s first try, whose mask has lost
+/// `__GFP_DIRECT_RECLAIM | __GFP_IO` and gained `__GFP_NORETRY` (both paths' masks come out as
+/// `GFP_NOWAIT`'s kswapd bit then).
+#[test]
+fn a_failed_writeback_bio_allocation_is_absorbed_by_the_bioset_reserve() {
+    for path in WritebackPath::ALL {
+        let r = rig(DontcacheDesign::Bio(Variant::V7), path, None);
+        let fi = r.kernel.fault_inject();
+        fi.fail_alloc_once("bio_alloc_bioset").unwrap();
+        write_fsync_drop_read(&r, NONE, 16, 3);
+        assert_eq!(
+            fi.log(),
+            ["biosim: fail_alloc bio_alloc_bioset: one-shot allocation failure (GFP_NOWAIT|__GFP_NORETRY)"],
+            "{path:?}"
+        );
+    }
+}
