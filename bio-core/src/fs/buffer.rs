@@ -94,10 +94,10 @@ pub(crate) fn block_write_full_folios(
 pub(crate) fn mpage_readahead(
     mapping: &AddressSpace,
     m: &mut Mapping,
-    _cx: &Cpu,
+    cx: &Cpu,
     run: &[(u64, u64)],
 ) -> Vec<Box<Bio>> {
-    crate::fs::iomap::read_bios(mapping, m, run, "mpage_read_end_io")
+    crate::fs::iomap::read_bios(mapping, m, cx, run, "mpage_read_end_io")
 }
 
 /// `block_read_full_folio()`: the folio's one buffer read through `submit_bh_wbc()`
@@ -106,13 +106,19 @@ pub(crate) fn mpage_readahead(
 pub(crate) fn block_read_full_folio(
     mapping: &AddressSpace,
     m: &mut Mapping,
-    _cx: &Cpu,
+    cx: &Cpu,
     index: u64,
     pfn: u64,
     dropbehind: bool,
 ) -> Box<Bio> {
-    let mut bio =
-        crate::fs::iomap::read_bio(mapping, m, vec![(index, pfn)], "end_bio_bh_io_sync", true);
+    let mut bio = crate::fs::iomap::read_bio(
+        mapping,
+        m,
+        cx,
+        vec![(index, pfn)],
+        "end_bio_bh_io_sync",
+        true,
+    );
     if submit_bh_wbc_design(&mut bio, dropbehind, &mapping.config.design) {
         m.stats.read_bios_flagged += 1;
     }

@@ -178,6 +178,7 @@ pub(crate) fn iomap_writepages(
 pub(crate) fn read_bios(
     mapping: &AddressSpace,
     m: &mut Mapping,
+    cx: &Cpu,
     run: &[(u64, u64)],
     name: &'static str,
 ) -> Vec<Box<Bio>> {
@@ -191,7 +192,7 @@ pub(crate) fn read_bios(
             end += 1;
         }
         let part: Vec<(u64, u64)> = run[start..end].to_vec();
-        out.push(read_bio(mapping, m, part, name, false));
+        out.push(read_bio(mapping, m, cx, part, name, false));
         start = end;
     }
     out
@@ -200,16 +201,30 @@ pub(crate) fn read_bios(
 /// One read bio over `folios` (contiguous), ending with `folio_end_read()` on each. `sync`: a
 /// `->read_folio()` the reader waits for, whose failure is its `-EIO` (a readahead failure is
 /// not an error: the reader retries with `->read_folio()`).
+///
+/// The bio is `bio_alloc()`'s, from `fs_bio_set`: for readahead with `readahead_gfp_mask()`'s
+/// `__GFP_NORETRY | __GFP_NOWARN` added to `GFP_KERNEL` (the block device's mapping allows it),
+/// for a `->read_folio()` with `GFP_KERNEL` (`block_read_full_folio()`'s `submit_bh()` asks
+/// `GFP_NOIO`: both sleep for the reserve, so the model uses one). Neither gets NULL (iomap's
+/// retry "for a single page" after a NULL never runs).
 pub(crate) fn read_bio(
     mapping: &AddressSpace,
     m: &mut Mapping,
+    cx: &Cpu,
     folios: Vec<(u64, u64)>,
     name: &'static str,
     sync: bool,
 ) -> Box<Bio> {
-    let mut bio = mapping
-        .kernel
-        .bio_alloc(ReqOp::Read, folios[0].0 * PAGE_SECTORS);
+    let sector = folios[0].0 * PAGE_SECTORS;
+    let gfp = if sync {
+        GfpFlags::GFP_KERNEL
+    } else {
+        GfpFlags(GfpFlags::GFP_KERNEL.0 | GfpFlags::__GFP_NORETRY.0 | GfpFlags::__GFP_NOWARN.0)
+    };
+    let nr_vecs = u16::try_from(folios.len()).unwrap_or(BIO_MAX_VECS);
+    let mut bio = crate::block::fs_bio_set(&mapping.kernel)
+        .bio_alloc_bioset(ReqOp::Read, sector, nr_vecs, gfp, cx)
+        .unwrap_or_else(|| mapping.kernel.bio_alloc(ReqOp::Read, sector));
     bio.bi_bdev = Some(mapping.config.dev);
     for _ in &folios {
         bio.add_data(vec![0; crate::mm::filemap::PAGE_SIZE]);
@@ -230,19 +245,26 @@ pub(crate) fn read_bio(
 pub(crate) fn iomap_readahead(
     mapping: &AddressSpace,
     m: &mut Mapping,
-    _cx: &Cpu,
+    cx: &Cpu,
     run: &[(u64, u64)],
 ) -> Vec<Box<Bio>> {
-    read_bios(mapping, m, run, "iomap_read_end_io")
+    read_bios(mapping, m, cx, run, "iomap_read_end_io")
 }
 
 /// `iomap_read_folio()`: one folio's read bio.
 pub(crate) fn iomap_read_folio(
     mapping: &AddressSpace,
     m: &mut Mapping,
-    _cx: &Cpu,
+    cx: &Cpu,
     index: u64,
     pfn: u64,
 ) -> Box<Bio> {
-    read_bio(mapping, m, vec![(index, pfn)], "iomap_read_end_io", true)
+    read_bio(
+        mapping,
+        m,
+        cx,
+        vec![(index, pfn)],
+        "iomap_read_end_io",
+        true,
+    )
 }
