@@ -1080,39 +1080,70 @@ mod merge {
     }
 
     /// `ll_new_hw_segment()`: the merged request's physical segments (one per bio vector in the
-    /// model) stay within `max_segments`. Bios of two vectors each on a queue of 4 segments: the
-    /// second merges (4), the third does not (6).
+    /// model) stay within `max_segments`, and are summed. Bios of three vectors each on a queue of
+    /// 9 segments: the second and third merge (6, then 9), the fourth does not (12).
     #[test]
     fn a_merge_past_max_segments_fails() {
         let k = Kernel::new(KernelConfig::default(), 1).unwrap();
         let cx = k.cpu(CpuId(0)).unwrap();
         let log = log();
         let dev = MqDevCfg {
-            max_segments: 4,
+            max_segments: 9,
             ..MqDevCfg::new("nullb0", 0, &log)
         }
         .build();
         let ends = data_ends();
-        let two_vecs = |sector: u64| {
+        let three_vecs = |sector: u64| {
             let e = UntrackedArc::clone(&ends);
             let mut bio = cx.kernel().bio_alloc(ReqOp::Write, sector);
-            bio.add_data(vec![1; 2048]);
-            bio.add_data(vec![2; 2048]);
-            assert_eq!(crate::block::blk_merge::bio_nr_segs(&bio), 2);
+            for fill in 1..=3u8 {
+                bio.add_data(vec![fill; 1024]);
+            }
+            assert_eq!(crate::block::blk_merge::bio_nr_segs(&bio), 3);
             let bio = bio.with_end_io(BioEndIo::new("test_end_io", move |b, _| {
                 e.lock().push((b.bi_iter.bi_sector, b.status(), b.data()))
             }));
             submit_bio_noacct(bio, &*dev, &cx);
         };
         let msgs = plugged(&cx, || {
-            two_vecs(0);
-            two_vecs(8);
-            two_vecs(16);
+            for i in 0..4 {
+                three_vecs(i * 6);
+            }
         });
         let n = msgs.iter().filter(|m| m.contains("backmerge")).count();
-        assert_eq!(n, 1, "{msgs:?}");
-        assert_eq!(log.lock().len(), 2, "two requests issued");
-        assert_eq!(ends.lock().len(), 3, "each bio ends once");
+        assert_eq!(n, 2, "{msgs:?}");
+        assert_eq!(
+            *log.lock(),
+            ["nullb0: queue_rq 0", "nullb0: queue_rq 18"],
+            "two requests issued"
+        );
+        assert_eq!(ends.lock().len(), 4, "each bio ends once");
+    }
+
+    /// `blk_attempt_plug_merge()` with a plug that spans queues (`plug->multiple_queues`): the
+    /// tail is another queue's request, so the first request of the bio's queue, from the head,
+    /// gets the one try. A's second write merges into A's request (never into B's, whose sectors
+    /// would fit too).
+    #[test]
+    fn a_plug_spanning_two_queues_merges_into_the_bios_own_queue() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let a = MqDevCfg::new("nullb0", 0, &log).build();
+        let b = MqDevCfg::new("nullb1", 1, &log).build();
+        let e = data_ends();
+        let msgs = plugged(&cx, || {
+            submit_len(&*a, ReqOp::Write, 0, 4096, ReqFlags::NONE, &e, &cx);
+            submit_len(&*b, ReqOp::Write, 0, 4096, ReqFlags::NONE, &e, &cx);
+            submit_len(&*a, ReqOp::Write, 8, 4096, ReqFlags::NONE, &e, &cx);
+        });
+        let merges: Vec<&String> = msgs.iter().filter(|m| m.contains("merge")).collect();
+        assert_eq!(merges.len(), 1, "{msgs:?}");
+        assert!(merges[0].contains("250,0 W 8 + 8"), "{merges:?}");
+        let mut issued = log.lock().clone();
+        issued.sort();
+        assert_eq!(issued, ["nullb0: queue_rq 0", "nullb1: queue_rq 0"]);
+        assert_eq!(e.lock().len(), 3, "each bio ends once");
     }
 
     /// `rq_mergeable()`: a write-zeroes request takes no bio, even a contiguous write-zeroes one
