@@ -59,6 +59,10 @@ pub struct RunFigures {
     pub cqe_batches: Option<(u64, u64)>,
     /// Other counters of the device (null_blk's).
     pub extra: Vec<(&'static str, u64)>,
+    /// Blocks the verify pass after a write job read back through the simulated device and
+    /// found sound ([`sim_verify_pass`]); `None` where no such pass ran (the caller then reads
+    /// the file).
+    pub device_verified: Option<u64>,
 }
 
 impl RunFigures {
@@ -349,6 +353,7 @@ fn collect(sinks: &[Arc<CloneSink>], elapsed: Duration, cpu: CpuUsed) -> RunFigu
         flushes,
         cqe_batches: None,
         extra: Vec::new(),
+        device_verified: None,
     }
 }
 
@@ -774,22 +779,36 @@ pub fn run_sim_loop(
     let cpus = job.numjobs;
     let kernel = Kernel::boot(KernelConfig::default(), cpus, cpus)
         .map_err(|e| BenchError::Machine(e.to_string()))?;
-    let uring = match engine {
-        SimEngine::Sync => None,
-        SimEngine::Uring => Some(Arc::new(
-            UringBacking::new(Arc::clone(file), (job.iodepth * job.numjobs).max(1))
-                .map_err(|e| BenchError::Machine(format!("starting io_uring: {e}")))?,
-        )),
-    };
+    // fio's uncached=1: RWF_DONTCACHE on buffered I/O (either engine).
     let extra = if job.uncached && !job.direct {
         RwFlags::DONTCACHE
     } else {
         RwFlags::empty()
     };
+    let uring = match engine {
+        SimEngine::Sync => None,
+        SimEngine::Uring => Some(Arc::new(
+            UringBacking::with_flags(Arc::clone(file), (job.iodepth * job.numjobs).max(1), extra)
+                .map_err(|e| BenchError::Machine(format!("starting io_uring: {e}")))?,
+        )),
+    };
     let backing: Arc<dyn LoopBacking> = match &uring {
         Some(u) => Arc::clone(u) as Arc<dyn LoopBacking>,
         None => Arc::new(FileBacking::with_flags(Arc::clone(file), extra)),
     };
+    run_sim_loop_on(kernel, backing, uring, variant, ctx)
+}
+
+/// [`run_sim_loop`] over a given `backing` (`uring` when it is that io_uring backing), on
+/// `kernel`: the loop device, the clones, then the verify pass through the device.
+pub fn run_sim_loop_on(
+    kernel: Arc<Kernel>,
+    backing: Arc<dyn LoopBacking>,
+    uring: Option<Arc<UringBacking>>,
+    variant: LoopVariant,
+    ctx: &Arc<RunCtx>,
+) -> Result<RunFigures, BenchError> {
+    let job = &ctx.job;
     let lo_flags = if job.direct { LO_FLAGS_DIRECT_IO } else { 0 };
     let lo = LoopDevice::new(&kernel, 0, backing, lo_flags, 0, variant);
     if let Some(u) = &uring {
@@ -803,7 +822,10 @@ pub fn run_sim_loop(
         },
     )?;
     let dev: Arc<dyn BlockDriver> = lo.clone();
-    let fig = run_sim_clones(&rt, &dev, ctx);
+    let fig = run_sim_clones(&rt, &dev, ctx).map(|mut f| {
+        f.device_verified = sim_verify_pass(&rt, &dev, ctx);
+        f
+    });
     let stats = lo.stats();
     let irqs = rt.stats().total().irqs;
     let report = rt.shutdown();
@@ -868,7 +890,10 @@ pub fn run_sim_null_blk(
         },
     )?;
     let dev: Arc<dyn BlockDriver> = nb.clone();
-    let fig = run_sim_clones(&rt, &dev, ctx);
+    let fig = run_sim_clones(&rt, &dev, ctx).map(|mut f| {
+        f.device_verified = sim_verify_pass(&rt, &dev, ctx);
+        f
+    });
     let irqs = rt.stats().total().irqs;
     let st = nb.stats();
     let report = rt.shutdown();
@@ -922,6 +947,96 @@ pub fn run_sim_clones(
         ));
     }
     Ok(collect(&sinks, elapsed, cpu))
+}
+
+/// Blocks the device-side verify pass keeps in flight.
+const VERIFY_DEPTH: u64 = 32;
+
+/// fio's verify pass after a write job, through the device the job ran on (`dev`: the loop
+/// model, null_blk), not its backing file: every block of the region is read with a bio from
+/// task context on CPU 0 and must hold the generation last acknowledged. A design whose reads
+/// return the wrong data is caught even when its writes reached the file right. The first bad
+/// block stops the run ([`RunStop::Verify`]); returns the blocks checked, or `None` when no pass
+/// is due (no verify, a read-only job, a run already stopped).
+///
+/// Under the twin `bug-verify-reads-file` no device pass runs, so the caller falls back to
+/// reading the file and the wrong read path goes unseen.
+pub fn sim_verify_pass(
+    rt: &ThreadedRuntime,
+    dev: &Arc<dyn BlockDriver>,
+    ctx: &Arc<RunCtx>,
+) -> Option<u64> {
+    let v = ctx.verify.clone()?;
+    if cfg!(feature = "bug-verify-reads-file") || !ctx.job.rw.writes() || ctx.stopped() {
+        return None;
+    }
+    let bs = u64::from(ctx.job.bs);
+    let blocks = ctx.blocks;
+    let done = Arc::new(AtomicU64::new(0));
+    let checked = Arc::new(AtomicU64::new(0));
+    let (dev2, ctx2, done2, checked2) = (
+        Arc::clone(dev),
+        Arc::clone(ctx),
+        Arc::clone(&done),
+        Arc::clone(&checked),
+    );
+    let posted = rt.post_on(CpuId(0), move |cx| {
+        let mut submitted = 0u64;
+        for b in 0..blocks {
+            let d = Arc::clone(&done2);
+            let n = submitted;
+            if !cx.wait_until("bench: verify pass, a free slot", &|| {
+                n < d.load(Ordering::Acquire) + VERIFY_DEPTH
+            }) || ctx2.stopped()
+            {
+                break;
+            }
+            let off = b * bs;
+            let (c, v, d, k) = (
+                Arc::clone(&ctx2),
+                Arc::clone(&v),
+                Arc::clone(&done2),
+                Arc::clone(&checked2),
+            );
+            let bio = cx
+                .kernel()
+                .bio_alloc(ReqOp::Read, off >> 9)
+                .with_data(vec![0; bs as usize])
+                .with_end_io(BioEndIo::new("verify_end_io", move |bio, _| {
+                    let r = if bio.status() != BLK_STS_OK {
+                        Err(VerifyFailure {
+                            offset: off,
+                            found: format!("the read failed: {:?}", bio.status()),
+                        })
+                    } else {
+                        v.check_settled(&bio.data(), off)
+                    };
+                    match r {
+                        Ok(()) => {
+                            k.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(f) => c.halt(RunStop::Verify(f)),
+                    }
+                    d.fetch_add(1, Ordering::Release);
+                }));
+            submitted += 1;
+            submit_bio_noacct(bio, &*dev2, cx);
+        }
+        let d = Arc::clone(&done2);
+        cx.wait_until("bench: verify pass, all reads completed", &|| {
+            d.load(Ordering::Acquire) >= submitted
+        })
+    });
+    let finished = match posted {
+        Ok(h) => h.wait().unwrap_or(false),
+        Err(_) => false,
+    };
+    if !finished && ctx.stop_reason().is_none() {
+        ctx.halt(RunStop::Failed(
+            "the verify pass through the device did not complete within 120 s".into(),
+        ));
+    }
+    (ctx.stop_reason().is_none()).then(|| checked.load(Ordering::Relaxed))
 }
 
 /// One clone in task context on its simulated CPU: submits bios with at most `iodepth` in
