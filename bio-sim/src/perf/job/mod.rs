@@ -865,6 +865,49 @@ mod tests {
         assert!(f.found.contains("crc32c"), "{f:?}");
     }
 
+    /// `nowait=1` on the loop model (base: every command goes to the worker, so tags stay held
+    /// until it runs): every read and write bio carries `REQ_NOWAIT`; with more in flight than
+    /// the loop device's 128 tags blk-mq ends some `BLK_STS_AGAIN`, each counted
+    /// and resubmitted blocking, so every I/O still completes; at a depth the tags cover none
+    /// does.
+    #[test]
+    fn nowait_on_the_loop_model_sends_req_nowait_and_retries_blk_sts_again() {
+        let dir = scratch();
+        let mut job = small_job(RwPattern::RandRead);
+        job.size = 1 << 20;
+        job.number_ios = Some(256);
+        job.ioengine = IoEngine::IoUring;
+        job.nowait = true;
+        let p = match prepare(&cfg(dir.path()), &job, false) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        let mut seen = Vec::new();
+        for depth in [256, 4] {
+            job.iodepth = depth;
+            let ctx = Arc::new(RunCtx::new(&job, p.blocks, None, Arc::default()));
+            let fig = run::run_sim_loop(
+                &p.file,
+                bio_core::drivers::block::loop_drv::LoopVariant::BASE,
+                SimEngine::Sync,
+                &ctx,
+            )
+            .unwrap();
+            assert_eq!(ctx.stop_reason(), None);
+            assert_eq!(fig.ios, 256, "iodepth={depth}: every I/O completed");
+            let (tried, done, again) = fig.bio_nowait.expect("nowait=1 counts");
+            assert_eq!(tried, 256, "iodepth={depth}: each I/O tried NOWAIT once");
+            assert_eq!(done + again, tried);
+            eprintln!("iodepth={depth}: req_nowait_tried={tried} req_nowait_done={done} req_nowait_again={again}");
+            seen.push(again);
+        }
+        assert!(seen[0] > 0, "256 in flight on 128 tags: {seen:?}");
+        assert_eq!(seen[1], 0, "4 in flight never run out of tags");
+    }
+
     /// A loop backing whose writes are right but whose reads return the next block's bytes: a
     /// design with a wrong read path that leaves the file sound.
     #[derive(Debug)]

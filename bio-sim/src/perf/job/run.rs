@@ -22,7 +22,9 @@ use crate::fio::job::{IoEngine, JobSpec};
 use crate::fio::verify;
 use crate::perf::bench_common::BenchError;
 use crate::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
-use bio_core::block::{submit_bio_noacct, BioEndIo, BlockDriver, ReqFlags, ReqOp, BLK_STS_OK};
+use bio_core::block::{
+    submit_bio_noacct, BioEndIo, BlockDriver, ReqFlags, ReqOp, BLK_STS_AGAIN, BLK_STS_OK,
+};
 use bio_core::drivers::block::loop_drv::{
     LoopBacking, LoopDevice, LoopStats, LoopVariant, LO_FLAGS_DIRECT_IO,
 };
@@ -53,6 +55,9 @@ pub struct RunFigures {
     pub irqs: Option<u64>,
     /// `RWF_NOWAIT` attempts on the raw path: tried, done, `EAGAIN` (retried blocking).
     pub raw_nowait: Option<(u64, u64, u64)>,
+    /// `REQ_NOWAIT` bios of a `nowait=1` job on a simulated device: tried, done, and
+    /// `BLK_STS_AGAIN` (no tag free; resubmitted without the flag, as the raw path retries).
+    pub bio_nowait: Option<(u64, u64, u64)>,
     /// Flushes completed.
     pub flushes: u64,
     /// io_uring CQEs reaped and the batches they came in (io_uring designs).
@@ -272,6 +277,11 @@ struct CloneSink {
     done: AtomicU64,
     bytes: AtomicU64,
     flushes: AtomicU64,
+    /// `REQ_NOWAIT` bios: tried, done, `BLK_STS_AGAIN`.
+    nowait: [AtomicU64; 3],
+    /// I/Os whose `REQ_NOWAIT` bio met `BLK_STS_AGAIN`, for the clone to resubmit blocking:
+    /// (write, offset, generation, submit time).
+    again: Mutex<Vec<(bool, u64, u64, Instant)>>,
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -285,6 +295,8 @@ impl CloneSink {
             done: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
+            nowait: Default::default(),
+            again: Mutex::new(Vec::new()),
         }
     }
 
@@ -350,6 +362,7 @@ fn collect(sinks: &[Arc<CloneSink>], elapsed: Duration, cpu: CpuUsed) -> RunFigu
         loop_stats: None,
         irqs: None,
         raw_nowait: None,
+        bio_nowait: None,
         flushes,
         cqe_batches: None,
         extra: Vec::new(),
@@ -946,7 +959,17 @@ pub fn run_sim_clones(
             "I/Os did not complete within 120 s".into(),
         ));
     }
-    Ok(collect(&sinks, elapsed, cpu))
+    let mut fig = collect(&sinks, elapsed, cpu);
+    if raw_flags(job).contains(RwFlags::NOWAIT) {
+        let sum = |i: usize| {
+            sinks
+                .iter()
+                .map(|s| s.nowait[i].load(Ordering::Relaxed))
+                .sum::<u64>()
+        };
+        fig.bio_nowait = Some((sum(0), sum(1), sum(2)));
+    }
+    Ok(fig)
 }
 
 /// Blocks the device-side verify pass keeps in flight.
@@ -1051,11 +1074,17 @@ fn sim_clone(
 ) -> bool {
     let job = &ctx.job;
     let depth = u64::from(job.iodepth.max(1));
-    let bs = job.bs as usize;
-    let verify = ctx.verify.is_some();
+    // nowait=1: REQ_NOWAIT on every read and write (blk-mq ends it BLK_STS_AGAIN when no tag
+    // is free), as the kernel's block device direct I/O does for RWF_NOWAIT.
+    let nowait = raw_flags(job).contains(RwFlags::NOWAIT);
     let mut iss = Issuer::new(ctx, clone, start);
     let mut submitted = 0u64;
     loop {
+        // The NOWAIT attempts that met BLK_STS_AGAIN, again without the flag (blocking).
+        let again = std::mem::take(&mut *sink.again.lock());
+        for (write, off, gen, t0) in again {
+            submit_io(cx, dev, ctx, sink, (write, off, gen), t0, false);
+        }
         if let Some(t) = iss.not_before() {
             if !cx.wait_until("bench: rate_iops/thinktime", &|| Instant::now() >= t) {
                 return false;
@@ -1064,19 +1093,23 @@ fn sim_clone(
         let s2 = Arc::clone(sink);
         let n = submitted;
         if !cx.wait_until("bench: a free slot of iodepth", &|| {
-            n < s2.done.load(Ordering::Acquire) + depth
+            n < s2.done.load(Ordering::Acquire) + depth || !s2.again.lock().is_empty()
         }) {
             return false;
         }
+        if !sink.again.lock().is_empty() {
+            continue;
+        }
         let Some(step) = iss.next(ctx) else { break };
         submitted += 1;
-        let (s, c) = (Arc::clone(sink), Arc::clone(ctx));
-        let bio = match step {
+        match step {
             Step::Flush(snap) => {
+                let (s, c) = (Arc::clone(sink), Arc::clone(ctx));
                 let snap = Mutex::new(snap);
                 // blkdev_issue_flush(): an empty REQ_OP_WRITE | REQ_PREFLUSH bio (REQ_OP_FLUSH
                 // cannot be submitted as a bio; the flush state machine makes it a request).
-                cx.kernel()
+                let bio = cx
+                    .kernel()
                     .bio_alloc(ReqOp::Write, 0)
                     .with_flags(ReqFlags::REQ_PREFLUSH)
                     .with_end_io(BioEndIo::new("submit_bio_wait_endio", move |bio, _| {
@@ -1087,35 +1120,80 @@ fn sim_clone(
                             )));
                         }
                         s.flush_done(&c, snap.lock().take());
-                    }))
+                    }));
+                submit_bio_noacct(bio, &**dev, cx);
             }
             Step::Io { write, off, gen } => {
-                let mut data = vec![0xa5; bs];
-                stamp_or_fill(&mut data, write, off, gen, verify);
-                let op = if write { ReqOp::Write } else { ReqOp::Read };
-                let t0 = Instant::now();
-                cx.kernel()
-                    .bio_alloc(op, off >> 9)
-                    .with_data(data)
-                    .with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
-                        if bio.status() != BLK_STS_OK {
-                            c.halt(RunStop::Failed(format!(
-                                "a {} bio at offset {off} failed: {:?}",
-                                if write { "write" } else { "read" },
-                                bio.status()
-                            )));
-                        }
-                        let data = (!write && verify).then(|| bio.data());
-                        s.io_done(&c, t0, write, off, gen, data.as_deref());
-                    }))
+                submit_io(
+                    cx,
+                    dev,
+                    ctx,
+                    sink,
+                    (write, off, gen),
+                    Instant::now(),
+                    nowait,
+                );
             }
-        };
-        submit_bio_noacct(bio, &**dev, cx);
+        }
     }
-    let s2 = Arc::clone(sink);
-    cx.wait_until("bench: all I/Os completed", &|| {
-        s2.done.load(Ordering::Acquire) >= submitted
-    })
+    loop {
+        let s2 = Arc::clone(sink);
+        if !cx.wait_until("bench: all I/Os completed", &|| {
+            s2.done.load(Ordering::Acquire) >= submitted || !s2.again.lock().is_empty()
+        }) {
+            return false;
+        }
+        let again = std::mem::take(&mut *sink.again.lock());
+        if again.is_empty() {
+            return true;
+        }
+        for (write, off, gen, t0) in again {
+            submit_io(cx, dev, ctx, sink, (write, off, gen), t0, false);
+        }
+    }
+}
+
+/// Submits one read or write bio of a clone (`io`: write, offset, generation), `REQ_NOWAIT`
+/// when `nowait`; its latency counts from `t0` (the first attempt's submission).
+fn submit_io(
+    cx: &Cpu,
+    dev: &Arc<dyn BlockDriver>,
+    ctx: &Arc<RunCtx>,
+    sink: &Arc<CloneSink>,
+    (write, off, gen): (bool, u64, u64),
+    t0: Instant,
+    nowait: bool,
+) {
+    let verify = ctx.verify.is_some();
+    let mut data = vec![0xa5; ctx.job.bs as usize];
+    stamp_or_fill(&mut data, write, off, gen, verify);
+    let op = if write { ReqOp::Write } else { ReqOp::Read };
+    let (s, c) = (Arc::clone(sink), Arc::clone(ctx));
+    let mut bio = cx.kernel().bio_alloc(op, off >> 9).with_data(data);
+    if nowait {
+        bio = bio.with_flags(ReqFlags::REQ_NOWAIT);
+        sink.nowait[0].fetch_add(1, Ordering::Relaxed);
+    }
+    let bio = bio.with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
+        if nowait {
+            if bio.status() == BLK_STS_AGAIN {
+                s.nowait[2].fetch_add(1, Ordering::Relaxed);
+                s.again.lock().push((write, off, gen, t0));
+                return;
+            }
+            s.nowait[1].fetch_add(1, Ordering::Relaxed);
+        }
+        if bio.status() != BLK_STS_OK {
+            c.halt(RunStop::Failed(format!(
+                "a {} bio at offset {off} failed: {:?}",
+                if write { "write" } else { "read" },
+                bio.status()
+            )));
+        }
+        let data = (!write && verify).then(|| bio.data());
+        s.io_done(&c, t0, write, off, gen, data.as_deref());
+    }));
+    submit_bio_noacct(bio, &**dev, cx);
 }
 
 #[cfg(test)]
