@@ -483,6 +483,11 @@ fn null_blk_runs_a_verify_job_memory_backed_and_refuses_an_unknown_parameter_by_
             .unwrap_or_else(|| panic!("{stdout}"));
         assert!(row.contains("tag_waits"), "{row}");
         assert!(stdout.contains("verify: every read checked"), "{stdout}");
+        // randrw writes: the region is read back through null_blk itself after the run.
+        assert!(
+            stdout.contains("blocks read back through the device"),
+            "{stdout}"
+        );
     }
     let (code, _, stderr) = text(&biosim(&[
         "bench", j, "--device", "null_blk", "--nullb", "bogus=1",

@@ -32,6 +32,8 @@ pub struct FileBacking {
     /// `RWF_*` flags added to every read and write (e.g. `RWF_DONTCACHE` for a buffered backing).
     extra: RwFlags,
     syscalls: AtomicU64,
+    /// Of `syscalls`, those whose flags carried `RWF_DONTCACHE` (fio's `uncached=1`).
+    dontcache: AtomicU64,
 }
 
 /// The errno of an I/O error (`EIO` when it has none).
@@ -53,6 +55,7 @@ impl FileBacking {
             file,
             extra,
             syscalls: AtomicU64::new(0),
+            dontcache: AtomicU64::new(0),
         }
     }
 
@@ -64,6 +67,11 @@ impl FileBacking {
     /// preadv2/pwritev2 calls made so far (NOWAIT attempts included).
     pub fn syscalls(&self) -> u64 {
         self.syscalls.load(Ordering::Relaxed)
+    }
+
+    /// Of [`FileBacking::syscalls`], those that carried `RWF_DONTCACHE`.
+    pub fn dontcache_syscalls(&self) -> u64 {
+        self.dontcache.load(Ordering::Relaxed)
     }
 
     fn needs_bounce(&self, buf: &[u8]) -> bool {
@@ -89,6 +97,9 @@ impl FileBacking {
         let mut done = 0;
         while done < buf.len() {
             self.syscalls.fetch_add(1, Ordering::Relaxed);
+            if flags.contains(RwFlags::DONTCACHE) {
+                self.dontcache.fetch_add(1, Ordering::Relaxed);
+            }
             let off = pos + done as u64;
             let n = if write {
                 self.file.write_at(&buf[done..], off, flags)?
@@ -320,6 +331,13 @@ impl fmt::Debug for UringBacking {
 impl UringBacking {
     /// An io_uring engine of `entries` over `file`.
     pub fn new(file: Arc<BackingFile>, entries: u32) -> io::Result<Self> {
+        Self::with_flags(file, entries, RwFlags::empty())
+    }
+
+    /// [`UringBacking::new`] whose every read and write also carries `extra`: in each SQE's
+    /// `rw_flags` and on the synchronous path (a buffered loop device's reads and writes), as
+    /// [`FileBacking::with_flags`] does; e.g. `RWF_DONTCACHE` for fio's `uncached=1`.
+    pub fn with_flags(file: Arc<BackingFile>, entries: u32, extra: RwFlags) -> io::Result<Self> {
         let target: Arc<OnceLock<Target>> = Arc::default();
         let state = Arc::new(AioState {
             pool_max: 2 * entries as usize,
@@ -330,7 +348,7 @@ impl UringBacking {
         let engine = UringEngine::new_batched(
             Arc::clone(&file),
             entries,
-            RwFlags::empty(),
+            extra,
             move |batch: Vec<UringCompletion>| {
                 // Submissions are refused until attached, so a batch always has a target.
                 let Some(t) = t.get() else { return };
@@ -372,7 +390,7 @@ impl UringBacking {
             },
         )?;
         Ok(UringBacking {
-            sync: FileBacking::new(Arc::clone(&file)),
+            sync: FileBacking::with_flags(Arc::clone(&file), extra),
             file,
             engine,
             target,
@@ -413,6 +431,16 @@ impl UringBacking {
     /// per CPU it had completions for ([`UringBacking::irqs`]).
     pub fn uring_stats(&self) -> UringStats {
         self.engine.stats()
+    }
+
+    /// The `RWF_*` flags every read and write carries (besides the NOWAIT attempt's own).
+    pub fn rw_flags(&self) -> RwFlags {
+        self.engine.rw_flags()
+    }
+
+    /// Synchronous-path reads and writes (preadv2/pwritev2) that carried `RWF_DONTCACHE`.
+    pub fn dontcache_syscalls(&self) -> u64 {
+        self.sync.dontcache_syscalls()
     }
 
     /// `loop-aio` interrupts raised so far (at most one per CPU per batch).
@@ -474,11 +502,11 @@ impl LoopBacking for UringBacking {
         } else {
             UringOp::Read { buf, off: pos }
         };
-        let flags = if nowait {
-            RwFlags::NOWAIT
-        } else {
-            RwFlags::empty()
-        };
+        // The backing's own flags (RWF_DONTCACHE) go in every SQE, NOWAIT only in the attempt.
+        let mut flags = self.engine.rw_flags();
+        if nowait {
+            flags |= RwFlags::NOWAIT;
+        }
         let slot = self.state.slots.lock().insert(Pending {
             token,
             cpu,
@@ -686,5 +714,39 @@ mod tests {
             Ok(4096),
             "an overwrite does not block"
         );
+    }
+
+    /// fio's `uncached=1` on the io_uring backing: a buffered loop device's reads and writes
+    /// (the synchronous path) carry `RWF_DONTCACHE`, and the flag is the engine's `rw_flags`
+    /// (every SQE's); a backing made without it sends none.
+    #[test]
+    fn an_uncached_uring_backing_sends_rwf_dontcache_on_every_read_and_write() {
+        let Some((_d, f)) = file(false, "uncached.img") else {
+            return;
+        };
+        let b = match UringBacking::with_flags(Arc::clone(&f), 4, RwFlags::DONTCACHE) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("skipped: io_uring is unavailable here: {e}");
+                return;
+            }
+        };
+        assert_eq!(b.rw_flags(), RwFlags::DONTCACHE);
+        let mut data = vec![0x5au8; 4096];
+        match b.rw(true, 4096, &mut data, false) {
+            Err(Errno::EOPNOTSUPP) => {
+                eprintln!("skipped: this filesystem has no RWF_DONTCACHE (FOP_DONTCACHE)");
+                return;
+            }
+            r => assert_eq!(r, Ok(4096)),
+        }
+        let mut back = vec![0u8; 4096];
+        assert_eq!(b.rw(false, 4096, &mut back, false), Ok(4096));
+        assert_eq!(back, data);
+        assert_eq!(b.dontcache_syscalls(), 2, "the write and the read");
+        let plain = UringBacking::new(Arc::clone(&f), 4).unwrap();
+        assert_eq!(plain.rw(false, 4096, &mut back, false), Ok(4096));
+        assert_eq!(plain.rw_flags(), RwFlags::empty());
+        assert_eq!(plain.dontcache_syscalls(), 0);
     }
 }

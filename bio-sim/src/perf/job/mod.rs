@@ -571,14 +571,19 @@ pub fn run_job(
             }
             let fig = fig.inspect_err(|_| progress.finish())?;
             if let (Some(v), true) = (&vst, job.rw.writes()) {
-                let n = verify_pass(&p, job, v).map_err(|failure| {
-                    progress.finish();
-                    JobError::Verify {
-                        job: job.name.clone(),
-                        design: d.name().to_owned(),
-                        failure,
-                    }
-                })?;
+                // The simulated designs were read back through their device (run.rs); the
+                // others (raw, kernel-loop) through the file.
+                let n = match fig.device_verified {
+                    Some(n) => n,
+                    None => verify_pass(&p, job, v).map_err(|failure| {
+                        progress.finish();
+                        JobError::Verify {
+                            job: job.name.clone(),
+                            design: d.name().to_owned(),
+                            failure,
+                        }
+                    })?,
+                };
                 verified = Some(format!(
                     "every read checked; after each design's writes all {n} blocks read back with the generation last acknowledged"
                 ));
@@ -644,6 +649,7 @@ fn run_null_blk_job(
         design: Design::NullBlk.name().to_owned(),
         rounds: Vec::new(),
     };
+    let mut device_verified = None;
     for round in 0..cfg.rounds {
         progress.start(&format!("round {}/{}: null_blk", round + 1, cfg.rounds));
         let ctx = Arc::new(RunCtx::new(job, blocks, vst.clone(), progress.io_counter()));
@@ -667,6 +673,7 @@ fn run_null_blk_job(
             None => {}
         }
         let fig = fig.inspect_err(|_| progress.finish())?;
+        device_verified = fig.device_verified.or(device_verified);
         rep.rounds.push(RoundFigures::from_run(&fig));
         progress.step();
     }
@@ -676,7 +683,12 @@ fn run_null_blk_job(
         header,
         designs: vec![rep],
         skipped,
-        verified: vst.map(|_| "every read checked (crc32c, offset, generation)".into()),
+        verified: vst.map(|_| match device_verified {
+            Some(n) => format!(
+                "every read checked; after each round's writes all {n} blocks read back through the device with the generation last acknowledged"
+            ),
+            None => "every read checked (crc32c, offset, generation)".into(),
+        }),
     })
 }
 
@@ -851,6 +863,154 @@ mod tests {
         let f = verify_pass(&p, &job, &v).unwrap_err();
         assert_eq!(f.offset, written);
         assert!(f.found.contains("crc32c"), "{f:?}");
+    }
+
+    /// `nowait=1` on the loop model (base: every command goes to the worker, so tags stay held
+    /// until it runs): every read and write bio carries `REQ_NOWAIT`; with more in flight than
+    /// the loop device's 128 tags blk-mq ends some `BLK_STS_AGAIN`, each counted
+    /// and resubmitted blocking, so every I/O still completes; at a depth the tags cover none
+    /// does.
+    #[test]
+    fn nowait_on_the_loop_model_sends_req_nowait_and_retries_blk_sts_again() {
+        let dir = scratch();
+        let mut job = small_job(RwPattern::RandRead);
+        job.size = 1 << 20;
+        job.number_ios = Some(256);
+        job.ioengine = IoEngine::IoUring;
+        job.nowait = true;
+        let p = match prepare(&cfg(dir.path()), &job, false) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        let mut seen = Vec::new();
+        for depth in [256, 4] {
+            job.iodepth = depth;
+            let ctx = Arc::new(RunCtx::new(&job, p.blocks, None, Arc::default()));
+            let fig = run::run_sim_loop(
+                &p.file,
+                bio_core::drivers::block::loop_drv::LoopVariant::BASE,
+                SimEngine::Sync,
+                &ctx,
+            )
+            .unwrap();
+            assert_eq!(ctx.stop_reason(), None);
+            assert_eq!(fig.ios, 256, "iodepth={depth}: every I/O completed");
+            let (tried, done, again) = fig.bio_nowait.expect("nowait=1 counts");
+            assert_eq!(tried, 256, "iodepth={depth}: each I/O tried NOWAIT once");
+            assert_eq!(done + again, tried);
+            eprintln!("iodepth={depth}: req_nowait_tried={tried} req_nowait_done={done} req_nowait_again={again}");
+            seen.push(again);
+        }
+        assert!(seen[0] > 0, "256 in flight on 128 tags: {seen:?}");
+        assert_eq!(seen[1], 0, "4 in flight never run out of tags");
+    }
+
+    /// A loop backing whose writes are right but whose reads return the next block's bytes: a
+    /// design with a wrong read path that leaves the file sound.
+    #[derive(Debug)]
+    struct NextBlockReads(crate::dev::loop_file::FileBacking);
+
+    impl bio_core::drivers::block::loop_drv::LoopBacking for NextBlockReads {
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+        fn is_block_device(&self) -> bool {
+            false
+        }
+        fn fmode_nowait(&self) -> bool {
+            self.0.fmode_nowait()
+        }
+        fn rw(
+            &self,
+            write: bool,
+            pos: u64,
+            buf: &mut [u8],
+            nowait: bool,
+        ) -> Result<usize, bio_core::errno::Errno> {
+            let pos = if write {
+                pos
+            } else {
+                (pos + buf.len() as u64) % self.size()
+            };
+            self.0.rw(write, pos, buf, nowait)
+        }
+        fn fsync(&self) -> Result<(), bio_core::errno::Errno> {
+            self.0.fsync()
+        }
+        fn fallocate(
+            &self,
+            mode: bio_core::drivers::block::loop_drv::Fallocate,
+            pos: u64,
+            len: u64,
+        ) -> Result<(), bio_core::errno::Errno> {
+            self.0.fallocate(mode, pos, len)
+        }
+    }
+
+    /// A write job on a loop design whose reads return the wrong block: the file is sound (a
+    /// verify pass reading it passes), and the verify pass through the simulated loop device
+    /// stops the run at a bad block. The twin `bug-verify-reads-file` reads the file instead.
+    #[test]
+    #[cfg_attr(
+        feature = "bug-verify-reads-file",
+        should_panic(expected = "the verify pass through the device missed")
+    )]
+    fn a_design_reading_the_wrong_block_is_caught_by_the_verify_pass_through_the_device() {
+        let dir = scratch();
+        let mut job = small_job(RwPattern::RandWrite);
+        job.verify = Some(VerifyKind::Crc32c);
+        job.ioengine = IoEngine::Pvsync2;
+        let p = match prepare(&cfg(dir.path()), &job, false) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        let v = Arc::new(VerifyState::new(4096, p.blocks, true, None));
+        let ctx = Arc::new(RunCtx::new(
+            &job,
+            p.blocks,
+            Some(Arc::clone(&v)),
+            Arc::default(),
+        ));
+        let kernel = bio_core::Kernel::boot(bio_core::KernelConfig::default(), 1, 1).unwrap();
+        let backing = Arc::new(NextBlockReads(crate::dev::loop_file::FileBacking::new(
+            Arc::clone(&p.file),
+        )));
+        let fig = run::run_sim_loop_on(
+            kernel,
+            backing,
+            None,
+            bio_core::drivers::block::loop_drv::LoopVariant::V5,
+            &ctx,
+        )
+        .unwrap();
+        assert_eq!(
+            verify_pass(&p, &job, &v),
+            Ok(64),
+            "the writes reached the file right"
+        );
+        let f = match ctx.stop_reason() {
+            Some(RunStop::Verify(f)) => f,
+            other => panic!(
+                "the verify pass through the device missed the wrong read path: {other:?}, {:?} blocks",
+                fig.device_verified
+            ),
+        };
+        eprintln!(
+            "{}",
+            JobError::Verify {
+                job: job.name.clone(),
+                design: "v5".into(),
+                failure: f.clone()
+            }
+        );
+        assert!(f.offset < p.region, "{f:?}");
+        assert_eq!(fig.device_verified, None, "a failed pass counts nothing");
     }
 }
 

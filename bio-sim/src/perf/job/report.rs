@@ -87,6 +87,11 @@ impl RoundFigures {
             counters.push(("nowait_done", d));
             counters.push(("nowait_eagain", e));
         }
+        if let Some((t, d, e)) = f.bio_nowait {
+            counters.push(("req_nowait_tried", t));
+            counters.push(("req_nowait_done", d));
+            counters.push(("req_nowait_again", e));
+        }
         if let Some(i) = f.irqs {
             counters.push(("irqs", i));
         }

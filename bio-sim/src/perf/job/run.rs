@@ -22,7 +22,9 @@ use crate::fio::job::{IoEngine, JobSpec};
 use crate::fio::verify;
 use crate::perf::bench_common::BenchError;
 use crate::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
-use bio_core::block::{submit_bio_noacct, BioEndIo, BlockDriver, ReqFlags, ReqOp, BLK_STS_OK};
+use bio_core::block::{
+    submit_bio_noacct, BioEndIo, BlockDriver, ReqFlags, ReqOp, BLK_STS_AGAIN, BLK_STS_OK,
+};
 use bio_core::drivers::block::loop_drv::{
     LoopBacking, LoopDevice, LoopStats, LoopVariant, LO_FLAGS_DIRECT_IO,
 };
@@ -53,12 +55,19 @@ pub struct RunFigures {
     pub irqs: Option<u64>,
     /// `RWF_NOWAIT` attempts on the raw path: tried, done, `EAGAIN` (retried blocking).
     pub raw_nowait: Option<(u64, u64, u64)>,
+    /// `REQ_NOWAIT` bios of a `nowait=1` job on a simulated device: tried, done, and
+    /// `BLK_STS_AGAIN` (no tag free; resubmitted without the flag, as the raw path retries).
+    pub bio_nowait: Option<(u64, u64, u64)>,
     /// Flushes completed.
     pub flushes: u64,
     /// io_uring CQEs reaped and the batches they came in (io_uring designs).
     pub cqe_batches: Option<(u64, u64)>,
     /// Other counters of the device (null_blk's).
     pub extra: Vec<(&'static str, u64)>,
+    /// Blocks the verify pass after a write job read back through the simulated device and
+    /// found sound ([`sim_verify_pass`]); `None` where no such pass ran (the caller then reads
+    /// the file).
+    pub device_verified: Option<u64>,
 }
 
 impl RunFigures {
@@ -268,6 +277,11 @@ struct CloneSink {
     done: AtomicU64,
     bytes: AtomicU64,
     flushes: AtomicU64,
+    /// `REQ_NOWAIT` bios: tried, done, `BLK_STS_AGAIN`.
+    nowait: [AtomicU64; 3],
+    /// I/Os whose `REQ_NOWAIT` bio met `BLK_STS_AGAIN`, for the clone to resubmit blocking:
+    /// (write, offset, generation, submit time).
+    again: Mutex<Vec<(bool, u64, u64, Instant)>>,
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -281,6 +295,8 @@ impl CloneSink {
             done: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
+            nowait: Default::default(),
+            again: Mutex::new(Vec::new()),
         }
     }
 
@@ -346,9 +362,11 @@ fn collect(sinks: &[Arc<CloneSink>], elapsed: Duration, cpu: CpuUsed) -> RunFigu
         loop_stats: None,
         irqs: None,
         raw_nowait: None,
+        bio_nowait: None,
         flushes,
         cqe_batches: None,
         extra: Vec::new(),
+        device_verified: None,
     }
 }
 
@@ -774,22 +792,36 @@ pub fn run_sim_loop(
     let cpus = job.numjobs;
     let kernel = Kernel::boot(KernelConfig::default(), cpus, cpus)
         .map_err(|e| BenchError::Machine(e.to_string()))?;
-    let uring = match engine {
-        SimEngine::Sync => None,
-        SimEngine::Uring => Some(Arc::new(
-            UringBacking::new(Arc::clone(file), (job.iodepth * job.numjobs).max(1))
-                .map_err(|e| BenchError::Machine(format!("starting io_uring: {e}")))?,
-        )),
-    };
+    // fio's uncached=1: RWF_DONTCACHE on buffered I/O (either engine).
     let extra = if job.uncached && !job.direct {
         RwFlags::DONTCACHE
     } else {
         RwFlags::empty()
     };
+    let uring = match engine {
+        SimEngine::Sync => None,
+        SimEngine::Uring => Some(Arc::new(
+            UringBacking::with_flags(Arc::clone(file), (job.iodepth * job.numjobs).max(1), extra)
+                .map_err(|e| BenchError::Machine(format!("starting io_uring: {e}")))?,
+        )),
+    };
     let backing: Arc<dyn LoopBacking> = match &uring {
         Some(u) => Arc::clone(u) as Arc<dyn LoopBacking>,
         None => Arc::new(FileBacking::with_flags(Arc::clone(file), extra)),
     };
+    run_sim_loop_on(kernel, backing, uring, variant, ctx)
+}
+
+/// [`run_sim_loop`] over a given `backing` (`uring` when it is that io_uring backing), on
+/// `kernel`: the loop device, the clones, then the verify pass through the device.
+pub fn run_sim_loop_on(
+    kernel: Arc<Kernel>,
+    backing: Arc<dyn LoopBacking>,
+    uring: Option<Arc<UringBacking>>,
+    variant: LoopVariant,
+    ctx: &Arc<RunCtx>,
+) -> Result<RunFigures, BenchError> {
+    let job = &ctx.job;
     let lo_flags = if job.direct { LO_FLAGS_DIRECT_IO } else { 0 };
     let lo = LoopDevice::new(&kernel, 0, backing, lo_flags, 0, variant);
     if let Some(u) = &uring {
@@ -803,7 +835,10 @@ pub fn run_sim_loop(
         },
     )?;
     let dev: Arc<dyn BlockDriver> = lo.clone();
-    let fig = run_sim_clones(&rt, &dev, ctx);
+    let fig = run_sim_clones(&rt, &dev, ctx).map(|mut f| {
+        f.device_verified = sim_verify_pass(&rt, &dev, ctx);
+        f
+    });
     let stats = lo.stats();
     let irqs = rt.stats().total().irqs;
     let report = rt.shutdown();
@@ -868,7 +903,10 @@ pub fn run_sim_null_blk(
         },
     )?;
     let dev: Arc<dyn BlockDriver> = nb.clone();
-    let fig = run_sim_clones(&rt, &dev, ctx);
+    let fig = run_sim_clones(&rt, &dev, ctx).map(|mut f| {
+        f.device_verified = sim_verify_pass(&rt, &dev, ctx);
+        f
+    });
     let irqs = rt.stats().total().irqs;
     let st = nb.stats();
     let report = rt.shutdown();
@@ -921,7 +959,107 @@ pub fn run_sim_clones(
             "I/Os did not complete within 120 s".into(),
         ));
     }
-    Ok(collect(&sinks, elapsed, cpu))
+    let mut fig = collect(&sinks, elapsed, cpu);
+    if raw_flags(job).contains(RwFlags::NOWAIT) {
+        let sum = |i: usize| {
+            sinks
+                .iter()
+                .map(|s| s.nowait[i].load(Ordering::Relaxed))
+                .sum::<u64>()
+        };
+        fig.bio_nowait = Some((sum(0), sum(1), sum(2)));
+    }
+    Ok(fig)
+}
+
+/// Blocks the device-side verify pass keeps in flight.
+const VERIFY_DEPTH: u64 = 32;
+
+/// fio's verify pass after a write job, through the device the job ran on (`dev`: the loop
+/// model, null_blk), not its backing file: every block of the region is read with a bio from
+/// task context on CPU 0 and must hold the generation last acknowledged. A design whose reads
+/// return the wrong data is caught even when its writes reached the file right. The first bad
+/// block stops the run ([`RunStop::Verify`]); returns the blocks checked, or `None` when no pass
+/// is due (no verify, a read-only job, a run already stopped).
+///
+/// Under the twin `bug-verify-reads-file` no device pass runs, so the caller falls back to
+/// reading the file and the wrong read path goes unseen.
+pub fn sim_verify_pass(
+    rt: &ThreadedRuntime,
+    dev: &Arc<dyn BlockDriver>,
+    ctx: &Arc<RunCtx>,
+) -> Option<u64> {
+    let v = ctx.verify.clone()?;
+    if cfg!(feature = "bug-verify-reads-file") || !ctx.job.rw.writes() || ctx.stopped() {
+        return None;
+    }
+    let bs = u64::from(ctx.job.bs);
+    let blocks = ctx.blocks;
+    let done = Arc::new(AtomicU64::new(0));
+    let checked = Arc::new(AtomicU64::new(0));
+    let (dev2, ctx2, done2, checked2) = (
+        Arc::clone(dev),
+        Arc::clone(ctx),
+        Arc::clone(&done),
+        Arc::clone(&checked),
+    );
+    let posted = rt.post_on(CpuId(0), move |cx| {
+        let mut submitted = 0u64;
+        for b in 0..blocks {
+            let d = Arc::clone(&done2);
+            let n = submitted;
+            if !cx.wait_until("bench: verify pass, a free slot", &|| {
+                n < d.load(Ordering::Acquire) + VERIFY_DEPTH
+            }) || ctx2.stopped()
+            {
+                break;
+            }
+            let off = b * bs;
+            let (c, v, d, k) = (
+                Arc::clone(&ctx2),
+                Arc::clone(&v),
+                Arc::clone(&done2),
+                Arc::clone(&checked2),
+            );
+            let bio = cx
+                .kernel()
+                .bio_alloc(ReqOp::Read, off >> 9)
+                .with_data(vec![0; bs as usize])
+                .with_end_io(BioEndIo::new("verify_end_io", move |bio, _| {
+                    let r = if bio.status() != BLK_STS_OK {
+                        Err(VerifyFailure {
+                            offset: off,
+                            found: format!("the read failed: {:?}", bio.status()),
+                        })
+                    } else {
+                        v.check_settled(&bio.data(), off)
+                    };
+                    match r {
+                        Ok(()) => {
+                            k.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(f) => c.halt(RunStop::Verify(f)),
+                    }
+                    d.fetch_add(1, Ordering::Release);
+                }));
+            submitted += 1;
+            submit_bio_noacct(bio, &*dev2, cx);
+        }
+        let d = Arc::clone(&done2);
+        cx.wait_until("bench: verify pass, all reads completed", &|| {
+            d.load(Ordering::Acquire) >= submitted
+        })
+    });
+    let finished = match posted {
+        Ok(h) => h.wait().unwrap_or(false),
+        Err(_) => false,
+    };
+    if !finished && ctx.stop_reason().is_none() {
+        ctx.halt(RunStop::Failed(
+            "the verify pass through the device did not complete within 120 s".into(),
+        ));
+    }
+    (ctx.stop_reason().is_none()).then(|| checked.load(Ordering::Relaxed))
 }
 
 /// One clone in task context on its simulated CPU: submits bios with at most `iodepth` in
@@ -936,11 +1074,17 @@ fn sim_clone(
 ) -> bool {
     let job = &ctx.job;
     let depth = u64::from(job.iodepth.max(1));
-    let bs = job.bs as usize;
-    let verify = ctx.verify.is_some();
+    // nowait=1: REQ_NOWAIT on every read and write (blk-mq ends it BLK_STS_AGAIN when no tag
+    // is free), as the kernel's block device direct I/O does for RWF_NOWAIT.
+    let nowait = raw_flags(job).contains(RwFlags::NOWAIT);
     let mut iss = Issuer::new(ctx, clone, start);
     let mut submitted = 0u64;
     loop {
+        // The NOWAIT attempts that met BLK_STS_AGAIN, again without the flag (blocking).
+        let again = std::mem::take(&mut *sink.again.lock());
+        for (write, off, gen, t0) in again {
+            submit_io(cx, dev, ctx, sink, (write, off, gen), t0, false);
+        }
         if let Some(t) = iss.not_before() {
             if !cx.wait_until("bench: rate_iops/thinktime", &|| Instant::now() >= t) {
                 return false;
@@ -949,19 +1093,23 @@ fn sim_clone(
         let s2 = Arc::clone(sink);
         let n = submitted;
         if !cx.wait_until("bench: a free slot of iodepth", &|| {
-            n < s2.done.load(Ordering::Acquire) + depth
+            n < s2.done.load(Ordering::Acquire) + depth || !s2.again.lock().is_empty()
         }) {
             return false;
         }
+        if !sink.again.lock().is_empty() {
+            continue;
+        }
         let Some(step) = iss.next(ctx) else { break };
         submitted += 1;
-        let (s, c) = (Arc::clone(sink), Arc::clone(ctx));
-        let bio = match step {
+        match step {
             Step::Flush(snap) => {
+                let (s, c) = (Arc::clone(sink), Arc::clone(ctx));
                 let snap = Mutex::new(snap);
                 // blkdev_issue_flush(): an empty REQ_OP_WRITE | REQ_PREFLUSH bio (REQ_OP_FLUSH
                 // cannot be submitted as a bio; the flush state machine makes it a request).
-                cx.kernel()
+                let bio = cx
+                    .kernel()
                     .bio_alloc(ReqOp::Write, 0)
                     .with_flags(ReqFlags::REQ_PREFLUSH)
                     .with_end_io(BioEndIo::new("submit_bio_wait_endio", move |bio, _| {
@@ -972,35 +1120,80 @@ fn sim_clone(
                             )));
                         }
                         s.flush_done(&c, snap.lock().take());
-                    }))
+                    }));
+                submit_bio_noacct(bio, &**dev, cx);
             }
             Step::Io { write, off, gen } => {
-                let mut data = vec![0xa5; bs];
-                stamp_or_fill(&mut data, write, off, gen, verify);
-                let op = if write { ReqOp::Write } else { ReqOp::Read };
-                let t0 = Instant::now();
-                cx.kernel()
-                    .bio_alloc(op, off >> 9)
-                    .with_data(data)
-                    .with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
-                        if bio.status() != BLK_STS_OK {
-                            c.halt(RunStop::Failed(format!(
-                                "a {} bio at offset {off} failed: {:?}",
-                                if write { "write" } else { "read" },
-                                bio.status()
-                            )));
-                        }
-                        let data = (!write && verify).then(|| bio.data());
-                        s.io_done(&c, t0, write, off, gen, data.as_deref());
-                    }))
+                submit_io(
+                    cx,
+                    dev,
+                    ctx,
+                    sink,
+                    (write, off, gen),
+                    Instant::now(),
+                    nowait,
+                );
             }
-        };
-        submit_bio_noacct(bio, &**dev, cx);
+        }
     }
-    let s2 = Arc::clone(sink);
-    cx.wait_until("bench: all I/Os completed", &|| {
-        s2.done.load(Ordering::Acquire) >= submitted
-    })
+    loop {
+        let s2 = Arc::clone(sink);
+        if !cx.wait_until("bench: all I/Os completed", &|| {
+            s2.done.load(Ordering::Acquire) >= submitted || !s2.again.lock().is_empty()
+        }) {
+            return false;
+        }
+        let again = std::mem::take(&mut *sink.again.lock());
+        if again.is_empty() {
+            return true;
+        }
+        for (write, off, gen, t0) in again {
+            submit_io(cx, dev, ctx, sink, (write, off, gen), t0, false);
+        }
+    }
+}
+
+/// Submits one read or write bio of a clone (`io`: write, offset, generation), `REQ_NOWAIT`
+/// when `nowait`; its latency counts from `t0` (the first attempt's submission).
+fn submit_io(
+    cx: &Cpu,
+    dev: &Arc<dyn BlockDriver>,
+    ctx: &Arc<RunCtx>,
+    sink: &Arc<CloneSink>,
+    (write, off, gen): (bool, u64, u64),
+    t0: Instant,
+    nowait: bool,
+) {
+    let verify = ctx.verify.is_some();
+    let mut data = vec![0xa5; ctx.job.bs as usize];
+    stamp_or_fill(&mut data, write, off, gen, verify);
+    let op = if write { ReqOp::Write } else { ReqOp::Read };
+    let (s, c) = (Arc::clone(sink), Arc::clone(ctx));
+    let mut bio = cx.kernel().bio_alloc(op, off >> 9).with_data(data);
+    if nowait {
+        bio = bio.with_flags(ReqFlags::REQ_NOWAIT);
+        sink.nowait[0].fetch_add(1, Ordering::Relaxed);
+    }
+    let bio = bio.with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
+        if nowait {
+            if bio.status() == BLK_STS_AGAIN {
+                s.nowait[2].fetch_add(1, Ordering::Relaxed);
+                s.again.lock().push((write, off, gen, t0));
+                return;
+            }
+            s.nowait[1].fetch_add(1, Ordering::Relaxed);
+        }
+        if bio.status() != BLK_STS_OK {
+            c.halt(RunStop::Failed(format!(
+                "a {} bio at offset {off} failed: {:?}",
+                if write { "write" } else { "read" },
+                bio.status()
+            )));
+        }
+        let data = (!write && verify).then(|| bio.data());
+        s.io_done(&c, t0, write, off, gen, data.as_deref());
+    }));
+    submit_bio_noacct(bio, &**dev, cx);
 }
 
 #[cfg(test)]
