@@ -11,20 +11,7 @@ use crate::kernel::Cpu;
 
 /// `trace_block_bio_queue()`: a bio is queued (`submit_bio_noacct()`).
 pub fn block_bio_queue(bio: &Bio, cpu: &Cpu) {
-    let (major, minor) = bio.bi_bdev.unwrap_or((0, 0));
-    crate::ktrace!(
-        cpu,
-        target: "block",
-        "block_bio_queue",
-        fields(bio = bio.id()),
-        "{},{} {} {} + {} [{}]",
-        major,
-        minor,
-        bio.bi_opf.rwbs(),
-        bio.bi_iter.bi_sector,
-        bio.sectors(),
-        cpu.current().comm
-    );
+    block_bio_class("block_bio_queue", bio, cpu);
 }
 
 /// `trace_block_bio_remap(bio, dev, from)`: a stacked or partitioned device moved the bio

@@ -657,6 +657,19 @@ impl LoopCmd {
         self.use_aio && self.op == ReqOp::Write
     }
 
+    /// Moves everything the request owns (its bios, `cmd->ref`, the kiocb write, `cmd->bvec`)
+    /// into a new command, leaving this one an empty shell: the command a completion or the
+    /// stranded list takes over while the caller keeps the husk.
+    fn take_all(&mut self) -> LoopCmd {
+        LoopCmd {
+            bios: self.bios.take(),
+            aio_ref: std::mem::take(&mut self.aio_ref),
+            kiocb: self.kiocb.take(),
+            bvec: self.bvec.take(),
+            ..self.shell()
+        }
+    }
+
     /// The command without its bio, its reference count or its kiocb write (whoever takes the
     /// bio moves those along explicitly).
     fn shell(&self) -> LoopCmd {
@@ -1037,23 +1050,11 @@ impl LoopDevice {
                 // Upstream's fix: `return ret`. V5's loop_queue_rq() answers -EIO with
                 // BLK_STS_OK and nobody completes the request: it keeps its bios forever.
                 tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: lo_rw_aio_prep() {} {} + {} -> {}: lo_rw_aio_nowait() returns it, loop_queue_rq() returns BLK_STS_OK, the request is never completed", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, e.neg_str());
-                let kept = LoopCmd {
-                    bios: cmd.bios.take(),
-                    aio_ref: std::mem::take(&mut cmd.aio_ref),
-                    kiocb: cmd.kiocb.take(),
-                    bvec: cmd.bvec.take(),
-                    ..cmd.shell()
-                };
+                let kept = cmd.take_all();
                 self.stranded.lock().push(kept);
                 return Err(e);
             }
-            let done = LoopCmd {
-                bios: cmd.bios.take(),
-                aio_ref: std::mem::take(&mut cmd.aio_ref),
-                kiocb: cmd.kiocb.take(),
-                bvec: cmd.bvec.take(),
-                ..cmd.shell()
-            };
+            let done = cmd.take_all();
             self.lo_rw_aio_complete(done, Err(e), cx);
             return Err(e);
         }
@@ -1093,13 +1094,7 @@ impl LoopDevice {
                 }
                 if self.variant.nowait_completes_on_eopnotsupp {
                     // `if (ret != -EIOCBQUEUED && ret != -EAGAIN) lo_rw_aio_complete(...)`.
-                    let done = LoopCmd {
-                        bios: cmd.bios.take(),
-                        aio_ref: std::mem::take(&mut cmd.aio_ref),
-                        kiocb: cmd.kiocb.take(),
-                        bvec: cmd.bvec.take(),
-                        ..cmd.shell()
-                    };
+                    let done = cmd.take_all();
                     self.lo_rw_aio_complete(done, r, cx);
                 }
             }

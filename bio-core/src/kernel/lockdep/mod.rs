@@ -566,7 +566,18 @@ impl Cpu {
         name: &'static str,
         read: LockRead,
     ) -> (HeldLock, Option<Report>) {
-        let (mut held, report) = self.lockdep_acquire_mode(class, name, read);
+        let taken = self.lockdep_acquire_mode(class, name, read);
+        self.lock_preempt_effect(class, taken)
+    }
+
+    /// The lock's own preemption effect after its lockdep half
+    /// ([`LockClass::disables_preemption`]: a raw spinlock always, a spinlock or `local_lock_t`
+    /// on !PREEMPT_RT), recorded on the held lock so that release undoes it.
+    fn lock_preempt_effect(
+        &self,
+        class: LockClass,
+        (mut held, report): (HeldLock, Option<Report>),
+    ) -> (HeldLock, Option<Report>) {
         held.disabled_preemption = class.disables_preemption(self.config());
         if held.disabled_preemption {
             self.preempt_disable();
@@ -601,15 +612,8 @@ impl Cpu {
         name: &'static str,
         read: LockRead,
     ) -> (HeldLock, Option<Report>) {
-        let (mut held, report) = self.lockdep_acquire_try(class, name, read);
-        held.disabled_preemption = class.disables_preemption(self.config());
-        if held.disabled_preemption {
-            self.preempt_disable();
-            if let Some(h) = self.held_locks.borrow_mut().last_mut() {
-                h.disabled_preemption = true;
-            }
-        }
-        (held, report)
+        let taken = self.lockdep_acquire_try(class, name, read);
+        self.lock_preempt_effect(class, taken)
     }
 
     /// The lockdep half of a successful trylock (see [`Cpu::lock_acquire_try`]) with no effect
