@@ -447,6 +447,34 @@ impl Reader {
         parse_bytes(v).map_err(|why| self.bad(s, why))
     }
 
+    /// Why a `bs` that is not a multiple of 512 is refused. Direct I/O: `O_DIRECT` on a device
+    /// of 512-byte logical blocks needs every length a multiple of 512 (the kernel fails each
+    /// I/O with `EINVAL`), so fio's job could not run either. Buffered: fio accepts it (the page
+    /// cache is byte-granular), but biosim runs the same job on its simulated devices, which take
+    /// bios in whole sectors with no page cache between the job and the device to
+    /// read-modify-write a partial block, so it could not run the job as written on every design.
+    fn unaligned_bs(&self, direct: bool, d: Option<&Setting>, b: Option<&Setting>) -> String {
+        let why = match (direct, d.or(b)) {
+            (true, Some(s)) => format!("direct I/O ({} of line {})", s.shown(), s.line),
+            (true, None) => "direct I/O".to_owned(),
+            (false, Some(s)) => format!("buffered I/O ({} of line {})", s.shown(), s.line),
+            (false, None) => "buffered I/O (fio's default)".to_owned(),
+        };
+        if direct {
+            format!(
+                "the block size must be a multiple of 512 for {why}: O_DIRECT on 512-byte \
+                 sectors fails any other length with EINVAL"
+            )
+        } else {
+            format!(
+                "the block size must be a multiple of 512, also for {why}: fio accepts any bs \
+                 for buffered I/O, but biosim runs the job on its simulated devices too, which \
+                 take bios in whole 512-byte sectors with no page cache to read-modify-write a \
+                 partial block"
+            )
+        }
+    }
+
     fn int(&self, s: &Setting) -> Result<u64, JobFileError> {
         let v = self.value(s)?;
         parse_int(v).map_err(|why| self.bad(s, why))
@@ -489,13 +517,8 @@ impl Reader {
         }
         if let Some(s) = get(Opt::Bs) {
             let bs = self.bytes(s)?;
-            if bs == 0 || bs % 512 != 0 {
-                return Err(self.bad(
-                    s,
-                    "the block size must be a positive multiple of 512: fio takes any bs for \
-                     buffered I/O, but biosim's simulated devices take bios in whole 512-byte \
-                     sectors (and O_DIRECT needs them too)",
-                ));
+            if bs == 0 {
+                return Err(self.bad(s, "the block size must be a positive multiple of 512"));
             }
             j.bs = u32::try_from(bs).map_err(|_| self.bad(s, "block size too large"))?;
         }
@@ -564,6 +587,9 @@ impl Reader {
             (Some(d), None) => j.direct = self.boolean(d)?,
             (None, Some(b)) => j.direct = !self.boolean(b)?,
             (None, None) => {}
+        }
+        if let Some(s) = get(Opt::Bs).filter(|_| j.bs % 512 != 0) {
+            return Err(self.bad(s, self.unaligned_bs(j.direct, direct, buffered)));
         }
         let nowait = get(Opt::Nowait);
         if let Some(s) = nowait {

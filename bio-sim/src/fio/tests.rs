@@ -157,9 +157,58 @@ fn bs_is_a_multiple_of_512_and_one_value_for_both_directions() {
     assert_eq!(job("blocksize=1m").bs, 1 << 20);
     refused("bs=4k,8k", 4, &["`bs=4k,8k`", "one value per direction"]);
     refused("bs=4k-16k", 4, &["`bs=4k-16k`", "range"]);
-    refused("bs=1000", 4, &["`bs=1000`", "multiple of 512"]);
+    refused(
+        "bs=1000",
+        4,
+        &[
+            "`bs=1000`",
+            "multiple of 512, also for buffered I/O (fio's default)",
+        ],
+    );
     refused("bs=0", 4, &["`bs=0`", "multiple of 512"]);
     refused("bs=8g", 4, &["`bs=8g`", "too large"]);
+}
+
+#[test]
+fn a_bs_off_the_sector_grid_is_refused_for_buffered_and_direct_io_alike() {
+    // Buffered: fio would take it; biosim says why it does not, at the bs line, naming the
+    // option that made the job buffered.
+    refused(
+        "buffered=1\nbs=1000",
+        5,
+        &[
+            "`bs=1000`",
+            "buffered I/O (`buffered=1` of line 4)",
+            "fio accepts any bs for buffered I/O",
+            "whole 512-byte sectors",
+        ],
+    );
+    refused(
+        "direct=0\nbs=1000",
+        5,
+        &["`bs=1000`", "buffered I/O (`direct=0` of line 4)"],
+    );
+    // Direct: refused for the kernel's reason, whichever line comes first.
+    let e = refused(
+        "bs=1000\ndirect=1",
+        4,
+        &["`bs=1000`", "direct I/O (`direct=1` of line 5)", "EINVAL"],
+    );
+    assert!(!e.message.contains("fio accepts"), "{e}");
+    refused(
+        "buffered=0\nbs=1500",
+        5,
+        &["direct I/O (`buffered=0` of line 4)"],
+    );
+    // From [global] too: the line is the bs line in [global].
+    refused_text(
+        "[global]\nsize=1m\nbs=2000\ndirect=1\n[j]\n",
+        3,
+        &["`bs=2000`", "direct I/O (`direct=1` of line 4)"],
+    );
+    // On the grid, both run.
+    assert_eq!(job("buffered=1\nbs=2560\nsize=5m").bs, 2560);
+    assert_eq!(job("direct=1\nbs=2560\nsize=5m").bs, 2560);
 }
 
 #[test]
