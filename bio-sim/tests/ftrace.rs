@@ -176,6 +176,75 @@ fn every_trace_biosim_writes_is_a_tracefs_trace_file_with_the_kernels_fields() {
     );
 }
 
+/// null_blk's timer mode (`irqmode=2`) on the deterministic runtime, from its scenario's trace:
+/// every nullb0 request issued is completed once, on the CPU that issued it, in hardirq (`h` in
+/// the flags) inside a `nullb-hrtimer` interrupt; no completion comes before the `nullb_timer`
+/// line that expires its hrtimer; and every line passes its format check. The kernel's own
+/// `hrtimer_start`/`hrtimer_expire_entry`/`hrtimer_expire_exit` lines are not in the trace: their
+/// 6.18 formats are not recorded under tests/data/tracefs-6.18/formats.
+#[test]
+fn nullblk_timer_mode_completes_in_the_hrtimers_hardirq_on_the_issuing_cpu() {
+    let f = formats();
+    assert!(
+        !f.iter().any(|e| e.name.starts_with("hrtimer_")),
+        "hrtimer formats are recorded now: emit the kernel's hrtimer events in timer mode"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let scn = "docs/scenarios/nullblk-timer-v7.scn";
+    let text = traced(dir.path(), "timer", &["run", "--quiet", scn]);
+    let bad = problems(scn, &text, &f);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // (rwbs, sector) of a nullb0 request line: `254,0 W 4096 () 24 + 8 ...` (issue) or
+    // `254,0 W () 24 + 8 ...` (complete).
+    let key = |fields: &str| -> Option<(String, String)> {
+        let w: Vec<&str> = fields.split_whitespace().collect();
+        let at = w.iter().position(|x| *x == "()")?;
+        if w.first() != Some(&"254,0") {
+            return None;
+        }
+        Some((w.get(1)?.to_string(), w.get(at + 1)?.to_string()))
+    };
+    let (mut issued, mut expired, mut completed) = (Vec::new(), 0, 0);
+    let (mut in_irq, mut read_back) = (None, false);
+    for l in bio_sim::report::ftrace::parse_trace(&text).unwrap() {
+        match l.event.as_str() {
+            "tracing_mark_write" if l.fields.contains("expire nullb0's next hrtimer") => {
+                expired += 1
+            }
+            // The final read-back settles by firing every pending timer without a marker.
+            "tracing_mark_write" if l.fields.contains("read every written block back") => {
+                read_back = true
+            }
+            "block_rq_issue" => issued.push((key(&l.fields).expect("a nullb0 line"), l.cpu)),
+            "irq_handler_entry" if l.fields.contains("name=nullb-hrtimer") => in_irq = Some(l.cpu),
+            "irq_handler_exit" => in_irq = None,
+            "block_rq_complete" => {
+                let k = key(&l.fields).expect("a nullb0 line");
+                let i = issued
+                    .iter()
+                    .position(|(ik, _)| *ik == k)
+                    .unwrap_or_else(|| panic!("completed, never issued: {}", l.fields));
+                let (_, cpu) = issued.remove(i);
+                assert_eq!(l.cpu, cpu, "ended on another CPU than it was issued: {l:?}");
+                assert_eq!(in_irq, Some(l.cpu), "not in the hrtimer's interrupt: {l:?}");
+                assert_eq!(l.flags.as_bytes()[2], b'h', "not in hardirq: {l:?}");
+                completed += 1;
+                assert!(
+                    read_back || completed <= expired,
+                    "completion {completed} before its hrtimer expired: {l:?}"
+                );
+            }
+            _ => {}
+        }
+    }
+    assert!(issued.is_empty(), "never completed: {issued:?}");
+    assert_eq!(
+        (expired, completed),
+        (2, 3),
+        "two scenario requests and the read-back"
+    );
+}
+
 #[test]
 fn finding_01s_scenario_on_v6_writes_its_golden_trace_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();

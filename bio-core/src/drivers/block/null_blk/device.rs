@@ -372,6 +372,14 @@ impl NullBlk {
         self.hrtimers.lock().pending.len()
     }
 
+    /// The hrtimers' clock now, in ns since the device was added: with
+    /// [`HrtimerClock::Explicit`], the simulated time, which only [`NullBlk::fire_next_hrtimer`]
+    /// moves (to the expiry it fires); with [`HrtimerClock::Thread`], real time.
+    pub fn hrtimer_clock_ns(&self) -> u64 {
+        let st = self.hrtimers.lock();
+        self.hrtimers.now_ns(&st)
+    }
+
     /// The explicit clock's next expiry, in ns since the device was added.
     pub fn next_hrtimer_expiry(&self) -> Option<u64> {
         self.hrtimers

@@ -458,3 +458,79 @@ fn timer_mode_fires_as_an_explicit_event_and_ends_in_hardirq_on_the_submitting_c
     );
     assert_eq!(nb.tags_in_use(), 0);
 }
+
+/// Timer mode on the deterministic clock: each request ends exactly `completion_nsec` of
+/// simulated time after its submission (`hrtimer_start(..., HRTIMER_MODE_REL)`), never before
+/// its hrtimer is fired, in hardirq on the CPU that submitted it; the device's clock moves only
+/// when a timer fires, so a request submitted after the first expiry expires later.
+#[test]
+fn timer_mode_completions_come_completion_nsec_after_submission_in_simulated_time() {
+    let k = Kernel::new(KernelConfig::default(), 2).unwrap();
+    let (c0, c1) = (k.cpu(CpuId(0)).unwrap(), k.cpu(CpuId(1)).unwrap());
+    let nb = NullBlk::new(
+        &k,
+        0,
+        cfg(&[
+            ("irqmode", "2"),
+            ("completion_nsec", "2500"),
+            ("memory_backed", "1"),
+        ]),
+    )
+    .unwrap();
+    // (submitted at, CPU) of each request, in submission order; each completion records the
+    // clock, the CPU and whether it ran in hardirq.
+    let ended: Ended = Arc::default();
+    let seen: Arc<Mutex<Vec<(u64, u32, bool)>>> = Arc::default();
+    let submit_at = |cpu: &Cpu, op: ReqOp, sector: u64, fill: u8| {
+        let (e, s, nbc) = (
+            Arc::clone(&ended),
+            Arc::clone(&seen),
+            UntrackedArc::clone(&nb),
+        );
+        let mut bio =
+            k.bio_alloc(op, sector)
+                .with_end_io(BioEndIo::new("test_end_io", move |b, cx| {
+                    s.lock()
+                        .push((nbc.hrtimer_clock_ns(), cx.id().0, cx.in_hardirq()));
+                    e.lock().push((b.op(), b.status(), b.data()))
+                }));
+        bio.add_data(vec![fill; 512]);
+        let t = nb.hrtimer_clock_ns();
+        submit_bio_noacct(bio, &*nb, cpu);
+        t
+    };
+    let mut submitted = vec![
+        (submit_at(&c1, ReqOp::Write, 0, 7), 1),
+        (submit_at(&c0, ReqOp::Read, 8, 0), 0),
+    ];
+    assert_eq!(submitted, [(0, 1), (0, 0)]);
+    assert_eq!(nb.next_hrtimer_expiry(), Some(2500));
+    // Nothing ends by itself: no interrupt is pending until a timer fires.
+    assert!(!k.deliver_irq(&c1) && !k.deliver_irq(&c0));
+    assert!(ended.lock().is_empty());
+    assert!(nb.fire_next_hrtimer());
+    assert_eq!(nb.hrtimer_clock_ns(), 2500);
+    assert!(k.deliver_irq(&c1), "the write's interrupt is on CPU1");
+    assert!(!k.deliver_irq(&c0), "the read's timer has not fired yet");
+    submitted.push((submit_at(&c0, ReqOp::Read, 0, 0), 0));
+    assert_eq!(submitted[2].0, 2500, "submitted at the clock's time");
+    assert!(nb.fire_next_hrtimer());
+    assert!(k.deliver_irq(&c0));
+    assert_eq!(nb.next_hrtimer_expiry(), Some(5000));
+    assert!(nb.fire_next_hrtimer());
+    assert!(k.deliver_irq(&c0));
+    assert!(!nb.fire_next_hrtimer());
+    let seen = seen.lock().clone();
+    assert_eq!(seen.len(), 3);
+    for ((at, cpu), (done, on, hardirq)) in submitted.iter().zip(&seen) {
+        assert_eq!(done - at, 2500, "submitted at {at}, ended at {done}");
+        assert_eq!((on, hardirq), (cpu, &true));
+    }
+    let ended = ended.lock();
+    assert_eq!(
+        ended[2].2,
+        vec![7; 512],
+        "the read after the write sees its data"
+    );
+    assert!(ended.iter().all(|e| e.1 == BLK_STS_OK));
+}
