@@ -232,8 +232,8 @@ fn sigint_child(dir: &std::path::Path, ready: &std::path::Path) {
         .open(tmp.path())
         .unwrap();
     backing.set_len(live::BACKING_BYTES).unwrap();
-    let lo = live::attach(&backing).unwrap();
-    std::fs::write(ready, format!("loop{}", lo.number)).unwrap();
+    let lo = live::attach(tmp.path()).unwrap();
+    std::fs::write(ready, format!("loop{}", lo.index())).unwrap();
     loop {
         std::thread::sleep(std::time::Duration::from_secs(1));
     }

@@ -85,8 +85,8 @@ pub fn probe(dir: &Path) -> Result<BdevProbe, String> {
     backing
         .set_len(1 << 20)
         .map_err(|e| format!("truncate {}: {e}", tmp.path().display()))?;
-    let lo = crate::calibrate::loop_cal::live::attach(&backing).map_err(|e| e.to_string())?;
-    let dev = format!("/dev/loop{}", lo.number);
+    let lo = crate::calibrate::loop_cal::live::attach(tmp.path()).map_err(|e| e.to_string())?;
+    let dev = lo.dev_path().display().to_string();
     let f = std::fs::File::options()
         .read(true)
         .write(true)

@@ -10,8 +10,8 @@
 //! (`ext4_end_bio()`) keeps them. That workqueue completion is what patch 2/4 replaces with
 //! `BIO_COMPLETE_IN_TASK` for every iomap user.
 
-use crate::calibrate::loop_cal::live::Attached;
 use crate::dev::cleanup::{Blocked, Restore, RestoreAction, TempFile};
+use crate::dev::kernel_loop::KernelLoop;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 pub struct ScratchXfs {
     mountpoint: PathBuf,
     umount: Restore,
-    lo: Option<Attached>,
+    lo: Option<KernelLoop>,
     _rmdir: Restore,
     backing: Option<std::fs::File>,
     _tmp: TempFile,
@@ -86,8 +86,8 @@ impl ScratchXfs {
             let _ = std::fs::remove_dir(&mountpoint);
             e.to_string()
         })?;
-        let lo = crate::calibrate::loop_cal::live::attach(&backing).map_err(|e| e.to_string())?;
-        let dev = format!("/dev/loop{}", lo.number);
+        let lo = crate::calibrate::loop_cal::live::attach(tmp.path()).map_err(|e| e.to_string())?;
+        let dev = lo.dev_path().display().to_string();
         let out = std::process::Command::new("mkfs.xfs")
             .args(["-f", "-q", &dev])
             .output()
@@ -149,7 +149,7 @@ impl ScratchXfs {
     pub fn device(&self) -> String {
         self.lo
             .as_ref()
-            .map_or_else(String::new, |l| format!("/dev/loop{}", l.number))
+            .map_or_else(String::new, |l| l.dev_path().display().to_string())
     }
 
     /// Unmounts (a plain `umount2(0)`, so a busy file system is an error), detaches and removes
