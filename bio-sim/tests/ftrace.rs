@@ -468,6 +468,46 @@ fn an_existing_file_an_input_file_or_a_bad_path_is_refused_with_exit_2_and_nothi
             ],
             "both name",
         ),
+        (
+            vec![
+                "run".into(),
+                s(&scn),
+                "--trace".into(),
+                "-".into(),
+                "--perfetto".into(),
+                "-".into(),
+            ],
+            "--trace and --perfetto both write to standard output",
+        ),
+        // explore's --json prints on standard output: with --trace - the report and the trace
+        // would be one stream.
+        (
+            vec![
+                "explore".into(),
+                "--variant".into(),
+                "v6".into(),
+                "--cases".into(),
+                "2000".into(),
+                "--json".into(),
+                "--trace".into(),
+                "-".into(),
+            ],
+            "--trace and --json both write to standard output",
+        ),
+        (
+            vec![
+                "explore".into(),
+                "--variant".into(),
+                "v6".into(),
+                "--cases".into(),
+                "2000".into(),
+                "--out".into(),
+                s(&d.join("new.scn")),
+                "--trace".into(),
+                s(&d.join("out/../new.scn")),
+            ],
+            "--out and --trace both name",
+        ),
     ];
     for (args, why) in cases {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -128,15 +128,21 @@ pub fn explore(args: ExploreArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(p) = &args.out {
         check_out(p)?;
     }
-    if let (Some(t), Some(o)) = (&args.trace_out, &args.out) {
-        if t == o {
-            return Err(format!(
-                "--trace and --out both name {}: give each its own file",
-                t.display()
-            )
-            .into());
-        }
-    }
+    // `--json` prints on standard output, so with `--trace -` the two would be one stream; an
+    // `--out` named `-` is a file of that name.
+    let out = args.out.as_deref().map(|o| match o.as_os_str() == "-" {
+        true => Path::new("./-"),
+        false => o,
+    });
+    let given: Vec<(&str, &Path)> = [
+        ("--out", out),
+        ("--trace", args.trace_out.as_deref()),
+        ("--json", args.json.then_some(Path::new("-"))),
+    ]
+    .into_iter()
+    .filter_map(|(f, p)| Some((f, p?)))
+    .collect();
+    super::output::check_distinct(&given)?;
     let trace_out = args
         .trace_out
         .as_deref()

@@ -173,8 +173,33 @@ fn keep_mode_and_owner(tmp: &Path, old: &std::fs::Metadata) -> std::io::Result<(
     std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(old.mode() & 0o777))
 }
 
+/// Checks that no two of a command's outputs (`(flag, path)`, `-` standing for standard output
+/// whatever the flag) write to one place: the same file however it is named ([`same_file`]:
+/// one canonical path, or one inode), or both standard output, where one stream would be the
+/// two outputs interleaved. Checked before anything runs, beside each output's own
+/// [`Output::check`].
+pub fn check_distinct(outputs: &[(&str, &Path)]) -> Result<(), String> {
+    for (i, (fa, a)) in outputs.iter().enumerate() {
+        for (fb, b) in &outputs[i + 1..] {
+            let (out_a, out_b) = (a.as_os_str() == "-", b.as_os_str() == "-");
+            if out_a && out_b {
+                return Err(format!(
+                    "{fa} and {fb} both write to standard output: give one of them a file"
+                ));
+            }
+            if !out_a && !out_b && (a == b || same_file(a, b)) {
+                return Err(format!(
+                    "{fa} and {fb} both name {}: give each its own file",
+                    a.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks a command's `--trace` and `--perfetto` together: each as [`Output::check`], and not
-/// both the same file nor both stdout.
+/// both the same file nor both stdout ([`check_distinct`]).
 pub fn check_pair(
     trace: Option<&Path>,
     perfetto: Option<&Path>,
@@ -190,14 +215,11 @@ pub fn check_pair_with(
     inputs: &[&Path],
     force: bool,
 ) -> Result<(Option<Output>, Option<Output>), String> {
-    if let (Some(t), Some(p)) = (trace, perfetto) {
-        if t == p || same_file(t, p) {
-            return Err(format!(
-                "--trace and --perfetto both name {}: give each its own file",
-                t.display()
-            ));
-        }
-    }
+    let given: Vec<(&str, &Path)> = [("--trace", trace), ("--perfetto", perfetto)]
+        .into_iter()
+        .filter_map(|(f, p)| Some((f, p?)))
+        .collect();
+    check_distinct(&given)?;
     let t = trace
         .map(|p| Output::check_with("--trace", p, inputs, force))
         .transpose()?;
@@ -324,6 +346,36 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
         let (t, p) = check_pair_with(Some(&out), None, &[&input], true).unwrap();
         assert!(t.is_some() && p.is_none());
+    }
+
+    #[test]
+    fn no_two_outputs_share_a_file_or_standard_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (a, a2, b) = (d.join("a"), d.join("./a"), d.join("b"));
+        let e = check_distinct(&[("--json", &a), ("--trace", &a2)]).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "--json and --trace both name {}: give each its own file",
+                a.display()
+            )
+        );
+        let dash = Path::new("-");
+        let e = check_distinct(&[("--out", &b), ("--trace", dash), ("--json", dash)]).unwrap_err();
+        assert_eq!(
+            e,
+            "--trace and --json both write to standard output: give one of them a file"
+        );
+        // Any pair, not only neighbours.
+        let e = check_distinct(&[("--trace", &a), ("--perfetto", &b), ("--json", &a)]).unwrap_err();
+        assert!(e.starts_with("--trace and --json both name"), "{e}");
+        // One of them on standard output, or different files: fine.
+        assert_eq!(check_distinct(&[("--json", dash), ("--trace", &a)]), Ok(()));
+        assert_eq!(check_distinct(&[("--json", &a), ("--trace", &b)]), Ok(()));
+        assert_eq!(check_distinct(&[]), Ok(()));
+        let e = check_pair(Some(dash), Some(dash), &[]).unwrap_err();
+        assert!(e.contains("both write to standard output"), "{e}");
     }
 
     #[test]
