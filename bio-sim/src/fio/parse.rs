@@ -588,7 +588,7 @@ impl Reader {
             (None, Some(b)) => j.direct = !self.boolean(b)?,
             (None, None) => {}
         }
-        if let Some(s) = get(Opt::Bs).filter(|_| j.bs % 512 != 0) {
+        if let Some(s) = get(Opt::Bs).filter(|_| !j.bs.is_multiple_of(512)) {
             return Err(self.bad(s, self.unaligned_bs(j.direct, direct, buffered)));
         }
         let nowait = get(Opt::Nowait);

@@ -177,14 +177,26 @@ fn run_kernel_loop(
             create_size: None,
         },
     )?);
-    let fig = if job.ioengine.is_sync() {
-        run::run_raw_sync(&dev, ctx)
-    } else {
-        run::run_raw_uring(&dev, ctx)
-    };
+    let fig = run_through_device(&dev, ctx);
     drop(dev);
     drop(lo);
     fig
+}
+
+/// The raw job through `dev`, a device of the host over the job's file, then (a write job under
+/// verify) the verify pass through the same descriptor while the device is still there
+/// ([`run::device_verify_pass`]): fio's verify reads what it wrote where it wrote it.
+fn run_through_device(
+    dev: &Arc<BackingFile>,
+    ctx: &Arc<RunCtx>,
+) -> Result<run::RunFigures, BenchError> {
+    let mut fig = if ctx.job.ioengine.is_sync() {
+        run::run_raw_sync(dev, ctx)
+    } else {
+        run::run_raw_uring(dev, ctx)
+    }?;
+    fig.device_verified = run::device_verify_pass(dev, ctx);
+    Ok(fig)
 }
 
 /// The filesystem type of `path`'s filesystem (`statfs(2)`'s `f_type`), by name.
@@ -397,29 +409,11 @@ fn lay_out(p: &Prepared, job: &JobSpec, verify: Option<&VerifyState>) -> Result<
     Ok(())
 }
 
-/// Reads every block back after a write job's run and checks it against the last acknowledged
-/// write (fio's verify pass after the writes).
+/// Reads every block of the job's file back after a write job's run and checks it against the
+/// last acknowledged write (fio's verify pass after the writes), for the designs that wrote the
+/// file directly (raw).
 fn verify_pass(p: &Prepared, job: &JobSpec, v: &VerifyState) -> Result<u64, VerifyFailure> {
-    let bs = job.bs as usize;
-    let chunk_blocks = ((1usize << 20) / bs).max(1);
-    let mut buf = AlignedBuf::new(chunk_blocks * bs);
-    let mut off = 0u64;
-    let mut checked = 0;
-    while off < p.region {
-        let n = ((p.region - off) as usize).min(buf.len());
-        if let Err(e) = p.file.read_exact_at(&mut buf[..n], off, RwFlags::empty()) {
-            return Err(VerifyFailure {
-                offset: off,
-                found: format!("the read failed: {e}"),
-            });
-        }
-        for (i, b) in buf[..n].chunks(bs).enumerate() {
-            v.check_settled(b, off + (i * bs) as u64)?;
-            checked += 1;
-        }
-        off += n as u64;
-    }
-    Ok(checked)
+    run::read_back(&p.file, p.blocks, job.bs, v)
 }
 
 /// The header printed before a job runs.
@@ -571,8 +565,8 @@ pub fn run_job(
             }
             let fig = fig.inspect_err(|_| progress.finish())?;
             if let (Some(v), true) = (&vst, job.rw.writes()) {
-                // The simulated designs were read back through their device (run.rs); the
-                // others (raw, kernel-loop) through the file.
+                // The simulated designs and kernel-loop were read back through their device
+                // (run.rs); raw through the file.
                 let n = match fig.device_verified {
                     Some(n) => n,
                     None => verify_pass(&p, job, v).map_err(|failure| {
@@ -863,6 +857,153 @@ mod tests {
         let f = verify_pass(&p, &job, &v).unwrap_err();
         assert_eq!(f.offset, written);
         assert!(f.found.contains("crc32c"), "{f:?}");
+    }
+
+    /// A device of the host standing in for the kernel's `/dev/loopN` (which needs root): a copy
+    /// of the job's file, opened as `run_kernel_loop()` opens the device. What the job writes
+    /// through it never reaches the job's own file, as with a device whose writes the file does
+    /// not see yet.
+    fn stand_in_device(p: &Prepared, job: &JobSpec, dir: &Path) -> Arc<BackingFile> {
+        let path = dir.join("loop-stand-in.img");
+        std::fs::copy(p.file.path(), &path).unwrap();
+        let opts = OpenOptions {
+            direct: job.direct,
+            read_only: false,
+            create_size: None,
+        };
+        Arc::new(BackingFile::open(&path, &opts).unwrap())
+    }
+
+    /// kernel-loop's verify pass reads through the device the job wrote through, not the file:
+    /// on a device whose writes the file has not seen, the pass through the device finds every
+    /// block sound and reading the file would not. The twin `bug-verify-reads-file` runs no pass
+    /// through the device.
+    #[test]
+    #[cfg_attr(
+        feature = "bug-verify-reads-file",
+        should_panic(expected = "no verify pass through the device")
+    )]
+    fn kernel_loops_verify_pass_reads_back_through_the_device_the_job_wrote() {
+        let dir = scratch();
+        let mut job = small_job(RwPattern::RandWrite);
+        job.verify = Some(VerifyKind::Crc32c);
+        for engine in [IoEngine::Pvsync2, IoEngine::IoUring] {
+            job.ioengine = engine;
+            let p = match prepare(&cfg(dir.path()), &job, false) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("skipped: {e}");
+                    return;
+                }
+            };
+            let v = Arc::new(VerifyState::new(4096, p.blocks, true, None));
+            let ctx = Arc::new(RunCtx::new(
+                &job,
+                p.blocks,
+                Some(Arc::clone(&v)),
+                Arc::default(),
+            ));
+            let dev = stand_in_device(&p, &job, dir.path());
+            let fig = match run_through_device(&dev, &ctx) {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("skipped {}: {e}", engine.name());
+                    continue;
+                }
+            };
+            assert_eq!(ctx.stop_reason(), None);
+            assert_eq!(fig.ios, 64);
+            assert_eq!(
+                fig.device_verified,
+                Some(p.blocks),
+                "no verify pass through the device ({})",
+                engine.name()
+            );
+            verify_pass(&p, &job, &v).expect_err("the file never saw the writes");
+            std::fs::remove_file(dev.path()).unwrap();
+        }
+    }
+
+    /// The same through the running kernel's `/dev/loopN` (opt-in: `BIOSIM_LIVE_KERNEL=1`, as
+    /// root): direct and buffered, the verify pass reads every block back through the device,
+    /// and after the detach the file holds the same.
+    #[test]
+    fn live_kernel_loops_verify_pass_reads_back_through_dev_loop() {
+        if let Some(why) = crate::calibrate::tracefs::live_test_skip_reason() {
+            eprintln!("{why}");
+            return;
+        }
+        let _lock = crate::calibrate::tracefs::lock_live().unwrap();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let mut job = small_job(RwPattern::RandWrite);
+        job.verify = Some(VerifyKind::Crc32c);
+        job.ioengine = IoEngine::Pvsync2;
+        for direct in [true, false] {
+            job.direct = direct;
+            let p = prepare(&cfg(dir.path()), &job, false).unwrap();
+            let v = Arc::new(VerifyState::new(4096, p.blocks, true, None));
+            let ctx = Arc::new(RunCtx::new(
+                &job,
+                p.blocks,
+                Some(Arc::clone(&v)),
+                Arc::default(),
+            ));
+            let fig = run_kernel_loop(&p, &job, &ctx).unwrap();
+            assert_eq!(ctx.stop_reason(), None, "direct={direct}");
+            assert_eq!(fig.device_verified, Some(p.blocks), "direct={direct}");
+            assert_eq!(verify_pass(&p, &job, &v), Ok(p.blocks), "direct={direct}");
+        }
+    }
+
+    /// A block that reads back wrong through the device stops the run with its offset (exit 1
+    /// as `JobError::Verify`), and no count is reported. The twin `bug-verify-reads-file` runs
+    /// no pass through the device.
+    #[test]
+    #[cfg_attr(
+        feature = "bug-verify-reads-file",
+        should_panic(expected = "a bad block on the device went unseen")
+    )]
+    fn a_block_read_back_wrong_through_the_device_stops_the_run_at_its_offset() {
+        let dir = scratch();
+        let mut job = small_job(RwPattern::RandWrite);
+        job.verify = Some(VerifyKind::Crc32c);
+        job.ioengine = IoEngine::Pvsync2;
+        let p = match prepare(&cfg(dir.path()), &job, false) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        let v = Arc::new(VerifyState::new(4096, p.blocks, true, None));
+        let ctx = Arc::new(RunCtx::new(
+            &job,
+            p.blocks,
+            Some(Arc::clone(&v)),
+            Arc::default(),
+        ));
+        let dev = stand_in_device(&p, &job, dir.path());
+        run::run_raw_sync(&dev, &ctx).unwrap();
+        let mut b = AlignedBuf::new(4096);
+        let written = (0..p.blocks)
+            .map(|i| i * 4096)
+            .find(|&off| {
+                dev.read_exact_at(&mut b, off, RwFlags::empty()).unwrap();
+                verify::check(&b, off).is_ok()
+            })
+            .expect("a written block");
+        b[100] ^= 0x40;
+        dev.write_all_at(&b, written, RwFlags::empty()).unwrap();
+        assert_eq!(run::device_verify_pass(&dev, &ctx), None);
+        match ctx.stop_reason() {
+            Some(RunStop::Verify(f)) => {
+                assert_eq!(f.offset, written);
+                assert!(f.found.contains("crc32c"), "{f:?}");
+            }
+            other => panic!("a bad block on the device went unseen: {other:?}"),
+        }
+        // A run that stopped runs no second pass.
+        assert_eq!(run::device_verify_pass(&dev, &ctx), None);
     }
 
     /// `nowait=1` on the loop model (base: every command goes to the worker, so tags stay held

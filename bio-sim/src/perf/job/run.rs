@@ -64,8 +64,9 @@ pub struct RunFigures {
     pub cqe_batches: Option<(u64, u64)>,
     /// Other counters of the device (null_blk's).
     pub extra: Vec<(&'static str, u64)>,
-    /// Blocks the verify pass after a write job read back through the simulated device and
-    /// found sound ([`sim_verify_pass`]); `None` where no such pass ran (the caller then reads
+    /// Blocks the verify pass after a write job read back through the device the job wrote
+    /// through and found sound (the simulated one: [`sim_verify_pass`]; the kernel's loop
+    /// device: [`device_verify_pass`]); `None` where no such pass ran (the caller then reads
     /// the file).
     pub device_verified: Option<u64>,
 }
@@ -1060,6 +1061,59 @@ pub fn sim_verify_pass(
         ));
     }
     (ctx.stop_reason().is_none()).then(|| checked.load(Ordering::Relaxed))
+}
+
+/// Reads the `blocks` blocks of `bs` bytes of `file` back in 1 MiB chunks and checks each
+/// against the generation last acknowledged (fio's verify pass after the writes); the blocks
+/// checked, or the first bad one.
+pub fn read_back(
+    file: &BackingFile,
+    blocks: u64,
+    bs: u32,
+    v: &VerifyState,
+) -> Result<u64, VerifyFailure> {
+    let bs = bs as usize;
+    let region = blocks * bs as u64;
+    let mut buf = AlignedBuf::new(((1usize << 20) / bs).max(1) * bs);
+    let (mut off, mut checked) = (0u64, 0);
+    while off < region {
+        let n = ((region - off) as usize).min(buf.len());
+        if let Err(e) = file.read_exact_at(&mut buf[..n], off, RwFlags::empty()) {
+            return Err(VerifyFailure {
+                offset: off,
+                found: format!("the read failed: {e}"),
+            });
+        }
+        for (i, b) in buf[..n].chunks(bs).enumerate() {
+            v.check_settled(b, off + (i * bs) as u64)?;
+            checked += 1;
+        }
+        off += n as u64;
+    }
+    Ok(checked)
+}
+
+/// The verify pass of a write job run through a device of the host, e.g. the kernel's
+/// `/dev/loopN` ([`super::Design::KernelLoop`]): every block read back through `dev`, the
+/// descriptor the job wrote through (same `O_DIRECT` or buffered mode), while the device is
+/// still attached, so what is checked is what the device returns, not what reached its backing
+/// file. The first bad block stops the run ([`RunStop::Verify`]); returns the blocks checked, or
+/// `None` when no pass is due (no verify, a read-only job, a run already stopped) or it failed.
+///
+/// Under the twin `bug-verify-reads-file` no pass runs here, so the caller falls back to reading
+/// the job's file and a device returning other data than its file holds goes unseen.
+pub fn device_verify_pass(dev: &BackingFile, ctx: &RunCtx) -> Option<u64> {
+    let v = ctx.verify.as_deref()?;
+    if cfg!(feature = "bug-verify-reads-file") || !ctx.job.rw.writes() || ctx.stopped() {
+        return None;
+    }
+    match read_back(dev, ctx.blocks, ctx.job.bs, v) {
+        Ok(n) => Some(n),
+        Err(f) => {
+            ctx.halt(RunStop::Verify(f));
+            None
+        }
+    }
 }
 
 /// One clone in task context on its simulated CPU: submits bios with at most `iodepth` in
