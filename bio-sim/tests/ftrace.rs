@@ -359,6 +359,14 @@ fn an_existing_file_an_input_file_or_a_bad_path_is_refused_with_exit_2_and_nothi
     std::fs::create_dir(d.join("out")).unwrap();
     std::fs::write(d.join("out/A.trace"), "precious A\n").unwrap();
     let s = |p: &Path| p.to_str().unwrap().to_owned();
+    // `biosim explore --variant v6 --cases 2000` with `rest`.
+    let explore = |rest: &[&str]| -> Vec<String> {
+        ["explore", "--variant", "v6", "--cases", "2000"]
+            .iter()
+            .chain(rest)
+            .map(|a| a.to_string())
+            .collect()
+    };
     let before = snapshot(d);
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
@@ -411,17 +419,7 @@ fn an_existing_file_an_input_file_or_a_bad_path_is_refused_with_exit_2_and_nothi
             "the file exists",
         ),
         (
-            vec![
-                "explore".into(),
-                "--variant".into(),
-                "v6".into(),
-                "--cases".into(),
-                "2000".into(),
-                "--out".into(),
-                s(&d.join("new.scn")),
-                "--trace".into(),
-                s(&old),
-            ],
+            explore(&["--out", &s(&d.join("new.scn")), "--trace", &s(&old)]),
             "the file exists",
         ),
         (
@@ -482,30 +480,16 @@ fn an_existing_file_an_input_file_or_a_bad_path_is_refused_with_exit_2_and_nothi
         // explore's --json prints on standard output: with --trace - the report and the trace
         // would be one stream.
         (
-            vec![
-                "explore".into(),
-                "--variant".into(),
-                "v6".into(),
-                "--cases".into(),
-                "2000".into(),
-                "--json".into(),
-                "--trace".into(),
-                "-".into(),
-            ],
+            explore(&["--json", "--trace", "-"]),
             "--trace and --json both write to standard output",
         ),
         (
-            vec![
-                "explore".into(),
-                "--variant".into(),
-                "v6".into(),
-                "--cases".into(),
-                "2000".into(),
-                "--out".into(),
-                s(&d.join("new.scn")),
-                "--trace".into(),
-                s(&d.join("out/../new.scn")),
-            ],
+            explore(&[
+                "--out",
+                &s(&d.join("new.scn")),
+                "--trace",
+                &s(&d.join("out/../new.scn")),
+            ]),
             "--out and --trace both name",
         ),
     ];

@@ -819,20 +819,21 @@ mod tests {
         tempfile::tempdir().unwrap()
     }
 
-    #[test]
-    fn the_verify_pass_catches_a_block_corrupted_after_the_writes() {
-        let dir = scratch();
+    /// A random-write verify job (`small_job`, `verify=crc32c`) with `ioengine` and `direct`,
+    /// its file prepared in `dir`, its verify state and run context; `None` (the reason printed)
+    /// where the scratch directory cannot hold it.
+    fn verify_job(
+        dir: &Path,
+        ioengine: IoEngine,
+        direct: bool,
+    ) -> Option<(JobSpec, Prepared, Arc<VerifyState>, Arc<RunCtx>)> {
         let mut job = small_job(RwPattern::RandWrite);
         job.verify = Some(VerifyKind::Crc32c);
-        job.ioengine = IoEngine::Pvsync2;
-        let c = cfg(dir.path());
-        let p = match prepare(&c, &job, false) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("skipped: {e}");
-                return;
-            }
-        };
+        job.ioengine = ioengine;
+        job.direct = direct;
+        let p = prepare(&cfg(dir), &job, false)
+            .inspect_err(|e| eprintln!("skipped: {e}"))
+            .ok()?;
         let v = Arc::new(VerifyState::new(4096, p.blocks, true, None));
         let ctx = Arc::new(RunCtx::new(
             &job,
@@ -840,6 +841,15 @@ mod tests {
             Some(Arc::clone(&v)),
             Arc::default(),
         ));
+        Some((job, p, v, ctx))
+    }
+
+    #[test]
+    fn the_verify_pass_catches_a_block_corrupted_after_the_writes() {
+        let dir = scratch();
+        let Some((job, p, v, ctx)) = verify_job(dir.path(), IoEngine::Pvsync2, true) else {
+            return;
+        };
         run::run_raw_sync(&p.file, &ctx).unwrap();
         assert_eq!(ctx.stop_reason(), None);
         assert_eq!(verify_pass(&p, &job, &v), Ok(64), "sound before the damage");
@@ -885,24 +895,10 @@ mod tests {
     )]
     fn kernel_loops_verify_pass_reads_back_through_the_device_the_job_wrote() {
         let dir = scratch();
-        let mut job = small_job(RwPattern::RandWrite);
-        job.verify = Some(VerifyKind::Crc32c);
         for engine in [IoEngine::Pvsync2, IoEngine::IoUring] {
-            job.ioengine = engine;
-            let p = match prepare(&cfg(dir.path()), &job, false) {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("skipped: {e}");
-                    return;
-                }
+            let Some((job, p, v, ctx)) = verify_job(dir.path(), engine, true) else {
+                return;
             };
-            let v = Arc::new(VerifyState::new(4096, p.blocks, true, None));
-            let ctx = Arc::new(RunCtx::new(
-                &job,
-                p.blocks,
-                Some(Arc::clone(&v)),
-                Arc::default(),
-            ));
             let dev = stand_in_device(&p, &job, dir.path());
             let fig = match run_through_device(&dev, &ctx) {
                 Ok(f) => f,
@@ -935,19 +931,8 @@ mod tests {
         }
         let _lock = crate::calibrate::tracefs::lock_live().unwrap();
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-        let mut job = small_job(RwPattern::RandWrite);
-        job.verify = Some(VerifyKind::Crc32c);
-        job.ioengine = IoEngine::Pvsync2;
         for direct in [true, false] {
-            job.direct = direct;
-            let p = prepare(&cfg(dir.path()), &job, false).unwrap();
-            let v = Arc::new(VerifyState::new(4096, p.blocks, true, None));
-            let ctx = Arc::new(RunCtx::new(
-                &job,
-                p.blocks,
-                Some(Arc::clone(&v)),
-                Arc::default(),
-            ));
+            let (job, p, v, ctx) = verify_job(dir.path(), IoEngine::Pvsync2, direct).unwrap();
             let fig = run_kernel_loop(&p, &job, &ctx).unwrap();
             assert_eq!(ctx.stop_reason(), None, "direct={direct}");
             assert_eq!(fig.device_verified, Some(p.blocks), "direct={direct}");
@@ -965,23 +950,9 @@ mod tests {
     )]
     fn a_block_read_back_wrong_through_the_device_stops_the_run_at_its_offset() {
         let dir = scratch();
-        let mut job = small_job(RwPattern::RandWrite);
-        job.verify = Some(VerifyKind::Crc32c);
-        job.ioengine = IoEngine::Pvsync2;
-        let p = match prepare(&cfg(dir.path()), &job, false) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("skipped: {e}");
-                return;
-            }
+        let Some((job, p, _, ctx)) = verify_job(dir.path(), IoEngine::Pvsync2, true) else {
+            return;
         };
-        let v = Arc::new(VerifyState::new(4096, p.blocks, true, None));
-        let ctx = Arc::new(RunCtx::new(
-            &job,
-            p.blocks,
-            Some(Arc::clone(&v)),
-            Arc::default(),
-        ));
         let dev = stand_in_device(&p, &job, dir.path());
         run::run_raw_sync(&dev, &ctx).unwrap();
         let mut b = AlignedBuf::new(4096);
@@ -1101,23 +1072,9 @@ mod tests {
     )]
     fn a_design_reading_the_wrong_block_is_caught_by_the_verify_pass_through_the_device() {
         let dir = scratch();
-        let mut job = small_job(RwPattern::RandWrite);
-        job.verify = Some(VerifyKind::Crc32c);
-        job.ioengine = IoEngine::Pvsync2;
-        let p = match prepare(&cfg(dir.path()), &job, false) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("skipped: {e}");
-                return;
-            }
+        let Some((job, p, v, ctx)) = verify_job(dir.path(), IoEngine::Pvsync2, true) else {
+            return;
         };
-        let v = Arc::new(VerifyState::new(4096, p.blocks, true, None));
-        let ctx = Arc::new(RunCtx::new(
-            &job,
-            p.blocks,
-            Some(Arc::clone(&v)),
-            Arc::default(),
-        ));
         let kernel = bio_core::Kernel::boot(bio_core::KernelConfig::default(), 1, 1).unwrap();
         let backing = Arc::new(NextBlockReads(crate::dev::loop_file::FileBacking::new(
             Arc::clone(&p.file),
