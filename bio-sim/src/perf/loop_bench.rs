@@ -12,11 +12,12 @@
 //! worker; docs/performance.md says how to read them.
 
 use super::bench_common::{io_err, BenchError};
+use super::sim_submit::{first_splat, loop_device, never, start_runtime, Window};
 use super::stats::median;
 use crate::dev::backing::{BackingFile, RwFlags};
 use crate::dev::loop_file::{FileBacking, UringBacking};
 use crate::dev::uring::{UringEngine, UringOp};
-use crate::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
+use crate::runtime::threaded::ThreadedRuntime;
 use bio_core::block::{submit_bio_noacct, BioEndIo, ReqOp, BLK_STS_OK};
 use bio_core::drivers::block::loop_drv::{
     LoopBacking, LoopDevice, LoopStats, LoopVariant, LO_FLAGS_DIRECT_IO,
@@ -27,7 +28,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A loop workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -384,14 +385,9 @@ fn run_loop(
             variant.name
         )));
     }
-    let reports = kernel.reports().all();
-    if let Some(r) = reports
-        .iter()
-        .find(|r| !r.message.contains("lockdep_assert_held"))
-    {
+    if let Some(r) = first_splat(&kernel) {
         return Err(BenchError::Machine(format!(
-            "kernel splat during the benchmark: {}",
-            r.message
+            "kernel splat during the benchmark: {r}"
         )));
     }
     Ok((
@@ -420,17 +416,14 @@ fn boot_loop(
         Some(u) => Arc::clone(u) as Arc<dyn LoopBacking>,
         None => Arc::new(FileBacking::new(Arc::clone(file))),
     };
-    let lo = LoopDevice::new(&kernel, 0, backing, LO_FLAGS_DIRECT_IO, 0, variant);
-    if let Some(u) = &uring {
-        u.attach(&lo, &kernel).map_err(BenchError::Machine)?;
-    }
-    let rt = ThreadedRuntime::start(
-        Arc::clone(&kernel),
-        ThreadedConfig {
-            wait_timeout: Duration::from_secs(120),
-            ..ThreadedConfig::default()
-        },
+    let lo = loop_device(
+        &kernel,
+        backing,
+        uring.as_ref(),
+        LO_FLAGS_DIRECT_IO,
+        variant,
     )?;
+    let rt = start_runtime(&kernel)?;
     Ok((kernel, lo, rt))
 }
 
@@ -446,13 +439,9 @@ fn submit_and_wait(
     errors: &Arc<AtomicUsize>,
 ) -> bool {
     let done = Arc::new(AtomicU64::new(0));
-    let n = offs.len() as u64;
-    for (i, off) in offs.into_iter().enumerate() {
-        // At most `window` of this CPU's I/Os in flight (the tag set's depth, shared).
-        let d = Arc::clone(&done);
-        if !cx.wait_until("bench: a free tag", &|| {
-            (i as u64) < d.load(Ordering::Acquire) + window
-        }) {
+    let mut win = Window::new(&done, window);
+    for off in offs {
+        if !win.wait_slot(cx, "bench: a free tag", &never) {
             return false;
         }
         let (d, e) = (Arc::clone(&done), Arc::clone(errors));
@@ -467,11 +456,10 @@ fn submit_and_wait(
                 }
                 d.fetch_add(1, Ordering::Release);
             }));
+        win.submitted();
         submit_bio_noacct(bio, &**lo, cx);
     }
-    cx.wait_until("bench: all I/Os completed", &|| {
-        done.load(Ordering::Acquire) >= n
-    })
+    win.wait_all(cx, "bench: all I/Os completed", &never)
 }
 
 /// `LOOP_DEFAULT_HW_Q_DEPTH`: the loop tag set's depth, shared by the submitting CPUs.

@@ -14,6 +14,8 @@
 //! - [`explore_bench`]: `biosim bench explore`: `biosim explore`'s cases per second on one and two
 //!   threads, time to find and shrink finding 1, the long clean campaigns.
 //! - [`bench_common`]: the real-file benches' error, size parsing and scratch-file cleanup.
+//! - [`sim_submit`]: what the benches driving a simulated device share: the runtime, the loop
+//!   device, the reports that void a run, a submitter's window of bios in flight.
 //! - [`stats`]: median, percentile, ratio and human-readable durations.
 
 pub mod bench_common;
@@ -27,4 +29,5 @@ pub mod latency;
 pub mod loop_bench;
 pub mod null_blk_bench;
 pub mod rig;
+pub mod sim_submit;
 pub mod stats;

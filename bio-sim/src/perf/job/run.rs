@@ -21,13 +21,12 @@ use crate::dev::uring::{UringEngine, UringOp};
 use crate::fio::job::{IoEngine, JobSpec};
 use crate::fio::verify;
 use crate::perf::bench_common::BenchError;
-use crate::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
+use crate::perf::sim_submit::{first_splat, loop_device, never, start_runtime, Window};
+use crate::runtime::threaded::ThreadedRuntime;
 use bio_core::block::{
     submit_bio_noacct, BioEndIo, BlockDriver, ReqFlags, ReqOp, BLK_STS_AGAIN, BLK_STS_OK,
 };
-use bio_core::drivers::block::loop_drv::{
-    LoopBacking, LoopDevice, LoopStats, LoopVariant, LO_FLAGS_DIRECT_IO,
-};
+use bio_core::drivers::block::loop_drv::{LoopBacking, LoopStats, LoopVariant, LO_FLAGS_DIRECT_IO};
 use bio_core::kernel::CpuId;
 use bio_core::{Cpu, Kernel, KernelConfig};
 use hdrhistogram::Histogram;
@@ -824,17 +823,8 @@ pub fn run_sim_loop_on(
 ) -> Result<RunFigures, BenchError> {
     let job = &ctx.job;
     let lo_flags = if job.direct { LO_FLAGS_DIRECT_IO } else { 0 };
-    let lo = LoopDevice::new(&kernel, 0, backing, lo_flags, 0, variant);
-    if let Some(u) = &uring {
-        u.attach(&lo, &kernel).map_err(BenchError::Machine)?;
-    }
-    let rt = ThreadedRuntime::start(
-        Arc::clone(&kernel),
-        ThreadedConfig {
-            wait_timeout: Duration::from_secs(120),
-            ..ThreadedConfig::default()
-        },
-    )?;
+    let lo = loop_device(&kernel, backing, uring.as_ref(), lo_flags, variant)?;
+    let rt = start_runtime(&kernel)?;
     let dev: Arc<dyn BlockDriver> = lo.clone();
     let fig = run_sim_clones(&rt, &dev, ctx).map(|mut f| {
         f.device_verified = sim_verify_pass(&rt, &dev, ctx);
@@ -847,15 +837,10 @@ pub fn run_sim_loop_on(
     if !report.is_clean() && ctx.stop_reason().is_none() {
         return Err(BenchError::Machine(format!("unclean shutdown: {report:?}")));
     }
-    if let Some(r) = kernel
-        .reports()
-        .all()
-        .iter()
-        .find(|r| !r.message.contains("lockdep_assert_held"))
-    {
+    if let Some(r) = first_splat(&kernel) {
         return Err(BenchError::Machine(format!(
-            "kernel splat during the run of {}: {}",
-            variant.name, r.message
+            "kernel splat during the run of {}: {r}",
+            variant.name
         )));
     }
     fig.loop_stats = Some(stats);
@@ -896,13 +881,7 @@ pub fn run_sim_null_blk(
         ));
     }
     let nb = NullBlk::new(&kernel, 0, nc).map_err(BenchError::Param)?;
-    let rt = ThreadedRuntime::start(
-        Arc::clone(&kernel),
-        ThreadedConfig {
-            wait_timeout: Duration::from_secs(120),
-            ..ThreadedConfig::default()
-        },
-    )?;
+    let rt = start_runtime(&kernel)?;
     let dev: Arc<dyn BlockDriver> = nb.clone();
     let fig = run_sim_clones(&rt, &dev, ctx).map(|mut f| {
         f.device_verified = sim_verify_pass(&rt, &dev, ctx);
@@ -1005,14 +984,9 @@ pub fn sim_verify_pass(
         Arc::clone(&checked),
     );
     let posted = rt.post_on(CpuId(0), move |cx| {
-        let mut submitted = 0u64;
+        let mut win = Window::new(&done2, VERIFY_DEPTH);
         for b in 0..blocks {
-            let d = Arc::clone(&done2);
-            let n = submitted;
-            if !cx.wait_until("bench: verify pass, a free slot", &|| {
-                n < d.load(Ordering::Acquire) + VERIFY_DEPTH
-            }) || ctx2.stopped()
-            {
+            if !win.wait_slot(cx, "bench: verify pass, a free slot", &never) || ctx2.stopped() {
                 break;
             }
             let off = b * bs;
@@ -1043,13 +1017,10 @@ pub fn sim_verify_pass(
                     }
                     d.fetch_add(1, Ordering::Release);
                 }));
-            submitted += 1;
+            win.submitted();
             submit_bio_noacct(bio, &*dev2, cx);
         }
-        let d = Arc::clone(&done2);
-        cx.wait_until("bench: verify pass, all reads completed", &|| {
-            d.load(Ordering::Acquire) >= submitted
-        })
+        win.wait_all(cx, "bench: verify pass, all reads completed", &never)
     });
     let finished = match posted {
         Ok(h) => h.wait().unwrap_or(false),
@@ -1127,12 +1098,13 @@ fn sim_clone(
     sink: &Arc<CloneSink>,
 ) -> bool {
     let job = &ctx.job;
-    let depth = u64::from(job.iodepth.max(1));
     // nowait=1: REQ_NOWAIT on every read and write (blk-mq ends it BLK_STS_AGAIN when no tag
     // is free), as the kernel's block device direct I/O does for RWF_NOWAIT.
     let nowait = raw_flags(job).contains(RwFlags::NOWAIT);
     let mut iss = Issuer::new(ctx, clone, start);
-    let mut submitted = 0u64;
+    let mut win = Window::new(&sink.done, u64::from(job.iodepth));
+    // A wait also ends when a NOWAIT attempt came back for its blocking retry.
+    let retry_due = || !sink.again.lock().is_empty();
     loop {
         // The NOWAIT attempts that met BLK_STS_AGAIN, again without the flag (blocking).
         let again = std::mem::take(&mut *sink.again.lock());
@@ -1144,18 +1116,14 @@ fn sim_clone(
                 return false;
             }
         }
-        let s2 = Arc::clone(sink);
-        let n = submitted;
-        if !cx.wait_until("bench: a free slot of iodepth", &|| {
-            n < s2.done.load(Ordering::Acquire) + depth || !s2.again.lock().is_empty()
-        }) {
+        if !win.wait_slot(cx, "bench: a free slot of iodepth", &retry_due) {
             return false;
         }
-        if !sink.again.lock().is_empty() {
+        if retry_due() {
             continue;
         }
         let Some(step) = iss.next(ctx) else { break };
-        submitted += 1;
+        win.submitted();
         match step {
             Step::Flush(snap) => {
                 let (s, c) = (Arc::clone(sink), Arc::clone(ctx));
@@ -1191,10 +1159,7 @@ fn sim_clone(
         }
     }
     loop {
-        let s2 = Arc::clone(sink);
-        if !cx.wait_until("bench: all I/Os completed", &|| {
-            s2.done.load(Ordering::Acquire) >= submitted || !s2.again.lock().is_empty()
-        }) {
+        if !win.wait_all(cx, "bench: all I/Os completed", &retry_due) {
             return false;
         }
         let again = std::mem::take(&mut *sink.again.lock());
