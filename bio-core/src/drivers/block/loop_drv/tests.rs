@@ -513,6 +513,60 @@ fn asynchronous_direct_io_completes_from_the_interrupt_and_the_bio_ends_in_softi
     assert_eq!(r.lo.stats().worker_cmds, 0);
 }
 
+/// A one-segment asynchronous command lends its bio's own segment to the I/O (no copy) and gets
+/// it back in `ki_complete()`: the write's bio still holds what it wrote, the read's holds what
+/// was read, both at their full length; while in flight the segment is with the backing. A
+/// two-segment read still goes through a copy and lands the same. The buggy twin never puts
+/// the lent segment back and is caught.
+#[test]
+#[cfg_attr(
+    feature = "bug-loop-aio-segment-not-returned",
+    should_panic(expected = "the write's bio got its segment back")
+)]
+fn a_one_segment_aio_lends_its_bio_segment_and_gets_it_back_at_completion() {
+    let r = rig(
+        MemBacking::preallocated(1 << 20).asynchronous(),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Write, 16, Some(block(0x3c)));
+    assert_eq!(complete_all(&r), 1);
+    r.submit(ReqOp::Read, 16, Some(block(0xee)));
+    assert_eq!(r.lo.aio_in_flight(), 1);
+    assert_eq!(complete_all(&r), 1);
+    // Two segments of half a block each: the copy path.
+    let e = UntrackedArc::clone(&r.ended);
+    let two =
+        r.k.bio_alloc(ReqOp::Read, 16)
+            .with_data(vec![0xee; 2048])
+            .with_data(vec![0xee; 2048])
+            .with_end_io(BioEndIo::new("t_end_io", move |b, cx| {
+                e.lock().push((b.id(), b.status(), b.data(), cx.in_task()));
+            }));
+    submit_bio_noacct(two, &*r.lo, &r.cx);
+    assert_eq!(complete_all(&r), 1);
+    let ended = r.ended.lock();
+    assert_eq!(ended.len(), 3);
+    assert!(ended.iter().all(|e| e.1 == BLK_STS_OK), "{ended:?}");
+    assert_eq!(
+        ended[0].2,
+        block(0x3c),
+        "the write's bio got its segment back"
+    );
+    assert_eq!(
+        ended[1].2,
+        block(0x3c),
+        "the read landed in the bio's own segment"
+    );
+    assert_eq!(
+        ended[2].2,
+        block(0x3c),
+        "a two-segment read lands through the copy"
+    );
+    assert_eq!(r.lo.aio_in_flight(), 0);
+    assert!(r.k.reports().is_empty(), "{:?}", r.k.reports().all());
+}
+
 #[test]
 fn a_files_nowait_refusal_is_synchronous_and_the_worker_then_submits_without_nowait() {
     let r = rig(
