@@ -834,6 +834,14 @@ pub fn run_sim_loop_on(
             ..ThreadedConfig::default()
         },
     )?;
+    if let Some(u) = &uring {
+        // One reaper wake-up per burst of submissions: the doorbell rings when a CPU sleeps.
+        let u = Arc::clone(u);
+        u.defer_doorbell();
+        rt.on_park(move || {
+            u.ring_doorbell();
+        });
+    }
     let dev: Arc<dyn BlockDriver> = lo.clone();
     let fig = run_sim_clones(&rt, &dev, ctx).map(|mut f| {
         f.device_verified = sim_verify_pass(&rt, &dev, ctx);
