@@ -227,6 +227,12 @@ fn model(file: &Arc<BackingFile>, variant: LoopVariant, cfg: KernelConfig, offs:
             },
         )
         .expect("runtime");
+        // As the job runner does: one reaper wake-up per burst, rung when a CPU parks.
+        backing.defer_doorbell();
+        let b = Arc::clone(&backing);
+        rt.on_park(move || {
+            b.ring_doorbell();
+        });
         let half = offs.len() / 2;
         let hs: Vec<_> = [offs[..half].to_vec(), offs[half..].to_vec()]
             .into_iter()
@@ -261,8 +267,9 @@ fn model(file: &Arc<BackingFile>, variant: LoopVariant, cfg: KernelConfig, offs:
 fn backing_stats(b: &UringBacking) -> String {
     let s = b.uring_stats();
     format!(
-        "{s}; {} loop-aio IRQs; batch sizes 1,2-3,4-7..: {:?}",
+        "{s}; {} loop-aio IRQs; {} doorbells; batch sizes 1,2-3,4-7..: {:?}",
         b.irqs(),
+        s.doorbells,
         s.batch_hist
     )
 }

@@ -758,3 +758,50 @@ fn a_captured_threaded_trace_is_on_monotonic_time_since_the_start() {
     let lines = bio_sim::report::ftrace::parse_trace(&text).unwrap();
     assert_eq!(lines.len(), t.records.len());
 }
+
+/// `on_park` hooks run on the CPU thread each time it is about to sleep: in `wait_until` with
+/// nothing to run (a task waiting for another thread), so a hook there sees the waiter's flag
+/// still unset, and every one of them runs before the task can be woken by what it waits for.
+#[test]
+fn park_hooks_run_on_the_cpu_thread_before_it_sleeps() {
+    let k = kernel(1);
+    let rt = start(&k);
+    let parks_in_wait = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let thread = Arc::new(Mutex::new(None));
+    let (p, d, t) = (
+        Arc::clone(&parks_in_wait),
+        Arc::clone(&done),
+        Arc::clone(&thread),
+    );
+    rt.on_park(move || {
+        if !d.load(Ordering::SeqCst) {
+            p.fetch_add(1, Ordering::SeqCst);
+        }
+        *t.lock().unwrap() = Some(std::thread::current().name().map(str::to_owned));
+    });
+    let d = Arc::clone(&done);
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        d.store(true, Ordering::SeqCst);
+    });
+    let ok = rt
+        .run_on(CpuId(0), move |cx| {
+            cx.wait_until("test: the other thread's flag", &|| {
+                done.load(Ordering::SeqCst)
+            })
+        })
+        .unwrap();
+    setter.join().unwrap();
+    assert!(ok, "the wait ends when the flag is set");
+    assert!(
+        parks_in_wait.load(Ordering::SeqCst) >= 1,
+        "the CPU parked while waiting, and ran the hook first"
+    );
+    assert_eq!(
+        thread.lock().unwrap().clone(),
+        Some(Some("biosim-cpu0".to_owned())),
+        "on the CPU's own thread"
+    );
+    rt.shutdown();
+}

@@ -27,6 +27,9 @@ pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     align: usize,
+    /// `Some(capacity)`: the memory is an adopted `Vec<u8>`'s ([`AlignedBuf::from_vec`]), freed
+    /// as that `Vec` (its own layout), never with `align`.
+    vec_cap: Option<usize>,
 }
 
 // SAFETY: `AlignedBuf` owns its allocation exclusively (like `Box<[u8]>`); no other handle to the
@@ -75,7 +78,12 @@ impl AlignedBuf {
             let dangling = std::ptr::without_provenance_mut::<u8>(align);
             // SAFETY: `align` is a power of two, hence non-zero, so the pointer is non-null.
             let ptr = unsafe { NonNull::new_unchecked(dangling) };
-            return Ok(AlignedBuf { ptr, len, align });
+            return Ok(AlignedBuf {
+                ptr,
+                len,
+                align,
+                vec_cap: None,
+            });
         }
         let layout = Layout::from_size_align(len, align)
             .map_err(|_| AlignedBufError::TooLarge { len, align })?;
@@ -84,7 +92,12 @@ impl AlignedBuf {
         let Some(ptr) = NonNull::new(raw) else {
             handle_alloc_error(layout)
         };
-        Ok(AlignedBuf { ptr, len, align })
+        Ok(AlignedBuf {
+            ptr,
+            len,
+            align,
+            vec_cap: None,
+        })
     }
 
     /// A buffer aligned to [`DEFAULT_ALIGNMENT`] holding a copy of `data`.
@@ -96,6 +109,51 @@ impl AlignedBuf {
         let mut buf = AlignedBuf::new(data.len());
         buf.copy_from_slice(data);
         buf
+    }
+
+    /// Takes `data` itself as an aligned buffer, without copying, when its address is a multiple
+    /// of `align` (a power of two) and its length a non-zero multiple of [`SECTOR_SIZE`]: a
+    /// bio segment of whole pages that already starts on a page boundary (see
+    /// [`crate::dev::page_alloc`]) can go to `O_DIRECT` as it is. Otherwise `data` comes back
+    /// untouched, for the caller to bounce.
+    pub fn from_vec(data: Vec<u8>, align: usize) -> Result<AlignedBuf, Vec<u8>> {
+        let len = data.len();
+        if !align.is_power_of_two()
+            || len == 0
+            || !len.is_multiple_of(SECTOR_SIZE)
+            || !(data.as_ptr() as usize).is_multiple_of(align)
+        {
+            return Err(data);
+        }
+        let mut data = std::mem::ManuallyDrop::new(data);
+        let cap = data.capacity();
+        // SAFETY: a non-empty Vec's pointer is non-null.
+        let ptr = unsafe { NonNull::new_unchecked(data.as_mut_ptr()) };
+        Ok(AlignedBuf {
+            ptr,
+            len,
+            align,
+            vec_cap: Some(cap),
+        })
+    }
+
+    /// The buffer as a `Vec<u8>`: the adopted `Vec` itself (no copy) for one made by
+    /// [`AlignedBuf::from_vec`], else a copy of the bytes.
+    pub fn into_vec(self) -> Vec<u8> {
+        match self.vec_cap {
+            Some(cap) => {
+                let me = std::mem::ManuallyDrop::new(self);
+                // SAFETY: `ptr`, `len` and `cap` are those of the Vec `from_vec` took apart
+                // (len never changes), and `me` is never dropped, so the memory has one owner.
+                unsafe { Vec::from_raw_parts(me.ptr.as_ptr(), me.len, cap) }
+            }
+            None => self.to_vec(),
+        }
+    }
+
+    /// Whether the buffer is an adopted `Vec` ([`AlignedBuf::from_vec`]).
+    pub fn is_adopted_vec(&self) -> bool {
+        self.vec_cap.is_some()
     }
 
     /// The alignment of the buffer's start address.
@@ -133,6 +191,11 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if let Some(cap) = self.vec_cap {
+            // SAFETY: as in `into_vec`: the adopted Vec's own parts, freed once, here.
+            drop(unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, cap) });
+            return;
+        }
         if self.len == 0 {
             return;
         }
@@ -232,6 +295,34 @@ mod tests {
         let buf = AlignedBuf::new(4096);
         assert_eq!(buf.alignment(), DEFAULT_ALIGNMENT);
         assert_eq!(buf.as_ptr() as usize % DEFAULT_ALIGNMENT, 0);
+    }
+
+    /// A page-aligned Vec (every whole-page Vec here, `crate::dev::page_alloc`) is taken as it
+    /// is and comes back as the same memory; a misaligned or odd-length one is handed back.
+    #[test]
+    fn from_vec_adopts_an_aligned_vec_without_copying_and_refuses_the_others() {
+        let v = vec![7u8; 8192];
+        let at = v.as_ptr();
+        let buf = AlignedBuf::from_vec(v, DEFAULT_ALIGNMENT).expect("whole pages are aligned");
+        assert!(buf.is_adopted_vec());
+        assert_eq!((buf.as_ptr(), buf.len()), (at, 8192), "the same memory");
+        let back = buf.into_vec();
+        assert_eq!((back.as_ptr(), back.len()), (at, 8192));
+        assert!(back.iter().all(|&b| b == 7));
+        // Dropped while adopted: freed as the Vec it was (Miri/ASan would see a mismatch).
+        drop(AlignedBuf::from_vec(back, 512).unwrap());
+        let odd = AlignedBuf::from_vec(vec![1u8; 100], 1).unwrap_err();
+        assert_eq!(odd.len(), 100, "not a sector multiple: handed back");
+        let v = vec![2u8; 4096];
+        let beyond = 1usize << ((v.as_ptr() as usize).trailing_zeros() + 1);
+        let v = AlignedBuf::from_vec(v, beyond).unwrap_err();
+        assert!(
+            v.iter().all(|&b| b == 2),
+            "misaligned: handed back untouched"
+        );
+        let owned = AlignedBuf::from_slice(&v);
+        assert!(!owned.is_adopted_vec());
+        assert_eq!(owned.into_vec(), v, "an owned buffer comes out as a copy");
     }
 
     #[test]

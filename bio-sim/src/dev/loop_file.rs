@@ -22,7 +22,7 @@ use bio_core::{Cpu, Kernel};
 use parking_lot::Mutex;
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 /// The loop driver's backing file, over a real file.
@@ -74,15 +74,19 @@ impl FileBacking {
         self.dontcache.load(Ordering::Relaxed)
     }
 
-    fn needs_bounce(&self, buf: &[u8]) -> bool {
+    /// The memory alignment a buffer needs for this file: `statx(STATX_DIOALIGN)`'s
+    /// `stx_dio_mem_align` (a page where the kernel does not say) with `O_DIRECT`, none without.
+    fn mem_align(&self) -> usize {
         if !self.file.direct() {
-            return false;
+            return 1;
         }
-        let align = self
-            .file
+        self.file
             .dio_align()
-            .map_or(4096, |a| a.mem_align.max(1) as usize);
-        !(buf.as_ptr() as usize).is_multiple_of(align)
+            .map_or(4096, |a| a.mem_align.max(1) as usize)
+    }
+
+    fn needs_bounce(&self, buf: &[u8]) -> bool {
+        !(buf.as_ptr() as usize).is_multiple_of(self.mem_align())
     }
 
     /// One call, or until done (`all`); returns bytes done.
@@ -189,6 +193,8 @@ pub struct UringBacking {
     engine: UringEngine,
     target: Arc<OnceLock<Target>>,
     state: Arc<AioState>,
+    /// Submissions wait for [`UringBacking::ring_doorbell`] ([`UringBacking::defer_doorbell`]).
+    deferred: AtomicBool,
 }
 
 struct Target {
@@ -203,8 +209,9 @@ struct Pending {
     /// The submitting CPU: its completion interrupt goes there.
     cpu: CpuId,
     write: bool,
-    /// The command's own buffer (the data written, or the zeroed buffer a read fills): handed
-    /// back to `ki_complete()`, so a completion allocates nothing.
+    /// The command's own buffer when it was bounced (the data written, or the buffer a read's
+    /// bytes are copied into): handed back to `ki_complete()`, so a completion allocates
+    /// nothing. Empty when the buffer itself went to the ring ([`AlignedBuf::from_vec`]).
     data: Vec<u8>,
 }
 
@@ -362,12 +369,17 @@ impl UringBacking {
                         };
                         let res = c.result.map_err(|e| errno(&e));
                         let mut data = p.data;
-                        if let Some(buf) = c.op.into_buf() {
-                            if !p.write {
-                                let n = res.map_or(0, |n| n.min(data.len()).min(buf.len()));
-                                data[..n].copy_from_slice(&buf[..n]);
+                        match c.op.into_buf() {
+                            // The command's own buffer went to the ring: it comes back as is.
+                            Some(buf) if buf.is_adopted_vec() => data = buf.into_vec(),
+                            Some(buf) => {
+                                if !p.write {
+                                    let n = res.map_or(0, |n| n.min(data.len()).min(buf.len()));
+                                    data[..n].copy_from_slice(&buf[..n]);
+                                }
+                                st.recycle(buf);
                             }
-                            st.recycle(buf);
+                            None => {}
                         }
                         done.push(AioDone {
                             token: p.token,
@@ -395,7 +407,24 @@ impl UringBacking {
             engine,
             target,
             state,
+            deferred: AtomicBool::new(false),
         })
+    }
+
+    /// From now on a submission does not wake the engine's reaper itself: the submissions of a
+    /// burst wait in the engine ([`UringEngine::submit_deferred`]) until
+    /// [`UringBacking::ring_doorbell`], which the caller must run before any submitting CPU
+    /// sleeps: register it with [`ThreadedRuntime::on_park`](crate::runtime::threaded::ThreadedRuntime::on_park).
+    /// One eventfd wake-up then serves every bio a CPU submitted between two sleeps, as an NVMe
+    /// driver rings its doorbell once per batch (`bd->last`); without this, one per bio.
+    pub fn defer_doorbell(&self) {
+        self.deferred.store(true, Ordering::Release);
+    }
+
+    /// Hands every deferred submission to the ring now (see [`UringBacking::defer_doorbell`]);
+    /// returns whether there were any.
+    pub fn ring_doorbell(&self) -> bool {
+        self.engine.ring_doorbell()
     }
 
     /// Routes completions to `lo` on `kernel`'s CPUs. A second call for another device is an
@@ -415,8 +444,10 @@ impl UringBacking {
         }
     }
 
-    /// Waits until every submitted I/O has completed (its interrupt raised).
+    /// Waits until every submitted I/O has completed (its interrupt raised); rings the doorbell
+    /// for deferred ones first.
     pub fn wait_idle(&self) {
+        self.engine.ring_doorbell();
         self.engine.wait_idle();
     }
 
@@ -483,12 +514,6 @@ impl LoopBacking for UringBacking {
         if self.target.get().is_none() {
             return Err((req, Errno::EIO)); // not attached: its completion would have nowhere to go
         }
-        let Some(mut buf) = self.state.buffer(req.data.len()) else {
-            return Err((req, Errno::EINVAL));
-        };
-        if req.write {
-            buf.copy_from_slice(&req.data);
-        }
         let AioRequest {
             token,
             write,
@@ -497,6 +522,28 @@ impl LoopBacking for UringBacking {
             cpu,
             data,
         } = req;
+        // O_DIRECT straight from/into the command's buffer when it is aligned (a page-aligned bio
+        // segment, crate::dev::page_alloc); else through an aligned bounce buffer.
+        let (buf, data) = match AlignedBuf::from_vec(data, self.sync.mem_align()) {
+            Ok(buf) => (buf, Vec::new()),
+            Err(data) => {
+                let Some(mut buf) = self.state.buffer(data.len()) else {
+                    let req = AioRequest {
+                        token,
+                        write,
+                        pos,
+                        data,
+                        nowait,
+                        cpu,
+                    };
+                    return Err((req, Errno::EINVAL));
+                };
+                if write {
+                    buf.copy_from_slice(&data);
+                }
+                (buf, data)
+            }
+        };
         let op = if write {
             UringOp::Write { buf, off: pos }
         } else {
@@ -513,17 +560,30 @@ impl LoopBacking for UringBacking {
             write,
             data,
         });
-        self.engine.submit_with_flags(slot, op, flags).map_err(|e| {
-            let data = self.state.slots.lock().take(slot).map(|p| p.data);
-            if let Some(buf) = e.op.into_buf() {
-                self.state.recycle(buf);
+        let submitted = if self.deferred.load(Ordering::Acquire) {
+            self.engine.submit_deferred(slot, op, flags)
+        } else {
+            self.engine.submit_with_flags(slot, op, flags)
+        };
+        submitted.map_err(|e| {
+            let mut data = self
+                .state
+                .slots
+                .lock()
+                .take(slot)
+                .map(|p| p.data)
+                .unwrap_or_default();
+            match e.op.into_buf() {
+                Some(buf) if buf.is_adopted_vec() => data = buf.into_vec(),
+                Some(buf) => self.state.recycle(buf),
+                None => {}
             }
             (
                 AioRequest {
                     token,
                     write,
                     pos,
-                    data: data.unwrap_or_default(),
+                    data,
                     nowait,
                     cpu,
                 },

@@ -646,6 +646,19 @@ impl LoopCmd {
             .map_or(0, |v| v.iter().map(|b| b.bi_iter.bi_size).sum())
     }
 
+    /// The buffer of the request's only segment, when it has exactly one bio with exactly one
+    /// segment: an asynchronous read or write can then go straight into (or out of) it, as the
+    /// kernel's kiocb iterates the bio's own pages (`ITER_BVEC`), with no copy.
+    fn single_segment_mut(&mut self) -> Option<&mut Vec<u8>> {
+        match self.bios.as_deref_mut() {
+            Some([bio]) => match bio.bi_io_vec.as_mut_slice() {
+                [seg] => Some(&mut seg.data),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The data of every bio, in order.
     fn data(&self) -> Vec<u8> {
         self.bios
@@ -733,9 +746,39 @@ struct Counters {
     short_reads: AtomicUsize,
 }
 
-/// An asynchronous command in flight: the command, whether it is the NOWAIT attempt, and its
-/// request on the backing file's device.
-type InFlight = (LoopCmd, bool, Option<RqTrace>);
+/// An asynchronous command in flight: the command, whether it is the NOWAIT attempt, its
+/// request on the backing file's device, and the length of its bio's segment when that
+/// segment's own buffer went with the I/O ([`LoopCmd::single_segment_mut`]; `None`: the data
+/// travels as a copy).
+type InFlight = (LoopCmd, bool, Option<RqTrace>, Option<usize>);
+
+/// The hash of [`LoopDevice`]'s in-flight map. The kernel finds the command of a completed kiocb
+/// with `container_of()`, no lookup at all; the model keys commands by a token unique in the
+/// kernel (sequential), so one multiply spreads them (Fibonacci hashing) instead of SipHash's
+/// rounds on every I/O. Deterministic: no random state.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AioTokenHasher(u64);
+
+impl std::hash::Hasher for AioTokenHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 tokens are hashed here; anything else still hashes correctly, byte by byte.
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, token: u64) {
+        self.0 = (self.0 ^ token).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// [`LoopDevice`]'s in-flight commands by token.
+type InFlightMap =
+    std::collections::HashMap<u64, InFlight, std::hash::BuildHasherDefault<AioTokenHasher>>;
 
 /// `struct loop_device`.
 pub struct LoopDevice {
@@ -759,7 +802,7 @@ pub struct LoopDevice {
     /// Commands whose asynchronous I/O is in flight (the kiocbs `ki_complete()` will end), with
     /// whether it was the NOWAIT attempt, and its request on the backing's device
     /// ([`LoopBacking::lower_device`]).
-    inflight: Mutex<std::collections::HashMap<u64, InFlight>>,
+    inflight: Mutex<InFlightMap>,
     /// Token generator, shared by the kernel's devices.
     tokens: UntrackedArc<AtomicUsize>,
     /// Commands whose completion took `cmd->ref` below zero (check L7): the request is never
@@ -890,7 +933,7 @@ impl LoopDevice {
                 work,
                 lo_work_lock: Mutex::new(LoopWork::default()),
                 counters: Counters::default(),
-                inflight: Mutex::new(std::collections::HashMap::new()),
+                inflight: Mutex::new(InFlightMap::default()),
                 tokens: kernel.aio_tokens(),
                 stranded: Mutex::new(Vec::new()),
             }
@@ -1209,10 +1252,16 @@ impl LoopDevice {
     ) -> Result<usize, Errno> {
         let cpu = cx.id();
         let bytes = cmd.bytes();
-        let data = if cmd.op == ReqOp::Write {
-            cmd.data()
-        } else {
-            vec![0; cmd.data_len()]
+        // A one-segment request lends its segment's buffer to the I/O (it comes back in
+        // ki_complete()); a merged or multi-segment one sends a copy (`cmd->bvec`'s iov_iter).
+        // Twin `bug-loop-aio-segment-not-returned`: the lent buffer is not put back at completion.
+        let (data, lent) = match cmd.single_segment_mut().map(std::mem::take) {
+            Some(seg) => {
+                let n = seg.len();
+                (seg, Some(n))
+            }
+            None if cmd.op == ReqOp::Write => (cmd.data(), None),
+            None => (vec![0; cmd.data_len()], None),
         };
         let bios = cmd.bios.take();
         let lower = self.backing.lower_device().map(|dev| {
@@ -1252,7 +1301,7 @@ impl LoopDevice {
         });
         self.inflight
             .lock()
-            .insert(token, (parked, nowait, lower_rq.clone()));
+            .insert(token, (parked, nowait, lower_rq.clone(), lent));
         match self.backing.submit_aio_cx(req, cx) {
             Ok(()) => {
                 if let (Some(b), Some(rq)) = (&lower, &lower_rq) {
@@ -1260,15 +1309,44 @@ impl LoopDevice {
                 }
                 Err(Errno::EIOCBQUEUED)
             }
-            Err((_, e)) => {
-                // Not started: the command is the caller's again.
-                if let Some((back, _, _)) = self.inflight.lock().remove(&token) {
+            Err((back_req, e)) => {
+                // Not started: the command is the caller's again, with its lent buffer.
+                if let Some((back, _, _, lent)) = self.inflight.lock().remove(&token) {
                     cmd.bios = back.bios;
                     cmd.kiocb = back.kiocb;
                     cmd.bvec = back.bvec;
+                    if let Some(len) = lent {
+                        self.lo_aio_return_segment(cmd, len, back_req.data, cx);
+                    }
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Puts the segment buffer a one-segment command lent to its asynchronous I/O
+    /// ([`LoopCmd::single_segment_mut`]) back into its bio. A backing that hands back a buffer
+    /// of another length broke [`LoopBacking::submit_aio`]'s contract: a WARN, and the segment
+    /// keeps its length (the bytes it did hand back, zeros after them).
+    fn lo_aio_return_segment(&self, cmd: &mut LoopCmd, len: usize, mut data: Vec<u8>, cx: &Cpu) {
+        if cfg!(feature = "bug-loop-aio-segment-not-returned") {
+            // The buggy twin: the bio keeps the emptied segment; a read's data never lands.
+            return;
+        }
+        if data.len() != len {
+            cx.warn(&format!(
+                "drivers/block/loop.c: loop{}: the backing handed back {} bytes for a {len}-byte segment",
+                self.number,
+                data.len()
+            ));
+            data.resize(len, 0);
+        }
+        match cmd.single_segment_mut() {
+            Some(seg) => *seg = data,
+            None => cx.warn(&format!(
+                "drivers/block/loop.c: loop{}: a lent segment's command lost its bio",
+                self.number
+            )),
         }
     }
 
@@ -1284,13 +1362,16 @@ impl LoopDevice {
         data: Vec<u8>,
         cx: &Cpu,
     ) {
-        let Some((mut cmd, nowait, lower)) = self.inflight.lock().remove(&token) else {
+        let Some((mut cmd, nowait, lower, lent)) = self.inflight.lock().remove(&token) else {
             cx.warn(&format!(
                 "drivers/block/loop.c: ki_complete() for unknown kiocb {token}"
             ));
             return;
         };
-        if let (ReqOp::Read, Ok(n)) = (cmd.op, res) {
+        if let Some(len) = lent {
+            // The I/O went straight into (or out of) the bio's own segment: it comes back.
+            self.lo_aio_return_segment(&mut cmd, len, data, cx);
+        } else if let (ReqOp::Read, Ok(n)) = (cmd.op, res) {
             let mut at = 0;
             for v in cmd.segments_mut() {
                 let end = (at + v.data.len()).min(n).min(data.len());

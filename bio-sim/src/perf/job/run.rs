@@ -825,6 +825,14 @@ pub fn run_sim_loop_on(
     let lo_flags = if job.direct { LO_FLAGS_DIRECT_IO } else { 0 };
     let lo = loop_device(&kernel, backing, uring.as_ref(), lo_flags, variant)?;
     let rt = start_runtime(&kernel)?;
+    if let Some(u) = &uring {
+        // One reaper wake-up per burst of submissions: the doorbell rings when a CPU sleeps.
+        let u = Arc::clone(u);
+        u.defer_doorbell();
+        rt.on_park(move || {
+            u.ring_doorbell();
+        });
+    }
     let dev: Arc<dyn BlockDriver> = lo.clone();
     let fig = run_sim_clones(&rt, &dev, ctx).map(|mut f| {
         f.device_verified = sim_verify_pass(&rt, &dev, ctx);

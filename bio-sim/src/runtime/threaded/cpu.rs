@@ -153,6 +153,7 @@ impl Runtime for Hook {
             if ran {
                 slice = Duration::from_micros(50);
             } else {
+                sh.before_park();
                 sh.parkers[i].park(slice);
                 slice = (slice * 2).min(Duration::from_millis(1));
             }
@@ -211,6 +212,7 @@ fn cpu_loop(sh: &Arc<Shared>, id: CpuId, cx: &Cpu, rx: &Receiver<Msg>) {
         }
         sh.active[i].store(false, Ordering::SeqCst);
         bump(&c.parks, 1);
+        sh.before_park();
         if sh.parkers[i].park(sh.config.idle_timeout) {
             bump(&c.wakeups, 1);
         } else {

@@ -173,6 +173,15 @@ impl ThreadedRuntime {
         Ok(rt)
     }
 
+    /// Registers `hook`, called on a CPU thread each time it is about to park (sleep with
+    /// nothing to run, or in `Runtime::wait_until` with nothing to do): where work deferred until
+    /// the CPU goes quiet is pushed out, as an io_uring backing rings its doorbell once for the
+    /// submissions of a burst ([`crate::dev::loop_file::UringBacking::defer_doorbell`]). A hook
+    /// must be quick and must not block.
+    pub fn on_park(&self, hook: impl Fn() + Send + Sync + 'static) {
+        self.shared.park_hooks.write().push(Arc::new(hook));
+    }
+
     /// The kernel this runtime executes.
     pub fn kernel(&self) -> &Arc<Kernel> {
         &self.shared.kernel

@@ -87,7 +87,12 @@ pub(super) struct Shared {
     pub(super) trace: Option<crate::report::capture::Lines>,
     /// When the runtime started: time zero of the trace.
     pub(super) started: std::time::Instant,
+    /// Called by a CPU thread just before it parks ([`super::ThreadedRuntime::on_park`]).
+    pub(super) park_hooks: parking_lot::RwLock<Vec<ParkHook>>,
 }
+
+/// A [`super::ThreadedRuntime::on_park`] hook.
+pub(super) type ParkHook = Arc<dyn Fn() + Send + Sync>;
 
 impl Shared {
     /// The shared state of a machine of `parkers.len()` CPUs, nothing run yet.
@@ -115,7 +120,15 @@ impl Shared {
             work_log: config.record_work.then(|| Mutex::new(Vec::new())),
             trace: config.capture_trace.then(Default::default),
             started: std::time::Instant::now(),
+            park_hooks: parking_lot::RwLock::new(Vec::new()),
             config,
+        }
+    }
+
+    /// Runs the park hooks: a CPU thread is about to sleep.
+    pub(super) fn before_park(&self) {
+        for h in self.park_hooks.read().iter() {
+            h();
         }
     }
 

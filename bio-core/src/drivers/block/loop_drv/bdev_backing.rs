@@ -112,15 +112,20 @@ impl LoopBacking for BdevBacking {
         if req.nowait && self.lower.limits().nowait {
             flags = flags | ReqFlags::REQ_NOWAIT;
         }
-        let (token, write, len) = (req.token, req.write, req.data.len());
-        let end = BioEndIo::new("blkdev_bio_end_io_async", move |bio, cx| {
+        let (token, len) = (req.token, req.data.len());
+        let end = BioEndIo::new("blkdev_bio_end_io_async", move |mut bio, cx| {
             let status = bio.status();
             let res = if status.is_ok() {
                 Ok(len)
             } else {
                 Err(Errno::from_i32(-blk_status_to_errno(status)).unwrap_or(Errno::EIO))
             };
-            let data = if write { Vec::new() } else { bio.data() };
+            // The buffer goes back whole (a write's too): the loop device may have lent its
+            // bio's own segment, which must return to that bio.
+            let data = match bio.bi_io_vec.as_mut_slice() {
+                [seg] => std::mem::take(&mut seg.data),
+                _ => bio.data(),
+            };
             match lo.upgrade() {
                 Some(lo) => lo.lo_rw_aio_complete_async(token, res, data, cx),
                 None => {

@@ -513,6 +513,137 @@ fn asynchronous_direct_io_completes_from_the_interrupt_and_the_bio_ends_in_softi
     assert_eq!(r.lo.stats().worker_cmds, 0);
 }
 
+/// A one-segment asynchronous command lends its bio's own segment to the I/O (no copy) and gets
+/// it back in `ki_complete()`: the write's bio still holds what it wrote, the read's holds what
+/// was read, both at their full length; while in flight the segment is with the backing. A
+/// two-segment read still goes through a copy and lands the same. The buggy twin never puts
+/// the lent segment back and is caught.
+#[test]
+#[cfg_attr(
+    feature = "bug-loop-aio-segment-not-returned",
+    should_panic(expected = "the write's bio got its segment back")
+)]
+fn a_one_segment_aio_lends_its_bio_segment_and_gets_it_back_at_completion() {
+    let r = rig(
+        MemBacking::preallocated(1 << 20).asynchronous(),
+        LoopVariant::V5,
+        LO_FLAGS_DIRECT_IO,
+    );
+    r.submit(ReqOp::Write, 16, Some(block(0x3c)));
+    assert_eq!(complete_all(&r), 1);
+    r.submit(ReqOp::Read, 16, Some(block(0xee)));
+    assert_eq!(r.lo.aio_in_flight(), 1);
+    assert_eq!(complete_all(&r), 1);
+    // Two segments of half a block each: the copy path.
+    let e = UntrackedArc::clone(&r.ended);
+    let two =
+        r.k.bio_alloc(ReqOp::Read, 16)
+            .with_data(vec![0xee; 2048])
+            .with_data(vec![0xee; 2048])
+            .with_end_io(BioEndIo::new("t_end_io", move |b, cx| {
+                e.lock().push((b.id(), b.status(), b.data(), cx.in_task()));
+            }));
+    submit_bio_noacct(two, &*r.lo, &r.cx);
+    assert_eq!(complete_all(&r), 1);
+    let ended = r.ended.lock();
+    assert_eq!(ended.len(), 3);
+    assert!(ended.iter().all(|e| e.1 == BLK_STS_OK), "{ended:?}");
+    assert_eq!(
+        ended[0].2,
+        block(0x3c),
+        "the write's bio got its segment back"
+    );
+    assert_eq!(
+        ended[1].2,
+        block(0x3c),
+        "the read landed in the bio's own segment"
+    );
+    assert_eq!(
+        ended[2].2,
+        block(0x3c),
+        "a two-segment read lands through the copy"
+    );
+    assert_eq!(r.lo.aio_in_flight(), 0);
+    assert!(r.k.reports().is_empty(), "{:?}", r.k.reports().all());
+}
+
+/// An asynchronous backing that keeps each request for the test to complete by hand.
+#[derive(Debug, Default)]
+struct HeldBacking {
+    held: Mutex<Vec<AioRequest>>,
+}
+
+impl LoopBacking for HeldBacking {
+    fn size(&self) -> u64 {
+        1 << 20
+    }
+    fn is_block_device(&self) -> bool {
+        false
+    }
+    fn fmode_nowait(&self) -> bool {
+        true
+    }
+    fn rw(&self, _write: bool, _pos: u64, buf: &mut [u8], _nowait: bool) -> Result<usize, Errno> {
+        Ok(buf.len())
+    }
+    fn fsync(&self) -> Result<(), Errno> {
+        Ok(())
+    }
+    fn fallocate(&self, _mode: Fallocate, _pos: u64, _len: u64) -> Result<(), Errno> {
+        Ok(())
+    }
+    fn is_async(&self) -> bool {
+        true
+    }
+    fn submit_aio(&self, req: AioRequest) -> Result<(), (AioRequest, Errno)> {
+        self.held.lock().push(req);
+        Ok(())
+    }
+}
+
+/// A backing that hands back a buffer of another length than the segment it was lent broke
+/// `submit_aio()`'s contract: a WARN naming both lengths, and the bio's segment keeps its
+/// length (the bytes handed back, zeros after them), so the bio still ends whole.
+#[test]
+fn a_lent_segment_handed_back_at_another_length_is_a_warn_and_keeps_its_length() {
+    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let held = UntrackedArc::new(HeldBacking::default());
+    let backing: UntrackedArc<dyn LoopBacking> = held.clone();
+    let lo = LoopDevice::new(&k, 0, backing, LO_FLAGS_DIRECT_IO, 0, LoopVariant::V5);
+    let ended: UntrackedArc<Mutex<Vec<Vec<u8>>>> = UntrackedArc::default();
+    let e = UntrackedArc::clone(&ended);
+    let bio = k
+        .bio_alloc(ReqOp::Read, 0)
+        .with_data(block(0xee))
+        .with_end_io(BioEndIo::new("t_end_io", move |b, _| {
+            e.lock().push(b.data())
+        }));
+    submit_bio_noacct(bio, &*lo, &cx);
+    let req = held.held.lock().pop().expect("submitted to the backing");
+    assert_eq!(
+        req.data.len(),
+        MEM_BLOCK as usize,
+        "the bio's own segment went"
+    );
+    cx.with_hardirq(|cx| lo.lo_rw_aio_complete_async(req.token, Ok(4096), vec![7; 512], cx));
+    k.run_softirqs(&cx);
+    let warns = k.reports().of_kind(ReportKind::Warn);
+    assert_eq!(warns.len(), 1, "{warns:?}");
+    assert!(
+        warns[0]
+            .message
+            .contains("the backing handed back 512 bytes for a 4096-byte segment"),
+        "{}",
+        warns[0].message
+    );
+    let ended = ended.lock();
+    assert_eq!(ended.len(), 1);
+    let mut want = vec![7u8; 512];
+    want.resize(MEM_BLOCK as usize, 0);
+    assert_eq!(ended[0], want);
+}
+
 #[test]
 fn a_files_nowait_refusal_is_synchronous_and_the_worker_then_submits_without_nowait() {
     let r = rig(
