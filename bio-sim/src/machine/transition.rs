@@ -440,6 +440,51 @@ mod tests {
         }
     }
 
+    /// A machine without a trace (explore's) builds none of its notes, and one with a trace has
+    /// them all: the header with the variant's knobs, the sysfs writes, the operations.
+    #[test]
+    fn notes_are_built_only_for_a_machine_with_a_trace() {
+        for trace in [true, false] {
+            let s = Sim::new(SimConfig {
+                nr_cpus: 2,
+                online: 2,
+                trace,
+                ..SimConfig::default()
+            })
+            .unwrap();
+            let built = std::cell::Cell::new(0);
+            s.rt.note_with(|| {
+                built.set(built.get() + 1);
+                "   (a note)".into()
+            });
+            s.try_apply(&Transition::Hotplug {
+                cpu: 1,
+                up: false,
+                fail_at: Some(144),
+            })
+            .unwrap();
+            let r = finish(&s, 1);
+            assert!(
+                r.contains("Err") && r.contains("144"),
+                "the armed fail fired: {r}"
+            );
+            let t = s.trace();
+            assert_eq!(built.get(), u32::from(trace), "{t}");
+            if trace {
+                for line in [
+                    "# biosim: variant v7 (list=",
+                    "(a note)",
+                    "echo 144 > /sys/devices/system/cpu/cpu1/hotplug/fail",
+                    "cpu_down(CPU1, CPUHP_OFFLINE)",
+                ] {
+                    assert!(t.contains(line), "{line} in {t}");
+                }
+            } else {
+                assert_eq!(t.trim(), "", "no trace");
+            }
+        }
+    }
+
     /// `fail` written after down_prep ran takes effect at the armed (lower) state: the teardown
     /// there fails, the operation rolls back to where it started, and the knob is consumed.
     #[test]
