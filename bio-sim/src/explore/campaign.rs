@@ -591,6 +591,45 @@ mod tests {
         }
     }
 
+    /// A campaign thread boots one machine per case, and what the thread keeps between them (the
+    /// hotplug table's shared strings, the lock owner's tag) changes nothing: each case, run
+    /// after the others on one thread, ends as it does alone on a fresh thread, with the same
+    /// violations and the same trace.
+    #[test]
+    fn a_case_run_after_others_runs_as_on_a_fresh_thread() {
+        let mut cases = Vec::new();
+        for variant in [Variant::V7, Variant::V6] {
+            let c = campaign(variant, 0, 1, Shard::ALL);
+            let mut drawer = Drawer::new(&c.space(), c.steps);
+            for i in 0..12 {
+                let seed = case_seed(c.seed, i);
+                cases.push((c.machine(&seed), drawer.tree(&seed).current()));
+            }
+        }
+        let run = |config: &SimConfig, ts: &[Transition]| {
+            let ended = format!("{:?}", run_case(config, None, ts).unwrap());
+            let s = Sim::new(SimConfig {
+                trace: true,
+                ..*config
+            })
+            .unwrap();
+            for t in ts {
+                s.apply(t);
+            }
+            let v = s.settle(SETTLE_STEPS);
+            (ended, format!("{v:?}"), s.trace())
+        };
+        let in_sequence: Vec<_> = cases.iter().map(|(c, ts)| run(c, ts)).collect();
+        assert!(
+            in_sequence.iter().any(|(e, _, _)| e.starts_with("Err")),
+            "some v6 case fails: {in_sequence:?}"
+        );
+        for (i, (config, ts)) in cases.iter().enumerate() {
+            let fresh = std::thread::scope(|s| s.spawn(|| run(config, ts)).join().unwrap());
+            assert_eq!(fresh, in_sequence[i], "case {i}");
+        }
+    }
+
     /// The shards' counts and fingerprints add up to the unsharded run's, whatever `--jobs`; a
     /// shard run twice (its twin: the other shard's cases replaced by this one's) does not.
     #[test]
