@@ -375,10 +375,9 @@ impl DetRuntime {
         let inner = &self.inner;
         let cx = inner.cpus.get(cpu.index())?;
         let task = submitter(cpu);
-        let saved = cx.current();
         if !inner.config.record_steps {
             // No trace: only `current` matters (a kernel report names the task).
-            cx.set_current(task);
+            let saved = cx.replace_current(task);
             let r = {
                 let _on = inner.executing_on(Some(cpu));
                 inner.captured(|| f(cx))
@@ -386,6 +385,7 @@ impl DetRuntime {
             cx.set_current(saved);
             return Some(r);
         }
+        let saved = cx.current();
         let pair = (task.comm.clone(), task.pid);
         let from = inner.task_on(Some(cpu.0));
         let control = inner.control_cpu();
