@@ -418,6 +418,9 @@ pub const CORE_STEPS: &[CoreStep] = &[
     },
 ];
 
+/// A state's startup and teardown function names.
+type FnNames = (Option<Arc<str>>, Option<Arc<str>>);
+
 /// The default table's names and `%ps` function names ([`BUILTIN_STEPS`], [`BUILTIN_FNS`],
 /// [`CORE_STEPS`]) as shared strings, indexed by state number.
 ///
@@ -429,7 +432,7 @@ struct DefaultArcs {
     /// `sp->name` of each state.
     name: Vec<Option<Arc<str>>>,
     /// The startup and teardown function names of each state.
-    fns: Vec<(Option<Arc<str>>, Option<Arc<str>>)>,
+    fns: Vec<FnNames>,
 }
 
 impl DefaultArcs {
