@@ -578,8 +578,14 @@ impl<E: 'static> Cpuhp<E> {
         };
         let step = &mut self.steps[slot.0 as usize];
         step.name = Some(Arc::from(name));
-        step.startup_fn = startup.as_ref().and(step.default_fns.0).map(Arc::from);
-        step.teardown_fn = teardown.as_ref().and(step.default_fns.1).map(Arc::from);
+        step.startup_fn = startup
+            .as_ref()
+            .and(step.default_fns.0)
+            .map(|f| crate::table::default_fn_arc(slot, true, f));
+        step.teardown_fn = teardown
+            .as_ref()
+            .and(step.default_fns.1)
+            .map(|f| crate::table::default_fn_arc(slot, false, f));
         step.startup = startup;
         step.teardown = teardown;
         step.registered = true;

@@ -418,29 +418,100 @@ pub const CORE_STEPS: &[CoreStep] = &[
     },
 ];
 
+/// A state's startup and teardown function names.
+type FnNames = (Option<Arc<str>>, Option<Arc<str>>);
+
+/// The default table's names and `%ps` function names ([`BUILTIN_STEPS`], [`BUILTIN_FNS`],
+/// [`CORE_STEPS`]) as shared strings, indexed by state number.
+///
+/// Every machine boots a fresh table, and `biosim explore` boots one per case: made once per
+/// thread, the strings are only reference-counted into each table rather than allocated and
+/// freed again (some 80 strings a boot). Per thread, so that two explore threads never share a
+/// reference count.
+struct DefaultArcs {
+    /// `sp->name` of each state.
+    name: Vec<Option<Arc<str>>>,
+    /// The startup and teardown function names of each state.
+    fns: Vec<FnNames>,
+}
+
+impl DefaultArcs {
+    fn new() -> Self {
+        let n = (CPUHP_ONLINE.0 + 1) as usize;
+        let mut arcs = DefaultArcs {
+            name: vec![None; n],
+            fns: vec![(None, None); n],
+        };
+        for &(state, name) in BUILTIN_STEPS {
+            arcs.name[state.0 as usize] = Some(Arc::from(name));
+        }
+        for f in BUILTIN_FNS {
+            arcs.fns[f.state.0 as usize] = (f.startup.map(Arc::from), f.teardown.map(Arc::from));
+        }
+        for core in CORE_STEPS {
+            let i = core.state.0 as usize;
+            arcs.name[i] = core.name.map(Arc::from);
+            arcs.fns[i] = (core.startup.map(Arc::from), core.teardown.map(Arc::from));
+        }
+        arcs
+    }
+}
+
+thread_local! {
+    static DEFAULT_ARCS: DefaultArcs = DefaultArcs::new();
+}
+
+/// `f`, the default table's function name of `state`'s startup (`bringup`) or teardown callback
+/// (a [`Step::default_fns`] entry), as a shared string: the thread's copy, or a new one if `f` is
+/// not the default table's.
+pub(crate) fn default_fn_arc(state: StateId, bringup: bool, f: &'static str) -> Arc<str> {
+    DEFAULT_ARCS.with(|a| {
+        let shared =
+            a.fns.get(state.0 as usize).and_then(
+                |(up, down)| {
+                    if bringup {
+                        up.as_ref()
+                    } else {
+                        down.as_ref()
+                    }
+                },
+            );
+        match shared {
+            Some(arc) if **arc == *f => Arc::clone(arc),
+            _ => Arc::from(f),
+        }
+    })
+}
+
 /// Builds the default table (`cpuhp_hp_states[]`), indexed by state number.
 pub(crate) fn default_steps<E: 'static>() -> Vec<Step<E>> {
     let mut steps: Vec<Step<E>> = (CPUHP_OFFLINE.0..=CPUHP_ONLINE.0)
         .map(|_| Step::free())
         .collect();
-    for &(state, name) in BUILTIN_STEPS {
-        let step = &mut steps[state.0 as usize];
-        step.default_name = Some(name);
-        step.name = Some(Arc::from(name));
-        step.kind = StepKind::Builtin;
-    }
+    DEFAULT_ARCS.with(|arcs| {
+        for &(state, name) in BUILTIN_STEPS {
+            let step = &mut steps[state.0 as usize];
+            step.default_name = Some(name);
+            step.name = arcs.name[state.0 as usize].clone();
+            step.kind = StepKind::Builtin;
+        }
+        for core in CORE_STEPS {
+            let i = core.state.0 as usize;
+            let step = &mut steps[i];
+            step.name = arcs.name[i].clone();
+            step.startup_fn = arcs.fns[i].0.clone();
+            step.teardown_fn = arcs.fns[i].1.clone();
+        }
+    });
     for f in BUILTIN_FNS {
         steps[f.state.0 as usize].default_fns = (f.startup, f.teardown);
     }
     for core in CORE_STEPS {
         let step = &mut steps[core.state.0 as usize];
         step.default_name = core.name;
-        step.name = core.name.map(Arc::from);
         step.kind = StepKind::Core;
         step.cant_stop = core.cant_stop;
         step.default_fns = (core.startup, core.teardown);
-        step.startup_fn = core.startup.map(Arc::from);
-        step.teardown_fn = core.teardown.map(Arc::from);
         // The kernel functions behind core steps have no simulated effect of
         // their own; the machine applies their side effects (online mask,
         // nested STARTING/DYING ranges) when they succeed.
@@ -461,6 +532,48 @@ fn noop<E: 'static>() -> Callback<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names of every state as (name, startup fn, teardown fn).
+    fn names<E>(steps: &[Step<E>]) -> Vec<[Option<String>; 3]> {
+        steps
+            .iter()
+            .map(|s| {
+                [&s.name, &s.startup_fn, &s.teardown_fn].map(|n| n.as_deref().map(str::to_owned))
+            })
+            .collect()
+    }
+
+    /// The shared strings change nothing a table shows: a second table on the same thread (what
+    /// the next explore case boots) names every state as a table built on a fresh thread does,
+    /// and shares its strings with the first; a registration's function name for a state is the
+    /// table's, and a name that is not the default table's is its own.
+    #[test]
+    fn tables_share_their_names_and_show_the_same_as_a_fresh_threads() {
+        let first = default_steps::<()>();
+        let second = default_steps::<()>();
+        let fresh = std::thread::spawn(|| names(&default_steps::<()>()))
+            .join()
+            .unwrap();
+        assert_eq!(names(&second), fresh);
+        assert_eq!(names(&first), fresh);
+        let bringup = CPUHP_BRINGUP_CPU.0 as usize;
+        assert!(Arc::ptr_eq(
+            first[bringup].startup_fn.as_ref().unwrap(),
+            second[bringup].startup_fn.as_ref().unwrap()
+        ));
+        assert_eq!(fresh[bringup][1].as_deref(), Some("cpuhp_bringup_ap"));
+        let wq = CPUHP_AP_WORKQUEUE_ONLINE;
+        assert_eq!(
+            &*default_fn_arc(wq, true, "workqueue_online_cpu"),
+            "workqueue_online_cpu"
+        );
+        assert_eq!(
+            &*default_fn_arc(wq, false, "workqueue_offline_cpu"),
+            "workqueue_offline_cpu"
+        );
+        assert_eq!(&*default_fn_arc(wq, true, "my_online"), "my_online");
+        assert_eq!(&*default_fn_arc(StateId(500), true, "x"), "x");
+    }
 
     #[test]
     fn default_table_shape() {

@@ -550,13 +550,19 @@ pub(crate) fn tp_enter(
     if !online {
         return;
     }
-    let (tp, text) = if multi {
-        (
-            "cpuhp_multi_enter",
-            cpuhp_multi_enter_text(cpu, target, step, fun),
-        )
+    let tp = if multi {
+        "cpuhp_multi_enter"
     } else {
-        ("cpuhp_enter", cpuhp_enter_text(cpu, target, step, fun))
+        "cpuhp_enter"
+    };
+    // The text is built inside the macro, so only when a subscriber takes the event (a machine
+    // without a trace formats nothing).
+    let text = || {
+        if multi {
+            cpuhp_multi_enter_text(cpu, target, step, fun)
+        } else {
+            cpuhp_enter_text(cpu, target, step, fun)
+        }
     };
     tracing::trace!(
         target: "cpuhp",
@@ -566,7 +572,8 @@ pub(crate) fn tp_enter(
         comm = ctx.task.comm().as_str(),
         pid = u64::from(ctx.task.pid()),
         flags = ctx.flags.as_str(),
-        "{text}"
+        "{}",
+        text()
     );
 }
 
@@ -582,7 +589,6 @@ pub(crate) fn tp_exit(
     if !online {
         return;
     }
-    let text = cpuhp_exit_text(cpu, state, step, ret(result));
     tracing::trace!(
         target: "cpuhp",
         tracepoint = "cpuhp_exit",
@@ -591,7 +597,8 @@ pub(crate) fn tp_exit(
         comm = ctx.task.comm().as_str(),
         pid = u64::from(ctx.task.pid()),
         flags = ctx.flags.as_str(),
-        "{text}"
+        "{}",
+        cpuhp_exit_text(cpu, state, step, ret(result))
     );
 }
 

@@ -161,8 +161,7 @@ impl Kernel {
         let inv = &step.call.invocation;
         // The task kernel/cpu.c runs it in (hotplug::task): cpuhp/N, the idle task or the
         // stopper of the AP, or the BP's work_on_cpu() kworker / the writer.
-        let saved = cx.current();
-        cx.set_current(Task {
+        let saved = cx.replace_current(Task {
             pid: inv.task.pid(),
             comm: inv.task.comm(),
         });

@@ -509,6 +509,12 @@ impl Cpu {
         *self.current.borrow_mut() = task;
     }
 
+    /// Switches `current` to `task` and returns the task it was, for switching back: what
+    /// `current()` then `set_current()` do, without cloning the task.
+    pub fn replace_current(&self, task: Task) -> Task {
+        std::mem::replace(&mut *self.current.borrow_mut(), task)
+    }
+
     /// Sets `TIF_NEED_RESCHED` (the runtime's scheduler does this when another task wants the CPU).
     pub fn set_need_resched(&self, v: bool) {
         self.need_resched.set(v);

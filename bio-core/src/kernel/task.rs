@@ -120,6 +120,20 @@ impl Task {
 mod tests {
     use super::*;
 
+    /// `replace_current()` switches `current` and hands back the task it was, as `current()`
+    /// then `set_current()` do.
+    #[test]
+    fn replace_current_returns_the_task_switched_out() {
+        let k = crate::Kernel::new(crate::KernelConfig::default(), 2).unwrap();
+        let cx = k.cpu(CpuId(1)).unwrap();
+        let before = cx.current();
+        let was = cx.replace_current(Task::kworker(CpuId(1)));
+        assert_eq!(was, before);
+        assert_eq!(cx.current(), Task::kworker(CpuId(1)));
+        assert_eq!(cx.replace_current(was.clone()), Task::kworker(CpuId(1)));
+        assert_eq!(cx.current(), was);
+    }
+
     #[test]
     fn constructors_follow_the_task_table() {
         assert_eq!(

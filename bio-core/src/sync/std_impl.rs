@@ -11,6 +11,18 @@ pub fn current_thread_id() -> ThreadId {
     std::thread::current().id()
 }
 
+/// A number naming the calling thread for [`super::LockOwner`], never 0 and never reused within
+/// the process: drawn once per thread from a counter, then read from a thread-local (no
+/// `std::thread::current()`, which clones and drops an `Arc` on every call). Not kernel state and
+/// not in loom builds.
+pub(super) fn thread_tag() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    thread_local! {
+        static TAG: u64 = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    TAG.with(|t| *t)
+}
+
 /// Atomics, re-exported so callers never name `std::sync::atomic`.
 pub mod atomic {
     pub use std::sync::atomic::{

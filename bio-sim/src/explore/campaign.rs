@@ -12,7 +12,7 @@
 //! one 64-bit hash per case (of its index and its transitions). The shards of a campaign add up to
 //! the unsharded run, and a case run twice shows (its hash counted twice).
 
-use super::generator::{case, Space};
+use super::generator::{arms, case, draw_case, Kind, Space};
 use crate::machine::loop_rig::LoopSetup;
 use crate::machine::oracle::{Invariant, Violation};
 use crate::machine::sim::{Sim, SimConfig, SimError};
@@ -306,6 +306,9 @@ impl Tally {
 pub struct Drawer {
     strategy: BoxedStrategy<Vec<Transition>>,
     runner: TestRunner,
+    space: Space,
+    arms: Vec<(u32, Kind)>,
+    steps: usize,
 }
 
 impl std::fmt::Debug for Drawer {
@@ -326,7 +329,17 @@ impl Drawer {
                 },
                 TestRng::from_seed(RngAlgorithm::XorShift, &[0; 16]),
             ),
+            space: *space,
+            arms: arms(space),
+            steps,
         }
+    }
+
+    /// The case with these seeds: `tree(seed).current()`, drawn without the value tree
+    /// ([`draw_case`]); what a campaign runs.
+    pub fn case(&mut self, seed: &CaseSeed) -> Vec<Transition> {
+        *self.runner.rng() = TestRng::from_seed(RngAlgorithm::XorShift, &seed.rng);
+        draw_case(&self.space, &self.arms, self.steps, &mut self.runner)
     }
 
     /// The value tree of the case with these seeds (its `current()` is the case; it shrinks).
@@ -408,7 +421,7 @@ impl Campaign {
                                 }
                                 let index = self.shard.global(j);
                                 let seed = case_seed(self.seed, index);
-                                let ts = drawer.tree(&seed).current();
+                                let ts = drawer.case(&seed);
                                 let hash = case_hash(index, &ts);
                                 match run_case(&self.machine(&seed), self.loop_dev, &ts) {
                                     Ok(Ok(end)) => {
@@ -588,6 +601,93 @@ mod tests {
             }
             seen.sort();
             assert_eq!(seen, (0..10).collect::<Vec<_>>(), "{n} shards");
+        }
+    }
+
+    /// The campaign's cases (drawn without value trees) are the value trees' cases, which the
+    /// shrink walks: the same transitions for every seed, on machines with and without a loop
+    /// device, fault injection, a stacked lower device or the dynamic helper, and for short and
+    /// long cases.
+    #[test]
+    fn a_case_drawn_without_its_tree_is_the_trees_case() {
+        let plain = Space {
+            nr_cpus: 3,
+            dynamic_helper: true,
+            loop_blocks: None,
+            inject: false,
+            lower: None,
+        };
+        let spaces = [
+            plain,
+            Space {
+                nr_cpus: 2,
+                dynamic_helper: false,
+                ..plain
+            },
+            Space {
+                loop_blocks: Some(8),
+                ..plain
+            },
+            Space {
+                nr_cpus: 4,
+                loop_blocks: Some(5),
+                inject: true,
+                lower: Some("nullb0"),
+                ..plain
+            },
+        ];
+        let mut transitions = 0;
+        for space in spaces {
+            for steps in [1, 40, 120] {
+                let mut drawer = Drawer::new(&space, steps);
+                for i in 0..300 {
+                    let seed = case_seed(11, i);
+                    let drawn = drawer.case(&seed);
+                    assert_eq!(drawn, drawer.tree(&seed).current(), "{space:?} {steps} {i}");
+                    assert!((1..=steps).contains(&drawn.len()));
+                    transitions += drawn.len();
+                }
+            }
+        }
+        assert!(transitions > 50_000, "{transitions}");
+    }
+
+    /// A campaign thread boots one machine per case, and what the thread keeps between them (the
+    /// hotplug table's shared strings, the lock owner's tag) changes nothing: each case, run
+    /// after the others on one thread, ends as it does alone on a fresh thread, with the same
+    /// violations and the same trace.
+    #[test]
+    fn a_case_run_after_others_runs_as_on_a_fresh_thread() {
+        let mut cases = Vec::new();
+        for variant in [Variant::V7, Variant::V6] {
+            let c = campaign(variant, 0, 1, Shard::ALL);
+            let mut drawer = Drawer::new(&c.space(), c.steps);
+            for i in 0..12 {
+                let seed = case_seed(c.seed, i);
+                cases.push((c.machine(&seed), drawer.tree(&seed).current()));
+            }
+        }
+        let run = |config: &SimConfig, ts: &[Transition]| {
+            let ended = format!("{:?}", run_case(config, None, ts).unwrap());
+            let s = Sim::new(SimConfig {
+                trace: true,
+                ..*config
+            })
+            .unwrap();
+            for t in ts {
+                s.apply(t);
+            }
+            let v = s.settle(SETTLE_STEPS);
+            (ended, format!("{v:?}"), s.trace())
+        };
+        let in_sequence: Vec<_> = cases.iter().map(|(c, ts)| run(c, ts)).collect();
+        assert!(
+            in_sequence.iter().any(|(e, _, _)| e.starts_with("Err")),
+            "some v6 case fails: {in_sequence:?}"
+        );
+        for (i, (config, ts)) in cases.iter().enumerate() {
+            let fresh = std::thread::scope(|s| s.spawn(|| run(config, ts)).join().unwrap());
+            assert_eq!(fresh, in_sequence[i], "case {i}");
         }
     }
 

@@ -32,6 +32,7 @@ use hotplug::{
     CPUHP_ONLINE, CPUHP_TEARDOWN_CPU, CPUHP_TIMERS_PREPARE,
 };
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 
 /// The machine a generator draws transitions for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,23 +235,97 @@ pub fn build(space: &Space, arms: &[(u32, Kind)], d: Draw) -> Transition {
     }
 }
 
+/// The exclusive upper bounds of a [`Draw`]'s integer parts on `space`'s machine (each drawn from
+/// `0..bound`; `state` from `0..=CPUHP_ONLINE`): shared by [`transition_strategy`] and
+/// [`draw_case`], which must draw alike.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    arm: u32,
+    cpu: u32,
+    need: u32,
+    fail: u32,
+    block: u32,
+}
+
+impl Bounds {
+    fn new(space: &Space, arms: &[(u32, Kind)]) -> Self {
+        Bounds {
+            arm: total(arms),
+            cpu: space.nr_cpus.max(1),
+            need: total(&NEEDS),
+            fail: total(&FAIL_AT),
+            block: space.loop_blocks.unwrap_or(1).max(1),
+        }
+    }
+}
+
+/// The draw of `0..bound` as proptest's `Range<u32>` strategy makes it (`Uniform::new(0, bound)`,
+/// which is `Uniform::new_inclusive(0, bound - 1)`), without its value tree.
+fn below(runner: &mut TestRunner, bound: u32) -> u32 {
+    proptest::num::sample_uniform_incl(runner, 0, bound - 1)
+}
+
+/// The case [`case`]`(space, steps)` draws from `runner`'s RNG, drawn without proptest's value
+/// trees: the same calls on the RNG in the same order (the vec's length
+/// `sample_uniform_incl(1, steps)`, then per transition the ten parts in the tuple's order, each
+/// as its strategy draws it: a range with `sample_uniform_incl`, `any::<bool>()` and
+/// `any::<u8>()` with `random()`), so the same transitions. `biosim explore` draws each case this
+/// way; only a failing case's shrink needs the tree ([`case`]). Building the trees (a boxed tree
+/// per part, an `Arc` per transition) was a tenth of a case's time.
+pub fn draw_case(
+    space: &Space,
+    arms: &[(u32, Kind)],
+    steps: usize,
+    runner: &mut TestRunner,
+) -> Vec<Transition> {
+    let b = Bounds::new(space, arms);
+    let len: usize = proptest::num::sample_uniform_incl(runner, 1, steps.max(1));
+    (0..len)
+        .map(|_| {
+            let arm = below(runner, b.arm);
+            let cpu = below(runner, b.cpu);
+            let ctx = below(runner, 4);
+            let need = below(runner, b.need);
+            let up: bool = runner.rng().random();
+            let fail = below(runner, b.fail);
+            let state: i32 = proptest::num::sample_uniform_incl(runner, 0, CPUHP_ONLINE.0);
+            let op = below(runner, 3);
+            let block = below(runner, b.block);
+            let fill: u8 = runner.rng().random();
+            build(
+                space,
+                arms,
+                Draw {
+                    arm,
+                    cpu,
+                    ctx,
+                    need,
+                    up,
+                    fail,
+                    state,
+                    op,
+                    block,
+                    fill,
+                },
+            )
+        })
+        .collect()
+}
+
 /// One transition on `space`'s machine (unboxed: the element strategy of [`case`]).
 pub fn transition_strategy(space: &Space) -> impl Strategy<Value = Transition> + Clone {
     let space = *space;
     let arms = arms(&space);
+    let b = Bounds::new(&space, &arms);
+    // Drawn in this order; [`draw_case`] follows it.
     let parts = (
-        (
-            0..total(&arms),
-            0..space.nr_cpus.max(1),
-            0..4u32,
-            0..total(&NEEDS),
-        ),
+        (0..b.arm, 0..b.cpu, 0..4u32, 0..b.need),
         (
             any::<bool>(),
-            0..total(&FAIL_AT),
+            0..b.fail,
             0..=CPUHP_ONLINE.0,
             0..3u32,
-            0..space.loop_blocks.unwrap_or(1).max(1),
+            0..b.block,
             any::<u8>(),
         ),
     );

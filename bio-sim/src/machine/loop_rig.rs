@@ -265,7 +265,7 @@ impl LoopRig {
         let nullb = setup.nullb.map(|cfg| {
             let nb = NullBlk::new(s.kernel, 0, cfg)
                 .unwrap_or_else(|e| panic!("null_blk parameters were validated: {e}"));
-            s.rt.note(format!("# nullb0: null_blk {cfg}"));
+            s.rt.note_with(|| format!("# nullb0: null_blk {cfg}"));
             nb
         });
         if nullb.is_some() {
@@ -290,7 +290,8 @@ impl LoopRig {
             b.attach(&lo);
         }
         let lo = Some(lo);
-        s.rt.note(format!(
+        s.rt.note_with(|| {
+            format!(
             "# loop0: variant {} ({}), {} backing of {} KiB{}, LO_FLAGS_DIRECT_IO, lo_offset={}",
             setup.variant.name,
             crate::report::knob_line(&setup.variant.knobs()),
@@ -302,7 +303,8 @@ impl LoopRig {
                 " without FMODE_NOWAIT"
             },
             setup.offset
-        ));
+        )
+        });
         LoopRig {
             lo,
             nullb: None,
@@ -433,7 +435,7 @@ impl LoopRig {
             None => Err(format!("{cpu} cannot run {what} now")),
             Some(Ok(())) => Ok(()),
             Some(Err(e @ FreezeError::NeverDrained { .. })) => {
-                s.rt.note(format!("   >>> {what}({}): {e}", sb.s_id()));
+                s.rt.note_with(|| format!("   >>> {what}({}): {e}", sb.s_id()));
                 Ok(())
             }
             Some(Err(e)) => Err(format!("{what}({}): {e}", sb.s_id())),
@@ -464,7 +466,7 @@ impl LoopRig {
             None => Err(format!("{cpu} cannot run blk_mq_freeze_queue now")),
             Some(true) => Ok(()),
             Some(false) => {
-                s.rt.note(format!(
+                s.rt.note_with(|| format!(
                     "   >>> blk_mq_freeze_queue(loop0): {} request(s) never end; the model unfreezes so the run can go on",
                     q.tags.busy()
                 ));
@@ -505,10 +507,12 @@ impl LoopRig {
         };
         let blocks: Vec<u64> = self.slots.lock().keys().copied().collect();
         let got: ReadBack = Arc::default();
-        s.rt.note(format!(
-            "   >>> read every written block back through {}",
-            self.setup.disk_name()
-        ));
+        s.rt.note_with(|| {
+            format!(
+                "   >>> read every written block back through {}",
+                self.setup.disk_name()
+            )
+        });
         for &block in &blocks {
             let g = Arc::clone(&got);
             let bio = s
@@ -600,17 +604,17 @@ impl LoopRig {
                 let nb = NullBlk::new(s.kernel, 0, cfg)
                     .unwrap_or_else(|e| panic!("fixed null_blk parameters are valid: {e}"));
                 let Some(start) = setup.part_start else {
-                    s.rt.note(format!("# nullb0: null_blk {cfg} (loop0's backing)"));
+                    s.rt.note_with(|| format!("# nullb0: null_blk {cfg} (loop0's backing)"));
                     return Self::bdev_backing(nb);
                 };
-                s.rt.note(format!("# nullb0: null_blk {cfg}"));
+                s.rt.note_with(|| format!("# nullb0: null_blk {cfg}"));
                 let whole: Arc<dyn BlockDriver> = nb;
                 // null_blk's disk has one minor: the partition's devt is an extended one.
                 let devt = part_devt(whole.devt(), 1, 1, 0);
                 let nr = whole.limits().capacity_sectors - start;
                 let p = bdev_add_partition(whole, 1, start, nr, devt)
                     .unwrap_or_else(|e| panic!("start={start} was validated: {e:?}"));
-                s.rt.note(format!(
+                s.rt.note_with(|| format!(
                     "# {NULLB_PART}: partition 1 of nullb0, {},{}, sectors {start}..{} (loop0's backing)",
                     devt.0,
                     devt.1,
@@ -622,7 +626,7 @@ impl LoopRig {
                 let file: Arc<dyn LoopBacking> = Arc::new(
                     MemBacking::preallocated(BACKING_BYTES).with_fmode_nowait(setup.fmode_nowait),
                 );
-                s.rt.note(format!(
+                s.rt.note_with(|| format!(
                     "# loop1: variant {}, prealloc backing of {} KiB, LO_FLAGS_DIRECT_IO (loop0's backing)",
                     setup.variant.name,
                     BACKING_BYTES >> 10

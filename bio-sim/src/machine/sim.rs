@@ -197,14 +197,16 @@ impl Sim {
                 ..DetConfig::default()
             },
         );
-        rt.note(format!(
-            "# biosim: variant {} ({}) on {} CPUs, {} online; {}",
-            config.variant.name,
-            crate::report::knob_line(&config.variant.knobs()),
-            config.nr_cpus,
-            config.online,
-            config.kernel
-        ));
+        rt.note_with(|| {
+            format!(
+                "# biosim: variant {} ({}) on {} CPUs, {} online; {}",
+                config.variant.name,
+                crate::report::knob_line(&config.variant.knobs()),
+                config.nr_cpus,
+                config.online,
+                config.kernel
+            )
+        });
         Ok(Self {
             kernel,
             rt,
@@ -230,13 +232,15 @@ impl Sim {
         let log = self.kernel.fault_inject().log();
         let seen = self.faults_noted.replace(log.len());
         if log.len() > seen {
-            self.rt.note(format!(
-                "   (fault log: {} injected fault line(s))",
-                log.len() - seen
-            ));
+            self.rt.note_with(|| {
+                format!(
+                    "   (fault log: {} injected fault line(s))",
+                    log.len() - seen
+                )
+            });
         }
         for line in log.iter().skip(seen) {
-            self.rt.note(format!("       fault_inject: {line}"));
+            self.rt.note_with(|| format!("       fault_inject: {line}"));
         }
     }
 
@@ -383,13 +387,15 @@ impl Sim {
         if let Some(s) = fail_at {
             let r = self.kernel.hotplug().set_fail(cpu, s.0);
             match r {
-                Ok(()) => self.rt.note(format!(
-                    "       echo {} > /sys/devices/system/cpu/cpu{}/hotplug/fail",
-                    s.0, cpu.0
-                )),
+                Ok(()) => self.rt.note_with(|| {
+                    format!(
+                        "       echo {} > /sys/devices/system/cpu/cpu{}/hotplug/fail",
+                        s.0, cpu.0
+                    )
+                }),
                 Err(e) => self
                     .rt
-                    .note(format!("       (hotplug/fail={} refused: {e})", s.0)),
+                    .note_with(|| format!("       (hotplug/fail={} refused: {e})", s.0)),
             }
         }
         let r = if up {
@@ -398,17 +404,21 @@ impl Sim {
             self.kernel.cpu_down_start(cpu, CPUHP_OFFLINE)
         };
         match &r {
-            Ok(()) => self.rt.note(format!(
-                "       {}({}, {})",
-                if up { "cpu_up" } else { "cpu_down" },
-                cpu,
-                if up { "CPUHP_ONLINE" } else { "CPUHP_OFFLINE" }
-            )),
+            Ok(()) => self.rt.note_with(|| {
+                format!(
+                    "       {}({}, {})",
+                    if up { "cpu_up" } else { "cpu_down" },
+                    cpu,
+                    if up { "CPUHP_ONLINE" } else { "CPUHP_OFFLINE" }
+                )
+            }),
             Err(e) => {
-                self.rt.note(format!(
-                    "       {}({cpu}) refused: {e}",
-                    if up { "cpu_up" } else { "cpu_down" }
-                ));
+                self.rt.note_with(|| {
+                    format!(
+                        "       {}({cpu}) refused: {e}",
+                        if up { "cpu_up" } else { "cpu_down" }
+                    )
+                });
                 // A refused operation leaves no armed fail behind.
                 let _ = self.kernel.hotplug().set_fail(cpu, -1);
             }
@@ -422,10 +432,12 @@ impl Sim {
     pub fn hotplug_fail(&self, cpu: CpuId, state: i32) -> Result<(), HotplugError> {
         let r = self.kernel.hotplug().set_fail(cpu, state);
         if r.is_ok() {
-            self.rt.note(format!(
-                "       echo {state} > /sys/devices/system/cpu/cpu{}/hotplug/fail",
-                cpu.0
-            ));
+            self.rt.note_with(|| {
+                format!(
+                    "       echo {state} > /sys/devices/system/cpu/cpu{}/hotplug/fail",
+                    cpu.0
+                )
+            });
         }
         r
     }
@@ -443,16 +455,22 @@ impl Sim {
             (before, hp.start_target(cpu, state))
         };
         if r.is_ok() {
-            self.rt.note(format!(
-                "       echo {state} > /sys/devices/system/cpu/cpu{}/hotplug/target",
-                cpu.0
-            ));
+            self.rt.note_with(|| {
+                format!(
+                    "       echo {state} > /sys/devices/system/cpu/cpu{}/hotplug/target",
+                    cpu.0
+                )
+            });
             match before {
-                Ok(b) if b.0 < state => self.rt.note(format!("       cpu_up({cpu}, {state})")),
-                Ok(b) if b.0 > state => self.rt.note(format!("       cpu_down({cpu}, {state})")),
-                _ => self.rt.note(format!(
-                    "       ({cpu} is at {state} already: nothing to do)"
-                )),
+                Ok(b) if b.0 < state => self
+                    .rt
+                    .note_with(|| format!("       cpu_up({cpu}, {state})")),
+                Ok(b) if b.0 > state => self
+                    .rt
+                    .note_with(|| format!("       cpu_down({cpu}, {state})")),
+                _ => self
+                    .rt
+                    .note_with(|| format!("       ({cpu} is at {state} already: nothing to do)")),
             }
         }
         r
@@ -499,9 +517,9 @@ impl Sim {
         // A plug left open at the end of a scenario is finished first, as the task's exit would
         // (`do_exit()` cannot sleep with requests in its plug): its requests are then dispatched.
         for cpu in self.open_plugs() {
-            self.rt.note(format!(
-                "   (settle: CPU{cpu}'s plug is still open: blk_finish_plug())"
-            ));
+            self.rt.note_with(|| {
+                format!("   (settle: CPU{cpu}'s plug is still open: blk_finish_plug())")
+            });
             let _ = self.unplug(CpuId(cpu));
         }
         let mut summary = self.rt.run(max_steps);
@@ -513,7 +531,7 @@ impl Sim {
                 break;
             };
             ended.push(cpu);
-            self.rt.note(format!(
+            self.rt.note_with(|| format!(
                 "   (settle: {cpu} is left at state {}, neither offline nor online (a hotplug/target park or a failed rollback): ending it)",
                 self.kernel.hotplug().state(cpu).map_or(-1, |s| s.0)
             ));
@@ -521,10 +539,12 @@ impl Sim {
             if self.kernel.hotplug().fail(cpu).is_ok_and(|f| f != -1)
                 && self.kernel.hotplug().set_fail(cpu, -1).is_ok()
             {
-                self.rt.note(format!(
-                    "       echo -1 > /sys/devices/system/cpu/cpu{}/hotplug/fail",
-                    cpu.0
-                ));
+                self.rt.note_with(|| {
+                    format!(
+                        "       echo -1 > /sys/devices/system/cpu/cpu{}/hotplug/fail",
+                        cpu.0
+                    )
+                });
             }
             if self.hotplug_target(cpu, CPUHP_ONLINE.0).is_err() {
                 break;
@@ -542,7 +562,7 @@ impl Sim {
             .chain(devs.iter().map(|d| format!("fail_io {d}")))
         {
             self.rt
-                .note(format!("   (settle: `{what}` is still armed: disarmed)"));
+                .note_with(|| format!("   (settle: `{what}` is still armed: disarmed)"));
         }
         if !summary.quiescent {
             self.oracle.push(Violation {

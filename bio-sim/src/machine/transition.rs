@@ -205,8 +205,59 @@ impl fmt::Display for Refusal {
 
 impl std::error::Error for Refusal {}
 
-fn refuse<T>(why: impl Into<String>) -> Result<T, Refusal> {
-    Err(Refusal(why.into()))
+/// Why a transition is refused, as data: [`Sim::apply`] (the generators' lenient form, run for
+/// every transition of every explore case) only asks whether it happened, so the text is built
+/// only when [`Sim::try_apply`] returns it (formatting every refusal was some 4% of a case).
+#[derive(Debug)]
+enum Why {
+    /// A fixed reason.
+    Text(&'static str),
+    /// A reason already built by the callee (plug, lock sequence, fault injection).
+    Built(String),
+    /// The CPU does not exist.
+    NoCpu(u32),
+    /// The CPU is offline.
+    Offline(u32),
+    /// The completion context cannot run on the CPU now.
+    CannotRun(u32, CompletionContext),
+    /// The CPU has no worker pool.
+    NoPool(u32),
+    /// The CPU's worker pool has nothing to run.
+    PoolIdle(u32),
+    /// The hotplug operation was refused.
+    Hotplug(hotplug::HotplugError),
+    /// sysfs refused the `hotplug/fail` value.
+    FailRefused(i32, hotplug::HotplugError),
+    /// sysfs refused the `hotplug/target` value.
+    TargetRefused(i32, hotplug::HotplugError),
+    /// loop0 cannot take the operation now.
+    LoopBusy(crate::machine::loop_rig::LoopOp),
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Why::Text(t) => f.write_str(t),
+            Why::Built(t) => f.write_str(t),
+            Why::NoCpu(c) => write!(f, "CPU{c} does not exist"),
+            Why::Offline(c) => write!(f, "CPU{c} is offline"),
+            Why::CannotRun(c, ctx) => write!(f, "CPU{c} cannot run {ctx} now"),
+            Why::NoPool(c) => write!(f, "CPU{c} has no worker pool"),
+            Why::PoolIdle(c) => write!(f, "CPU{c}'s worker pool has nothing to run"),
+            Why::Hotplug(e) => write!(f, "{e}"),
+            Why::FailRefused(s, e) => write!(f, "hotplug/fail={s} refused: {e}"),
+            Why::TargetRefused(s, e) => write!(f, "hotplug/target={s} refused: {e}"),
+            Why::LoopBusy(op) => write!(f, "loop0 cannot take the {op} now"),
+        }
+    }
+}
+
+fn refuse<T>(why: Why) -> Result<T, Why> {
+    Err(why)
+}
+
+fn built<T>(why: String) -> Result<T, Why> {
+    Err(Why::Built(why))
 }
 
 impl Sim {
@@ -227,9 +278,10 @@ impl Sim {
     /// trace.
     pub fn try_apply(&self, t: &Transition) -> Result<(), Refusal> {
         self.apply_inner(t, true)
+            .map_err(|why| Refusal(why.to_string()))
     }
 
-    fn apply_inner(&self, t: &Transition, strict_fail: bool) -> Result<(), Refusal> {
+    fn apply_inner(&self, t: &Transition, strict_fail: bool) -> Result<(), Why> {
         let n = self.kernel.nr_cpus();
         if self.rt.recording() {
             let line = format!("   >>> {t}");
@@ -260,19 +312,14 @@ impl Sim {
         };
         if let Some(c) = cpu {
             if c >= n {
-                return refuse(format!("CPU{c} does not exist"));
+                return refuse(Why::NoCpu(c));
             }
         }
-        let offline = |c: u32| format!("CPU{c} is offline");
-        self.apply_now(t, strict_fail, offline)
+        self.apply_now(t, strict_fail)
     }
 
-    fn apply_now(
-        &self,
-        t: &Transition,
-        strict_fail: bool,
-        offline: impl Fn(u32) -> String,
-    ) -> Result<(), Refusal> {
+    fn apply_now(&self, t: &Transition, strict_fail: bool) -> Result<(), Why> {
+        let offline = Why::Offline;
         match *t {
             // Both sites and devices were checked when the line was parsed (a generator only
             // names known ones): arming cannot be refused.
@@ -280,36 +327,36 @@ impl Sim {
                 .kernel
                 .fault_inject()
                 .fail_alloc_once(site)
-                .or_else(|e| refuse(e.to_string())),
+                .or_else(|e| built(e.to_string())),
             Transition::FailIo { dev } => self
                 .kernel
                 .fault_inject()
                 .fail_io_once(dev)
-                .or_else(|e| refuse(e.to_string())),
+                .or_else(|e| built(e.to_string())),
             Transition::Plug { cpu } => {
                 if !self.kernel.cpu_online(CpuId(cpu)) {
                     return refuse(offline(cpu));
                 }
-                self.plug(CpuId(cpu)).or_else(refuse)
+                self.plug(CpuId(cpu)).or_else(built)
             }
-            Transition::Unplug { cpu } => self.unplug(CpuId(cpu)).or_else(refuse),
+            Transition::Unplug { cpu } => self.unplug(CpuId(cpu)).or_else(built),
             Transition::Complete { cpu, ctx, need } => {
                 if !self.kernel.cpu_online(CpuId(cpu)) {
                     return refuse(offline(cpu));
                 }
                 match self.complete(CpuId(cpu), ctx, need, ReqOp::Write) {
                     Some(_) => Ok(()),
-                    None => refuse(format!("CPU{cpu} cannot run {ctx} now")),
+                    None => refuse(Why::CannotRun(cpu, ctx)),
                 }
             }
             Transition::RunWorker { cpu } => {
                 if self.kernel.pool(PoolId::Cpu(CpuId(cpu))).is_none() {
-                    return refuse(format!("CPU{cpu} has no worker pool"));
+                    return refuse(Why::NoPool(cpu));
                 }
                 if self.run_worker(CpuId(cpu)) {
                     Ok(())
                 } else {
-                    refuse(format!("CPU{cpu}'s worker pool has nothing to run"))
+                    refuse(Why::PoolIdle(cpu))
                 }
             }
             Transition::Tick => {
@@ -319,26 +366,26 @@ impl Sim {
             Transition::Hotplug { cpu, up, fail_at } => {
                 if let (true, Some(s)) = (strict_fail, fail_at) {
                     if let Err(e) = self.kernel.hotplug().set_fail(CpuId(cpu), s) {
-                        return refuse(format!("hotplug/fail={s} refused: {e}"));
+                        return refuse(Why::FailRefused(s, e));
                     }
                 }
                 self.hotplug_start(CpuId(cpu), up, fail_at.map(StateId))
-                    .or_else(|e| refuse(e.to_string()))
+                    .map_err(Why::Hotplug)
             }
             Transition::Fail { cpu, state } => self
                 .hotplug_fail(CpuId(cpu), state)
-                .or_else(|e| refuse(format!("hotplug/fail={state} refused: {e}"))),
+                .map_err(|e| Why::FailRefused(state, e)),
             Transition::Target { cpu, state } => self
                 .hotplug_target(CpuId(cpu), state)
-                .or_else(|e| refuse(format!("hotplug/target={state} refused: {e}"))),
+                .map_err(|e| Why::TargetRefused(state, e)),
             Transition::HotplugStep => {
                 if self.kernel.hotplug_ops_in_progress().is_empty() {
-                    return refuse("no hotplug operation is in progress");
+                    return refuse(Why::Text("no hotplug operation is in progress"));
                 }
                 if self.hotplug_step() {
                     Ok(())
                 } else {
-                    refuse("the hotplug operation cannot take a step now")
+                    refuse(Why::Text("the hotplug operation cannot take a step now"))
                 }
             }
             Transition::NeedResched { cpu } => match self.rt.cpu(CpuId(cpu)) {
@@ -355,7 +402,7 @@ impl Sim {
                 fill,
             } => {
                 let Some(r) = self.loop_rig() else {
-                    return refuse("there is no loop device");
+                    return refuse(Why::Text("there is no loop device"));
                 };
                 if !self.kernel.cpu_online(CpuId(cpu)) {
                     return refuse(offline(cpu));
@@ -363,39 +410,39 @@ impl Sim {
                 if self.with_plug(CpuId(cpu), || r.submit(self.parts(), cpu, op, block, fill)) {
                     Ok(())
                 } else {
-                    refuse(format!("loop0 cannot take the {op} now"))
+                    refuse(Why::LoopBusy(op))
                 }
             }
             Transition::LoopWorker { cpu } => {
                 let Some(r) = self.loop_rig() else {
-                    return refuse("there is no loop device");
+                    return refuse(Why::Text("there is no loop device"));
                 };
                 if r.run_worker(self.parts(), cpu) {
                     Ok(())
                 } else {
-                    refuse("loop0's worker has nothing to run")
+                    refuse(Why::Text("loop0's worker has nothing to run"))
                 }
             }
             Transition::NullbTimer => match self.loop_rig() {
                 Some(r) if r.fire_nullb_timer() => Ok(()),
-                Some(_) => refuse("nullb0 has no pending hrtimer"),
-                None => refuse("there is no null_blk device"),
+                Some(_) => refuse(Why::Text("nullb0 has no pending hrtimer")),
+                None => refuse(Why::Text("there is no null_blk device")),
             },
             Transition::FreezeBacking | Transition::ThawBacking => match self.loop_rig() {
                 Some(r) => r
                     .freeze_backing(self.parts(), *t == Transition::FreezeBacking)
-                    .or_else(refuse),
-                None => refuse("there is no loop device"),
+                    .or_else(built),
+                None => refuse(Why::Text("there is no loop device")),
             },
             Transition::FreezeLoopQueue => match self.loop_rig() {
-                Some(r) => r.freeze_loop_queue(self.parts()).or_else(refuse),
-                None => refuse("there is no loop device"),
+                Some(r) => r.freeze_loop_queue(self.parts()).or_else(built),
+                None => refuse(Why::Text("there is no loop device")),
             },
             Transition::LockSeq { cpu, ctx, steps } => {
                 if !self.kernel.cpu_online(CpuId(cpu)) {
                     return refuse(offline(cpu));
                 }
-                self.lock_seq(CpuId(cpu), ctx, steps).or_else(refuse)
+                self.lock_seq(CpuId(cpu), ctx, steps).or_else(built)
             }
         }
     }
@@ -437,6 +484,51 @@ mod tests {
             cpu,
             up: false,
             fail_at: None,
+        }
+    }
+
+    /// A machine without a trace (explore's) builds none of its notes, and one with a trace has
+    /// them all: the header with the variant's knobs, the sysfs writes, the operations.
+    #[test]
+    fn notes_are_built_only_for_a_machine_with_a_trace() {
+        for trace in [true, false] {
+            let s = Sim::new(SimConfig {
+                nr_cpus: 2,
+                online: 2,
+                trace,
+                ..SimConfig::default()
+            })
+            .unwrap();
+            let built = std::cell::Cell::new(0);
+            s.rt.note_with(|| {
+                built.set(built.get() + 1);
+                "   (a note)".into()
+            });
+            s.try_apply(&Transition::Hotplug {
+                cpu: 1,
+                up: false,
+                fail_at: Some(144),
+            })
+            .unwrap();
+            let r = finish(&s, 1);
+            assert!(
+                r.contains("Err") && r.contains("144"),
+                "the armed fail fired: {r}"
+            );
+            let t = s.trace();
+            assert_eq!(built.get(), u32::from(trace), "{t}");
+            if trace {
+                for line in [
+                    "# biosim: variant v7 (list=",
+                    "(a note)",
+                    "echo 144 > /sys/devices/system/cpu/cpu1/hotplug/fail",
+                    "cpu_down(CPU1, CPUHP_OFFLINE)",
+                ] {
+                    assert!(t.contains(line), "{line} in {t}");
+                }
+            } else {
+                assert_eq!(t.trim(), "", "no trace");
+            }
         }
     }
 

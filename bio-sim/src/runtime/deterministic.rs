@@ -375,10 +375,9 @@ impl DetRuntime {
         let inner = &self.inner;
         let cx = inner.cpus.get(cpu.index())?;
         let task = submitter(cpu);
-        let saved = cx.current();
         if !inner.config.record_steps {
             // No trace: only `current` matters (a kernel report names the task).
-            cx.set_current(task);
+            let saved = cx.replace_current(task);
             let r = {
                 let _on = inner.executing_on(Some(cpu));
                 inner.captured(|| f(cx))
@@ -386,6 +385,7 @@ impl DetRuntime {
             cx.set_current(saved);
             return Some(r);
         }
+        let saved = cx.current();
         let pair = (task.comm.clone(), task.pid);
         let from = inner.task_on(Some(cpu.0));
         let control = inner.control_cpu();
@@ -533,6 +533,15 @@ impl DetRuntime {
             text.to_owned(),
         );
         inner.trace.borrow_mut().push(line);
+    }
+
+    /// [`DetRuntime::note`] with the line built only when the runtime keeps a trace: explore's
+    /// machines record nothing, and formatting their notes (the machine header with the variant's
+    /// knobs, every `cpu_down()`/`echo` line) was a tenth of a case's time.
+    pub fn note_with(&self, line: impl FnOnce() -> String) {
+        if self.inner.config.record_steps {
+            self.note(line());
+        }
     }
 
     /// The trace's events for the ftrace writer, in order.
