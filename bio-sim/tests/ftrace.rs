@@ -179,16 +179,12 @@ fn every_trace_biosim_writes_is_a_tracefs_trace_file_with_the_kernels_fields() {
 /// null_blk's timer mode (`irqmode=2`) on the deterministic runtime, from its scenario's trace:
 /// every nullb0 request issued is completed once, on the CPU that issued it, in hardirq (`h` in
 /// the flags) inside a `nullb-hrtimer` interrupt; no completion comes before the `nullb_timer`
-/// line that expires its hrtimer; and every line passes its format check. The kernel's own
-/// `hrtimer_start`/`hrtimer_expire_entry`/`hrtimer_expire_exit` lines are not in the trace: their
-/// 6.18 formats are not recorded under tests/data/tracefs-6.18/formats.
+/// line that expires its hrtimer; each completion runs between the `hrtimer_expire_entry` and
+/// `hrtimer_expire_exit` of a timer that `hrtimer_start` armed on the same CPU when the request was
+/// issued, with `now` at least its `expires`; and every line passes its format check.
 #[test]
 fn nullblk_timer_mode_completes_in_the_hrtimers_hardirq_on_the_issuing_cpu() {
     let f = formats();
-    assert!(
-        !f.iter().any(|e| e.name.starts_with("hrtimer_")),
-        "hrtimer formats are recorded now: emit the kernel's hrtimer events in timer mode"
-    );
     let dir = tempfile::tempdir().unwrap();
     let scn = "docs/scenarios/nullblk-timer-v7.scn";
     let text = traced(dir.path(), "timer", &["run", "--quiet", scn]);
@@ -206,8 +202,43 @@ fn nullblk_timer_mode_completes_in_the_hrtimers_hardirq_on_the_issuing_cpu() {
     };
     let (mut issued, mut expired, mut completed) = (Vec::new(), 0, 0);
     let (mut in_irq, mut read_back) = (None, false);
+    // `name=value` of a trace line's fields.
+    let field = |fields: &str, name: &str| -> String {
+        let pre = format!("{name}=");
+        let w = fields.split_whitespace().find(|w| w.starts_with(&pre));
+        w.unwrap_or_else(|| panic!("no {name}= in {fields}"))[pre.len()..].to_string()
+    };
+    // hrtimer -> (CPU, expires, the request issued just before on that CPU), and the timer
+    // whose callback runs now.
+    let mut armed = std::collections::HashMap::new();
+    let (mut last_issued, mut running) = (std::collections::HashMap::new(), None);
+    let mut starts = 0;
     for l in bio_sim::report::ftrace::parse_trace(&text).unwrap() {
         match l.event.as_str() {
+            "hrtimer_start" => {
+                assert_eq!(field(&l.fields, "function"), "null_cmd_timer_expired");
+                assert_eq!(field(&l.fields, "mode"), "REL");
+                let expires: u64 = field(&l.fields, "expires").parse().unwrap();
+                let k = last_issued
+                    .remove(&l.cpu)
+                    .expect("armed without a request issued");
+                armed.insert(field(&l.fields, "hrtimer"), (l.cpu, expires, k));
+                starts += 1;
+            }
+            "hrtimer_expire_entry" => {
+                let t = field(&l.fields, "hrtimer");
+                let (cpu, expires, _) = armed.get(&t).expect("expired, never started");
+                assert_eq!(*cpu, l.cpu, "expired on another CPU: {l:?}");
+                let now: u64 = field(&l.fields, "now").parse().unwrap();
+                assert!(now >= *expires, "expired early: {l:?}");
+                assert_eq!(in_irq, Some(l.cpu), "not in the hrtimer's interrupt: {l:?}");
+                running = Some(t);
+            }
+            "hrtimer_expire_exit" => {
+                let t = field(&l.fields, "hrtimer");
+                assert_eq!(running.take(), Some(t.clone()), "exit without entry: {l:?}");
+                armed.remove(&t);
+            }
             "tracing_mark_write" if l.fields.contains("expire nullb0's next hrtimer") => {
                 expired += 1
             }
@@ -215,7 +246,11 @@ fn nullblk_timer_mode_completes_in_the_hrtimers_hardirq_on_the_issuing_cpu() {
             "tracing_mark_write" if l.fields.contains("read every written block back") => {
                 read_back = true
             }
-            "block_rq_issue" => issued.push((key(&l.fields).expect("a nullb0 line"), l.cpu)),
+            "block_rq_issue" => {
+                let k = key(&l.fields).expect("a nullb0 line");
+                last_issued.insert(l.cpu, k.clone());
+                issued.push((k, l.cpu));
+            }
             "irq_handler_entry" if l.fields.contains("name=nullb-hrtimer") => in_irq = Some(l.cpu),
             "irq_handler_exit" => in_irq = None,
             "block_rq_complete" => {
@@ -226,6 +261,13 @@ fn nullblk_timer_mode_completes_in_the_hrtimers_hardirq_on_the_issuing_cpu() {
                     .unwrap_or_else(|| panic!("completed, never issued: {}", l.fields));
                 let (_, cpu) = issued.remove(i);
                 assert_eq!(l.cpu, cpu, "ended on another CPU than it was issued: {l:?}");
+                let t = running
+                    .as_ref()
+                    .expect("completed outside an hrtimer callback");
+                assert_eq!(
+                    armed[t].2, k,
+                    "completed by another request's hrtimer: {l:?}"
+                );
                 assert_eq!(in_irq, Some(l.cpu), "not in the hrtimer's interrupt: {l:?}");
                 assert_eq!(l.flags.as_bytes()[2], b'h', "not in hardirq: {l:?}");
                 completed += 1;
@@ -238,9 +280,10 @@ fn nullblk_timer_mode_completes_in_the_hrtimers_hardirq_on_the_issuing_cpu() {
         }
     }
     assert!(issued.is_empty(), "never completed: {issued:?}");
+    assert!(armed.is_empty(), "hrtimers never expired: {armed:?}");
     assert_eq!(
-        (expired, completed),
-        (2, 3),
+        (expired, completed, starts),
+        (2, 3, 3),
         "two scenario requests and the read-back"
     );
 }

@@ -155,6 +155,8 @@ pub enum PtrKind {
     Work,
     /// A `struct timer_list *`.
     Timer,
+    /// A `struct hrtimer *`.
+    Hrtimer,
 }
 
 /// `%p` of object `id` of `kind`: the kernel prints pointers hashed (`ptr_to_id()`: siphash of the
@@ -165,6 +167,7 @@ pub fn hashed_ptr(kind: PtrKind, id: u64) -> String {
     let tag: u64 = match kind {
         PtrKind::Work => 0x776f_726b,
         PtrKind::Timer => 0x7469_6d72,
+        PtrKind::Hrtimer => 0x6872_746d,
     };
     // splitmix64's finalizer: a bijection on u64, so distinct inputs stay distinct before the
     // truncation.
@@ -349,6 +352,9 @@ pub(crate) mod tests {
         ("timer_cancel", "timer=%p"),
         ("timer_expire_entry", "timer=%p function=%ps now=%lu baseclk=%lu"),
         ("timer_expire_exit", "timer=%p"),
+        ("hrtimer_start", "hrtimer=%p function=%ps expires=%llu softexpires=%llu mode=%s was_armed=%d"),
+        ("hrtimer_expire_entry", "hrtimer=%p function=%ps now=%llu"),
+        ("hrtimer_expire_exit", "hrtimer=%p"),
         ("block_bio_queue", "%d,%d %s %llu + %u [%s]"),
         // No .format file was recorded for the merge events: they are block_bio_queue's
         // DECLARE_EVENT_CLASS(block_bio), so they share its print fmt.

@@ -17,18 +17,13 @@
 //! local APIC timer (`local_timer_entry`), not a device IRQ; biosim's interrupt is traced as a
 //! device IRQ named `nullb-hrtimer` (the IRQ core has no timer vector).
 //!
-//! Why the kernel's timer-mode trace (`hrtimer_start` at submission, then `local_timer_entry`,
-//! `hrtimer_expire_entry function=null_cmd_timer_expired`, `hrtimer_expire_exit`,
-//! `local_timer_exit`) is not emitted yet: (1) tracefs-6.18/formats has no `hrtimer_*` or
-//! `local_timer_*` format, and `include/trace/events/timer.h`'s `hrtimer_start` print fmt
-//! changed recently (`mode=%s` gained ` was_armed=%d`) in a release these sources did not let me
-//! pin against 6.18, so a format taken from the header could be the wrong one; (2) the interrupt
-//! is entered through `Kernel::raise_irq()`, whose `irq_handler_entry`/`irq_handler_exit` come
-//! from bio-core's IRQ layer, which would need a timer-vector entry (`local_timer_entry
-//! vector=236`, `LOCAL_TIMER_VECTOR`) to replace them; (3) the format checker's list
-//! (`kernel::trace` `PRINT_FMTS`) would need the new formats. What is needed: the formats read
-//! from a 6.18 tracefs, then a timer-vector delivery in the IRQ layer. On PREEMPT_RT an hrtimer
-//! not marked `HRTIMER_MODE_HARD` expires in softirq context; biosim keeps hardirq on every model.
+//! Its trace is the kernel's: `hrtimer_start` (mode `REL`, function `null_cmd_timer_expired`)
+//! in `null_queue_rq()`, then, in the interrupt, `hrtimer_expire_entry` and `hrtimer_expire_exit`
+//! around the callback, in the 6.18 formats recorded from this machine's tracefs (`was_armed`
+//! included). One departure: the kernel enters through the local APIC timer vector
+//! (`local_timer_entry vector=236`), biosim through `irq_handler_entry name=nullb-hrtimer`.
+//! On PREEMPT_RT an hrtimer not marked `HRTIMER_MODE_HARD` expires in softirq context; biosim
+//! keeps hardirq on every model.
 
 use super::memory::NullbPages;
 use super::{NullBlkConfig, NullIrqMode, NullQueueMode, BLK_MQ_MAX_DEPTH};
@@ -175,13 +170,16 @@ impl Hrtimers {
         }
     }
 
-    /// `hrtimer_start(..., HRTIMER_MODE_REL)`.
-    fn start(&self, delay_ns: u64, cpu: CpuId, handler: IrqHandler) {
+    /// `hrtimer_start(&cmd->timer, ns_to_ktime(completion_nsec), HRTIMER_MODE_REL)` from `cx`,
+    /// traced as `hrtimer_start`.
+    fn start(&self, delay_ns: u64, cx: &Cpu, handler: IrqHandler) {
+        let cpu = cx.id();
         {
             let mut st = self.lock();
             let expires_ns = self.now_ns(&st) + delay_ns;
             st.seq += 1;
             let seq = st.seq;
+            trace_hrtimer_start(cx, seq, expires_ns);
             st.pending.push(PendingTimer {
                 expires_ns,
                 seq,
@@ -199,8 +197,9 @@ impl Hrtimers {
         }
     }
 
-    /// Takes the earliest timer if it is due at `now` (any, with `force`).
-    fn take_due(&self, force: bool) -> Option<PendingTimer> {
+    /// Takes the earliest timer if it is due at `now` (any, with `force`), with the clock's time
+    /// at its expiry (`hrtimer_interrupt()`'s `now`).
+    fn take_due(&self, force: bool) -> Option<(PendingTimer, u64)> {
         let mut st = self.lock();
         let now = self.now_ns(&st);
         let i =
@@ -210,7 +209,11 @@ impl Hrtimers {
         }
         let t = st.pending.swap_remove(i);
         st.now_ns = st.now_ns.max(t.expires_ns);
-        Some(t)
+        let fired = match self.clock {
+            HrtimerClock::Thread => now,
+            HrtimerClock::Explicit => st.now_ns,
+        };
+        Some((t, fired))
     }
 
     /// How long the timer thread may sleep.
@@ -228,14 +231,69 @@ impl Hrtimers {
 
 /// `hrtimer_interrupt()` → `__run_hrtimer()`: the expired timer's callback, delivered as an
 /// interrupt on the CPU the request was submitted on (or, if it went offline, the first online
-/// CPU, as the kernel migrates a dead CPU's hrtimers).
-fn expire(kernel: &Kernel, t: PendingTimer, shared: &Shared) {
+/// CPU, as the kernel migrates a dead CPU's hrtimers), between `hrtimer_expire_entry` (with the
+/// clock's time `now` at the expiry) and `hrtimer_expire_exit`.
+fn expire(kernel: &Kernel, (t, now): (PendingTimer, u64), shared: &Shared) {
     bump(&shared.counters.timer_fires);
-    if let Err(e) = kernel.raise_irq(t.cpu, HRTIMER_IRQ, t.handler) {
+    let PendingTimer {
+        seq, cpu, handler, ..
+    } = t;
+    let run: IrqHandler = Box::new(move |cx: &Cpu| {
+        trace_hrtimer_expire_entry(cx, seq, now);
+        handler(cx);
+        trace_hrtimer_expire_exit(cx, seq);
+    });
+    if let Err(e) = kernel.raise_irq(cpu, HRTIMER_IRQ, run) {
         if let Some(&other) = kernel.online_cpus().first() {
             let _ = kernel.raise_irq(other, HRTIMER_IRQ, e.handler);
         }
     }
+}
+
+/// `%p` of a command's `struct hrtimer` (`cmd->timer`). The kernel's command is per tag and
+/// its timer reused; biosim's timer is keyed by its start's sequence number.
+fn hrtimer_ptr(seq: u64) -> String {
+    crate::kernel::hashed_ptr(crate::kernel::PtrKind::Hrtimer, seq)
+}
+
+/// `trace_hrtimer_start()` in `hrtimer_start_range_ns()`, under the base lock with IRQs off:
+/// `expires` and `softexpires` are absolute (the clock's ns; biosim's clock starts when the
+/// device is added), equal because `hrtimer_start()` passes no slack; `was_armed=0` because a
+/// command's timer is started once per request.
+fn trace_hrtimer_start(cx: &Cpu, seq: u64, expires_ns: u64) {
+    crate::ktrace!(
+        cx,
+        target: "timer",
+        "hrtimer_start",
+        flags: cx.trace_flags_under(true, 1),
+        "hrtimer={} function=null_cmd_timer_expired expires={} softexpires={} mode=REL was_armed=0",
+        hrtimer_ptr(seq),
+        expires_ns,
+        expires_ns
+    );
+}
+
+/// `trace_hrtimer_expire_entry()` in `__run_hrtimer()`: `now=%llu` is the clock at the expiry.
+fn trace_hrtimer_expire_entry(cx: &Cpu, seq: u64, now_ns: u64) {
+    crate::ktrace!(
+        cx,
+        target: "timer",
+        "hrtimer_expire_entry",
+        "hrtimer={} function=null_cmd_timer_expired now={}",
+        hrtimer_ptr(seq),
+        now_ns
+    );
+}
+
+/// `trace_hrtimer_expire_exit()` after the callback returned `HRTIMER_NORESTART`.
+fn trace_hrtimer_expire_exit(cx: &Cpu, seq: u64) {
+    crate::ktrace!(
+        cx,
+        target: "timer",
+        "hrtimer_expire_exit",
+        "hrtimer={}",
+        hrtimer_ptr(seq)
+    );
 }
 
 /// `struct nullb` with its `struct nullb_device`: one `/dev/nullbN`.
@@ -497,8 +555,7 @@ impl NullBlk {
                     bump(&shared.counters.irqs);
                     end(cx)
                 });
-                self.hrtimers
-                    .start(self.cfg.completion_nsec, cx.id(), handler);
+                self.hrtimers.start(self.cfg.completion_nsec, cx, handler);
             }
         }
     }

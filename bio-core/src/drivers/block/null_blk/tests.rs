@@ -437,7 +437,20 @@ fn timer_mode_fires_as_an_explicit_event_and_ends_in_hardirq_on_the_submitting_c
     let names: Vec<&str> = ev.iter().map(|e| e.tracepoint.as_str()).collect();
     assert_eq!(
         names,
-        ["irq_handler_entry", "block_rq_complete", "irq_handler_exit"]
+        [
+            "irq_handler_entry",
+            "hrtimer_expire_entry",
+            "block_rq_complete",
+            "hrtimer_expire_exit",
+            "irq_handler_exit"
+        ]
+    );
+    assert!(
+        ev[1]
+            .message
+            .contains("function=null_cmd_timer_expired now=2500"),
+        "{}",
+        ev[1].message
     );
     assert!(
         ev[0].message.contains("name=nullb-hrtimer"),
