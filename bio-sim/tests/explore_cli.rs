@@ -492,3 +492,33 @@ fn explore_loop_knob_explores_a_fixed_version_and_writes_the_knob() {
     assert_eq!(code, 2);
     assert!(err.contains("--loop"), "{err}");
 }
+
+/// `--json` with `--trace -`: the trace alone on standard output, the JSON report on standard
+/// error, each whole (the two never share a stream).
+#[test]
+fn json_with_the_trace_on_stdout_goes_to_stderr_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = biosim_in(
+        dir.path(),
+        &[
+            "explore",
+            "--variant",
+            "v6",
+            "--seed",
+            "1",
+            "--cases",
+            "2000",
+            "--json",
+            "--trace",
+            "-",
+        ],
+    );
+    assert_eq!(code, 1, "a violation found: {err}");
+    let j = json(&err);
+    assert!(j["counterexample"].is_object(), "{j}");
+    assert!(out.starts_with("# tracer: nop"), "a trace file: {out}");
+    assert!(
+        !out.contains("\"counterexample\""),
+        "no JSON in the trace: {out}"
+    );
+}

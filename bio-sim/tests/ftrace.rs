@@ -520,12 +520,6 @@ fn an_existing_file_an_input_file_or_a_bad_path_is_refused_with_exit_2_and_nothi
             ],
             "--trace and --perfetto both write to standard output",
         ),
-        // explore's --json prints on standard output: with --trace - the report and the trace
-        // would be one stream.
-        (
-            explore(&["--json", "--trace", "-"]),
-            "--trace and --json both write to standard output",
-        ),
         (
             explore(&[
                 "--out",

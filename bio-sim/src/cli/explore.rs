@@ -128,20 +128,16 @@ pub fn explore(args: ExploreArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(p) = &args.out {
         check_out(p)?;
     }
-    // `--json` prints on standard output, so with `--trace -` the two would be one stream; an
-    // `--out` named `-` is a file of that name.
+    // An `--out` named `-` is a file of that name. `--json` needs no place here: with
+    // `--trace -` the report goes to standard error (`Say::for_trace`).
     let out = args.out.as_deref().map(|o| match o.as_os_str() == "-" {
         true => Path::new("./-"),
         false => o,
     });
-    let given: Vec<(&str, &Path)> = [
-        ("--out", out),
-        ("--trace", args.trace_out.as_deref()),
-        ("--json", args.json.then_some(Path::new("-"))),
-    ]
-    .into_iter()
-    .filter_map(|(f, p)| Some((f, p?)))
-    .collect();
+    let given: Vec<(&str, &Path)> = [("--out", out), ("--trace", args.trace_out.as_deref())]
+        .into_iter()
+        .filter_map(|(f, p)| Some((f, p?)))
+        .collect();
     super::output::check_distinct(&given)?;
     let trace_out = args
         .trace_out

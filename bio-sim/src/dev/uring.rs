@@ -590,6 +590,8 @@ impl UringEngine {
             self.reaper_id,
             "UringEngine::wait_idle called from its own completion callback"
         );
+        // Deferred submissions owe the reaper a wake-up; without it they would never complete.
+        self.ring_doorbell();
         let mut g = self.shared.idle_lock.lock();
         while self.shared.in_flight.load(Ordering::Acquire) != 0 {
             if self.reaper.as_ref().is_none_or(|h| h.is_finished()) {
@@ -1158,6 +1160,33 @@ mod tests {
         got.sort_unstable();
         let want: Vec<(u64, u8)> = (0..8).map(|t| (t, (t + 10) as u8)).collect();
         assert_eq!(got, want, "each op read its own block");
+    }
+
+    /// `wait_idle()` rings a doorbell still owed, so deferred submissions followed by a wait
+    /// complete instead of waiting forever. (Not under the doorbell twin: there it would hang.)
+    #[test]
+    #[cfg(not(feature = "bug-uring-doorbell-lost"))]
+    fn wait_idle_rings_an_owed_doorbell() {
+        let (_d, f) = file();
+        let eng = match UringEngine::new(Arc::clone(&f), 16, RwFlags::empty(), |_| {}) {
+            Ok(e) => e,
+            Err(e) if unavailable(&e) => {
+                eprintln!("skipped: io_uring unavailable: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        for t in 0..4u64 {
+            let op = UringOp::Read {
+                buf: AlignedBuf::new(4096),
+                off: t * 4096,
+            };
+            eng.submit_deferred(t, op, RwFlags::empty()).unwrap();
+        }
+        eng.wait_idle();
+        assert_eq!(eng.stats().completed, 4);
+        assert!(!eng.ring_doorbell(), "wait_idle rang it");
+        assert_eq!(eng.shutdown().doorbells, 1);
     }
 
     #[test]

@@ -162,7 +162,9 @@ pub struct AioRequest {
     pub write: bool,
     /// Byte position in the backing file.
     pub pos: u64,
-    /// The data to write, or a buffer of the length to read.
+    /// The data to write, or a buffer of the length to read. It must come back whole in the
+    /// completion, writes included: a one-segment command lends its bio's own segment here, and a
+    /// buffer handed back at another length is a `biosim:` WARN.
     pub data: Vec<u8>,
     /// `IOCB_NOWAIT`.
     pub nowait: bool,
@@ -1253,7 +1255,9 @@ impl LoopDevice {
         let cpu = cx.id();
         let bytes = cmd.bytes();
         // A one-segment request lends its segment's buffer to the I/O (it comes back in
-        // ki_complete()); a merged or multi-segment one sends a copy (`cmd->bvec`'s iov_iter).
+        // ki_complete()), as 6.18's lo_rw_aio() iterates the bio's own bvec. A merged or
+        // multi-segment one sends a copy: a model shortcut (the kernel uses the bio's bvec for any
+        // single-bio request, and cmd->bvec, page references, not a copy, for a merged one).
         // Twin `bug-loop-aio-segment-not-returned`: the lent buffer is not put back at completion.
         let (data, lent) = match cmd.single_segment_mut().map(std::mem::take) {
             Some(seg) => {
@@ -1335,7 +1339,7 @@ impl LoopDevice {
         }
         if data.len() != len {
             cx.warn(&format!(
-                "drivers/block/loop.c: loop{}: the backing handed back {} bytes for a {len}-byte segment",
+                "biosim: loop{}: the backing handed back {} bytes for a {len}-byte segment (LoopBacking::submit_aio's contract)",
                 self.number,
                 data.len()
             ));
@@ -1344,7 +1348,7 @@ impl LoopDevice {
         match cmd.single_segment_mut() {
             Some(seg) => *seg = data,
             None => cx.warn(&format!(
-                "drivers/block/loop.c: loop{}: a lent segment's command lost its bio",
+                "biosim: loop{}: a lent segment's command lost its bio",
                 self.number
             )),
         }
