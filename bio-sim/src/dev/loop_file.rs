@@ -522,21 +522,22 @@ impl LoopBacking for UringBacking {
             cpu,
             data,
         } = req;
+        // The request handed back with an error: its buffer comes back in it.
+        let back = |data| AioRequest {
+            token,
+            write,
+            pos,
+            data,
+            nowait,
+            cpu,
+        };
         // O_DIRECT straight from/into the command's buffer when it is aligned (a page-aligned bio
         // segment, crate::dev::page_alloc); else through an aligned bounce buffer.
         let (buf, data) = match AlignedBuf::from_vec(data, self.sync.mem_align()) {
             Ok(buf) => (buf, Vec::new()),
             Err(data) => {
                 let Some(mut buf) = self.state.buffer(data.len()) else {
-                    let req = AioRequest {
-                        token,
-                        write,
-                        pos,
-                        data,
-                        nowait,
-                        cpu,
-                    };
-                    return Err((req, Errno::EINVAL));
+                    return Err((back(data), Errno::EINVAL));
                 };
                 if write {
                     buf.copy_from_slice(&data);
@@ -578,17 +579,7 @@ impl LoopBacking for UringBacking {
                 Some(buf) => self.state.recycle(buf),
                 None => {}
             }
-            (
-                AioRequest {
-                    token,
-                    write,
-                    pos,
-                    data,
-                    nowait,
-                    cpu,
-                },
-                Errno::EIO,
-            )
+            (back(data), Errno::EIO)
         })
     }
 }
