@@ -118,4 +118,28 @@ mod tests {
         owner.clear();
         assert!(!owner.held_by_current());
     }
+
+    /// `RawLock` (the per-CPU IRQ flag's lock) keeps a second taker out until it is released,
+    /// then lets it in.
+    #[test]
+    fn raw_lock_keeps_a_second_taker_out_until_unlocked() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        let lock = super::std_impl::RawLock::new();
+        let got_in = AtomicBool::new(false);
+        lock.lock();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                lock.lock();
+                got_in.store(true, SeqCst);
+                lock.unlock();
+            });
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!got_in.load(SeqCst), "a second lock() got in while held");
+            lock.unlock();
+        });
+        assert!(
+            got_in.load(SeqCst),
+            "the second taker got in after the unlock"
+        );
+    }
 }
