@@ -15,6 +15,7 @@
 use super::aligned::AlignedBuf;
 use super::backing::{BackingFile, RwFlags};
 use super::uring::{UringCompletion, UringEngine, UringOp, UringStats};
+use super::uring_cpu::CpuRings;
 use bio_core::drivers::block::loop_drv::{AioRequest, Fallocate, LoopBacking, LoopDevice};
 use bio_core::errno::Errno;
 use bio_core::kernel::CpuId;
@@ -190,11 +191,25 @@ pub struct UringBacking {
     file: Arc<BackingFile>,
     /// The synchronous paths (non-aio commands, flush, fallocate).
     sync: FileBacking,
-    engine: UringEngine,
+    engine: Engine,
+    /// The `RWF_*` flags of every read and write.
+    extra: RwFlags,
     target: Arc<OnceLock<Target>>,
     state: Arc<AioState>,
     /// Submissions wait for [`UringBacking::ring_doorbell`] ([`UringBacking::defer_doorbell`]).
     deferred: AtomicBool,
+}
+
+/// Who submits to and reaps the ring(s).
+enum Engine {
+    /// One ring and its reaper thread ([`UringEngine`]).
+    Reaper(UringEngine),
+    /// One ring per simulated CPU, reaped by that CPU's thread when it parks ([`CpuRings`]);
+    /// `installed` once [`UringBacking::install_cpu_rings`] made them the CPUs' idle waits.
+    PerCpu {
+        rings: CpuRings,
+        installed: AtomicBool,
+    },
 }
 
 struct Target {
@@ -325,11 +340,66 @@ fn raise_batch(kernel: &Kernel, batch: Vec<AioDone>, sink: &Sink) -> u64 {
     raised
 }
 
+/// The batch callback of an io_uring backing (either engine): each reaped CQE back to its
+/// command (its data copied out of a bounce buffer), then one `loop-aio` interrupt per CPU
+/// ([`raise_batch`]).
+fn batch_handler(
+    target: &Arc<OnceLock<Target>>,
+    state: &Arc<AioState>,
+) -> impl Fn(Vec<UringCompletion>) + Send + Sync + 'static {
+    let (t, st) = (Arc::clone(target), Arc::clone(state));
+    let sink: Arc<OnceLock<Sink>> = Arc::default();
+    move |batch: Vec<UringCompletion>| {
+        // Submissions are refused until attached, so a batch always has a target.
+        let Some(t) = t.get() else { return };
+        let mut done = Vec::with_capacity(batch.len());
+        {
+            let mut slots = st.slots.lock();
+            for c in batch {
+                let Some(p) = slots.take(c.token) else {
+                    tracing::error!("loop-aio: completion for unknown token {}", c.token);
+                    continue;
+                };
+                let res = c.result.map_err(|e| errno(&e));
+                let mut data = p.data;
+                match c.op.into_buf() {
+                    // The command's own buffer went to the ring: it comes back as is.
+                    Some(buf) if buf.is_adopted_vec() => data = buf.into_vec(),
+                    Some(buf) => {
+                        if !p.write {
+                            let n = res.map_or(0, |n| n.min(data.len()).min(buf.len()));
+                            data[..n].copy_from_slice(&buf[..n]);
+                        }
+                        st.recycle(buf);
+                    }
+                    None => {}
+                }
+                done.push(AioDone {
+                    token: p.token,
+                    cpu: p.cpu,
+                    res,
+                    data,
+                });
+            }
+        }
+        let sink = sink.get_or_init(|| {
+            let lo = t.lo.clone();
+            Arc::new(move |d: AioDone, cx: &Cpu| {
+                if let Some(lo) = lo.upgrade() {
+                    lo.lo_rw_aio_complete_async(d.token, d.res, d.data, cx);
+                }
+            })
+        });
+        let n = raise_batch(&t.kernel, done, sink);
+        st.irqs.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
 impl fmt::Debug for UringBacking {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UringBacking")
             .field("file", &self.file.path())
-            .field("in_flight", &self.engine.in_flight())
+            .field("in_flight", &self.in_flight())
             .field("irqs", &self.irqs())
             .finish()
     }
@@ -350,65 +420,96 @@ impl UringBacking {
             pool_max: 2 * entries as usize,
             ..AioState::default()
         });
-        let (t, st) = (Arc::clone(&target), Arc::clone(&state));
-        let sink: Arc<OnceLock<Sink>> = Arc::default();
-        let engine = UringEngine::new_batched(
+        let engine = Engine::Reaper(UringEngine::new_batched(
             Arc::clone(&file),
             entries,
             extra,
-            move |batch: Vec<UringCompletion>| {
-                // Submissions are refused until attached, so a batch always has a target.
-                let Some(t) = t.get() else { return };
-                let mut done = Vec::with_capacity(batch.len());
-                {
-                    let mut slots = st.slots.lock();
-                    for c in batch {
-                        let Some(p) = slots.take(c.token) else {
-                            tracing::error!("loop-aio: completion for unknown token {}", c.token);
-                            continue;
-                        };
-                        let res = c.result.map_err(|e| errno(&e));
-                        let mut data = p.data;
-                        match c.op.into_buf() {
-                            // The command's own buffer went to the ring: it comes back as is.
-                            Some(buf) if buf.is_adopted_vec() => data = buf.into_vec(),
-                            Some(buf) => {
-                                if !p.write {
-                                    let n = res.map_or(0, |n| n.min(data.len()).min(buf.len()));
-                                    data[..n].copy_from_slice(&buf[..n]);
-                                }
-                                st.recycle(buf);
-                            }
-                            None => {}
-                        }
-                        done.push(AioDone {
-                            token: p.token,
-                            cpu: p.cpu,
-                            res,
-                            data,
-                        });
-                    }
-                }
-                let sink = sink.get_or_init(|| {
-                    let lo = t.lo.clone();
-                    Arc::new(move |d: AioDone, cx: &Cpu| {
-                        if let Some(lo) = lo.upgrade() {
-                            lo.lo_rw_aio_complete_async(d.token, d.res, d.data, cx);
-                        }
-                    })
-                });
-                let n = raise_batch(&t.kernel, done, sink);
-                st.irqs.fetch_add(n, Ordering::Relaxed);
-            },
-        )?;
+            batch_handler(&target, &state),
+        )?);
         Ok(UringBacking {
             sync: FileBacking::with_flags(Arc::clone(&file), extra),
             file,
             engine,
+            extra,
             target,
             state,
             deferred: AtomicBool::new(false),
         })
+    }
+
+    /// [`UringBacking::with_flags`] with **one ring per simulated CPU** ([`CpuRings`], `nr_cpus`
+    /// of them, each of depth `entries`) instead of one ring and a reaper thread: a CPU's
+    /// submissions go to its own ring, its thread submits them and waits for their completions
+    /// in one `io_uring_enter()` when it parks, and raises the `loop-aio` interrupt on itself.
+    /// Needs a threaded runtime: call [`UringBacking::install_cpu_rings`] before the first I/O
+    /// (until then asynchronous submissions are refused with `EIO`).
+    ///
+    /// Fails when io_uring, or its timed wait (`IORING_FEAT_EXT_ARG`), is unavailable; the caller
+    /// may then fall back to [`UringBacking::with_flags`].
+    pub fn per_cpu_rings(
+        file: Arc<BackingFile>,
+        nr_cpus: usize,
+        entries: u32,
+        extra: RwFlags,
+    ) -> io::Result<Self> {
+        let target: Arc<OnceLock<Target>> = Arc::default();
+        let state = Arc::new(AioState {
+            pool_max: 2 * entries as usize,
+            ..AioState::default()
+        });
+        let rings = CpuRings::new(
+            &file,
+            nr_cpus,
+            entries,
+            Arc::new(batch_handler(&target, &state)),
+        )?;
+        Ok(UringBacking {
+            sync: FileBacking::with_flags(Arc::clone(&file), extra),
+            file,
+            engine: Engine::PerCpu {
+                rings,
+                installed: AtomicBool::new(false),
+            },
+            extra,
+            target,
+            state,
+            deferred: AtomicBool::new(false),
+        })
+    }
+
+    /// Makes each CPU's ring that CPU's idle wait on `rt`
+    /// ([`ThreadedRuntime::set_idle_wait`](crate::runtime::threaded::ThreadedRuntime::set_idle_wait)),
+    /// so its thread reaps it; then asynchronous submissions are accepted. An error for a
+    /// backing with one ring (nothing to install) or a runtime of another size.
+    pub fn install_cpu_rings(
+        &self,
+        rt: &crate::runtime::threaded::ThreadedRuntime,
+    ) -> Result<(), String> {
+        let Engine::PerCpu { rings, installed } = &self.engine else {
+            return Err("this io_uring backing has one ring and a reaper thread".into());
+        };
+        let n = rt.kernel().nr_cpus() as usize;
+        if n != rings.len() {
+            return Err(format!(
+                "the runtime has {n} CPUs, the backing {} rings",
+                rings.len()
+            ));
+        }
+        for i in 0..n {
+            let w: Arc<dyn crate::runtime::threaded::IdleWait> = rings.ring(i).clone();
+            rt.set_idle_wait(CpuId(i as u32), Arc::downgrade(&w))
+                .map_err(|e| e.to_string())?;
+        }
+        installed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The per-CPU rings, if this backing has them ([`UringBacking::per_cpu_rings`]).
+    pub fn cpu_rings(&self) -> Option<&CpuRings> {
+        match &self.engine {
+            Engine::PerCpu { rings, .. } => Some(rings),
+            Engine::Reaper(_) => None,
+        }
     }
 
     /// From now on a submission does not wake the engine's reaper itself: the submissions of a
@@ -424,7 +525,11 @@ impl UringBacking {
     /// Hands every deferred submission to the ring now (see [`UringBacking::defer_doorbell`]);
     /// returns whether there were any.
     pub fn ring_doorbell(&self) -> bool {
-        self.engine.ring_doorbell()
+        match &self.engine {
+            Engine::Reaper(e) => e.ring_doorbell(),
+            // Each CPU's own wait submits its queue: nothing to ring.
+            Engine::PerCpu { .. } => false,
+        }
     }
 
     /// Routes completions to `lo` on `kernel`'s CPUs. A second call for another device is an
@@ -447,13 +552,30 @@ impl UringBacking {
     /// Waits until every submitted I/O has completed (its interrupt raised); rings the doorbell
     /// for deferred ones first.
     pub fn wait_idle(&self) {
-        self.engine.ring_doorbell();
-        self.engine.wait_idle();
+        match &self.engine {
+            Engine::Reaper(e) => {
+                e.ring_doorbell();
+                e.wait_idle();
+            }
+            Engine::PerCpu { rings, .. } => {
+                if !rings.wait_idle(std::time::Duration::from_secs(60)) {
+                    tracing::error!(
+                        "{}: io_uring CPU rings still have {} I/Os in flight after 60 s (are \
+                         the CPU threads parking?)",
+                        self.file.path().display(),
+                        rings.in_flight()
+                    );
+                }
+            }
+        }
     }
 
     /// I/Os in flight in the ring.
     pub fn in_flight(&self) -> usize {
-        self.engine.in_flight()
+        match &self.engine {
+            Engine::Reaper(e) => e.in_flight(),
+            Engine::PerCpu { rings, .. } => rings.in_flight(),
+        }
     }
 
     /// The engine's counters so far: submissions, completions and the CQE batches
@@ -461,12 +583,15 @@ impl UringBacking {
     /// [`UringStats::batch_hist`], [`UringStats::mean_batch`]). Each batch raised one interrupt
     /// per CPU it had completions for ([`UringBacking::irqs`]).
     pub fn uring_stats(&self) -> UringStats {
-        self.engine.stats()
+        match &self.engine {
+            Engine::Reaper(e) => e.stats(),
+            Engine::PerCpu { rings, .. } => rings.stats(),
+        }
     }
 
     /// The `RWF_*` flags every read and write carries (besides the NOWAIT attempt's own).
     pub fn rw_flags(&self) -> RwFlags {
-        self.engine.rw_flags()
+        self.extra
     }
 
     /// Synchronous-path reads and writes (preadv2/pwritev2) that carried `RWF_DONTCACHE`.
@@ -514,6 +639,11 @@ impl LoopBacking for UringBacking {
         if self.target.get().is_none() {
             return Err((req, Errno::EIO)); // not attached: its completion would have nowhere to go
         }
+        if let Engine::PerCpu { installed, .. } = &self.engine {
+            if !installed.load(Ordering::Acquire) {
+                return Err((req, Errno::EIO)); // no CPU thread would ever reap it
+            }
+        }
         let AioRequest {
             token,
             write,
@@ -551,7 +681,7 @@ impl LoopBacking for UringBacking {
             UringOp::Read { buf, off: pos }
         };
         // The backing's own flags (RWF_DONTCACHE) go in every SQE, NOWAIT only in the attempt.
-        let mut flags = self.engine.rw_flags();
+        let mut flags = self.extra;
         if nowait {
             flags |= RwFlags::NOWAIT;
         }
@@ -561,10 +691,12 @@ impl LoopBacking for UringBacking {
             write,
             data,
         });
-        let submitted = if self.deferred.load(Ordering::Acquire) {
-            self.engine.submit_deferred(slot, op, flags)
-        } else {
-            self.engine.submit_with_flags(slot, op, flags)
+        let submitted = match &self.engine {
+            Engine::Reaper(e) if self.deferred.load(Ordering::Acquire) => {
+                e.submit_deferred(slot, op, flags)
+            }
+            Engine::Reaper(e) => e.submit_with_flags(slot, op, flags),
+            Engine::PerCpu { rings, .. } => rings.ring(cpu.index()).submit(slot, op, flags),
         };
         submitted.map_err(|e| {
             let mut data = self
@@ -799,5 +931,105 @@ mod tests {
         assert_eq!(plain.rw(false, 4096, &mut back, false), Ok(4096));
         assert_eq!(plain.rw_flags(), RwFlags::empty());
         assert_eq!(plain.dontcache_syscalls(), 0);
+    }
+
+    /// The loop model over per-CPU rings on the threaded runtime: bios submitted on CPUs 0 and 1
+    /// are read by each CPU's own ring, reaped by that CPU's thread when it parks, and completed
+    /// through the `loop-aio` interrupt on that CPU (counted: one interrupt per batch, each
+    /// CPU's interrupts in its runtime counters), every bio once with its block's data.
+    #[test]
+    fn per_cpu_rings_complete_through_the_irq_on_the_submitting_cpu() {
+        use crate::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
+        use bio_core::block::{submit_bio_noacct, BioEndIo, BlkStatus, ReqOp, BLK_STS_OK};
+        use bio_core::drivers::block::loop_drv::{LoopVariant, LO_FLAGS_DIRECT_IO};
+        let Some((_d, f)) = file(true, "percpu.img") else {
+            return;
+        };
+        for b in 0..16u64 {
+            let mut blk = AlignedBuf::new(4096);
+            blk.fill(b as u8 + 1);
+            f.write_all_at(&blk, b * 4096, RwFlags::empty()).unwrap();
+        }
+        let backing = match UringBacking::per_cpu_rings(Arc::clone(&f), 2, 16, RwFlags::empty()) {
+            Ok(b) => Arc::new(b),
+            Err(e) => {
+                eprintln!("skipped: per-CPU io_uring rings unavailable: {e}");
+                return;
+            }
+        };
+        let kernel = bio_core::Kernel::boot(bio_core::KernelConfig::default(), 2, 2).unwrap();
+        let lo = LoopDevice::new(
+            &kernel,
+            0,
+            backing.clone() as Arc<dyn LoopBacking>,
+            LO_FLAGS_DIRECT_IO,
+            0,
+            LoopVariant::V5,
+        );
+        backing.attach(&lo, &kernel).unwrap();
+        let rt = ThreadedRuntime::start(Arc::clone(&kernel), ThreadedConfig::default()).unwrap();
+        backing.install_cpu_rings(&rt).unwrap();
+        // (block, status, first byte, CPU it ended on, submitting CPU)
+        type Ended = Arc<Mutex<Vec<(u64, BlkStatus, u8, u32, u32)>>>;
+        let ended: Ended = Arc::default();
+        for i in 0..32u64 {
+            let (lo, ended) = (Arc::clone(&lo), Arc::clone(&ended));
+            let cpu = (i % 2) as u32;
+            let block = i % 16;
+            rt.run_on(CpuId(cpu), move |cx| {
+                let bio = cx
+                    .kernel()
+                    .bio_alloc(ReqOp::Read, block * 8)
+                    .with_data(vec![0xee; 4096])
+                    .with_end_io(BioEndIo::new("test_end_io", move |bio, cx| {
+                        ended
+                            .lock()
+                            .push((block, bio.status(), bio.data()[0], cx.id().0, cpu));
+                    }));
+                submit_bio_noacct(bio, &*lo, cx);
+            })
+            .unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while ended.lock().len() < 32 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        backing.wait_idle();
+        assert!(rt.quiesce(std::time::Duration::from_secs(20)));
+        let ended = ended.lock().clone();
+        assert_eq!(ended.len(), 32, "every bio ended once");
+        for &(block, status, byte, on, from) in &ended {
+            assert_eq!(status, BLK_STS_OK, "block {block}");
+            assert_eq!(byte, block as u8 + 1, "block {block} read its own data");
+            assert_eq!(on, from, "block {block} completes on its submitting CPU");
+        }
+        let rings = backing.cpu_rings().expect("per-CPU rings");
+        let st = backing.uring_stats();
+        assert_eq!((st.submitted, st.completed), (st.cqes, st.cqes));
+        assert!(st.cqes >= 32, "every read went through a ring");
+        assert_eq!(
+            backing.irqs(),
+            st.batches,
+            "one loop-aio interrupt per batch"
+        );
+        let stats = rt.stats();
+        for cpu in 0..2u32 {
+            let tid = rt
+                .run_on(CpuId(cpu), |_| std::thread::current().id())
+                .unwrap();
+            let ring = rings.ring(cpu as usize);
+            let reaped = ring.reaped_by();
+            assert!(!reaped.is_empty(), "CPU {cpu} reaped its ring");
+            assert!(
+                reaped.iter().all(|&t| t == tid),
+                "CPU {cpu}'s ring is reaped by CPU {cpu}'s thread only"
+            );
+            assert!(
+                stats.cpus[cpu as usize].irqs >= reaped.len() as u64,
+                "CPU {cpu} took its rings' interrupts"
+            );
+        }
+        assert!(rt.shutdown().is_clean());
+        assert!(kernel.reports().is_empty(), "{:?}", kernel.reports().all());
     }
 }

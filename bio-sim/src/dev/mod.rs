@@ -14,3 +14,4 @@ pub mod loop_file;
 pub mod page_alloc;
 pub mod space;
 pub mod uring;
+pub mod uring_cpu;

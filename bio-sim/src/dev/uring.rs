@@ -214,7 +214,7 @@ type PanicPayload = Box<dyn Any + Send + 'static>;
 pub const MAX_ENTRIES: u32 = 32767;
 
 /// `user_data` of the eventfd poll; I/O ops use their slab index.
-const WAKE_TOKEN: u64 = u64::MAX;
+pub(super) const WAKE_TOKEN: u64 = u64::MAX;
 
 enum Msg {
     Op {
@@ -310,7 +310,7 @@ fn wake_reaper(shared: &Shared, wake: &OwnedFd) {
 
 /// The ring of an engine of depth `entries` for `file`; the error says why io_uring is
 /// unavailable where the errno tells.
-fn setup_ring(file: &BackingFile, entries: u32) -> io::Result<IoUring> {
+pub(super) fn setup_ring(file: &BackingFile, entries: u32) -> io::Result<IoUring> {
     // One more SQE than the depth, for the eventfd poll; the CQ is twice the SQ, so at most
     // entries + 1 outstanding requests can never overflow it.
     IoUring::new(entries + 1).map_err(|e| {
@@ -333,8 +333,27 @@ fn setup_ring(file: &BackingFile, entries: u32) -> io::Result<IoUring> {
     })
 }
 
+/// The SQE of `op` on `fd` with `flags` in `rw_flags` (no `user_data` yet).
+pub(super) fn build_sqe(fd: types::Fd, op: &UringOp, flags: RwFlags) -> squeue::Entry {
+    match op {
+        UringOp::Read { buf, off } => {
+            opcode::Read::new(fd, buf.as_ptr().cast_mut(), buf.len() as u32)
+                .offset(*off)
+                .rw_flags(flags.bits() as i32)
+                .build()
+        }
+        UringOp::Write { buf, off } => opcode::Write::new(fd, buf.as_ptr(), buf.len() as u32)
+            .offset(*off)
+            .rw_flags(flags.bits() as i32)
+            .build(),
+        UringOp::Fsync => opcode::Fsync::new(fd)
+            .flags(types::FsyncFlags::DATASYNC)
+            .build(),
+    }
+}
+
 /// The engine's wake-up eventfd (non-blocking: a saturated counter must not block a submitter).
-fn new_eventfd() -> io::Result<OwnedFd> {
+pub(super) fn new_eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd takes no pointers.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if efd < 0 {
@@ -773,24 +792,7 @@ impl Reaper {
                 self.slab.push(None);
                 self.slab.len() - 1
             });
-            let sqe = match &q.op {
-                UringOp::Read { buf, off } => {
-                    opcode::Read::new(self.fd, buf.as_ptr().cast_mut(), buf.len() as u32)
-                        .offset(*off)
-                        .rw_flags(q.flags.bits() as i32)
-                        .build()
-                }
-                UringOp::Write { buf, off } => {
-                    opcode::Write::new(self.fd, buf.as_ptr(), buf.len() as u32)
-                        .offset(*off)
-                        .rw_flags(q.flags.bits() as i32)
-                        .build()
-                }
-                UringOp::Fsync => opcode::Fsync::new(self.fd)
-                    .flags(types::FsyncFlags::DATASYNC)
-                    .build(),
-            }
-            .user_data(slot as u64);
+            let sqe = build_sqe(self.fd, &q.op, q.flags).user_data(slot as u64);
             // The op (and its heap buffer, whose address the SQE holds) moves into the slab
             // before the SQE is pushed; an AlignedBuf's heap block does not move with it.
             self.slab[slot] = Some(InFlight {

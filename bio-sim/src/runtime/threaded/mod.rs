@@ -60,6 +60,7 @@
 //! - `cpu`: one CPU's thread: its event loop, IRQ windows and waits, idle sleep.
 //! - `ticker`: the jiffies ticker thread.
 //! - `cpuhp`: hotplug steps run on the CPU threads they name.
+//! - [`idle_wait`]: [`IdleWait`], an idle sleep with wake-up sources of its own (a CPU's io_uring).
 //! - `quiesce`: when nothing is runnable any more.
 //! - `shutdown`: stopping and joining the threads, and the [`ShutdownReport`].
 //! - [`stats`]: the counters ([`CpuStats`], [`RuntimeStats`]); [`task`]: [`TaskHandle`].
@@ -70,6 +71,7 @@ pub mod config;
 mod cpu;
 mod cpuhp;
 pub mod error;
+pub mod idle_wait;
 mod quiesce;
 mod shared;
 pub mod shutdown;
@@ -79,6 +81,7 @@ mod ticker;
 
 pub use config::ThreadedConfig;
 pub use error::ThreadedError;
+pub use idle_wait::IdleWait;
 pub use shutdown::ShutdownReport;
 pub use stats::{CpuStats, RuntimeStats};
 pub use task::TaskHandle;
@@ -180,6 +183,24 @@ impl ThreadedRuntime {
     /// must be quick and must not block.
     pub fn on_park(&self, hook: impl Fn() + Send + Sync + 'static) {
         self.shared.park_hooks.write().push(Arc::new(hook));
+    }
+
+    /// Makes `cpu`'s thread sleep in `waiter` ([`IdleWait::wait`]) instead of on its condition
+    /// variable whenever it parks (idle, or in `Runtime::wait_until` with nothing to do); every
+    /// wake-up of that CPU then reaches it through [`IdleWait::wake`]. The runtime keeps only a
+    /// weak reference: once the waiter is dropped the thread sleeps as before. A thread already
+    /// asleep is woken, so it moves to the new waiter at once.
+    ///
+    /// Errors: an unknown CPU.
+    pub fn set_idle_wait(
+        &self,
+        cpu: CpuId,
+        waiter: std::sync::Weak<dyn IdleWait>,
+    ) -> Result<(), ThreadedError> {
+        self.check_cpu(cpu)?;
+        self.shared.parkers[cpu.index()].set_waiter(Some(waiter));
+        self.shared.kick(cpu);
+        Ok(())
     }
 
     /// The kernel this runtime executes.

@@ -2,6 +2,7 @@
 //! [`Parker`]s and the CPU mailboxes' messages ([`Msg`]).
 
 use super::config::ThreadedConfig;
+use super::idle_wait::IdleWait;
 use super::stats::{bump, Counters, RuntimeStats};
 use bio_core::kernel::CpuId;
 use bio_core::workqueue::{PoolId, WorkExecution};
@@ -10,16 +11,22 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-/// A sleeping place for one thread: a kick flag and a condition variable. A kick that arrives
-/// while the thread is busy is remembered, so the next sleep returns at once (no lost wake-up).
+/// A sleeping place for one thread: a kick flag and a condition variable, or an [`IdleWait`]
+/// (one io_uring per CPU) when one is installed. A kick that arrives while the thread is busy is
+/// remembered, so the next sleep returns at once (no lost wake-up).
 #[derive(Default)]
 pub(super) struct Parker {
     kicked: Mutex<bool>,
     cv: Condvar,
+    /// The thread sleeps in `waiter`'s [`IdleWait::wait`] (set and read under `kicked`'s lock).
+    in_wait: AtomicBool,
+    /// Where the thread sleeps instead of `cv` (weak: its owner, e.g. an io_uring backing, keeps
+    /// it alive; once gone, the thread sleeps on `cv` again).
+    waiter: parking_lot::RwLock<Option<Weak<dyn IdleWait>>>,
 }
 
 impl Parker {
@@ -28,17 +35,51 @@ impl Parker {
         let mut k = self.kicked.lock();
         if !*k {
             *k = true;
-            self.cv.notify_one();
+            if self.in_wait.load(Ordering::Relaxed) {
+                // The buggy twin: the kick is recorded but never reaches a thread asleep in its
+                // io_uring, which sleeps on until a completion or its timeout.
+                if !cfg!(feature = "bug-cpu-ring-wake-lost") {
+                    if let Some(w) = self.waiter() {
+                        w.wake();
+                    }
+                }
+            } else {
+                self.cv.notify_one();
+            }
         }
     }
 
-    /// Sleeps until kicked or `timeout`; returns whether it was kicked (and clears the kick).
+    fn waiter(&self) -> Option<Arc<dyn IdleWait>> {
+        self.waiter.read().as_ref().and_then(Weak::upgrade)
+    }
+
+    /// Installs (or with `None` removes) the thread's [`IdleWait`].
+    pub(super) fn set_waiter(&self, w: Option<Weak<dyn IdleWait>>) {
+        *self.waiter.write() = w;
+    }
+
+    /// Sleeps until kicked or `timeout`; returns whether it was kicked (and clears the kick) or,
+    /// with an [`IdleWait`], whether its wait delivered something.
     pub(super) fn park(&self, timeout: Duration) -> bool {
         let mut k = self.kicked.lock();
-        if !*k {
-            self.cv.wait_for(&mut k, timeout);
+        if *k {
+            *k = false;
+            return true;
         }
-        std::mem::replace(&mut *k, false)
+        let Some(w) = self.waiter() else {
+            self.cv.wait_for(&mut k, timeout);
+            return std::mem::replace(&mut *k, false);
+        };
+        // From here a kick calls `w.wake()`: set under the lock the kicker takes.
+        self.in_wait.store(true, Ordering::Relaxed);
+        drop(k);
+        w.wait(timeout);
+        {
+            let _k = self.kicked.lock();
+            self.in_wait.store(false, Ordering::Relaxed);
+        }
+        let delivered = w.deliver();
+        std::mem::replace(&mut *self.kicked.lock(), false) || delivered
     }
 }
 

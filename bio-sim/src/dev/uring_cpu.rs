@@ -1,0 +1,671 @@
+//! One io_uring per simulated CPU, submitted to and reaped by that CPU's own thread: the loop
+//! driver's `lo_rw_aio()` (drivers/block/loop.c) issuing the kiocb on the submitting CPU, and the
+//! completion interrupt (`lo_rw_aio_complete()` via `blk_mq_complete_request()`) raised on that
+//! same CPU, without a thread hand-off in between.
+//!
+//! ## Design
+//!
+//! A [`CpuRing`] belongs to one simulated CPU. Submissions queue their op ([`CpuRing::submit`]);
+//! when the CPU's thread parks it runs the ring's [`IdleWait`]: it moves the queued ops into the SQ
+//! and makes **one** `io_uring_enter(to_submit = n, min_complete = 1, GETEVENTS | EXT_ARG)` with
+//! the park's timeout, so the doorbell and the sleep are a single system call, as a raw io_uring
+//! application does (`io_uring_submit_and_wait_timeout()`). An `O_DIRECT` read completes through
+//! task work to the task that submitted it, which is exactly the thread asleep in the ring.
+//!
+//! The CPU's ordinary wake-ups (a raised IRQ, queued work, a mailbox message) must reach a thread
+//! asleep in the ring: the ring always keeps an `IORING_OP_POLL_ADD` armed on an `eventfd`, which
+//! [`IdleWait::wake`] writes (the runtime calls it only while the thread is in the wait, see
+//! `runtime::threaded::idle_wait`). A submission from another thread than the CPU's writes it too.
+//!
+//! The CQEs reaped by one wait form a *batch*; [`IdleWait::deliver`] hands it to the batch callback
+//! after the thread has left the ring (for the loop backing: one `loop-aio` interrupt on this CPU),
+//! counted in the set's [`UringStats`] as [`crate::dev::uring::UringEngine`] counts its batches.
+//!
+//! What it does not do: it needs `IORING_FEAT_EXT_ARG` (Linux 5.11) for the timed wait, and the
+//! set fails to start without it (the caller falls back to the reaper engine). Ops submitted to a
+//! CPU's ring complete only when that CPU's thread parks (as deferred doorbells do today).
+
+use super::backing::{BackingFile, RwFlags};
+use super::uring::{
+    build_sqe, new_eventfd, setup_ring, SubmitError, SubmitErrorReason, UringCompletion, UringOp,
+    UringStats, BATCH_BUCKETS, WAKE_TOKEN,
+};
+use crate::runtime::threaded::IdleWait;
+use io_uring::{opcode, types, IoUring};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::ThreadId;
+use std::time::Duration;
+
+/// The batch callback of a [`CpuRings`] set: every CQE one wait of one CPU reaped.
+pub type RingBatchFn = Arc<dyn Fn(Vec<UringCompletion>) + Send + Sync>;
+
+/// The counters of a [`CpuRings`] set (all its rings together).
+#[derive(Default)]
+struct Counters {
+    in_flight: AtomicUsize,
+    submitted: AtomicU64,
+    completed: AtomicU64,
+    failed: AtomicU64,
+    batches: AtomicU64,
+    cqes: AtomicU64,
+    max_batch: AtomicU64,
+    batch_hist: [AtomicU64; BATCH_BUCKETS],
+    /// `io_uring_enter()` calls that carried new SQEs, plus eventfd writes by foreign submitters.
+    doorbells: AtomicU64,
+    idle_lock: Mutex<()>,
+    idle: Condvar,
+}
+
+/// An op accepted, not yet in the SQ.
+struct Queued {
+    token: u64,
+    op: UringOp,
+    flags: RwFlags,
+}
+
+/// What only the waiting thread touches (under [`CpuRing::ring`]).
+struct RingState {
+    ring: IoUring,
+    /// Ops in the kernel, by `user_data`: their buffers stay put until the CQE.
+    slab: Vec<Option<(u64, UringOp)>>,
+    free: Vec<usize>,
+    in_ring: usize,
+    wake_armed: bool,
+    /// The batch the last wait reaped, for [`IdleWait::deliver`].
+    ready: Vec<UringCompletion>,
+}
+
+/// One simulated CPU's io_uring (see the [module documentation](self)).
+pub struct CpuRing {
+    fd: types::Fd,
+    /// Keeps `fd` open while ops are in flight.
+    file: Arc<BackingFile>,
+    depth: usize,
+    wake: OwnedFd,
+    queued: Mutex<VecDeque<Queued>>,
+    ring: Mutex<RingState>,
+    /// The thread that waits in this ring (the first to call [`IdleWait::wait`]).
+    owner: OnceLock<ThreadId>,
+    /// The ring's thread reaped CQEs (for tests: which thread completes I/O).
+    reaped_by: Mutex<Vec<ThreadId>>,
+    /// Waits entered (parks of the CPU thread in this ring).
+    waits: AtomicU64,
+    /// The owner submits at once when this many ops are queued (0: only when it parks).
+    submit_batch: AtomicUsize,
+    on_batch: RingBatchFn,
+    counters: Arc<Counters>,
+}
+
+fn write_eventfd(fd: &OwnedFd) {
+    let one: u64 = 1;
+    loop {
+        // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
+        let n = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if n == 8 {
+            return;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            // Saturated: a wake-up is pending anyway.
+            Some(libc::EAGAIN) => return,
+            _ => {
+                tracing::error!("io_uring CPU ring: cannot write its eventfd: {e}");
+                return;
+            }
+        }
+    }
+}
+
+impl CpuRing {
+    fn new(
+        file: &Arc<BackingFile>,
+        entries: u32,
+        on_batch: RingBatchFn,
+        counters: Arc<Counters>,
+    ) -> io::Result<CpuRing> {
+        let ring = setup_ring(file, entries)?;
+        if !ring.params().is_feature_ext_arg() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this kernel's io_uring has no IORING_FEAT_EXT_ARG (Linux 5.11): no timed wait",
+            ));
+        }
+        Ok(CpuRing {
+            fd: types::Fd(file.as_raw_fd()),
+            file: Arc::clone(file),
+            depth: entries as usize,
+            wake: new_eventfd()?,
+            queued: Mutex::new(VecDeque::new()),
+            ring: Mutex::new(RingState {
+                ring,
+                slab: Vec::new(),
+                free: Vec::new(),
+                in_ring: 0,
+                wake_armed: false,
+                ready: Vec::new(),
+            }),
+            owner: OnceLock::new(),
+            reaped_by: Mutex::new(Vec::new()),
+            waits: AtomicU64::new(0),
+            submit_batch: AtomicUsize::new(0),
+            on_batch,
+            counters,
+        })
+    }
+
+    /// Queues `op` for this CPU's next wait (which submits it). From another thread than the
+    /// CPU's own, also wakes that thread so it is not left asleep in the ring with the op queued.
+    pub fn submit(&self, token: u64, op: UringOp, flags: RwFlags) -> Result<(), SubmitError> {
+        let refuse = |op, reason| Err(SubmitError { token, op, reason });
+        if let UringOp::Read { buf, off } | UringOp::Write { buf, off } = &op {
+            if u32::try_from(buf.len()).is_err() {
+                return refuse(op, SubmitErrorReason::TooLarge);
+            }
+            if i64::try_from(*off).is_err() {
+                return refuse(op, SubmitErrorReason::BadOffset);
+            }
+        }
+        let c = &self.counters;
+        c.in_flight.fetch_add(1, Ordering::AcqRel);
+        c.submitted.fetch_add(1, Ordering::AcqRel);
+        let queued = {
+            let mut q = self.queued.lock();
+            q.push_back(Queued { token, op, flags });
+            q.len()
+        };
+        if self.owner.get() != Some(&std::thread::current().id()) {
+            c.doorbells.fetch_add(1, Ordering::Relaxed);
+            write_eventfd(&self.wake);
+            return Ok(());
+        }
+        let batch = self.submit_batch.load(Ordering::Relaxed);
+        if batch > 0 && queued >= batch {
+            // The owner hands a full batch to the kernel now, without waiting, so the device
+            // works while the CPU goes on (an NVMe doorbell per `batch` requests).
+            let mut st = self.ring.lock();
+            if self.fill(&mut st) > 0 {
+                c.doorbells.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = st.ring.submit() {
+                    tracing::error!("io_uring CPU ring: io_uring_enter failed: {e}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the ring's own thread submit as soon as `n` ops are queued instead of only when it
+    /// parks (`0`, the default): the device starts on the first ops of a burst while the CPU
+    /// produces the rest, at the cost of one more `io_uring_enter()` per `n` ops.
+    pub fn set_submit_batch(&self, n: usize) {
+        self.submit_batch.store(n, Ordering::Relaxed);
+    }
+
+    /// Ops queued, not yet handed to the kernel.
+    pub fn queued(&self) -> usize {
+        self.queued.lock().len()
+    }
+
+    /// How many times a thread has waited in this ring.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Acquire)
+    }
+
+    /// The thread that waits in this ring (its CPU's), once it has.
+    pub fn waiter_thread(&self) -> Option<ThreadId> {
+        self.owner.get().copied()
+    }
+
+    /// Threads that reaped CQEs of this ring, in order (one entry per batch).
+    pub fn reaped_by(&self) -> Vec<ThreadId> {
+        self.reaped_by.lock().clone()
+    }
+
+    /// Moves queued ops into the SQ (up to the depth) and arms the eventfd poll; returns the
+    /// number of SQEs pushed.
+    fn fill(&self, st: &mut RingState) -> usize {
+        let mut pushed = 0;
+        if !st.wake_armed {
+            let sqe = opcode::PollAdd::new(types::Fd(self.wake.as_raw_fd()), libc::POLLIN as u32)
+                .build()
+                .user_data(WAKE_TOKEN);
+            // SAFETY: a poll SQE references no memory; the eventfd outlives the ring.
+            if unsafe { st.ring.submission().push(&sqe) }.is_err() {
+                return pushed;
+            }
+            st.wake_armed = true;
+            pushed += 1;
+        }
+        let mut q = self.queued.lock();
+        while st.in_ring < self.depth {
+            let Some(Queued { token, op, flags }) = q.pop_front() else {
+                break;
+            };
+            let slot = st.free.pop().unwrap_or_else(|| {
+                st.slab.push(None);
+                st.slab.len() - 1
+            });
+            let sqe = build_sqe(self.fd, &op, flags).user_data(slot as u64);
+            st.slab[slot] = Some((token, op));
+            // SAFETY: the SQE points into the buffer now owned by `st.slab[slot]`, which stays
+            // there until its CQE is reaped (or is leaked, see Drop); `self.file` keeps the fd.
+            if unsafe { st.ring.submission().push(&sqe) }.is_err() {
+                let (token, op) = st.slab[slot].take().expect("just stored");
+                st.free.push(slot);
+                q.push_front(Queued { token, op, flags });
+                break;
+            }
+            st.in_ring += 1;
+            pushed += 1;
+        }
+        pushed
+    }
+
+    /// Takes every CQE into `st.ready`.
+    fn reap(&self, st: &mut RingState) {
+        let cqes: Vec<(u64, i32)> = st
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (user_data, res) in cqes {
+            if user_data == WAKE_TOKEN {
+                st.wake_armed = false;
+                let mut n: u64 = 0;
+                // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
+                let _ =
+                    unsafe { libc::read(self.wake.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
+                continue;
+            }
+            let Some((token, op)) = st.slab.get_mut(user_data as usize).and_then(Option::take)
+            else {
+                tracing::error!("io_uring CPU ring: CQE for unknown user_data {user_data}");
+                continue;
+            };
+            st.free.push(user_data as usize);
+            st.in_ring -= 1;
+            let result = if res < 0 {
+                Err(io::Error::from_raw_os_error(-res))
+            } else {
+                Ok(res as usize)
+            };
+            st.ready.push(UringCompletion { token, result, op });
+        }
+    }
+}
+
+impl IdleWait for CpuRing {
+    fn wait(&self, timeout: Duration) {
+        let _ = self.owner.set(std::thread::current().id());
+        self.waits.fetch_add(1, Ordering::AcqRel);
+        let mut st = self.ring.lock();
+        let was_armed = st.wake_armed;
+        let pushed = self.fill(&mut st);
+        // Sleep only when nothing is waiting to be delivered; submit in the same call.
+        let want = usize::from(st.ready.is_empty() && st.ring.completion().is_empty());
+        if want > 0 || pushed > 0 {
+            if pushed > usize::from(!was_armed && st.wake_armed) {
+                self.counters.doorbells.fetch_add(1, Ordering::Relaxed);
+            }
+            let ts = types::Timespec::from(timeout);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            if let Err(e) = st.ring.submitter().submit_with_args(want, &args) {
+                match e.raw_os_error() {
+                    // The timeout, a signal, or the kernel short of resources: reap what there is.
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EAGAIN)
+                    | Some(libc::EBUSY) => {}
+                    _ => tracing::error!("io_uring CPU ring: io_uring_enter failed: {e}"),
+                }
+            }
+        }
+        self.reap(&mut st);
+    }
+
+    fn wake(&self) {
+        write_eventfd(&self.wake);
+    }
+
+    fn deliver(&self) -> bool {
+        let batch = std::mem::take(&mut self.ring.lock().ready);
+        if batch.is_empty() {
+            return false;
+        }
+        let n = batch.len();
+        let c = &self.counters;
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.cqes.fetch_add(n as u64, Ordering::Relaxed);
+        c.max_batch.fetch_max(n as u64, Ordering::Relaxed);
+        c.batch_hist[UringStats::bucket(n)].fetch_add(1, Ordering::Relaxed);
+        let failed = batch.iter().filter(|x| x.result.is_err()).count();
+        c.failed.fetch_add(failed as u64, Ordering::Relaxed);
+        self.reaped_by.lock().push(std::thread::current().id());
+        if panic::catch_unwind(AssertUnwindSafe(|| (self.on_batch)(batch))).is_err() {
+            tracing::error!("io_uring CPU ring: the batch callback panicked");
+        }
+        c.completed.fetch_add(n as u64, Ordering::AcqRel);
+        if c.in_flight.fetch_sub(n, Ordering::AcqRel) == n {
+            let _g = c.idle_lock.lock();
+            c.idle.notify_all();
+        }
+        true
+    }
+}
+
+impl Drop for CpuRing {
+    /// Waits (bounded) for the ops still in the kernel; their completions go nowhere. Buffers of
+    /// ops that never complete are leaked, as the kernel may still write into them.
+    fn drop(&mut self) {
+        let st = self.ring.get_mut();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while st.in_ring > 0 && std::time::Instant::now() < deadline {
+            let ts = types::Timespec::new().nsec(10_000_000);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            let _ = st.ring.submitter().submit_with_args(1, &args);
+            let done: Vec<u64> = st.ring.completion().map(|c| c.user_data()).collect();
+            for u in done {
+                if let Some(slot) = st.slab.get_mut(u as usize) {
+                    if slot.take().is_some() {
+                        st.in_ring -= 1;
+                    }
+                }
+            }
+        }
+        if st.in_ring > 0 {
+            tracing::error!(path = %self.file.path().display(), "io_uring CPU ring: {} ops never completed; their buffers are leaked", st.in_ring);
+            for e in st.slab.drain(..).flatten() {
+                std::mem::forget(e);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for CpuRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuRing")
+            .field("path", &self.file.path())
+            .field("depth", &self.depth)
+            .field("queued", &self.queued.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One [`CpuRing`] per simulated CPU over one file, with one set of counters.
+pub struct CpuRings {
+    rings: Vec<Arc<CpuRing>>,
+    counters: Arc<Counters>,
+}
+
+impl CpuRings {
+    /// `nr_cpus` rings of queue depth `entries` (1 to [`super::uring::MAX_ENTRIES`]) over
+    /// `file`; `on_batch` gets each wait's CQEs, on the CPU thread that reaped them.
+    ///
+    /// Fails when io_uring (or its `EXT_ARG` timed wait) is unavailable, saying why.
+    pub fn new(
+        file: &Arc<BackingFile>,
+        nr_cpus: usize,
+        entries: u32,
+        on_batch: RingBatchFn,
+    ) -> io::Result<CpuRings> {
+        let counters = Arc::new(Counters::default());
+        let rings = (0..nr_cpus.max(1))
+            .map(|_| {
+                CpuRing::new(file, entries, Arc::clone(&on_batch), Arc::clone(&counters))
+                    .map(Arc::new)
+            })
+            .collect::<io::Result<_>>()?;
+        Ok(CpuRings { rings, counters })
+    }
+
+    /// The ring of CPU `i` (the last one for a higher index).
+    pub fn ring(&self, i: usize) -> &Arc<CpuRing> {
+        &self.rings[i.min(self.rings.len() - 1)]
+    }
+
+    /// [`CpuRing::set_submit_batch`] on every ring.
+    pub fn set_submit_batch(&self, n: usize) {
+        for r in &self.rings {
+            r.set_submit_batch(n);
+        }
+    }
+
+    /// How many rings (CPUs).
+    pub fn len(&self) -> usize {
+        self.rings.len()
+    }
+
+    /// Never: a set has at least one ring.
+    pub fn is_empty(&self) -> bool {
+        self.rings.is_empty()
+    }
+
+    /// Ops accepted whose batch callback has not returned yet.
+    pub fn in_flight(&self) -> usize {
+        self.counters.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Waits until nothing is in flight: the CPUs' threads must be parking (a threaded runtime
+    /// with each ring installed as its CPU's [`IdleWait`]), so never call it from one of them.
+    /// Gives up after `timeout`; returns whether everything completed.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let c = &self.counters;
+        let deadline = std::time::Instant::now() + timeout;
+        let mut g = c.idle_lock.lock();
+        while c.in_flight.load(Ordering::Acquire) != 0 {
+            if c.idle.wait_until(&mut g, deadline).timed_out() {
+                return c.in_flight.load(Ordering::Acquire) == 0;
+            }
+        }
+        true
+    }
+
+    /// The set's counters (all rings together), in [`UringStats`]' terms.
+    pub fn stats(&self) -> UringStats {
+        let c = &self.counters;
+        UringStats {
+            submitted: c.submitted.load(Ordering::Acquire),
+            completed: c.completed.load(Ordering::Acquire),
+            failed: c.failed.load(Ordering::Acquire),
+            batches: c.batches.load(Ordering::Acquire),
+            cqes: c.cqes.load(Ordering::Acquire),
+            max_batch: c.max_batch.load(Ordering::Acquire),
+            batch_hist: std::array::from_fn(|i| c.batch_hist[i].load(Ordering::Acquire)),
+            doorbells: c.doorbells.load(Ordering::Acquire),
+        }
+    }
+}
+
+impl std::fmt::Debug for CpuRings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuRings")
+            .field("rings", &self.rings.len())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev::backing::OpenOptions;
+    use crate::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
+    use bio_core::kernel::CpuId;
+    use bio_core::{Kernel, KernelConfig};
+    use std::time::Instant;
+
+    /// A buffered 64 KiB file whose block `b` is filled with `b`.
+    fn file() -> (tempfile::TempDir, Arc<BackingFile>) {
+        let dir = tempfile::tempdir().unwrap();
+        let f = BackingFile::open(
+            &dir.path().join("cpuring.img"),
+            &OpenOptions {
+                direct: false,
+                read_only: false,
+                create_size: Some(16 * 4096),
+            },
+        )
+        .unwrap();
+        for b in 0..16u64 {
+            f.write_all_at(&[b as u8; 4096], b * 4096, RwFlags::empty())
+                .unwrap();
+        }
+        (dir, Arc::new(f))
+    }
+
+    fn unavailable(e: &io::Error) -> bool {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::ENOMEM)
+        ) || e.kind() == io::ErrorKind::Unsupported
+    }
+
+    /// A one-CPU runtime whose CPU sleeps in its ring, with an idle timeout of 5 s (so only a
+    /// real wake-up, not the timeout, can make it run something promptly).
+    fn machine(on_batch: RingBatchFn) -> Option<(ThreadedRuntime, CpuRings, tempfile::TempDir)> {
+        let (dir, f) = file();
+        let rings = match CpuRings::new(&f, 1, 8, on_batch) {
+            Ok(r) => r,
+            Err(e) if unavailable(&e) => {
+                eprintln!("skipped: io_uring unavailable: {e}");
+                return None;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let kernel = Kernel::boot(KernelConfig::default(), 1, 1).unwrap();
+        let config = ThreadedConfig {
+            idle_timeout: Duration::from_secs(5),
+            ..ThreadedConfig::default()
+        };
+        let rt = ThreadedRuntime::start(kernel, config).unwrap();
+        let w: Arc<dyn IdleWait> = rings.ring(0).clone();
+        rt.set_idle_wait(CpuId(0), Arc::downgrade(&w)).unwrap();
+        // The CPU goes to sleep in the ring.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while rings.ring(0).waits() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        Some((rt, rings, dir))
+    }
+
+    /// An ordinary wake-up (a `run_on` message) reaches a CPU thread asleep in
+    /// `io_uring_enter()`: the closure runs at once, on the thread that waits in the ring, not
+    /// after the 5 s idle timeout. The buggy twin never writes the ring's eventfd and is caught.
+    #[test]
+    #[cfg_attr(
+        feature = "bug-cpu-ring-wake-lost",
+        should_panic(expected = "the wake-up reaches the CPU asleep in its ring")
+    )]
+    fn an_unpark_reaches_a_cpu_asleep_in_its_ring() {
+        let Some((rt, rings, _d)) = machine(Arc::new(|_| {})) else {
+            return;
+        };
+        let ring = rings.ring(0);
+        let waits = ring.waits();
+        assert!(waits >= 1, "the idle CPU sleeps in its ring");
+        let t0 = Instant::now();
+        let tid = rt
+            .run_on(CpuId(0), |_| std::thread::current().id())
+            .unwrap();
+        let took = t0.elapsed();
+        assert!(
+            took < Duration::from_secs(1),
+            "the wake-up reaches the CPU asleep in its ring (took {took:?})"
+        );
+        assert_eq!(
+            ring.waiter_thread(),
+            Some(tid),
+            "the CPU's own thread waits"
+        );
+        assert!(rt.shutdown().is_clean());
+    }
+
+    /// Reads submitted from the controller thread (not the CPU's) complete: the foreign
+    /// submission wakes the CPU asleep in its ring, its thread submits them, reaps them and hands
+    /// them to the batch callback itself, each with its own data; the counters agree.
+    #[test]
+    fn the_cpu_thread_submits_and_reaps_its_ring() {
+        type Seen = Arc<Mutex<Vec<(ThreadId, u64, u8)>>>;
+        let seen: Seen = Arc::default();
+        let s = Arc::clone(&seen);
+        let Some((rt, rings, _d)) = machine(Arc::new(move |b: Vec<UringCompletion>| {
+            let me = std::thread::current().id();
+            for c in b {
+                assert_eq!(c.result.as_ref().ok(), Some(&4096), "token {}", c.token);
+                s.lock().push((me, c.token, c.op.buf().expect("a read")[0]));
+            }
+        })) else {
+            return;
+        };
+        for t in 0..12u64 {
+            let op = UringOp::Read {
+                buf: crate::dev::aligned::AlignedBuf::new(4096),
+                off: (t % 16) * 4096,
+            };
+            rings.ring(0).submit(t, op, RwFlags::empty()).unwrap();
+        }
+        assert!(
+            rings.wait_idle(Duration::from_secs(5)),
+            "every read completed"
+        );
+        let cpu_thread = rt
+            .run_on(CpuId(0), |_| std::thread::current().id())
+            .unwrap();
+        let seen = seen.lock().clone();
+        let mut tokens: Vec<u64> = seen.iter().map(|x| x.1).collect();
+        tokens.sort_unstable();
+        assert_eq!(tokens, (0..12).collect::<Vec<_>>(), "each read once");
+        for &(tid, t, byte) in &seen {
+            assert_eq!(tid, cpu_thread, "token {t} reaped by the CPU's thread");
+            assert_eq!(byte, (t % 16) as u8, "token {t} read its own block");
+        }
+        let st = rings.stats();
+        assert_eq!((st.submitted, st.completed, st.cqes), (12, 12, 12));
+        assert_eq!(st.batches as usize, rings.ring(0).reaped_by().len());
+        assert!(rings.ring(0).reaped_by().iter().all(|&t| t == cpu_thread));
+        assert!(rt.shutdown().is_clean());
+    }
+
+    /// The ring's own thread queues its submissions until it parks (batch 0), or hands them to
+    /// the kernel as soon as `n` are queued ([`CpuRing::set_submit_batch`]); either way every op
+    /// completes once, reaped by that thread.
+    #[test]
+    fn the_owner_submits_at_park_or_once_a_batch_is_queued() {
+        let done = Arc::new(AtomicUsize::new(0));
+        let d = Arc::clone(&done);
+        let Some((rt, rings, _d)) = machine(Arc::new(move |b: Vec<UringCompletion>| {
+            d.fetch_add(b.len(), Ordering::SeqCst);
+        })) else {
+            return;
+        };
+        let ring = Arc::clone(rings.ring(0));
+        for (batch, want_queued) in [(0usize, 4usize), (4, 0)] {
+            ring.set_submit_batch(batch);
+            let r = Arc::clone(&ring);
+            let queued = rt
+                .run_on(CpuId(0), move |_| {
+                    for t in 0..4u64 {
+                        let op = UringOp::Read {
+                            buf: crate::dev::aligned::AlignedBuf::new(4096),
+                            off: t * 4096,
+                        };
+                        r.submit(t, op, RwFlags::empty()).unwrap();
+                    }
+                    r.queued()
+                })
+                .unwrap();
+            assert_eq!(queued, want_queued, "submit batch {batch}");
+            assert!(
+                rings.wait_idle(Duration::from_secs(5)),
+                "batch {batch}: all completed"
+            );
+        }
+        assert_eq!(done.load(Ordering::SeqCst), 8);
+        assert!(rt.shutdown().is_clean());
+    }
+}
