@@ -1024,9 +1024,10 @@ mod tests {
                 reaped.iter().all(|&t| t == tid),
                 "CPU {cpu}'s ring is reaped by CPU {cpu}'s thread only"
             );
+            // (Interrupts per batch are checked above for all rings together.)
             assert!(
-                stats.cpus[cpu as usize].irqs >= reaped.len() as u64,
-                "CPU {cpu} took its rings' interrupts"
+                stats.cpus[cpu as usize].irqs > 0,
+                "CPU {cpu} took its ring's interrupts"
             );
         }
         assert!(rt.shutdown().is_clean());

@@ -24,6 +24,10 @@ pub trait IdleWait: Send + Sync {
     /// Makes the current (or the next) [`IdleWait::wait`] return.
     fn wake(&self);
 
+    /// Hands work queued for this waiter's own source on without sleeping (an io_uring: submits
+    /// queued SQEs); called by a park that returns at once because a wake-up was pending.
+    fn flush(&self) {}
+
     /// Hands over what the last [`IdleWait::wait`] collected (e.g. raises the completion
     /// interrupt on this CPU); called after the thread has left the wait, so the wake-ups it
     /// causes on its own CPU need no [`IdleWait::wake`]. Returns whether there was anything.

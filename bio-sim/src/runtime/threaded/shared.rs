@@ -20,31 +20,38 @@ use std::time::Duration;
 /// remembered, so the next sleep returns at once (no lost wake-up).
 #[derive(Default)]
 pub(super) struct Parker {
-    kicked: Mutex<bool>,
+    kicked: Mutex<Kick>,
     cv: Condvar,
-    /// The thread sleeps in `waiter`'s [`IdleWait::wait`] (set and read under `kicked`'s lock).
-    in_wait: AtomicBool,
     /// Where the thread sleeps instead of `cv` (weak: its owner, e.g. an io_uring backing, keeps
     /// it alive; once gone, the thread sleeps on `cv` again).
     waiter: parking_lot::RwLock<Option<Weak<dyn IdleWait>>>,
+}
+
+/// A [`Parker`]'s state under its lock.
+#[derive(Default)]
+struct Kick {
+    /// A kick not yet consumed by a park.
+    kicked: bool,
+    /// The [`IdleWait`] the thread sleeps in right now: the one a kick must wake (not whatever
+    /// is installed by then, which may have been replaced or dropped).
+    sleeping_in: Option<Arc<dyn IdleWait>>,
 }
 
 impl Parker {
     /// Wakes the thread sleeping here, or makes its next sleep return at once.
     pub(super) fn kick(&self) {
         let mut k = self.kicked.lock();
-        if !*k {
-            *k = true;
-            if self.in_wait.load(Ordering::Relaxed) {
+        if !k.kicked {
+            k.kicked = true;
+            match &k.sleeping_in {
                 // The buggy twin: the kick is recorded but never reaches a thread asleep in its
                 // io_uring, which sleeps on until a completion or its timeout.
-                if !cfg!(feature = "bug-cpu-ring-wake-lost") {
-                    if let Some(w) = self.waiter() {
-                        w.wake();
-                    }
+                Some(_) if cfg!(feature = "bug-cpu-ring-wake-lost") => {}
+                // A reference only: the kicker never drops the waiter (its Drop may block).
+                Some(w) => w.wake(),
+                None => {
+                    self.cv.notify_one();
                 }
-            } else {
-                self.cv.notify_one();
             }
         }
     }
@@ -59,27 +66,34 @@ impl Parker {
     }
 
     /// Sleeps until kicked or `timeout`; returns whether it was kicked (and clears the kick) or,
-    /// with an [`IdleWait`], whether its wait delivered something.
+    /// with an [`IdleWait`], whether its wait delivered something. A park that finds a kick
+    /// pending still hands the waiter's queued work on ([`IdleWait::flush`]), so a CPU kicked
+    /// between all its parks does not hold its I/O back.
     pub(super) fn park(&self, timeout: Duration) -> bool {
+        let w = self.waiter();
         let mut k = self.kicked.lock();
-        if *k {
-            *k = false;
+        if k.kicked {
+            k.kicked = false;
+            drop(k);
+            if let Some(w) = w {
+                w.flush();
+            }
             return true;
         }
-        let Some(w) = self.waiter() else {
+        let Some(w) = w else {
             self.cv.wait_for(&mut k, timeout);
-            return std::mem::replace(&mut *k, false);
+            return std::mem::replace(&mut k.kicked, false);
         };
         // From here a kick calls `w.wake()`: set under the lock the kicker takes.
-        self.in_wait.store(true, Ordering::Relaxed);
+        k.sleeping_in = Some(Arc::clone(&w));
         drop(k);
         w.wait(timeout);
-        {
-            let _k = self.kicked.lock();
-            self.in_wait.store(false, Ordering::Relaxed);
-        }
-        let delivered = w.deliver();
-        std::mem::replace(&mut *self.kicked.lock(), false) || delivered
+        let kicked = {
+            let mut k = self.kicked.lock();
+            k.sleeping_in = None;
+            std::mem::replace(&mut k.kicked, false)
+        };
+        w.deliver() || kicked
     }
 }
 
