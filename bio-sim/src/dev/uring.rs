@@ -288,20 +288,25 @@ fn wake_reaper(shared: &Shared, wake: &OwnedFd) {
         // and then drain the channel, which holds our message.
         return;
     }
+    signal_eventfd(wake, "io_uring engine");
+}
+
+/// Adds 1 to eventfd `fd` (a wake-up of whoever polls it); `who` names the writer in an error.
+/// A saturated counter (`EAGAIN`) is fine: a wake-up is pending anyway.
+pub(super) fn signal_eventfd(fd: &OwnedFd, who: &str) {
     let one: u64 = 1;
     loop {
         // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
-        let n = unsafe { libc::write(wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        let n = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
         if n == 8 {
             return;
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EINTR) => continue,
-            // The counter is saturated: the reaper has a wake-up coming anyway.
             Some(libc::EAGAIN) => return,
             _ => {
-                tracing::error!("io_uring engine: cannot write its eventfd: {e}");
+                tracing::error!("{who}: cannot write its eventfd: {e}");
                 return;
             }
         }

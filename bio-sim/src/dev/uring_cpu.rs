@@ -104,24 +104,7 @@ pub struct CpuRing {
 }
 
 fn write_eventfd(fd: &OwnedFd) {
-    let one: u64 = 1;
-    loop {
-        // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
-        let n = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        if n == 8 {
-            return;
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            // Saturated: a wake-up is pending anyway.
-            Some(libc::EAGAIN) => return,
-            _ => {
-                tracing::error!("io_uring CPU ring: cannot write its eventfd: {e}");
-                return;
-            }
-        }
-    }
+    super::uring::signal_eventfd(fd, "io_uring CPU ring");
 }
 
 impl CpuRing {
