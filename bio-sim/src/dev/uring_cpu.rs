@@ -495,6 +495,7 @@ impl std::fmt::Debug for CpuRings {
 mod tests {
     use super::*;
     use crate::dev::backing::OpenOptions;
+    use crate::dev::uring::tests::unavailable;
     use crate::runtime::threaded::{ThreadedConfig, ThreadedRuntime};
     use bio_core::kernel::CpuId;
     use bio_core::{Kernel, KernelConfig};
@@ -517,13 +518,6 @@ mod tests {
                 .unwrap();
         }
         (dir, Arc::new(f))
-    }
-
-    fn unavailable(e: &io::Error) -> bool {
-        matches!(
-            e.raw_os_error(),
-            Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::ENOMEM)
-        ) || e.kind() == io::ErrorKind::Unsupported
     }
 
     /// A one-CPU runtime whose CPU sleeps in its ring, with an idle timeout of 5 s (so only a
