@@ -156,6 +156,27 @@ impl KernelConfig {
         }
     }
 
+    /// A distribution kernel built without the debug options, as this project's bench machine
+    /// runs (Linux 6.18, `/proc/config.gz`): `PREEMPT_DYNAMIC` booted as `none`,
+    /// `PREEMPT_COUNT=y`, no `DEBUG_ATOMIC_SLEEP`, no `PROVE_LOCKING`, HZ=250, no
+    /// `CPU_HOTPLUG_STATE_CONTROL`. `biosim bench JOBFILE` boots it by default so that the
+    /// model is compared with the raw I/O and the kernel's loop of that same kernel.
+    ///
+    /// Not modelled: `PREEMPT_DYNAMIC` itself. The machine's kernel is built with
+    /// `CONFIG_PREEMPTION` (hence `PREEMPT_RCU=y`) and chooses `none` at boot; biosim has no
+    /// boot-time choice, so this is `PREEMPT_NONE` with `PREEMPT_RCU=n` (what [`Self::validate`]
+    /// requires of a non-preemptible model). The difference is only where `rcu_read_lock()`
+    /// counts (the preempt count or the task's RCU nesting), which nothing checks without
+    /// `DEBUG_ATOMIC_SLEEP`.
+    pub fn distro_6_18() -> Self {
+        Self {
+            debug_atomic_sleep: false,
+            prove_locking: false,
+            cpu_hotplug_state_control: false,
+            ..Self::for_model(PreemptModel::None)
+        }
+    }
+
     /// `CONFIG_PREEMPTION`.
     pub fn preemption(&self) -> bool {
         self.preempt.preemption()
@@ -313,6 +334,20 @@ mod tests {
         assert_eq!(
             off.describe(),
             "PREEMPT_VOLUNTARY PREEMPT_COUNT=y PREEMPT_RCU=n DEBUG_ATOMIC_SLEEP=y PROVE_LOCKING=y HZ=250 CPU_HOTPLUG_STATE_CONTROL=n"
+        );
+    }
+
+    /// The bench machine's configuration is a valid one, with every debug option off and
+    /// `PREEMPT_COUNT` on (PREEMPT_DYNAMIC builds it in).
+    #[test]
+    fn distro_6_18_is_valid_and_has_no_debug_options() {
+        let c = KernelConfig::distro_6_18();
+        assert_eq!(c.validate(), Ok(()));
+        assert!(!c.prove_locking && !c.debug_atomic_sleep && !c.cpu_hotplug_state_control);
+        assert!(c.preempt_count);
+        assert_eq!(
+            c.describe(),
+            "PREEMPT_NONE PREEMPT_COUNT=y PREEMPT_RCU=n DEBUG_ATOMIC_SLEEP=n PROVE_LOCKING=n HZ=250 CPU_HOTPLUG_STATE_CONTROL=n"
         );
     }
 

@@ -320,6 +320,11 @@ pub struct BenchJobArgs {
     /// A null_blk module parameter (--device null_blk), KEY=VAL, repeatable.
     #[arg(long, value_name = "KEY=VAL")]
     pub nullb: Vec<String>,
+    /// The simulated kernel's configuration: machine (this machine's 6.18 kernel, no lockdep,
+    /// no DEBUG_ATOMIC_SLEEP: what raw and kernel-loop run on) or debug (biosim's default
+    /// kernel, lockdep on).
+    #[arg(long, default_value = "machine")]
+    pub kernel_config: String,
     /// Run nothing: check every block of each job's existing file (verify=crc32c blocks),
     /// against the state a killed run saved after its last completed flush.
     #[arg(long, conflicts_with_all = ["compare", "variant", "json"])]

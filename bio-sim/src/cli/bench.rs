@@ -237,6 +237,7 @@ fn job_bench(argv: Vec<std::ffi::OsString>) -> Result<(), Box<dyn std::error::Er
         force: a.force,
         nullb,
         progress: true,
+        kernel: design::parse_kernel_config(&a.kernel_config)?,
     };
     let inputs: Vec<&std::path::Path> = std::iter::once(a.jobfile.as_path())
         .chain(file.jobs.iter().filter_map(|j| j.filename.as_deref()))
@@ -274,6 +275,10 @@ fn job_bench(argv: Vec<std::ffi::OsString>) -> Result<(), Box<dyn std::error::Er
     if let Some(out) = json {
         let text = serde_json::to_string_pretty(&serde_json::json!({
             "jobfile": a.jobfile.display().to_string(),
+            "kernel_config": {
+                "name": cfg.kernel.name(),
+                "kconfig": cfg.kernel.config().describe(),
+            },
             "jobs": reports,
         }))? + "\n";
         out.write(&text)?;

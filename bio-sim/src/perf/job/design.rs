@@ -1,5 +1,6 @@
 //! What a job runs on: the designs `biosim bench JOBFILE` puts side by side, chosen with
-//! `--variant` (the loop model's posted versions), `--compare` (the baselines) and `--device`.
+//! `--variant` (the loop model's posted versions), `--compare` (the baselines) and `--device`,
+//! and the simulated kernel's configuration (`--kernel-config`).
 
 use bio_core::drivers::block::loop_drv::LoopVariant;
 use std::fmt;
@@ -119,6 +120,48 @@ pub fn parse_device(s: &str) -> Result<DeviceKind, String> {
     }
 }
 
+/// `--kernel-config`: the configuration the simulated machine boots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BenchKernel {
+    /// `debug`: biosim's default kernel ([`bio_core::KernelConfig::default`]: lockdep and
+    /// `DEBUG_ATOMIC_SLEEP` on), as every scenario and `explore` boot.
+    Debug,
+    /// `machine` (the default): the bench machine's own kernel without its debug options
+    /// ([`bio_core::KernelConfig::distro_6_18`]), the one `raw` and `kernel-loop` run on, so
+    /// that like is compared with like.
+    #[default]
+    Machine,
+}
+
+impl BenchKernel {
+    /// The name on the command line, in the header and in `--json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchKernel::Debug => "debug",
+            BenchKernel::Machine => "machine",
+        }
+    }
+
+    /// The configuration booted.
+    pub fn config(self) -> bio_core::KernelConfig {
+        match self {
+            BenchKernel::Debug => bio_core::KernelConfig::default(),
+            BenchKernel::Machine => bio_core::KernelConfig::distro_6_18(),
+        }
+    }
+}
+
+/// Parses `--kernel-config`.
+pub fn parse_kernel_config(s: &str) -> Result<BenchKernel, String> {
+    match s {
+        "debug" => Ok(BenchKernel::Debug),
+        "machine" => Ok(BenchKernel::Machine),
+        _ => Err(format!(
+            "--kernel-config: unknown configuration `{s}` (expected debug or machine)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +180,16 @@ mod tests {
         assert!(parse_compare("fio").unwrap_err().contains("`fio`"));
         assert_eq!(parse_device("null_blk"), Ok(DeviceKind::NullBlk));
         assert!(parse_device("nvme").unwrap_err().contains("`nvme`"));
+        assert_eq!(parse_kernel_config("debug"), Ok(BenchKernel::Debug));
+        assert!(parse_kernel_config("debug").unwrap().config().prove_locking);
+        assert!(
+            !parse_kernel_config("machine")
+                .unwrap()
+                .config()
+                .prove_locking
+        );
+        assert!(parse_kernel_config("lockdep")
+            .unwrap_err()
+            .contains("`lockdep`"));
     }
 }

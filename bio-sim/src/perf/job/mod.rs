@@ -35,7 +35,7 @@ use crate::dev::cleanup::TempFile;
 use crate::fio::job::{FallocateMode, JobSpec};
 use crate::fio::verify;
 use crate::perf::bench_common::BenchError;
-use design::{Compare, Design, DeviceKind};
+use design::{BenchKernel, Compare, Design, DeviceKind};
 use report::{DesignReport, JobReport, RoundFigures};
 use run::{RunCtx, RunStop, SimEngine};
 use std::fmt::Write as _;
@@ -64,6 +64,8 @@ pub struct JobBenchConfig {
     pub nullb: Vec<(String, String)>,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
+    /// The simulated kernel's configuration (`--kernel-config`).
+    pub kernel: BenchKernel,
 }
 
 impl Default for JobBenchConfig {
@@ -78,6 +80,7 @@ impl Default for JobBenchConfig {
             force: false,
             nullb: Vec::new(),
             progress: true,
+            kernel: BenchKernel::default(),
         }
     }
 }
@@ -461,9 +464,10 @@ fn header(
     }
     let _ = writeln!(
         h,
-        "designs: {} (simulated loop backing: {}); {} rounds, interleaved, order rotated; medians (min–max)",
+        "designs: {} (simulated loop backing: {}, kernel config {}); {} rounds, interleaved, order rotated; medians (min–max)",
         designs.iter().map(Design::name).collect::<Vec<_>>().join(", "),
         engine.name(),
+        cfg.kernel.name(),
         cfg.rounds
     );
     h
@@ -529,12 +533,9 @@ pub fn run_job(
                     v.reset_to_holes();
                 }
             }
-            let ctx = Arc::new(RunCtx::new(
-                job,
-                p.blocks,
-                vst.clone(),
-                progress.io_counter(),
-            ));
+            let mut ctx = RunCtx::new(job, p.blocks, vst.clone(), progress.io_counter());
+            ctx.kernel_config = cfg.kernel.config();
+            let ctx = Arc::new(ctx);
             let fig = match d {
                 Design::Loop(v) => run::run_sim_loop(&p.file, v, engine, &ctx),
                 Design::Raw if job.ioengine.is_sync() => run::run_raw_sync(&p.file, &ctx),
@@ -621,7 +622,7 @@ fn run_null_blk_job(
         .verify
         .map(|_| Arc::new(VerifyState::new(bs, blocks, true, None)));
     let mut header = format!(
-        "job `{}`: rw={} bs={} iodepth={} numjobs={} on null_blk ({} MiB{}); {} rounds\n",
+        "job `{}`: rw={} bs={} iodepth={} numjobs={} on null_blk ({} MiB{}); kernel config {}; {} rounds\n",
         job.name,
         job.rw.name(),
         job.bs,
@@ -632,6 +633,7 @@ fn run_null_blk_job(
             .iter()
             .map(|(k, v)| format!(" {k}={v}"))
             .collect::<String>(),
+        cfg.kernel.name(),
         cfg.rounds
     );
     if job.verify.is_some() {
@@ -646,7 +648,9 @@ fn run_null_blk_job(
     let mut device_verified = None;
     for round in 0..cfg.rounds {
         progress.start(&format!("round {}/{}: null_blk", round + 1, cfg.rounds));
-        let ctx = Arc::new(RunCtx::new(job, blocks, vst.clone(), progress.io_counter()));
+        let mut ctx = RunCtx::new(job, blocks, vst.clone(), progress.io_counter());
+        ctx.kernel_config = cfg.kernel.config();
+        let ctx = Arc::new(ctx);
         let fig = run::run_sim_null_blk(&cfg.nullb, job.size, &ctx);
         match ctx.stop_reason() {
             Some(RunStop::Verify(failure)) => {

@@ -114,6 +114,9 @@ pub struct RunCtx {
     pub verify: Option<Arc<VerifyState>>,
     /// I/Os completed by all clones (the progress bar reads it).
     pub completed: Arc<AtomicU64>,
+    /// The configuration the simulated designs' kernel boots (`--kernel-config`; [`RunCtx::new`]
+    /// gives biosim's default, the debug kernel).
+    pub kernel_config: KernelConfig,
     stop: AtomicBool,
     first_stop: Mutex<Option<RunStop>>,
 }
@@ -131,6 +134,7 @@ impl RunCtx {
             blocks,
             verify,
             completed,
+            kernel_config: KernelConfig::default(),
             stop: AtomicBool::new(false),
             first_stop: Mutex::new(None),
         }
@@ -796,7 +800,7 @@ pub fn run_sim_loop(
 ) -> Result<RunFigures, BenchError> {
     let job = &ctx.job;
     let cpus = job.numjobs;
-    let kernel = Kernel::boot(KernelConfig::default(), cpus, cpus)
+    let kernel = Kernel::boot(ctx.kernel_config, cpus, cpus)
         .map_err(|e| BenchError::Machine(e.to_string()))?;
     // fio's uncached=1: RWF_DONTCACHE on buffered I/O (either engine).
     let extra = if job.uncached && !job.direct {
@@ -896,7 +900,7 @@ pub fn run_sim_null_blk(
     use bio_core::drivers::block::null_blk::{NullBlk, NullBlkConfig};
     let job = &ctx.job;
     let cpus = job.numjobs;
-    let kernel = Kernel::boot(KernelConfig::default(), cpus, cpus)
+    let kernel = Kernel::boot(ctx.kernel_config, cpus, cpus)
         .map_err(|e| BenchError::Machine(e.to_string()))?;
     let mut nc = NullBlkConfig {
         size_bytes: region,
