@@ -94,7 +94,13 @@ pub fn blk_start_plug(cx: &Cpu) -> PlugToken {
     if p.is_some() {
         return PlugToken { installed: false };
     }
-    *p = Some(BlkPlug::default());
+    // The kernel's plug is on the stack: reuse the buffer the task's last plug left (empty).
+    let mq_list = std::mem::take(&mut *cx.task_state().plug_storage.borrow_mut());
+    debug_assert!(mq_list.is_empty(), "a finished plug left requests behind");
+    *p = Some(BlkPlug {
+        mq_list,
+        ..BlkPlug::default()
+    });
     PlugToken { installed: true }
 }
 
@@ -105,7 +111,12 @@ pub fn blk_finish_plug(token: PlugToken, cx: &Cpu) {
         return;
     }
     blk_mq_flush_plug_list(cx, false);
-    *cx.task_state().plug.borrow_mut() = None;
+    let plug = cx.task_state().plug.borrow_mut().take();
+    // Keep the emptied list's buffer for the task's next plug (see `TaskState::plug_storage`);
+    // a list that still holds requests is dropped with them, as before.
+    if let Some(p) = plug.filter(|p| p.mq_list.is_empty()) {
+        *cx.task_state().plug_storage.borrow_mut() = p.mq_list;
+    }
 }
 
 /// `blk_flush_plug(current->plug, from_schedule)`.

@@ -219,6 +219,12 @@ pub struct TaskState {
     /// `current->plug`: the `struct blk_plug` between `blk_start_plug()` and `blk_finish_plug()`
     /// (`None` when the task has none), flushed by `schedule()` (block/blk_plug.rs).
     pub plug: std::cell::RefCell<Option<crate::block::blk_plug::BlkPlug>>,
+    /// The storage of the task's on-stack `struct blk_plug` between plugs: the kernel's plug
+    /// and its `rq_list` (linked through the requests) allocate nothing, so the model keeps the
+    /// list's buffer, empty, from one `blk_finish_plug()` to the next `blk_start_plug()`
+    /// (block/blk_plug.rs). Not a kernel field.
+    pub(crate) plug_storage:
+        std::cell::RefCell<std::collections::VecDeque<crate::block::blk_mq::Rq>>,
 }
 
 /// `memalloc_noio_save()` (`include/linux/sched/mm.h`): sets `PF_MEMALLOC_NOIO` and returns the

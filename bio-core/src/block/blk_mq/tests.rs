@@ -443,6 +443,41 @@ mod plug {
         assert_eq!(log.lock().len(), BLK_MAX_REQUEST_COUNT + 1);
     }
 
+    /// The plug's list allocates nothing after the task's first plug (the kernel's is on the
+    /// stack): the next `blk_start_plug()` gets the buffer back, empty, so a plug never
+    /// re-issues a request of an earlier one.
+    #[test]
+    fn a_new_plug_reuses_the_last_plug_s_list_empty() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let dev = MqDevCfg::new("nullb0", 0, &log).build();
+        let e = ends();
+        let plug = blk_start_plug(&cx);
+        for s in 0..4u64 {
+            submit(&*dev, ReqOp::Read, s * 8, ReqFlags::NONE, &e, &cx);
+        }
+        blk_finish_plug(plug, &cx);
+        assert_eq!(log.lock().len(), 4);
+        let kept = cx.task_state().plug_storage.borrow().capacity();
+        assert!(kept >= 4, "the flushed list's buffer is kept ({kept})");
+        let plug = blk_start_plug(&cx);
+        {
+            let g = cx.task_state().plug.borrow();
+            let p = g.as_ref().unwrap();
+            assert!(p.mq_list.is_empty() && p.rq_count == 0);
+            assert_eq!(
+                p.mq_list.capacity(),
+                kept,
+                "the same buffer, no new allocation"
+            );
+        }
+        submit(&*dev, ReqOp::Read, 64, ReqFlags::NONE, &e, &cx);
+        blk_finish_plug(plug, &cx);
+        assert_eq!(log.lock().len(), 5, "only the new request is issued");
+        assert_eq!(e.lock().len(), 5);
+    }
+
     /// `schedule()` flushes the plug: a task that sleeps waiting for its own plugged I/O does
     /// not wait forever. The flush skips the direct issue: the requests are inserted and the
     /// queue runs on kblockd, so `->queue_rq()` runs in `kworker/0:1H`, not in the sleeper.
