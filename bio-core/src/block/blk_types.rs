@@ -137,28 +137,84 @@ impl BlkOpf {
     /// `blk_fill_rwbs()` (`kernel/trace/blktrace.c`): the RWBS string of blktrace and the block
     /// tracepoints, e.g. `WS`, `FWF`, `R`.
     pub fn rwbs(self) -> String {
-        let mut s = String::new();
+        self.rwbs_buf().to_string()
+    }
+
+    /// [`BlkOpf::rwbs`] into a fixed buffer, as the kernel's `char rwbs[RWBS_LEN]` of the
+    /// tracepoint entry: no allocation, so a request's trace record costs nothing on the heap.
+    pub fn rwbs_buf(self) -> Rwbs {
+        let mut s = Rwbs::default();
         if self.flags.contains(ReqFlags::REQ_PREFLUSH) {
-            s.push('F');
+            s.push(b'F');
         }
         s.push(match self.op {
-            ReqOp::Write => 'W',
-            ReqOp::Discard => 'D',
-            ReqOp::Flush => 'F',
-            ReqOp::Read => 'R',
-            ReqOp::WriteZeroes => 'N',
+            ReqOp::Write => b'W',
+            ReqOp::Discard => b'D',
+            ReqOp::Flush => b'F',
+            ReqOp::Read => b'R',
+            ReqOp::WriteZeroes => b'N',
         });
         for (flag, c) in [
-            (ReqFlags::REQ_FUA, 'F'),
-            (ReqFlags::REQ_RAHEAD, 'A'),
-            (ReqFlags::REQ_SYNC, 'S'),
-            (ReqFlags::REQ_META, 'M'),
+            (ReqFlags::REQ_FUA, b'F'),
+            (ReqFlags::REQ_RAHEAD, b'A'),
+            (ReqFlags::REQ_SYNC, b'S'),
+            (ReqFlags::REQ_META, b'M'),
         ] {
             if self.flags.contains(flag) {
                 s.push(c);
             }
         }
         s
+    }
+}
+
+/// `RWBS_LEN` (`include/trace/events/block.h`): the size of a tracepoint's `rwbs` field.
+pub const RWBS_LEN: usize = 8;
+
+/// A filled `char rwbs[RWBS_LEN]` ([`BlkOpf::rwbs_buf`]): at most 6 letters (`F`, the op, then
+/// `F`, `A`, `S`, `M`), ASCII.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Rwbs {
+    buf: [u8; RWBS_LEN],
+    len: u8,
+}
+
+impl Rwbs {
+    fn push(&mut self, c: u8) {
+        // At most 6 of the RWBS_LEN - 1 letters (the kernel keeps the NUL).
+        self.buf[usize::from(self.len)] = c;
+        self.len += 1;
+    }
+
+    /// The letters.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII letters are pushed.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl std::ops::Deref for Rwbs {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<&str> for Rwbs {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Display for Rwbs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for Rwbs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
@@ -590,3 +646,33 @@ pub(crate) fn drop_chain(mut next: *mut Bio) {
 unsafe impl Send for Bio {}
 // SAFETY: shared access never follows `bi_next` mutably; the lists that do need `&mut`.
 unsafe impl Sync for Bio {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fixed buffer holds every letter `blk_fill_rwbs()` can write (`F`, op, `FASM`) and
+    /// reads as the String form.
+    #[test]
+    fn rwbs_buf_holds_the_longest_rwbs_and_matches_the_string() {
+        let all = ReqFlags(
+            ReqFlags::REQ_PREFLUSH.0
+                | ReqFlags::REQ_FUA.0
+                | ReqFlags::REQ_RAHEAD.0
+                | ReqFlags::REQ_SYNC.0
+                | ReqFlags::REQ_META.0,
+        );
+        let opf = BlkOpf {
+            op: ReqOp::Write,
+            flags: all,
+        };
+        assert_eq!(opf.rwbs_buf(), "FWFASM");
+        assert!(opf.rwbs_buf().len() < RWBS_LEN);
+        let read = BlkOpf {
+            op: ReqOp::Read,
+            flags: ReqFlags::NONE,
+        };
+        assert_eq!(read.rwbs_buf().to_string(), read.rwbs());
+        assert_eq!(format!("{:?}", read.rwbs_buf()), "\"R\"");
+    }
+}

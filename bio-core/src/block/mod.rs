@@ -27,5 +27,5 @@ pub use blk_core::{
 pub use blk_status::*;
 pub use blk_types::{
     BiPrivate, Bio, BioEndIo, BioEndIoFn, BioFlag, BioVec, BlkOpf, BvecIter, ChainShared, ReqFlags,
-    ReqOp, BIO_FLAG_LAST, SECTOR_SHIFT, SECTOR_SIZE,
+    ReqOp, Rwbs, BIO_FLAG_LAST, RWBS_LEN, SECTOR_SHIFT, SECTOR_SIZE,
 };

@@ -88,7 +88,7 @@ impl Rq {
             .slot(self.tag, |s| (s.cmd_flags, s.sector, s.nr_sectors));
         RqTrace {
             dev: self.q.devt,
-            rwbs: s.0.rwbs(),
+            rwbs: s.0.rwbs_buf(),
             sector: s.1,
             nr_sector: s.2,
         }

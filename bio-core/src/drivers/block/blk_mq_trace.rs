@@ -18,7 +18,7 @@ pub struct RqTrace {
     /// `disk_devt()`: `(major, minor)`.
     pub dev: (u32, u32),
     /// `blk_fill_rwbs()` of the request's `cmd_flags`.
-    pub rwbs: String,
+    pub rwbs: crate::block::Rwbs,
     /// `blk_rq_pos()`.
     pub sector: u64,
     /// `blk_rq_sectors()`.

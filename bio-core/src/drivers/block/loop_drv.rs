@@ -567,7 +567,7 @@ impl LoopCmd {
     fn rq(&self, number: u32) -> RqTrace {
         RqTrace {
             dev: (LOOP_MAJOR, number),
-            rwbs: self.opf.rwbs(),
+            rwbs: self.opf.rwbs_buf(),
             sector: self.sector,
             nr_sector: self.sectors,
         }
@@ -1299,7 +1299,7 @@ impl LoopDevice {
         };
         let lower_rq = lower.as_ref().map(|b| RqTrace {
             dev: b.bi_bdev.unwrap_or_default(),
-            rwbs: b.bi_opf.rwbs(),
+            rwbs: b.bi_opf.rwbs_buf(),
             sector: b.bi_iter.bi_sector,
             nr_sector: b.sectors(),
         });
@@ -1731,7 +1731,7 @@ impl BlockDriver for LoopDevice {
         block_getrq(
             &RqTrace {
                 dev: self.devt(),
-                rwbs: bio.bi_opf.rwbs(),
+                rwbs: bio.bi_opf.rwbs_buf(),
                 sector: bio.bi_iter.bi_sector,
                 nr_sector: bio.sectors(),
             },

@@ -488,7 +488,7 @@ impl NullBlk {
     fn rq(&self, bio: &Bio) -> RqTrace {
         RqTrace {
             dev: self.devt(),
-            rwbs: bio.bi_opf.rwbs(),
+            rwbs: bio.bi_opf.rwbs_buf(),
             sector: bio.bi_iter.bi_sector,
             nr_sector: bio.sectors(),
         }
