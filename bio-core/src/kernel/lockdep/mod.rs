@@ -673,16 +673,21 @@ impl Cpu {
             trylock,
         };
         let rt = self.config().preempt_rt();
-        let effective = match class.wait_type() {
-            WaitType::Config if !rt => WaitType::Spin,
-            w => w,
+        // check_wait_context() exists only with CONFIG_PROVE_LOCKING, and returns at once for a
+        // trylock (it does not wait); the context's wait type (a walk of the held locks) is
+        // only worked out when it runs.
+        let invalid_wait = || {
+            let effective = match class.wait_type() {
+                WaitType::Config if !rt => WaitType::Spin,
+                w => w,
+            };
+            let ceiling = match self.context_wait_type() {
+                WaitType::Config if !rt => WaitType::Spin,
+                w => w,
+            };
+            effective > ceiling
         };
-        let ceiling = match self.context_wait_type() {
-            WaitType::Config if !rt => WaitType::Spin,
-            w => w,
-        };
-        // check_wait_context() returns at once for a trylock (it does not wait).
-        if self.config().prove_locking && class.wait_checked() && !trylock && effective > ceiling {
+        if self.config().prove_locking && class.wait_checked() && !trylock && invalid_wait() {
             // print_lock_invalid_wait_context(): debug_locks_off_graph_unlock() first, so only
             // the first lockdep splat of the kernel prints. The lock is not marked either:
             // __lock_acquire() returns before mark_usage().
