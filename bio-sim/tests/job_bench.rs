@@ -128,6 +128,19 @@ fn json_parses_and_holds_every_design_s_figures_and_ratios() {
         "the table goes to stderr: {stderr}"
     );
     let v: serde_json::Value = serde_json::from_str(&stdout).expect("stdout is the JSON alone");
+    // The default: the machine's own kernel configuration, without lockdep.
+    assert_eq!(v["kernel_config"]["name"], "machine", "{v}");
+    assert!(
+        v["kernel_config"]["kconfig"]
+            .as_str()
+            .unwrap()
+            .contains("PROVE_LOCKING=n"),
+        "{v}"
+    );
+    assert!(
+        stderr.contains("kernel config machine"),
+        "the header names it: {stderr}"
+    );
     let designs = v["jobs"][0]["designs"].as_array().unwrap();
     assert_eq!(designs.len(), 2);
     assert_eq!(designs[0]["design"], "v5");
@@ -167,6 +180,7 @@ fn unknown_names_are_refused_by_name_with_exit_2() {
         (vec!["--engine", "aio"], "`aio`"),
         (vec!["--nullb", "irqmode"], "KEY=VAL"),
         (vec!["--rounds", "0"], "--rounds"),
+        (vec!["--kernel-config", "lockdep"], "`lockdep`"),
     ] {
         let mut a = vec!["bench", j];
         a.extend(&args);
