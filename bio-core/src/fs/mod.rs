@@ -5,6 +5,7 @@
 //! [`super_block`]).
 
 pub mod buffer;
+pub mod fs_writeback;
 pub mod iomap;
 pub mod super_block;
 pub mod xfs_aops;

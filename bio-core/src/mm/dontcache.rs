@@ -343,7 +343,18 @@ pub struct PageCacheConfig {
     /// [`AddressSpace::new`] sets up RFC v3's batch on the mapping's kernel
     /// ([`PageCacheConfig::with_v3_batch`]); a test may put its own hook here.
     pub dropbehind_irq: Option<UntrackedArc<dyn DropbehindIrq>>,
+    /// `global_dirtyable_memory()` in pages: the configured machine's memory that the global
+    /// dirty limits are percentages of ([`DEFAULT_MACHINE_MEMORY_BYTES`] by default).
+    pub dirtyable_pages: u64,
+    /// `vm.dirty_ratio` (percent; default 20).
+    pub dirty_ratio: u64,
+    /// `vm.dirty_background_ratio` (percent; default 10).
+    pub dirty_background_ratio: u64,
 }
+
+/// The machine the model stands for: 24 GiB (this project's host), whose dirtyable memory sets
+/// the global dirty limits.
+pub const DEFAULT_MACHINE_MEMORY_BYTES: u64 = 24 << 30;
 
 impl fmt::Debug for PageCacheConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -361,6 +372,9 @@ impl fmt::Debug for PageCacheConfig {
             .field("ino", &self.ino)
             .field("filemap_events", &self.filemap_events)
             .field("dropbehind_irq", &self.dropbehind_irq.is_some())
+            .field("dirtyable_pages", &self.dirtyable_pages)
+            .field("dirty_ratio", &self.dirty_ratio)
+            .field("dirty_background_ratio", &self.dirty_background_ratio)
             .finish()
     }
 }
@@ -385,7 +399,17 @@ impl PageCacheConfig {
             ino: 7 << 20,
             filemap_events: true,
             dropbehind_irq: None,
+            dirtyable_pages: DEFAULT_MACHINE_MEMORY_BYTES / 4096,
+            dirty_ratio: 20,
+            dirty_background_ratio: 10,
         }
+    }
+
+    /// With a machine of `bytes` of memory: the global dirty limits' base
+    /// ([`PageCacheConfig::dirtyable_pages`]).
+    pub fn with_machine_memory(mut self, bytes: u64) -> Self {
+        self.dirtyable_pages = bytes / 4096;
+        self
     }
 
     /// With a memcg limit of `pages` pages.

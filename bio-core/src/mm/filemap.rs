@@ -36,7 +36,7 @@ use crate::block::Bio;
 use crate::errno::Errno;
 use crate::kernel::{Cpu, Kernel};
 use crate::sync::{Mutex, UntrackedArc, UntrackedWeak};
-use crate::workqueue::{WorkStruct, Workqueue, WQ_MEM_RECLAIM, WQ_PERCPU};
+use crate::workqueue::{DelayedWork, WorkStruct, Workqueue, WQ_MEM_RECLAIM, WQ_PERCPU};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
@@ -81,9 +81,14 @@ pub enum Blocked {
     /// `fsync` waits for this folio's writeback (`folio_wait_writeback()`).
     Writeback(u64),
     /// The memcg is at its limit and reclaim found nothing it can free now (only dirty, writeback,
-    /// locked or referenced folios): `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`. Wait for any
-    /// completion of this mapping's I/O (or the work holding folio references) and call again.
+    /// locked or referenced folios), or reclaim waits for writeback (cgroup v1's
+    /// `folio_wait_writeback()` on a `PG_reclaim` folio, `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`
+    /// after waking the flusher). Wait for any completion of this mapping's I/O (the flusher's
+    /// included, or the work holding folio references) and call again.
     Memcg,
+    /// `balance_dirty_pages()` pauses the dirtier: the machine's dirty and writeback pages are at
+    /// the dirty limit. Wait for a writeback completion and call again.
+    DirtyThrottle,
 }
 
 /// What [`AddressSpace::filemap_read`] did.
@@ -169,8 +174,20 @@ pub struct PageCacheStats {
     pub reclaim_scanned: u64,
     /// Clean folios reclaim evicted (`__remove_mapping()`).
     pub reclaim_evicted: u64,
-    /// Dirty folios reclaim marked `PG_reclaim` and started writeback on.
+    /// Dirty folios reclaim started writeback on itself (`pageout()`): never, outside kswapd
+    /// (kept to show it; the `bug-reclaim-pages-out-file` twin does it).
     pub reclaim_writeback_started: u64,
+    /// Dirty folios `shrink_folio_list()` marked `PG_reclaim` and activated for the flusher to
+    /// write (`NR_VMSCAN_IMMEDIATE`).
+    pub reclaim_dirty_marked: u64,
+    /// `wakeup_flusher_threads()` / `wb_start_background_writeback()` calls that woke it.
+    pub flusher_wakeups: u64,
+    /// `wb_workfn()` steps (one chunk each).
+    pub flusher_runs: u64,
+    /// Pages the flusher put under writeback.
+    pub flusher_pages: u64,
+    /// `balance_dirty_pages()` pauses ([`Blocked::DirtyThrottle`]).
+    pub dirty_throttled: u64,
     /// Folios under reclaim-started writeback reclaim met again: cgroup v1 would wait for them
     /// (`folio_wait_writeback()`, `reclaim_throttle()`).
     pub reclaim_throttled: u64,
@@ -274,6 +291,11 @@ impl PageCacheStats {
             reclaim_scanned,
             reclaim_evicted,
             reclaim_writeback_started,
+            reclaim_dirty_marked,
+            flusher_wakeups,
+            flusher_runs,
+            flusher_pages,
+            dirty_throttled,
             reclaim_throttled,
             reclaim_skipped_busy,
             reclaim_deactivated,
@@ -346,6 +368,10 @@ pub(crate) struct Mapping {
     pub(crate) ioend_list: Vec<QueuedIoend>,
     /// `AS_EIO`: a writeback bio failed (`mapping_set_error()`).
     pub(crate) as_eio: bool,
+    /// The bdev's `bdi_writeback` and the inode's writeback state (the flusher).
+    pub(crate) wb: crate::fs::fs_writeback::BdiWriteback,
+    /// The last reclaim must wait for writeback before the charge can go on (cgroup v1).
+    pub(crate) reclaim_must_wait: bool,
 }
 
 /// `struct address_space`: one block device's page cache, with its memcg and readahead state
@@ -358,6 +384,8 @@ pub struct AddressSpace {
     /// The filesystem's per-CPU completion workqueue (`xfs-conv`) and the inode's
     /// `i_ioend_work`, made on first use.
     pub(crate) conv_wq: OnceLock<(Workqueue, WorkStruct)>,
+    /// `bdi_wq` and the bdev's `wb->dwork` (the flusher), made on first use.
+    pub(crate) wb_wq: OnceLock<(Workqueue, DelayedWork)>,
     pub(crate) this: UntrackedWeak<AddressSpace>,
 }
 
@@ -425,7 +453,10 @@ impl Mapping {
     /// Whether something this mapping waits for is in flight: a completion will come that may
     /// make room (reads, writeback, extra references some work will put).
     pub(crate) fn io_in_flight(&self) -> bool {
-        self.reads_in_flight > 0 || self.stats.nr_writeback > 0 || self.extra_refs > 0
+        self.reads_in_flight > 0
+            || self.stats.nr_writeback > 0
+            || self.extra_refs > 0
+            || self.wb.busy()
     }
 
     /// Whether `index` is an unwritten block (a hole of the file model).
@@ -534,10 +565,13 @@ impl AddressSpace {
                 next_pfn: FIRST_PFN,
                 ioend_list: Vec::new(),
                 as_eio: false,
+                wb: Default::default(),
+                reclaim_must_wait: false,
             }),
             config,
             kernel: UntrackedArc::clone(kernel),
             conv_wq: OnceLock::new(),
+            wb_wq: OnceLock::new(),
             this: this.clone(),
         });
         if mapping.config.design.xfs_wq_completion() || mapping.config.track_unwritten {
@@ -594,6 +628,19 @@ impl AddressSpace {
     /// (a failed readahead is retried once with `->read_folio()` first); `ENOMEM` when the memcg is
     /// full, nothing can be freed and nothing is in flight that could free it.
     pub fn filemap_read(
+        &self,
+        cx: &Cpu,
+        pos: u64,
+        buf: &mut [u8],
+        flags: IocbFlags,
+    ) -> Result<ReadProgress, Errno> {
+        let r = self.filemap_read_locked(cx, pos, buf, flags);
+        // Reclaim's flusher wakeup, queued once the mapping's lock is dropped.
+        self.wb_kick(cx);
+        r
+    }
+
+    fn filemap_read_locked(
         &self,
         cx: &Cpu,
         pos: u64,
@@ -759,6 +806,20 @@ impl AddressSpace {
         data: &[u8],
         flags: IocbFlags,
     ) -> Result<WriteProgress, Errno> {
+        let r = self.generic_perform_write_locked(cx, pos, data, flags);
+        // The flusher wakeups of reclaim, balance_dirty_pages() and the inode's first
+        // dirtying, queued once the mapping's lock is dropped.
+        self.wb_kick(cx);
+        r
+    }
+
+    fn generic_perform_write_locked(
+        &self,
+        cx: &Cpu,
+        pos: u64,
+        data: &[u8],
+        flags: IocbFlags,
+    ) -> Result<WriteProgress, Errno> {
         let mut p = WriteProgress::default();
         let size = self.i_size();
         if data.is_empty() {
@@ -774,6 +835,13 @@ impl AddressSpace {
         let mut m = self.inner.lock();
         let mut cur = pos;
         while cur < end {
+            // balance_dirty_pages_ratelimited() after the previous folio (checked here, before
+            // the next one, so that a pause after a syscall's last folio is kept for the next
+            // call rather than lost).
+            if self.balance_dirty_pages_ratelimited(&mut m) {
+                p.blocked = Some(Blocked::DirtyThrottle);
+                break;
+            }
             let index = cur / PAGE_SIZE as u64;
             let off = (cur % PAGE_SIZE as u64) as usize;
             let n = (PAGE_SIZE - off).min((end - cur) as usize);
@@ -835,9 +903,16 @@ impl AddressSpace {
             f.data[off..off + n].copy_from_slice(&data[(cur - pos) as usize..][..n]);
             f.flags.uptodate = true;
             m.mark_dirty(index);
+            if m.wb.dirtied_when.is_none() {
+                // __mark_inode_dirty(I_DIRTY_PAGES): the inode goes on the dirty list, and
+                // wb_wakeup_delayed() arms the kupdate timer.
+                m.wb.dirtied_when = Some(self.kernel.jiffies());
+                m.wb.wakeup_delayed_pending = true;
+            }
             m.stats.copied_from_user_pages += 1;
             m.stats.copied_from_user_bytes += n as u64;
             cur += n as u64;
+            m.wb.nr_dirtied += 1;
         }
         p.written = (cur - pos) as usize;
         if dontcache && p.written > 0 {

@@ -8,10 +8,11 @@
 //! - [`slab`] (`include/linux/slab.h`): `kmalloc()`/`kmem_cache_alloc()`, the one allocation
 //!   function, with `failslab`; [`mempool`] (`mm/mempool.c`): the reserve behind it.
 //! - [`swap`] (`mm/swap.c`): the LRU lists.
-//! - [`vmscan`] (`mm/vmscan.c`): memcg reclaim.
+//! - [`vmscan`] (`mm/vmscan.c`): memcg reclaim (no file pageout: it wakes the flusher).
 //! - [`memcontrol`] (`mm/memcontrol.c`): the memcg charge and limit.
 //! - [`readahead`] (`mm/readahead.c`): the readahead window.
-//! - [`page_writeback`] (`mm/page-writeback.c`): writeback of a range, `fsync`.
+//! - [`page_writeback`] (`mm/page-writeback.c`): writeback of a range, `fsync`, the dirty
+//!   limits and `balance_dirty_pages()`; the flusher is [`crate::fs::fs_writeback`].
 //! - [`dontcache`]: the designs compared, the writeback paths and the configuration.
 //! - [`dropbehind_v3`] (`mm/filemap.c` of RFC v3): the per-CPU `folio_batch` behind
 //!   `folio_end_dropbehind_irq()`; a `DontcacheDesign::V3` mapping sets it up itself.
@@ -63,3 +64,5 @@ pub mod vmscan;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod writeback_tests;

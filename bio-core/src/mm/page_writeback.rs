@@ -3,6 +3,21 @@
 //! (`WB_SYNC_NONE`), `filemap_fdatawrite_range_kick()` (`IOCB_DONTCACHE`'s kick),
 //! `filemap_write_and_wait_range()` (`fsync`), and the dirty/writeback accounting. The folios
 //! go to the path's `->writepages()` (`iomap_writepages()` or `block_write_full_folio()`).
+//!
+//! Dirty throttling: `domain_dirty_limits()` of the global domain (`vm.dirty_ratio` 20 and
+//! `vm.dirty_background_ratio` 10 of the configured machine's dirtyable memory,
+//! [`PageCacheConfig::dirtyable_pages`](super::dontcache::PageCacheConfig::dirtyable_pages)) and
+//! `balance_dirty_pages_ratelimited()` → `balance_dirty_pages()` for buffered writes. cgroup v1
+//! (the model's memcg, see [`super::memcontrol`]) has no per-memcg dirty domain, so only the
+//! global one applies.
+//!
+//! **Simplification of `balance_dirty_pages()`**: the kernel's position-ratio control (a pause
+//! per call sized from `pos_ratio` and the write bandwidth, between the freerun ceiling and the
+//! limit) is not modelled. Here a dirtier at or under the freerun ceiling `(thresh + bg_thresh) /
+//! 2` runs free; above the background threshold it wakes the flusher
+//! (`wb_start_background_writeback()`); at or above `thresh` it pauses until writeback
+//! completes ([`Blocked::DirtyThrottle`]) — the `dirty_exceeded` hard limit. Between the ceiling
+//! and the limit it is not slowed.
 
 // Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
 // `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
@@ -28,7 +43,116 @@ pub(crate) struct WbFolio {
     pub(crate) unwritten: bool,
 }
 
+/// `ratelimit_pages` / the initial `current->nr_dirtied_pause` (`128 >> (PAGE_SHIFT - 10)`):
+/// a dirtier calls `balance_dirty_pages()` after dirtying this many pages.
+pub const DIRTY_RATELIMIT_PAGES: u64 = 32;
+
+/// `struct dirty_throttle_control`'s thresholds of one domain, in pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirtyLimits {
+    /// `bg_thresh`: background writeback starts above it.
+    pub bg_thresh: u64,
+    /// `thresh`: dirtiers are throttled at it.
+    pub thresh: u64,
+}
+
+impl DirtyLimits {
+    /// `dirty_freerun_ceiling()`: below it a dirtier is not throttled at all.
+    pub fn freerun(&self) -> u64 {
+        (self.thresh + self.bg_thresh) / 2
+    }
+}
+
 impl AddressSpace {
+    /// `domain_dirty_limits()` of the global domain: `dirty_ratio` and `dirty_background_ratio`
+    /// percent of `global_dirtyable_memory()` (the configured machine's memory; the kernel
+    /// subtracts reserves and counts free + file LRU pages, which on an idle machine is most of
+    /// it). A background ratio at or above the dirty ratio becomes half of it, as there.
+    pub fn domain_dirty_limits(&self) -> DirtyLimits {
+        let c = &self.config;
+        let mut bg = c.dirty_background_ratio;
+        if bg >= c.dirty_ratio {
+            bg = c.dirty_ratio / 2;
+        }
+        DirtyLimits {
+            bg_thresh: c.dirtyable_pages * bg / 100,
+            thresh: c.dirtyable_pages * c.dirty_ratio / 100,
+        }
+    }
+
+    /// `balance_dirty_pages_ratelimited()`: once the dirtier dirtied [`DIRTY_RATELIMIT_PAGES`]
+    /// since its last check, `balance_dirty_pages()` (see the module's simplification).
+    /// Returns whether the dirtier must pause ([`Blocked::DirtyThrottle`]).
+    pub(crate) fn balance_dirty_pages_ratelimited(&self, m: &mut Mapping) -> bool {
+        if m.wb.nr_dirtied < DIRTY_RATELIMIT_PAGES {
+            return false;
+        }
+        self.balance_dirty_pages(m)
+    }
+
+    /// `balance_dirty_pages()`: `NR_FILE_DIRTY + NR_WRITEBACK` against the global limits.
+    pub(crate) fn balance_dirty_pages(&self, m: &mut Mapping) -> bool {
+        let l = self.domain_dirty_limits();
+        let nr_dirty = m.stats.nr_dirty;
+        let dirty = nr_dirty + m.stats.nr_writeback;
+        let in_progress = m.wb.busy();
+        if nr_dirty > l.bg_thresh && !in_progress {
+            self.wb_start_background_writeback(m);
+        }
+        if dirty <= l.freerun() {
+            m.wb.nr_dirtied = 0;
+            return false;
+        }
+        if !m.wb.busy() {
+            // "Start writeback even when in laptop mode".
+            self.wb_start_background_writeback(m);
+        }
+        if dirty < l.thresh {
+            m.wb.nr_dirtied = 0;
+            return false;
+        }
+        // The hard limit: pause until writeback brings it down (nr_dirtied stays, so the
+        // next call checks again).
+        m.stats.dirty_throttled += 1;
+        true
+    }
+
+    /// `do_writepages()` with `range_cyclic` and `nr_to_write = chunk` (the flusher's
+    /// `WB_SYNC_NONE`): the dirty folios not under writeback from `mapping->writeback_index`
+    /// to the end, at most `chunk`; the index moves past the last one written, or to 0 at the
+    /// end (6.18's `writeback_iter()` does not wrap within a call; the flusher's next round
+    /// starts from 0). Returns the bios and the pages written.
+    pub(crate) fn writeback_range_cyclic(
+        &self,
+        m: &mut Mapping,
+        cx: &Cpu,
+        chunk: u64,
+    ) -> (Vec<Box<Bio>>, u64) {
+        for _round in 0..2 {
+            let start = m.wb.writeback_index;
+            let indices: Vec<u64> = m
+                .folios
+                .range(start..)
+                .filter(|(_, f)| f.flags.dirty && !f.flags.writeback)
+                .map(|(i, _)| *i)
+                .take(chunk as usize)
+                .collect();
+            let n = indices.len() as u64;
+            if n == chunk && n > 0 {
+                m.wb.writeback_index = indices[indices.len() - 1] + 1;
+            } else {
+                m.wb.writeback_index = 0;
+            }
+            if n > 0 {
+                return (self.start_writeback_indices(m, cx, indices), n);
+            }
+            if start == 0 {
+                break;
+            }
+        }
+        (Vec::new(), 0)
+    }
+
     /// `writeback_iter()` + `->writepages()` over the dirty folios of `first..=last` that are not
     /// already under writeback (`WB_SYNC_NONE` skips those).
     pub(crate) fn start_writeback_range(
@@ -81,6 +205,10 @@ impl AddressSpace {
             m.stats.nr_dirty -= 1;
             m.stats.nr_writeback += 1;
             m.stats.writeback_pages += 1;
+        }
+        if m.stats.nr_dirty == 0 {
+            // The inode is clean: off the dirty list (`inode->dirtied_when` restarts).
+            m.wb.dirtied_when = None;
         }
         if wb.is_empty() {
             return Vec::new();

@@ -224,6 +224,8 @@ impl Rig {
         for _ in 0..MAX_STEPS {
             let n = self.disk.complete_all_in(&irq, self.completion);
             let w = run_deferred(&self.kernel);
+            // The flusher's bios (wb_workfn ran in run_deferred()).
+            self.disk.submit(self.mapping.wb_take_submitted());
             if n == 0 && w == 0 && self.disk.in_flight() == 0 {
                 return;
             }
@@ -237,6 +239,7 @@ impl Rig {
         let irq = self.kernel.cpu(self.irq_cpu).expect("CPU1 exists");
         self.disk.complete_some_in(&irq, self.completion, n);
         run_deferred(&self.kernel);
+        self.disk.submit(self.mapping.wb_take_submitted());
     }
 
     /// `pread()` of `len` bytes at `pos` with `flags`, driven to the end (short at the end of
@@ -275,9 +278,12 @@ impl Rig {
             self.disk.submit(p.submit);
             match p.blocked {
                 None => return Ok(done),
-                Some(Blocked::FolioLocked(_) | Blocked::Memcg | Blocked::Writeback(_)) => {
-                    self.settle()
-                }
+                Some(
+                    Blocked::FolioLocked(_)
+                    | Blocked::Memcg
+                    | Blocked::Writeback(_)
+                    | Blocked::DirtyThrottle,
+                ) => self.settle(),
             }
         }
         panic!("pwrite did not finish");

@@ -17,13 +17,13 @@ const NONE: IocbFlags = IocbFlags::NONE;
 
 /// A byte pattern that differs per page and per offset, so a page read back from the wrong place
 /// or a stale copy shows.
-fn pattern(pages: u64, seed: u8) -> Vec<u8> {
+pub(super) fn pattern(pages: u64, seed: u8) -> Vec<u8> {
     (0..pages as usize * PAGE_SIZE)
         .map(|i| (i / PAGE_SIZE) as u8 ^ (i % 251) as u8 ^ seed)
         .collect()
 }
 
-fn rig(design: DontcacheDesign, path: WritebackPath, limit: Option<u64>) -> Rig {
+pub(super) fn rig(design: DontcacheDesign, path: WritebackPath, limit: Option<u64>) -> Rig {
     Rig::with(design, path, |c| {
         let c = c.with_nr_pages(1024).with_force_dontcache();
         match limit {
@@ -37,7 +37,7 @@ fn rig(design: DontcacheDesign, path: WritebackPath, limit: Option<u64>) -> Rig 
 /// 1 MiB-ish pieces), verify — through the cache and on the disk. Catches any path that loses or
 /// misplaces data: a read bio filled into the wrong folio, a writeback bio with stale bytes, an
 /// eviction of a dirty folio, a read-modify-write that skips the read.
-fn write_fsync_drop_read(r: &Rig, flags: IocbFlags, pages: u64, seed: u8) {
+pub(super) fn write_fsync_drop_read(r: &Rig, flags: IocbFlags, pages: u64, seed: u8) {
     let data = pattern(pages, seed);
     for chunk in data.chunks(12 * PAGE_SIZE).enumerate() {
         let pos = (chunk.0 * 12 * PAGE_SIZE) as u64;
@@ -91,10 +91,11 @@ fn data_survives_write_fsync_drop_read_on_every_design_and_path() {
     }
 }
 
-/// Under a 24-page memcg limit the same run must reclaim: evict clean folios and start writeback
-/// of dirty ones (normal writes), and never exceed the limit. Catches a reclaim that frees dirty
-/// folios (data lost: the integrity check fails), one that never runs (the counters stay 0, the
-/// peak exceeds the limit) and a charge that ignores the limit.
+/// Under a 24-page memcg limit the same run must reclaim: evict clean folios and mark dirty ones
+/// `PG_reclaim` for the flusher, which writes them (normal writes), and never exceed the limit.
+/// Catches a reclaim that frees dirty folios (data lost: the integrity check fails), one that
+/// never runs (the counters stay 0, the peak exceeds the limit) and a charge that ignores the
+/// limit.
 #[test]
 fn data_survives_reclaim_under_a_small_memcg_limit() {
     const LIMIT: u64 = 24;
@@ -109,7 +110,8 @@ fn data_survives_reclaim_under_a_small_memcg_limit() {
                 assert!(s.memcg_usage <= LIMIT, "{what}");
                 if flags == NONE {
                     assert!(s.reclaim_evicted > 0, "{what}");
-                    assert!(s.reclaim_writeback_started > 0, "{what}");
+                    assert!(s.reclaim_dirty_marked > 0, "{what}");
+                    assert!(s.flusher_wakeups > 0, "{what}");
                 }
                 // The twin: without the limit the same run never reclaims, so the counters
                 // above are not positive by construction.

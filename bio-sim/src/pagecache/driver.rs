@@ -10,6 +10,13 @@
 //! when it would. Completions come in as hard interrupts on the submitting CPU
 //! (`Kernel::raise_irq` + `Event::Irq`), and `bio_endio()` runs in them; deferred completions
 //! run in `Event::Worker` steps.
+//!
+//! The flusher (`wb_workfn`, bio-core's `fs/fs_writeback.rs`) is a kworker of the unbound
+//! `writeback` workqueue: the driver runs it on the CPU that is free first (the other CPU of the
+//! 2-CPU machine while the task runs, as the scheduler would place an unbound kworker), after what
+//! that CPU already has to do, and sends its bios to the device as it builds them: each
+//! request-sized group of contiguous bios at the time its last page's `writeback submit` cost is
+//! paid, from that CPU (whose queue's interrupt then completes them).
 
 // Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to device to
 // `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
@@ -26,8 +33,11 @@ use bio_core::block::complete_in_task::{bio_complete_init, BatcherObserver};
 use bio_core::block::{bio_endio, Bio, BioFlag};
 use bio_core::errno::Errno;
 use bio_core::kernel::CpuId;
-use bio_core::mm::dontcache::{DontcacheDesign, DropbehindIrq, PageCacheConfig, WritebackPath};
+use bio_core::mm::dontcache::{
+    DontcacheDesign, DropbehindIrq, PageCacheConfig, WritebackPath, DEFAULT_MACHINE_MEMORY_BYTES,
+};
 use bio_core::mm::filemap::{AddressSpace, PageCacheStats};
+use bio_core::workqueue::PoolId;
 use bio_core::{Cpu, Kernel, KernelConfig};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,6 +90,9 @@ pub struct DriverConfig {
     /// `mm/dropbehind_v3.rs` behind A's `DropbehindIrq` seam). Without it a V3 mapping's IRQ
     /// completions skip the invalidation as `baseline`'s do.
     pub dropbehind_irq: Option<Arc<dyn DropbehindIrq>>,
+    /// The machine's memory in bytes: the global dirty limits (`vm.dirty_ratio` 20 and
+    /// `vm.dirty_background_ratio` 10) are percentages of it.
+    pub machine_memory_bytes: u64,
 }
 
 impl std::fmt::Debug for DriverConfig {
@@ -118,6 +131,7 @@ impl DriverConfig {
             task_cpu: 0,
             twin: None,
             dropbehind_irq: None,
+            machine_memory_bytes: DEFAULT_MACHINE_MEMORY_BYTES,
         }
     }
 }
@@ -330,10 +344,13 @@ impl Machine {
         }
     }
 
-    /// Runs every kworker, softirq and due timer that can run now, each priced on its CPU.
+    /// Runs every kworker, softirq and due timer that can run now, each priced on its CPU. An
+    /// unbound kworker (the flusher) runs on the CPU free first, after that CPU's backlog, and
+    /// its bios go to the device as it builds them.
     fn run_deferred(&mut self) {
         loop {
-            let next = self.rt.enabled().into_iter().find(|e| {
+            let enabled = self.rt.enabled();
+            let next = enabled.iter().copied().find(|e| {
                 matches!(
                     e,
                     Event::Worker { .. }
@@ -342,9 +359,35 @@ impl Machine {
                         | Event::Timers(_)
                 )
             });
-            let Some(ev) = next else {
+            let Some(mut ev) = next else {
                 return;
             };
+            let mut unbound = false;
+            if let Event::Worker {
+                pool: PoolId::Unbound,
+                ..
+            } = ev
+            {
+                // The CPU free first; on a tie, not the task's.
+                let task = self.cfg.task_cpu;
+                let pick = enabled
+                    .iter()
+                    .filter_map(|e| match e {
+                        Event::Worker {
+                            pool: PoolId::Unbound,
+                            on,
+                        } => Some(on.0),
+                        _ => None,
+                    })
+                    .min_by_key(|c| (self.clocks.free_at(*c as usize), *c == task));
+                if let Some(c) = pick {
+                    ev = Event::Worker {
+                        pool: PoolId::Unbound,
+                        on: CpuId(c),
+                    };
+                    unbound = true;
+                }
+            }
             let on = match ev {
                 Event::Worker { on, .. } | Event::Rescuer { on, .. } => on.0,
                 Event::Softirq(c) | Event::Timers(c) => c.0,
@@ -361,11 +404,44 @@ impl Machine {
                 } else {
                     0
                 };
-            let end = self
-                .clocks
-                .preempt(on as usize, self.now, ns, Runner::Worker);
-            // Writeback a kworker started (v3's drain does none; fs completions may).
-            let _ = end;
+            let start = self.clocks.free_at(on as usize).max(self.now);
+            if unbound {
+                self.clocks.run(on as usize, self.now, ns, Runner::Worker);
+            } else {
+                self.clocks
+                    .preempt(on as usize, self.now, ns, Runner::Worker);
+            }
+            let bios = kernel_calls::flusher_bios(&self.mapping);
+            self.submit_as_built(bios, on, start);
+        }
+    }
+
+    /// Sends a kworker's writeback bios to the device as it builds them: each group of contiguous
+    /// bios up to a request's size when its last page's `writeback submit` cost is paid (the
+    /// plug merges them into one request there).
+    fn submit_as_built(&mut self, bios: Vec<Box<Bio>>, cpu: u32, start: u64) {
+        let per_page = self.cfg.costs.writeback_submit_ns;
+        let max_pages = self.cfg.device.max_request_bytes / PAGE as u64;
+        let mut group: Vec<Box<Bio>> = Vec::new();
+        let (mut group_pages, mut pages) = (0u64, 0u64);
+        for bio in bios {
+            let bytes = |b: &Bio| u64::from(b.bi_iter.bi_size).max(b.data_len() as u64);
+            let n = bytes(&bio).div_ceil(PAGE as u64).max(1);
+            let contiguous = group.last().is_some_and(|last| {
+                last.bi_iter.bi_sector + bytes(last) / 512 == bio.bi_iter.bi_sector
+            });
+            if !group.is_empty() && (!contiguous || group_pages + n > max_pages) {
+                let at = start + (pages as f64 * per_page).round() as u64;
+                self.submit(std::mem::take(&mut group), cpu, at);
+                group_pages = 0;
+            }
+            pages += n;
+            group_pages += n;
+            group.push(bio);
+        }
+        if !group.is_empty() {
+            let at = start + (pages as f64 * per_page).round() as u64;
+            self.submit(group, cpu, at);
         }
     }
 
@@ -520,6 +596,8 @@ impl Machine {
             let ns = self.price(&before, &after).max(1);
             let end = self.clocks.run(cpu as usize, t, ns, Runner::Task);
             self.submit(bios, cpu, end);
+            // What the syscall woke (the flusher, from reclaim or balance_dirty_pages()).
+            self.run_deferred();
             let done_now = match c {
                 Syscall::Read { done, .. } | Syscall::Write { done, .. } => done + progress,
             };
@@ -756,7 +834,8 @@ mod kernel_calls {
         cfg: &DriverConfig,
     ) -> Result<Arc<AddressSpace>, DriverError> {
         let mut pc = PageCacheConfig::new(cfg.design, cfg.path)
-            .with_nr_pages(cfg.range_bytes.div_ceil(PAGE as u64));
+            .with_nr_pages(cfg.range_bytes.div_ceil(PAGE as u64))
+            .with_machine_memory(cfg.machine_memory_bytes);
         if let Some(l) = cfg.limit_bytes {
             pc = pc.with_limit(l / PAGE as u64);
         }
@@ -821,6 +900,11 @@ mod kernel_calls {
     pub fn fsync(m: &AddressSpace, cx: &Cpu) -> (Vec<Box<Bio>>, bool) {
         let p = m.fsync(cx);
         (p.submit, p.blocked.is_some())
+    }
+
+    /// The bios the flusher submitted in its last step.
+    pub fn flusher_bios(m: &AddressSpace) -> Vec<Box<Bio>> {
+        m.wb_take_submitted()
     }
 
     pub fn drop_caches(m: &AddressSpace, cx: &Cpu) {

@@ -254,11 +254,14 @@ impl std::fmt::Display for SeedBenchReport {
                 let s = &x.stats;
                 let _ = writeln!(
                     out,
-                    "reclaim ({label}): scanned {} evicted {} writeback started {} throttled {}; invalidated {}",
+                    "reclaim ({label}): scanned {} evicted {} marked PG_reclaim {} throttled {}; flusher wrote {} pages in {} runs; dirty throttled {}; invalidated {}",
                     s.reclaim_scanned,
                     s.reclaim_evicted,
-                    s.reclaim_writeback_started,
+                    s.reclaim_dirty_marked,
                     s.reclaim_throttled,
+                    s.flusher_pages,
+                    s.flusher_runs,
+                    s.dirty_throttled,
                     s.dropbehind_invalidated
                 );
             }

@@ -6,8 +6,9 @@
 //!   (DONTCACHE).
 //! - **seed-writes**: "Writes were tested on a disabled swap partition (~1GB) in a memcg of size
 //!   244MB": 1 MiB pwrites sequentially over a range about four times the memcg limit, wrapping,
-//!   so normal writes fill the limit with dirty folios and then reclaim has to write them back
-//!   and wait (cgroup v1), while DONTCACHE writes start writeback as they go.
+//!   so normal writes fill the limit with dirty folios, then reclaim marks them `PG_reclaim`,
+//!   wakes the flusher and waits for its writeback (cgroup v1), while DONTCACHE writes start
+//!   writeback as they go.
 //!
 //! The limits are scaled down from the seed's RAM and memcg so that a simulated second costs a
 //! real second or less; the ratios do not depend on the scale once the limit is reached in the

@@ -1,0 +1,321 @@
+//! Reclaim, the flusher and dirty throttling as 6.18 does them ([`super::vmscan`],
+//! [`crate::fs::fs_writeback`], [`super::page_writeback`]): direct reclaim never starts
+//! writeback (the flusher does), `PG_reclaim` folios rotate to the inactive tail when their
+//! writeback ends, the flusher writes in `writeback_index` order, the background threshold wakes
+//! it, `balance_dirty_pages()` pauses a dirtier at the limit, and data survives all of it.
+
+use super::dontcache::{DontcacheDesign, WritebackPath};
+use super::filemap::{Blocked, IocbFlags, PAGE_SECTORS, PAGE_SIZE};
+use super::testing::{run_deferred, Rig};
+use super::tests::{pattern, write_fsync_drop_read};
+use crate::block::complete_in_task::Variant;
+use crate::fs::fs_writeback::WbReason;
+
+const NONE: IocbFlags = IocbFlags::NONE;
+const DC: IocbFlags = IocbFlags::IOCB_DONTCACHE;
+const V7: DontcacheDesign = DontcacheDesign::Bio(Variant::V7);
+
+/// A v7 iomap rig of 1024 pages with a memcg limit and a machine of `machine_pages`.
+fn rig_with(limit: Option<u64>, machine_pages: Option<u64>) -> Rig {
+    Rig::with(V7, WritebackPath::Iomap, |c| {
+        let mut c = c.with_nr_pages(1024);
+        if let Some(l) = limit {
+            c = c.with_limit(l);
+        }
+        if let Some(p) = machine_pages {
+            c = c.with_machine_memory(p * PAGE_SIZE as u64);
+        }
+        c
+    })
+}
+
+/// The first page index of each bio, in submission order.
+fn bio_pages(bios: &[Box<crate::block::Bio>]) -> Vec<(u64, u64)> {
+    bios.iter()
+        .map(|b| (b.bi_iter.bi_sector / PAGE_SECTORS, b.bi_io_vec.len() as u64))
+        .collect()
+}
+
+/// A write that charges over a memcg full of dirty folios: reclaim marks them `PG_reclaim`,
+/// activates them and wakes the flusher; the task submits nothing itself and waits; the flusher
+/// (a kworker) writes them. Catches reclaim paging out file folios outside kswapd (the
+/// `bug-reclaim-pages-out-file` twin: the write returns writeback bios of its own).
+#[test]
+#[cfg_attr(feature = "bug-reclaim-pages-out-file", should_panic)]
+fn direct_reclaim_never_starts_writeback_the_flusher_does() {
+    let r = rig_with(Some(32), None);
+    let cx = r.task();
+    let data = pattern(64, 1);
+    let p = r
+        .mapping
+        .generic_perform_write(&cx, 0, &data, NONE)
+        .unwrap();
+    assert_eq!(p.written, 32 * PAGE_SIZE, "the limit's worth is copied");
+    assert_eq!(
+        p.blocked,
+        Some(Blocked::Memcg),
+        "the charge waits for writeback"
+    );
+    assert!(
+        p.submit.is_empty(),
+        "direct reclaim submitted {} writeback bios itself",
+        p.submit.len()
+    );
+    let s = r.mapping.stats();
+    assert_eq!(s.reclaim_writeback_started, 0, "{s:?}");
+    assert_eq!(
+        s.reclaim_dirty_marked, 32,
+        "one SWAP_CLUSTER_MAX batch, all dirty"
+    );
+    assert_eq!(
+        s.flusher_wakeups, 1,
+        "wakeup_flusher_threads(WB_REASON_VMSCAN)"
+    );
+    assert_eq!(
+        s.nr_writeback, 0,
+        "nothing under writeback before the flusher runs"
+    );
+    for i in 0..32 {
+        let f = r.mapping.folio(i).unwrap();
+        assert!(f.dirty && f.reclaim && f.active, "folio {i}: {f:?}");
+    }
+    // The flusher runs as a kworker of the unbound `writeback` workqueue.
+    assert_eq!(
+        r.mapping.inner.lock().wb.start_all,
+        Some(WbReason::Vmscan),
+        "WB_start_all set with the reason"
+    );
+    run_deferred(&r.kernel);
+    let bios = r.mapping.wb_take_submitted();
+    assert_eq!(
+        bio_pages(&bios),
+        vec![(0, 32)],
+        "the flusher wrote the 32 folios"
+    );
+    let s = r.mapping.stats();
+    assert_eq!((s.flusher_pages, s.nr_writeback, s.nr_dirty), (32, 32, 0));
+    assert_eq!(
+        r.mapping.inner.lock().wb.start_all,
+        None,
+        "WB_start_all cleared"
+    );
+}
+
+/// `folio_end_writeback()` of a `PG_reclaim` folio clears the flag and rotates the folio to the
+/// inactive tail (`folio_rotate_reclaimable()`), so the retried charge evicts exactly those:
+/// the write then completes within the limit. Catches a rotation that is skipped (the folios stay
+/// active and the next reclaim must deactivate them first) or a flag left set.
+#[test]
+fn pg_reclaim_folios_rotate_to_the_inactive_tail_when_writeback_ends() {
+    let r = rig_with(Some(32), None);
+    let cx = r.task();
+    let data = pattern(64, 2);
+    let p = r
+        .mapping
+        .generic_perform_write(&cx, 0, &data, NONE)
+        .unwrap();
+    assert_eq!(p.blocked, Some(Blocked::Memcg));
+    run_deferred(&r.kernel);
+    r.disk.submit(r.mapping.wb_take_submitted());
+    let irq = r.kernel.cpu(r.irq_cpu).unwrap();
+    assert_eq!(r.disk.complete_all(&irq), 1);
+    run_deferred(&r.kernel);
+    for i in 0..32 {
+        let f = r.mapping.folio(i).unwrap();
+        assert!(
+            !f.reclaim && !f.active && !f.dirty && !f.writeback,
+            "folio {i}: {f:?}"
+        );
+    }
+    {
+        let m = r.mapping.inner.lock();
+        // Each completion moves its folio to the very tail: the last one ended is reclaimed first.
+        let tail: Vec<u64> = m.lru.inactive.values().copied().take(32).collect();
+        assert_eq!(
+            tail,
+            (0..32).rev().collect::<Vec<_>>(),
+            "rotated to the tail"
+        );
+        assert!(m.lru.active.is_empty());
+    }
+    let before = r.mapping.stats();
+    let p = r
+        .mapping
+        .generic_perform_write(&cx, 32 * PAGE_SIZE as u64, &data[32 * PAGE_SIZE..], NONE)
+        .unwrap();
+    assert_eq!(p.written, 32 * PAGE_SIZE);
+    let d = r.mapping.stats().since(&before);
+    assert_eq!((d.reclaim_evicted, d.reclaim_deactivated), (32, 0), "{d:?}");
+    assert!(
+        r.mapping.folio(0).is_none(),
+        "the rotated folios went first"
+    );
+}
+
+/// `do_writepages()` with `range_cyclic` starts at `mapping->writeback_index`, writes up to the
+/// chunk, moves the index past it, and at the end of the device resets it to 0 without
+/// wrapping in the same call; the flusher's next round starts from 0. Catches a writeback that
+/// ignores the index (always from 0) or wraps within a call.
+#[test]
+fn the_flusher_writes_a_dirty_range_in_writeback_index_order() {
+    let r = rig_with(None, None);
+    let cx = r.task();
+    r.pwrite(0, &pattern(100, 3), NONE).unwrap();
+    let mut m = r.mapping.inner.lock();
+    m.wb.writeback_index = 40;
+    let (bios, n) = r.mapping.writeback_range_cyclic(&mut m, &cx, 30);
+    assert_eq!((bio_pages(&bios), n), (vec![(40, 30)], 30));
+    assert_eq!(m.wb.writeback_index, 70);
+    let (bios, n) = r.mapping.writeback_range_cyclic(&mut m, &cx, 1000);
+    assert_eq!(
+        (bio_pages(&bios), n),
+        (vec![(70, 30)], 30),
+        "no wrap in one call"
+    );
+    assert_eq!(m.wb.writeback_index, 0, "reset at the end of the device");
+    let (bios, n) = r.mapping.writeback_range_cyclic(&mut m, &cx, 1000);
+    assert_eq!((bio_pages(&bios), n), (vec![(0, 40)], 40));
+    drop(m);
+    // The whole flusher: woken by reclaim with the index at 50, it writes 50.. then 0..50.
+    let r = rig_with(None, None);
+    r.pwrite(0, &pattern(100, 4), NONE).unwrap();
+    {
+        let mut m = r.mapping.inner.lock();
+        m.wb.writeback_index = 50;
+        r.mapping.wakeup_flusher_threads(&mut m, WbReason::Vmscan);
+    }
+    r.mapping.wb_kick(&cx);
+    run_deferred(&r.kernel);
+    let bios = r.mapping.wb_take_submitted();
+    assert_eq!(bio_pages(&bios), vec![(50, 50), (0, 50)]);
+    assert_eq!(r.mapping.stats().flusher_runs, 2, "one chunk per step");
+}
+
+/// `balance_dirty_pages()` wakes the flusher for background writeback once the dirty pages pass
+/// `dirty_background_ratio` of the machine, and `wb_check_background_flush()` writes while over
+/// it; below it nothing but the kupdate timer is armed. Catches a flusher that only reclaim can
+/// wake (the `bug-flusher-never-woken` twin too).
+#[test]
+#[cfg_attr(feature = "bug-flusher-never-woken", should_panic)]
+fn the_background_threshold_wakes_the_flusher() {
+    // A 1024-page machine: bg_thresh 102, thresh 204, freerun ceiling 153.
+    let r = rig_with(None, Some(1024));
+    let l = r.mapping.domain_dirty_limits();
+    assert_eq!((l.bg_thresh, l.thresh, l.freerun()), (102, 204, 153));
+    let cx = r.task();
+    let p = r
+        .mapping
+        .generic_perform_write(&cx, 0, &pattern(96, 5), NONE)
+        .unwrap();
+    assert_eq!(p.blocked, None);
+    run_deferred(&r.kernel);
+    let s = r.mapping.stats();
+    assert_eq!(
+        (s.flusher_wakeups, s.flusher_pages, s.nr_dirty),
+        (0, 0, 96),
+        "{s:?}"
+    );
+    assert!(r.kernel.armed_timers() > 0, "the kupdate timer is armed");
+    // 64 more: the check at 128 dirty is over bg_thresh.
+    let p = r
+        .mapping
+        .generic_perform_write(&cx, 96 * PAGE_SIZE as u64, &pattern(64, 6), NONE)
+        .unwrap();
+    assert_eq!(p.blocked, None, "under the freerun ceiling: no pause");
+    assert!(r.mapping.stats().flusher_wakeups > 0);
+    run_deferred(&r.kernel);
+    let s = r.mapping.stats();
+    assert!(s.flusher_pages > 0, "{s:?}");
+    assert!(
+        s.nr_dirty <= l.bg_thresh,
+        "written down to the threshold: {s:?}"
+    );
+    assert!(!r.mapping.wb_take_submitted().is_empty());
+}
+
+/// At the dirty limit (`thresh`) `balance_dirty_pages()` pauses the dirtier
+/// ([`Blocked::DirtyThrottle`]) until writeback brings the dirty and writeback pages down; the
+/// rig then finishes the write and the data is intact. Catches a dirtier that is never throttled
+/// (the write copies all 400 pages at once).
+#[test]
+fn balance_dirty_pages_throttles_above_the_limit() {
+    let r = rig_with(None, Some(1024));
+    let cx = r.task();
+    let data = pattern(400, 7);
+    let p = r
+        .mapping
+        .generic_perform_write(&cx, 0, &data, NONE)
+        .unwrap();
+    assert_eq!(p.blocked, Some(Blocked::DirtyThrottle));
+    let pages = (p.written / PAGE_SIZE) as u64;
+    let thresh = r.mapping.domain_dirty_limits().thresh;
+    assert!(
+        pages >= thresh && pages < thresh + 32,
+        "paused at the limit: {pages}"
+    );
+    assert_eq!(r.mapping.stats().dirty_throttled, 1);
+    r.mapping.wb_kick(&cx);
+    // The rest, driven with the flusher and completions.
+    let rest = r
+        .pwrite(p.written as u64, &data[p.written..], NONE)
+        .unwrap();
+    assert_eq!(p.written + rest, data.len());
+    r.fsync();
+    for i in 0..400 {
+        assert_eq!(r.disk.page(i), &data[i as usize * PAGE_SIZE..][..PAGE_SIZE]);
+    }
+}
+
+/// A memcg full of dirty folios makes progress: reclaim can free nothing until the flusher
+/// writes them, so a flusher that is never woken leaves the charge with nothing in flight
+/// (`ENOMEM`). Checked within 1 s of jiffies, before the 5 s kupdate timer could rescue it.
+/// Catches the `bug-flusher-never-woken` twin.
+#[test]
+#[cfg_attr(feature = "bug-flusher-never-woken", should_panic)]
+fn a_memcg_full_of_dirty_folios_makes_progress() {
+    let r = rig_with(Some(24), None);
+    let data = pattern(200, 8);
+    assert_eq!(r.pwrite(0, &data, NONE), Ok(data.len()));
+    let hz = u64::from(r.kernel.config().hz);
+    assert!(r.kernel.jiffies() < hz, "jiffies {}", r.kernel.jiffies());
+    let s = r.mapping.stats();
+    assert!(s.flusher_pages > 0 && s.reclaim_evicted > 0, "{s:?}");
+    assert!(s.peak_cached <= 24);
+}
+
+/// Write, fsync, drop, read back and verify on every design and path, both flags, under a small
+/// memcg limit and a small machine (the dirty limit is reached too). Catches data lost or
+/// misplaced by the flusher's cyclic writeback, by a pause, or by a `PG_reclaim` rotation.
+#[test]
+fn data_survives_the_flusher_and_dirty_throttling_on_every_design() {
+    for design in DontcacheDesign::all() {
+        for path in WritebackPath::ALL {
+            for flags in [NONE, DC] {
+                for (limit, machine) in [(Some(40), Some(256)), (None, Some(256))] {
+                    let r = Rig::with(design, path, |c| {
+                        let c = c
+                            .with_nr_pages(1024)
+                            .with_force_dontcache()
+                            .with_machine_memory(machine.unwrap() * PAGE_SIZE as u64);
+                        match limit {
+                            Some(l) => c.with_limit(l),
+                            None => c,
+                        }
+                    });
+                    write_fsync_drop_read(&r, flags, 200, 11);
+                    let s = r.mapping.stats();
+                    let what = format!("{design}/{path}/{flags:?}/{limit:?}: {s:?}");
+                    if flags == NONE {
+                        assert!(s.flusher_pages > 0, "{what}");
+                    }
+                    assert_eq!(s.reclaim_writeback_started, 0, "{what}");
+                    assert!(
+                        r.kernel.reports().is_empty(),
+                        "{what}: {:?}",
+                        r.kernel.reports().all()
+                    );
+                }
+            }
+        }
+    }
+}
