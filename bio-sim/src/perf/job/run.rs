@@ -902,6 +902,10 @@ pub fn run_sim_loop_on(
     let stats = lo.stats();
     let irqs = rt.stats().total().irqs;
     let report = rt.shutdown();
+    // A ring that stopped (io_uring_enter kept failing) is why the run went wrong: say so.
+    if let Some(e) = uring.as_ref().and_then(|u| u.cpu_rings()?.error()) {
+        return Err(BenchError::Machine(e));
+    }
     let mut fig = fig?;
     if !report.is_clean() && ctx.stop_reason().is_none() {
         return Err(BenchError::Machine(format!("unclean shutdown: {report:?}")));

@@ -220,6 +220,10 @@ fn cpu_loop(sh: &Arc<Shared>, id: CpuId, cx: &Cpu, rx: &Receiver<Msg>) {
         }
     }
     sh.active[i].store(false, Ordering::SeqCst);
+    // Nobody parks in this CPU's idle wait any more: it must not take work it cannot finish.
+    if let Some(w) = sh.parkers[i].waiter() {
+        w.detach();
+    }
     // Answer everything still in the mailbox: nothing is dropped silently.
     while let Ok(msg) = rx.try_recv() {
         bump(&c.refused, 1);

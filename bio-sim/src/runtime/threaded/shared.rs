@@ -56,7 +56,8 @@ impl Parker {
         }
     }
 
-    fn waiter(&self) -> Option<Arc<dyn IdleWait>> {
+    /// The installed [`IdleWait`], if it is still alive.
+    pub(super) fn waiter(&self) -> Option<Arc<dyn IdleWait>> {
         self.waiter.read().as_ref().and_then(Weak::upgrade)
     }
 
