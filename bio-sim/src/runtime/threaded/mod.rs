@@ -79,6 +79,9 @@ pub mod stats;
 pub mod task;
 mod ticker;
 
+#[cfg(test)]
+mod tests;
+
 pub use config::ThreadedConfig;
 pub use error::ThreadedError;
 pub use idle_wait::IdleWait;

@@ -1,0 +1,163 @@
+//! Tests of the threaded runtime's idle sleep with an [`IdleWait`] installed: the [`Parker`]'s
+//! kick, flush and waiter replacement. A fake waiter stands for a CPU's io_uring.
+
+use super::shared::Parker;
+use super::IdleWait;
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A fake [`IdleWait`]: `wait` sleeps until [`Fake::complete`] (an I/O completion, which wakes
+/// the sleeper by itself, as a CQE ends `io_uring_enter()`), [`IdleWait::wake`] or its timeout.
+#[derive(Default)]
+struct Fake {
+    st: Mutex<FakeState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct FakeState {
+    woken: bool,
+    /// Completions arrived, not yet collected by a wait.
+    arrived: u32,
+    /// Collected by the last wait, for `deliver`.
+    ready: u32,
+    delivered: u32,
+    waits: u32,
+    in_wait: bool,
+    flushes: u32,
+}
+
+impl Fake {
+    fn complete(&self) {
+        self.st.lock().arrived += 1;
+        self.cv.notify_all();
+    }
+
+    fn waits(&self) -> u32 {
+        self.st.lock().waits
+    }
+
+    fn in_wait(&self) -> bool {
+        self.st.lock().in_wait
+    }
+}
+
+impl IdleWait for Fake {
+    fn wait(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.st.lock();
+        st.waits += 1;
+        st.in_wait = true;
+        while !st.woken && st.arrived == 0 {
+            if self.cv.wait_until(&mut st, deadline).timed_out() {
+                break;
+            }
+        }
+        st.woken = false;
+        st.ready += std::mem::take(&mut st.arrived);
+        st.in_wait = false;
+    }
+
+    fn wake(&self) {
+        self.st.lock().woken = true;
+        self.cv.notify_all();
+    }
+
+    fn flush(&self) {
+        self.st.lock().flushes += 1;
+    }
+
+    fn deliver(&self) -> bool {
+        let mut st = self.st.lock();
+        let n = std::mem::take(&mut st.ready);
+        st.delivered += n;
+        n > 0
+    }
+}
+
+/// Waits (bounded) until `cond`.
+fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn as_weak(w: &Arc<Fake>) -> std::sync::Weak<dyn IdleWait> {
+    let w: Arc<dyn IdleWait> = w.clone();
+    Arc::downgrade(&w)
+}
+
+/// A kick wakes the waiter the thread sleeps in, even once another waiter has been installed
+/// meanwhile (its next park moves to that one). The buggy twin wakes the installed one, and the
+/// thread sleeps on until its timeout.
+#[test]
+#[cfg_attr(
+    feature = "bug-cpu-ring-kick-wakes-installed",
+    should_panic(expected = "the kick woke the waiter the thread sleeps in")
+)]
+fn a_kick_wakes_the_waiter_the_thread_sleeps_in_not_its_replacement() {
+    let p = Arc::new(Parker::default());
+    let (a, b) = (Arc::new(Fake::default()), Arc::new(Fake::default()));
+    p.set_waiter(Some(as_weak(&a)));
+    let q = Arc::clone(&p);
+    let t = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let kicked = q.park(Duration::from_secs(5));
+        (kicked, t0.elapsed())
+    });
+    until("the thread sleeps in A", || a.in_wait());
+    p.set_waiter(Some(as_weak(&b)));
+    p.kick();
+    let (kicked, took) = t.join().unwrap();
+    assert!(
+        kicked && took < Duration::from_secs(2),
+        "the kick woke the waiter the thread sleeps in (after {took:?})"
+    );
+    assert_eq!(b.waits(), 0, "B was not slept in yet");
+    // The next park sleeps in B, and a kick reaches it there.
+    let q = Arc::clone(&p);
+    let t = std::thread::spawn(move || q.park(Duration::from_secs(5)));
+    until("the thread sleeps in B", || b.in_wait());
+    p.kick();
+    assert!(t.join().unwrap());
+    drop(a);
+}
+
+/// A park that finds a kick pending returns at once but first hands the waiter's queued work on
+/// (`IdleWait::flush`), so a CPU kicked between all its parks does not hold its I/O back; a park
+/// without a pending kick sleeps in the waiter instead. The buggy twin skips the flush.
+#[test]
+#[cfg_attr(
+    feature = "bug-cpu-ring-no-flush",
+    should_panic(expected = "a park with a kick pending flushes the waiter")
+)]
+fn a_park_with_a_kick_pending_flushes_the_waiter() {
+    let p = Parker::default();
+    let w = Arc::new(Fake::default());
+    p.set_waiter(Some(as_weak(&w)));
+    p.kick();
+    let t0 = Instant::now();
+    assert!(
+        p.park(Duration::from_secs(5)),
+        "the pending kick is consumed"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(1), "returned at once");
+    let st = w.st.lock();
+    assert_eq!(
+        (st.flushes, st.waits),
+        (1, 0),
+        "a park with a kick pending flushes the waiter, without sleeping in it"
+    );
+    drop(st);
+    // No kick pending: it sleeps in the waiter (here until a completion), no flush.
+    w.complete();
+    assert!(
+        p.park(Duration::from_secs(5)),
+        "a delivery counts as a wake-up"
+    );
+    let st = w.st.lock();
+    assert_eq!((st.flushes, st.waits, st.delivered), (1, 1, 1));
+}
