@@ -1,8 +1,11 @@
 //! Tests of the threaded runtime's idle sleep with an [`IdleWait`] installed: the [`Parker`]'s
-//! kick, flush and waiter replacement. A fake waiter stands for a CPU's io_uring.
+//! kick, flush and waiter replacement, and a CPU thread that sleeps in its waiter while another
+//! thread holds its execution lock. A fake waiter stands for a CPU's io_uring.
 
 use super::shared::Parker;
-use super::IdleWait;
+use super::{IdleWait, ThreadedConfig, ThreadedRuntime};
+use bio_core::kernel::CpuId;
+use bio_core::{Kernel, KernelConfig};
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -160,4 +163,51 @@ fn a_park_with_a_kick_pending_flushes_the_waiter() {
     );
     let st = w.st.lock();
     assert_eq!((st.flushes, st.waits, st.delivered), (1, 1, 1));
+}
+
+/// While another thread holds a CPU's execution lock (a CPU running an offline CPU's
+/// disassociated pool, the hotplug controller finishing a step), that CPU's thread sleeps in its
+/// idle wait instead of blocking on the lock: a completion arriving meanwhile is still
+/// collected and delivered, once. The buggy twin blocks on the lock, its waiter unreaped.
+#[test]
+#[cfg_attr(
+    feature = "bug-cpu-ring-exec-blocks",
+    should_panic(expected = "delivered while its execution lock is held")
+)]
+fn a_cpu_whose_execution_lock_is_held_still_reaps_its_idle_wait() {
+    let kernel = Kernel::boot(KernelConfig::default(), 2, 2).unwrap();
+    let config = ThreadedConfig {
+        idle_timeout: Duration::from_secs(5),
+        ..ThreadedConfig::default()
+    };
+    let rt = ThreadedRuntime::start(kernel, config).unwrap();
+    let w = Arc::new(Fake::default());
+    rt.set_idle_wait(CpuId(1), as_weak(&w)).unwrap();
+    until("CPU1 sleeps in its waiter", || w.in_wait());
+    let sh = Arc::clone(&rt.shared);
+    let held = sh.exec[1].lock();
+    // Woken with the lock held: its thread must not block on the lock.
+    sh.kick(CpuId(1));
+    let waits = w.waits();
+    // (Not asserted: the buggy twin never gets back into its waiter; the delivery check says so.)
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !(w.in_wait() && w.waits() > waits) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    w.complete();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while w.st.lock().delivered == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        w.st.lock().delivered,
+        1,
+        "the completion is delivered while its execution lock is held"
+    );
+    drop(held);
+    sh.kick(CpuId(1));
+    // The CPU runs events again once the lock is free.
+    assert_eq!(rt.run_on(CpuId(1), |cx| cx.id()).unwrap(), CpuId(1));
+    assert_eq!(w.st.lock().delivered, 1, "delivered once");
+    assert!(rt.shutdown().is_clean());
 }
