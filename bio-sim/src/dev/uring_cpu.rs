@@ -924,7 +924,9 @@ mod tests {
     )]
     fn a_persistent_io_uring_enter_error_stops_the_ring_with_a_message() {
         let (_d, f) = file();
-        let seen: Arc<Mutex<Vec<(u64, Option<i32>)>>> = Arc::default();
+        // (token, errno) of each completion.
+        type Seen = Arc<Mutex<Vec<(u64, Option<i32>)>>>;
+        let seen: Seen = Arc::default();
         let s = Arc::clone(&seen);
         // A ring of depth 2: two reads go to the kernel, the other two stay queued.
         let rings = match CpuRings::new(
