@@ -211,3 +211,70 @@ fn a_cpu_whose_execution_lock_is_held_still_reaps_its_idle_wait() {
     assert_eq!(w.st.lock().delivered, 1, "delivered once");
     assert!(rt.shutdown().is_clean());
 }
+
+/// An [`IdleWait`] that records the thread it is dropped on.
+struct DropSpy {
+    inner: Fake,
+    dropped_on: Arc<Mutex<Option<std::thread::ThreadId>>>,
+}
+
+impl IdleWait for DropSpy {
+    fn wait(&self, timeout: Duration) {
+        self.inner.wait(timeout)
+    }
+    fn wake(&self) {
+        self.inner.wake()
+    }
+    fn deliver(&self) -> bool {
+        self.inner.deliver()
+    }
+}
+
+impl Drop for DropSpy {
+    fn drop(&mut self) {
+        *self.dropped_on.lock() = Some(std::thread::current().id());
+    }
+}
+
+/// A kicker only borrows the waiter the thread sleeps in: when the sleeper holds its last
+/// reference (the owner dropped it and uninstalled it meanwhile), the waiter is dropped by the
+/// sleeping thread once it leaves the wait, never by the kicker (an io_uring's `Drop` waits for
+/// its ops, which must not stall whoever woke the CPU).
+#[test]
+#[cfg_attr(
+    feature = "bug-cpu-ring-kick-wakes-installed",
+    should_panic(expected = "the kick woke the waiter the thread sleeps in")
+)]
+fn the_kicker_never_drops_the_waiter_the_thread_sleeps_in() {
+    let p = Arc::new(Parker::default());
+    let dropped_on = Arc::new(Mutex::new(None));
+    let w: Arc<dyn IdleWait> = Arc::new(DropSpy {
+        inner: Fake::default(),
+        dropped_on: Arc::clone(&dropped_on),
+    });
+    p.set_waiter(Some(Arc::downgrade(&w)));
+    let q = Arc::clone(&p);
+    let sleeper = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let kicked = q.park(Duration::from_secs(5));
+        (kicked, t0.elapsed(), std::thread::current().id())
+    });
+    // Wait until the sleeper holds its references (its own and the parker's `sleeping_in`).
+    until("the thread sleeps in the waiter", || {
+        Arc::strong_count(&w) == 3
+    });
+    p.set_waiter(None);
+    drop(w);
+    p.kick();
+    assert!(dropped_on.lock().is_none(), "not dropped by the kick");
+    let (kicked, took, sleeper_id) = sleeper.join().unwrap();
+    assert!(
+        kicked && took < Duration::from_secs(2),
+        "the kick woke the waiter the thread sleeps in (after {took:?})"
+    );
+    assert_eq!(
+        *dropped_on.lock(),
+        Some(sleeper_id),
+        "dropped by the thread that slept in it"
+    );
+}
