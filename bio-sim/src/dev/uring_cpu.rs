@@ -818,12 +818,13 @@ mod tests {
             return;
         };
         let ring = Arc::clone(rings.ring(0));
-        for (batch, want_queued) in [(0usize, 4usize), (4, 0)] {
+        // (batch, ops, queued after them): a batch short of `n` waits for the park.
+        for (batch, n, want_queued) in [(0usize, 4u64, 4usize), (4, 4, 0), (4, 3, 3), (4, 6, 2)] {
             ring.set_submit_batch(batch);
             let r = Arc::clone(&ring);
             let queued = rt
                 .run_on(CpuId(0), move |_| {
-                    for t in 0..4u64 {
+                    for t in 0..n {
                         let op = UringOp::Read {
                             buf: crate::dev::aligned::AlignedBuf::new(4096),
                             off: t * 4096,
@@ -833,13 +834,13 @@ mod tests {
                     r.queued()
                 })
                 .unwrap();
-            assert_eq!(queued, want_queued, "submit batch {batch}");
+            assert_eq!(queued, want_queued, "submit batch {batch}, {n} ops");
             assert!(
                 rings.wait_idle(Duration::from_secs(5)),
                 "batch {batch}: all completed"
             );
         }
-        assert_eq!(done.load(Ordering::SeqCst), 8);
+        assert_eq!(done.load(Ordering::SeqCst), 4 + 4 + 3 + 6);
         assert!(rt.shutdown().is_clean());
     }
 
