@@ -970,6 +970,7 @@ mod tests {
         );
         let msg = msg.unwrap();
         assert_eq!(waits, MAX_ENTER_FAILURES, "stops at the bound: {msg}");
+        assert_eq!(ring.waits(), u64::from(waits), "every wait counted");
         assert!(
             t0.elapsed() >= Duration::from_millis(31),
             "paused between the tries: {:?}",
