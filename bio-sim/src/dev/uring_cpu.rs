@@ -53,6 +53,12 @@ use std::time::Duration;
 /// after which a ring gives up: its queued ops fail with `EIO` and it refuses new ones.
 pub const MAX_ENTER_FAILURES: u32 = 6;
 
+/// The pause after the `n`th `io_uring_enter()` failure in a row (from 1): 1, 2, 4, ... ms, at
+/// most 64 ms.
+fn enter_retry_pause(n: u32) -> Duration {
+    Duration::from_millis(1 << n.saturating_sub(1).min(6))
+}
+
 /// The batch callback of a [`CpuRings`] set: every CQE one wait of one CPU reaped.
 pub type RingBatchFn = Arc<dyn Fn(Vec<UringCompletion>) + Send + Sync>;
 
@@ -276,7 +282,7 @@ impl CpuRing {
         if n < MAX_ENTER_FAILURES || cfg!(feature = "bug-cpu-ring-enter-spins") {
             if !cfg!(feature = "bug-cpu-ring-enter-spins") {
                 tracing::warn!("io_uring CPU ring: io_uring_enter failed ({e}), retry {n}");
-                std::thread::sleep(Duration::from_millis(1 << (n - 1).min(6)));
+                std::thread::sleep(enter_retry_pause(n));
             }
             return;
         }
@@ -1022,6 +1028,12 @@ mod tests {
         );
         // Drop reaps the reads the kernel was given (the fake error is gone by then).
         ring.fake_enter_error(0);
+    }
+
+    #[test]
+    fn the_pause_between_enter_retries_doubles_up_to_64_ms() {
+        let ms: Vec<u128> = (1..=9).map(|n| enter_retry_pause(n).as_millis()).collect();
+        assert_eq!(ms, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
     }
 
     /// `IdleWait::flush` hands the queued ops to the kernel without sleeping: they complete
