@@ -1030,6 +1030,51 @@ mod tests {
         ring.fake_enter_error(0);
     }
 
+    /// The owner's batch submission rings the kernel only when it moved SQEs: with the ring at
+    /// its depth the op stays queued and no `io_uring_enter()` is made; the next wait submits it
+    /// once a slot is free, and every read completes once.
+    #[test]
+    fn a_full_ring_queues_without_an_empty_io_uring_enter() {
+        let (_d, f) = file();
+        let n = Arc::new(AtomicUsize::new(0));
+        let m = Arc::clone(&n);
+        let rings = match CpuRings::new(
+            &f,
+            1,
+            2,
+            Arc::new(move |b: Vec<UringCompletion>| {
+                m.fetch_add(b.len(), Ordering::SeqCst);
+            }),
+        ) {
+            Ok(r) => r,
+            Err(e) if unavailable(&e) => {
+                eprintln!("skipped: io_uring unavailable: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let ring = rings.ring(0);
+        // This thread becomes the ring's owner (and arms the eventfd poll).
+        ring.wait(Duration::ZERO);
+        ring.set_submit_batch(1);
+        let before = rings.stats().doorbells;
+        for t in 0..3 {
+            ring.submit(t, read(t), RwFlags::empty()).unwrap();
+        }
+        assert_eq!(ring.queued(), 1, "the third read waits for a free slot");
+        assert_eq!(
+            rings.stats().doorbells,
+            before + 2,
+            "one io_uring_enter per read that went in, none for the one that did not"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while n.load(Ordering::SeqCst) < 3 && Instant::now() < deadline {
+            ring.wait(Duration::from_millis(5));
+            ring.deliver();
+        }
+        assert_eq!(n.load(Ordering::SeqCst), 3);
+    }
+
     #[test]
     fn the_pause_between_enter_retries_doubles_up_to_64_ms() {
         let ms: Vec<u128> = (1..=9).map(|n| enter_retry_pause(n).as_millis()).collect();
