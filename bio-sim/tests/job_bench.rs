@@ -90,6 +90,22 @@ fn a_job_prints_its_header_then_a_row_with_cpu_per_io_for_every_design_and_engin
                 assert!(row.contains("worker_cmds") && row.contains("irqs"), "{row}");
             }
         }
+        // The engine the simulated designs actually ran on, after the rows (the io_uring one
+        // may have fallen back to a reaper thread: then the line says so).
+        let engine = lines[8];
+        assert!(
+            engine.starts_with("engine of base, v5-no-hint, v5: "),
+            "{job}: {engine}"
+        );
+        if job == "read-psync" {
+            assert!(engine.ends_with(": sync (preadv2/pwritev2 on the loop's threads)"));
+        } else {
+            assert!(
+                engine.ends_with(": io_uring, one ring per simulated CPU")
+                    || engine.contains("one ring and a reaper thread"),
+                "{engine}"
+            );
+        }
     }
     assert!(
         std::fs::read_dir(d.path()).unwrap().count() == 1,

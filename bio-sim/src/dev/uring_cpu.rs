@@ -21,6 +21,13 @@
 //! after the thread has left the ring (for the loop backing: one `loop-aio` interrupt on this CPU),
 //! counted in the set's [`UringStats`] as [`crate::dev::uring::UringEngine`] counts its batches.
 //!
+//! When the runtime stops, each CPU's thread detaches from its ring ([`IdleWait::detach`]): the
+//! ring refuses new submissions ([`SubmitErrorReason::Stopped`], the op handed back) and drains
+//! what it had accepted. An `io_uring_enter()` that keeps failing with an error other than the
+//! transient ones is retried [`MAX_ENTER_FAILURES`] times with a growing pause, then the ring
+//! stops: its queued ops complete with `EIO`, new ones are refused, and [`CpuRings::error`] says
+//! why (the bench ends the run with that message).
+//!
 //! What it does not do: it needs `IORING_FEAT_EXT_ARG` (Linux 5.11) for the timed wait, and the
 //! set fails to start without it (the caller falls back to the reaper engine). Ops submitted to a
 //! CPU's ring complete only when that CPU's thread parks (as deferred doorbells do today).
@@ -37,10 +44,20 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::ThreadId;
 use std::time::Duration;
+
+/// Consecutive failures of `io_uring_enter()` (other than `ETIME`, `EINTR`, `EAGAIN`, `EBUSY`)
+/// after which a ring gives up: its queued ops fail with `EIO` and it refuses new ones.
+pub const MAX_ENTER_FAILURES: u32 = 6;
+
+/// The pause after the `n`th `io_uring_enter()` failure in a row (from 1): 1, 2, 4, ... ms, at
+/// most 64 ms.
+fn enter_retry_pause(n: u32) -> Duration {
+    Duration::from_millis(1 << n.saturating_sub(1).min(6))
+}
 
 /// The batch callback of a [`CpuRings`] set: every CQE one wait of one CPU reaped.
 pub type RingBatchFn = Arc<dyn Fn(Vec<UringCompletion>) + Send + Sync>;
@@ -79,6 +96,8 @@ struct RingState {
     wake_armed: bool,
     /// The batch the last wait reaped, for [`IdleWait::deliver`].
     ready: Vec<UringCompletion>,
+    /// `io_uring_enter()` failures in a row (see [`MAX_ENTER_FAILURES`]).
+    enter_failures: u32,
 }
 
 /// One simulated CPU's io_uring (see the [module documentation](self)).
@@ -99,6 +118,14 @@ pub struct CpuRing {
     waits: AtomicU64,
     /// The owner submits at once when this many ops are queued (0: only when it parks).
     submit_batch: AtomicUsize,
+    /// No thread will reap this ring any more (its CPU's thread stopped, or `io_uring_enter()`
+    /// kept failing): submissions are refused. Set and read under `queued`'s lock.
+    detached: AtomicBool,
+    /// Why the ring stopped after `io_uring_enter()` kept failing.
+    broken: OnceLock<String>,
+    /// Test seam: a fake `io_uring_enter()` result (an errno) instead of the system call.
+    #[cfg(test)]
+    fake_enter_errno: std::sync::atomic::AtomicI32,
     on_batch: RingBatchFn,
     counters: Arc<Counters>,
 }
@@ -134,11 +161,16 @@ impl CpuRing {
                 in_ring: 0,
                 wake_armed: false,
                 ready: Vec::new(),
+                enter_failures: 0,
             }),
             owner: OnceLock::new(),
             reaped_by: Mutex::new(Vec::new()),
             waits: AtomicU64::new(0),
             submit_batch: AtomicUsize::new(0),
+            detached: AtomicBool::new(false),
+            broken: OnceLock::new(),
+            #[cfg(test)]
+            fake_enter_errno: std::sync::atomic::AtomicI32::new(0),
             on_batch,
             counters,
         })
@@ -146,6 +178,10 @@ impl CpuRing {
 
     /// Queues `op` for this CPU's next wait (which submits it). From another thread than the
     /// CPU's own, also wakes that thread so it is not left asleep in the ring with the op queued.
+    ///
+    /// Refused with the op handed back ([`SubmitErrorReason::Stopped`]) once no thread reaps the
+    /// ring: its CPU's thread has stopped ([`IdleWait::detach`]) or the ring gave up after
+    /// `io_uring_enter()` kept failing ([`CpuRing::error`]).
     pub fn submit(&self, token: u64, op: UringOp, flags: RwFlags) -> Result<(), SubmitError> {
         let refuse = |op, reason| Err(SubmitError { token, op, reason });
         if let UringOp::Read { buf, off } | UringOp::Write { buf, off } = &op {
@@ -157,10 +193,18 @@ impl CpuRing {
             }
         }
         let c = &self.counters;
-        c.in_flight.fetch_add(1, Ordering::AcqRel);
-        c.submitted.fetch_add(1, Ordering::AcqRel);
         let queued = {
             let mut q = self.queued.lock();
+            // Under the lock `detach` sets the flag with: an op is either refused here or
+            // queued before the detaching thread drains the queue.
+            // (The buggy twin accepts them once the CPU's thread stopped.)
+            let twin = cfg!(feature = "bug-cpu-ring-submit-after-stop") && self.error().is_none();
+            if self.detached.load(Ordering::Acquire) && !twin {
+                drop(q);
+                return refuse(op, SubmitErrorReason::Stopped);
+            }
+            c.in_flight.fetch_add(1, Ordering::AcqRel);
+            c.submitted.fetch_add(1, Ordering::AcqRel);
             q.push_back(Queued { token, op, flags });
             q.len()
         };
@@ -198,6 +242,88 @@ impl CpuRing {
     /// The thread that waits in this ring (its CPU's), once it has.
     pub fn waiter_thread(&self) -> Option<ThreadId> {
         self.owner.get().copied()
+    }
+
+    /// Why the ring stopped, if `io_uring_enter()` kept failing ([`MAX_ENTER_FAILURES`]).
+    pub fn error(&self) -> Option<&str> {
+        self.broken.get().map(String::as_str)
+    }
+
+    /// Makes the next `io_uring_enter()` calls of this ring fail with `errno` (0: the real call
+    /// again), as a kernel that keeps refusing them would.
+    #[cfg(test)]
+    fn fake_enter_error(&self, errno: i32) {
+        self.fake_enter_errno.store(errno, Ordering::Relaxed);
+    }
+
+    /// `io_uring_enter(to_submit, min_complete = want, GETEVENTS | EXT_ARG)` with `timeout`, or
+    /// the test seam's fake error.
+    fn enter(&self, st: &mut RingState, want: usize, timeout: Duration) -> io::Result<usize> {
+        #[cfg(test)]
+        {
+            let errno = self.fake_enter_errno.load(Ordering::Relaxed);
+            if errno != 0 {
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+        }
+        // Clamped: a huge Duration would be a negative tv_sec and EINVAL on every wait.
+        let ts = types::Timespec::from(timeout.min(Duration::from_secs(3600)));
+        let args = types::SubmitArgs::new().timespec(&ts);
+        st.ring.submitter().submit_with_args(want, &args)
+    }
+
+    /// One more `io_uring_enter()` failure `e` that is not transient: pauses (1, 2, 4, ... ms)
+    /// and lets the next wait retry, or after [`MAX_ENTER_FAILURES`] in a row stops the ring:
+    /// refuses new ops and fails the queued ones with `EIO` (delivered as usual); the ops already
+    /// in the kernel are left to [`Drop`].
+    fn enter_failed(&self, st: &mut RingState, e: &io::Error) {
+        st.enter_failures += 1;
+        let n = st.enter_failures;
+        if n < MAX_ENTER_FAILURES || cfg!(feature = "bug-cpu-ring-enter-spins") {
+            if !cfg!(feature = "bug-cpu-ring-enter-spins") {
+                tracing::warn!("io_uring CPU ring: io_uring_enter failed ({e}), retry {n}");
+                std::thread::sleep(enter_retry_pause(n));
+            }
+            return;
+        }
+        let failed: Vec<Queued> = {
+            let mut q = self.queued.lock();
+            self.detached.store(true, Ordering::Release);
+            q.drain(..).collect()
+        };
+        let msg = format!(
+            "io_uring CPU ring: io_uring_enter failed {n} times in a row ({e}): the ring stops; \
+             {} queued I/Os failed with EIO, {} left in the kernel",
+            failed.len(),
+            st.in_ring
+        );
+        tracing::error!("{msg}");
+        let _ = self.broken.set(msg);
+        for Queued { token, op, .. } in failed {
+            st.ready.push(UringCompletion {
+                token,
+                result: Err(io::Error::from_raw_os_error(libc::EIO)),
+                op,
+            });
+        }
+        let _g = self.counters.idle_lock.lock();
+        self.counters.idle.notify_all();
+    }
+
+    /// A stopped ring's idle sleep: on its eventfd alone, so [`IdleWait::wake`] still ends it.
+    fn sleep_on_eventfd(&self, timeout: Duration) {
+        let mut pfd = libc::pollfd {
+            fd: self.wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        if unsafe { libc::poll(&mut pfd, 1, ms) } > 0 {
+            let mut n: u64 = 0;
+            // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
+            let _ = unsafe { libc::read(self.wake.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
+        }
     }
 
     /// The threads that reaped CQEs of this ring, each once, in the order they first did.
@@ -294,6 +420,11 @@ impl IdleWait for CpuRing {
         let _ = self.owner.set(std::thread::current().id());
         self.waits.fetch_add(1, Ordering::AcqRel);
         let mut st = self.ring.lock();
+        if self.broken.get().is_some() {
+            drop(st);
+            self.sleep_on_eventfd(timeout);
+            return;
+        }
         let was_armed = st.wake_armed;
         let pushed = self.fill(&mut st);
         // Sleep only when nothing is waiting to be delivered; submit in the same call.
@@ -302,16 +433,18 @@ impl IdleWait for CpuRing {
             if pushed > usize::from(!was_armed && st.wake_armed) {
                 self.counters.doorbells.fetch_add(1, Ordering::Relaxed);
             }
-            // Clamped: a huge Duration would be a negative tv_sec and EINVAL on every wait.
-            let ts = types::Timespec::from(timeout.min(Duration::from_secs(3600)));
-            let args = types::SubmitArgs::new().timespec(&ts);
-            if let Err(e) = st.ring.submitter().submit_with_args(want, &args) {
-                match e.raw_os_error() {
-                    // The timeout, a signal, or the kernel short of resources: reap what there is.
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EAGAIN)
-                    | Some(libc::EBUSY) => {}
-                    _ => tracing::error!("io_uring CPU ring: io_uring_enter failed: {e}"),
+            match self.enter(&mut st, want, timeout) {
+                Ok(_) => st.enter_failures = 0,
+                // The timeout, a signal, or the kernel short of resources: reap what there is.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ETIME | libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) =>
+                {
+                    st.enter_failures = 0
                 }
+                Err(e) => self.enter_failed(&mut st, &e),
             }
         }
         self.reap(&mut st);
@@ -324,6 +457,31 @@ impl IdleWait for CpuRing {
     fn flush(&self) {
         if !self.queued.lock().is_empty() {
             self.submit_queued();
+        }
+    }
+
+    /// Refuses new submissions, then submits and reaps what was accepted before (bounded by
+    /// 5 s) and delivers it, since no park of the stopped thread will.
+    fn detach(&self) {
+        {
+            let _q = self.queued.lock();
+            self.detached.store(true, Ordering::Release);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = self.ring.lock().in_ring + self.queued.lock().len();
+            if left == 0 || self.broken.get().is_some() {
+                break;
+            }
+            if std::time::Instant::now() >= deadline {
+                tracing::error!(
+                    path = %self.file.path().display(),
+                    "io_uring CPU ring: {left} I/Os still pending 5 s after its CPU's thread stopped"
+                );
+                break;
+            }
+            self.wait(Duration::from_millis(10));
+            self.deliver();
         }
     }
 
@@ -451,14 +609,26 @@ impl CpuRings {
         self.counters.in_flight.load(Ordering::Acquire)
     }
 
+    /// The first ring's [`CpuRing::error`]: why it stopped.
+    pub fn error(&self) -> Option<String> {
+        self.rings
+            .iter()
+            .enumerate()
+            .find_map(|(i, r)| r.error().map(|e| format!("CPU{i}: {e}")))
+    }
+
     /// Waits until nothing is in flight: the CPUs' threads must be parking (a threaded runtime
     /// with each ring installed as its CPU's [`IdleWait`]), so never call it from one of them.
-    /// Gives up after `timeout`; returns whether everything completed.
+    /// Gives up after `timeout`, or at once when a ring has stopped ([`CpuRings::error`]: its
+    /// ops in the kernel will never be reaped); returns whether everything completed.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         let c = &self.counters;
         let deadline = std::time::Instant::now() + timeout;
         let mut g = c.idle_lock.lock();
         while c.in_flight.load(Ordering::Acquire) != 0 {
+            if self.rings.iter().any(|r| r.error().is_some()) {
+                return false;
+            }
             if c.idle.wait_until(&mut g, deadline).timed_out() {
                 return c.in_flight.load(Ordering::Acquire) == 0;
             }
@@ -523,8 +693,16 @@ mod tests {
     /// A one-CPU runtime whose CPU sleeps in its ring, with an idle timeout of 5 s (so only a
     /// real wake-up, not the timeout, can make it run something promptly).
     fn machine(on_batch: RingBatchFn) -> Option<(ThreadedRuntime, CpuRings, tempfile::TempDir)> {
+        machine_of(1, on_batch)
+    }
+
+    /// [`machine`] with `n` CPUs, each asleep in its own ring.
+    fn machine_of(
+        n: u32,
+        on_batch: RingBatchFn,
+    ) -> Option<(ThreadedRuntime, CpuRings, tempfile::TempDir)> {
         let (dir, f) = file();
-        let rings = match CpuRings::new(&f, 1, 8, on_batch) {
+        let rings = match CpuRings::new(&f, n as usize, 8, on_batch) {
             Ok(r) => r,
             Err(e) if unavailable(&e) => {
                 eprintln!("skipped: io_uring unavailable: {e}");
@@ -532,17 +710,19 @@ mod tests {
             }
             Err(e) => panic!("{e}"),
         };
-        let kernel = Kernel::boot(KernelConfig::default(), 1, 1).unwrap();
+        let kernel = Kernel::boot(KernelConfig::default(), n, n).unwrap();
         let config = ThreadedConfig {
             idle_timeout: Duration::from_secs(5),
             ..ThreadedConfig::default()
         };
         let rt = ThreadedRuntime::start(kernel, config).unwrap();
-        let w: Arc<dyn IdleWait> = rings.ring(0).clone();
-        rt.set_idle_wait(CpuId(0), Arc::downgrade(&w)).unwrap();
-        // The CPU goes to sleep in the ring.
+        for i in 0..n {
+            let w: Arc<dyn IdleWait> = rings.ring(i as usize).clone();
+            rt.set_idle_wait(CpuId(i), Arc::downgrade(&w)).unwrap();
+        }
+        // The CPUs go to sleep in their rings.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while rings.ring(0).waits() == 0 && Instant::now() < deadline {
+        while (0..n as usize).any(|i| rings.ring(i).waits() == 0) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -644,12 +824,13 @@ mod tests {
             return;
         };
         let ring = Arc::clone(rings.ring(0));
-        for (batch, want_queued) in [(0usize, 4usize), (4, 0)] {
+        // (batch, ops, queued after them): a batch short of `n` waits for the park.
+        for (batch, n, want_queued) in [(0usize, 4u64, 4usize), (4, 4, 0), (4, 3, 3), (4, 6, 2)] {
             ring.set_submit_batch(batch);
             let r = Arc::clone(&ring);
             let queued = rt
                 .run_on(CpuId(0), move |_| {
-                    for t in 0..4u64 {
+                    for t in 0..n {
                         let op = UringOp::Read {
                             buf: crate::dev::aligned::AlignedBuf::new(4096),
                             off: t * 4096,
@@ -659,13 +840,326 @@ mod tests {
                     r.queued()
                 })
                 .unwrap();
-            assert_eq!(queued, want_queued, "submit batch {batch}");
+            assert_eq!(queued, want_queued, "submit batch {batch}, {n} ops");
             assert!(
                 rings.wait_idle(Duration::from_secs(5)),
                 "batch {batch}: all completed"
             );
         }
-        assert_eq!(done.load(Ordering::SeqCst), 8);
+        assert_eq!(done.load(Ordering::SeqCst), 4 + 4 + 3 + 6);
+        assert!(rt.shutdown().is_clean());
+    }
+
+    /// A read of block `t % 16` with token `t`.
+    fn read(t: u64) -> UringOp {
+        UringOp::Read {
+            buf: crate::dev::aligned::AlignedBuf::new(4096),
+            off: (t % 16) * 4096,
+        }
+    }
+
+    /// After the runtime's shutdown no thread reaps the ring: a submission is refused as
+    /// `Stopped`, the op (its buffer) handed back, nothing counted in flight. The buggy twin
+    /// queues it where nobody ever completes it.
+    #[test]
+    #[cfg_attr(
+        feature = "bug-cpu-ring-submit-after-stop",
+        should_panic(expected = "refused after the shutdown")
+    )]
+    fn a_submission_after_the_shutdown_is_refused_with_its_op() {
+        let Some((rt, rings, _d)) = machine(Arc::new(|_| {})) else {
+            return;
+        };
+        assert!(rt.shutdown().is_clean());
+        let r = rings.ring(0).submit(5, read(5), RwFlags::empty());
+        match r {
+            Err(SubmitError {
+                token: 5,
+                op,
+                reason: SubmitErrorReason::Stopped,
+            }) => assert_eq!(
+                op.buf().map(|b| b.len()),
+                Some(4096),
+                "the buffer comes back"
+            ),
+            Err(e) => panic!("refused for another reason: {}", e.reason),
+            Ok(()) => panic!("refused after the shutdown, not queued for nobody"),
+        }
+        assert_eq!(rings.in_flight(), 0);
+        assert_eq!(rings.ring(0).queued(), 0);
+    }
+
+    /// Reads accepted just before the shutdown are not left behind: the stopping thread drains
+    /// its ring (`IdleWait::detach`), each read completing once.
+    #[test]
+    fn reads_queued_before_the_shutdown_still_complete_once() {
+        let done: Arc<Mutex<Vec<u64>>> = Arc::default();
+        let d = Arc::clone(&done);
+        let Some((rt, rings, _d)) = machine(Arc::new(move |b: Vec<UringCompletion>| {
+            d.lock().extend(b.iter().map(|c| c.token));
+        })) else {
+            return;
+        };
+        let ring = Arc::clone(rings.ring(0));
+        ring.set_submit_batch(0);
+        // Queued by the CPU's own thread (no wake-up), then the machine stops.
+        let r = Arc::clone(&ring);
+        rt.run_on(CpuId(0), move |_| {
+            for t in 0..6 {
+                r.submit(t, read(t), RwFlags::empty()).unwrap();
+            }
+        })
+        .unwrap();
+        let _ = rt.shutdown();
+        assert!(
+            rings.wait_idle(Duration::from_secs(5)),
+            "nothing left in flight"
+        );
+        let mut got = done.lock().clone();
+        got.sort_unstable();
+        assert_eq!(got, (0..6).collect::<Vec<_>>(), "each read once");
+    }
+
+    /// A kernel whose `io_uring_enter()` keeps failing (an injected `EBADF`) does not make the
+    /// CPU spin: after [`MAX_ENTER_FAILURES`] tries with a pause between them the ring stops
+    /// with a message, its queued reads complete with `EIO`, new ones are refused and
+    /// `wait_idle` returns at once. The buggy twin retries forever.
+    #[test]
+    #[cfg_attr(
+        feature = "bug-cpu-ring-enter-spins",
+        should_panic(expected = "the ring stops after repeated io_uring_enter failures")
+    )]
+    fn a_persistent_io_uring_enter_error_stops_the_ring_with_a_message() {
+        let (_d, f) = file();
+        // (token, errno) of each completion.
+        type Seen = Arc<Mutex<Vec<(u64, Option<i32>)>>>;
+        let seen: Seen = Arc::default();
+        let s = Arc::clone(&seen);
+        // A ring of depth 2: two reads go to the kernel, the other two stay queued.
+        let rings = match CpuRings::new(
+            &f,
+            1,
+            2,
+            Arc::new(move |b: Vec<UringCompletion>| {
+                let mut s = s.lock();
+                s.extend(b.iter().map(|c| {
+                    (
+                        c.token,
+                        c.result.as_ref().err().and_then(|e| e.raw_os_error()),
+                    )
+                }));
+            }),
+        ) {
+            Ok(r) => r,
+            Err(e) if unavailable(&e) => {
+                eprintln!("skipped: io_uring unavailable: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let ring = rings.ring(0);
+        ring.fake_enter_error(libc::EBADF);
+        for t in 0..4 {
+            ring.submit(t, read(t), RwFlags::empty()).unwrap();
+        }
+        let t0 = Instant::now();
+        let mut waits = 0;
+        while ring.error().is_none() && waits < 2 * MAX_ENTER_FAILURES {
+            ring.wait(Duration::from_millis(10));
+            ring.deliver();
+            waits += 1;
+        }
+        let msg = ring.error().map(str::to_owned);
+        assert!(
+            msg.is_some(),
+            "the ring stops after repeated io_uring_enter failures ({waits} waits)"
+        );
+        let msg = msg.unwrap();
+        assert_eq!(waits, MAX_ENTER_FAILURES, "stops at the bound: {msg}");
+        assert_eq!(ring.waits(), u64::from(waits), "every wait counted");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(31),
+            "paused between the tries: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(
+            msg,
+            format!(
+                "io_uring CPU ring: io_uring_enter failed {MAX_ENTER_FAILURES} times in a row \
+                 ({}): the ring stops; 2 queued I/Os failed with EIO, 2 left in the kernel",
+                io::Error::from_raw_os_error(libc::EBADF)
+            )
+        );
+        assert_eq!(*seen.lock(), [(2, Some(libc::EIO)), (3, Some(libc::EIO))]);
+        assert_eq!(rings.error(), Some(format!("CPU0: {msg}")));
+        assert!(matches!(
+            ring.submit(9, read(9), RwFlags::empty()),
+            Err(SubmitError {
+                reason: SubmitErrorReason::Stopped,
+                ..
+            })
+        ));
+        let t1 = Instant::now();
+        assert!(
+            !rings.wait_idle(Duration::from_secs(5)),
+            "two reads never reaped"
+        );
+        assert!(
+            t1.elapsed() < Duration::from_secs(1),
+            "wait_idle gives up at once"
+        );
+        // A stopped ring's wait still sleeps (no spin) until its timeout or a wake-up (after
+        // the one the submissions above left pending).
+        ring.wait(Duration::ZERO);
+        let t2 = Instant::now();
+        ring.wait(Duration::from_millis(30));
+        assert!(
+            t2.elapsed() >= Duration::from_millis(25),
+            "{:?}",
+            t2.elapsed()
+        );
+        ring.wake();
+        let t3 = Instant::now();
+        ring.wait(Duration::from_secs(5));
+        assert!(
+            t3.elapsed() < Duration::from_secs(1),
+            "woken: {:?}",
+            t3.elapsed()
+        );
+        // Drop reaps the reads the kernel was given (the fake error is gone by then).
+        ring.fake_enter_error(0);
+    }
+
+    /// The owner's batch submission rings the kernel only when it moved SQEs: with the ring at
+    /// its depth the op stays queued and no `io_uring_enter()` is made; the next wait submits it
+    /// once a slot is free, and every read completes once.
+    #[test]
+    fn a_full_ring_queues_without_an_empty_io_uring_enter() {
+        let (_d, f) = file();
+        let n = Arc::new(AtomicUsize::new(0));
+        let m = Arc::clone(&n);
+        let rings = match CpuRings::new(
+            &f,
+            1,
+            2,
+            Arc::new(move |b: Vec<UringCompletion>| {
+                m.fetch_add(b.len(), Ordering::SeqCst);
+            }),
+        ) {
+            Ok(r) => r,
+            Err(e) if unavailable(&e) => {
+                eprintln!("skipped: io_uring unavailable: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let ring = rings.ring(0);
+        // This thread becomes the ring's owner (and arms the eventfd poll).
+        ring.wait(Duration::ZERO);
+        ring.set_submit_batch(1);
+        let before = rings.stats().doorbells;
+        for t in 0..3 {
+            ring.submit(t, read(t), RwFlags::empty()).unwrap();
+        }
+        assert_eq!(ring.queued(), 1, "the third read waits for a free slot");
+        assert_eq!(
+            rings.stats().doorbells,
+            before + 2,
+            "one io_uring_enter per read that went in, none for the one that did not"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while n.load(Ordering::SeqCst) < 3 && Instant::now() < deadline {
+            ring.wait(Duration::from_millis(5));
+            ring.deliver();
+        }
+        assert_eq!(n.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn the_pause_between_enter_retries_doubles_up_to_64_ms() {
+        let ms: Vec<u128> = (1..=9).map(|n| enter_retry_pause(n).as_millis()).collect();
+        assert_eq!(ms, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+    }
+
+    /// `IdleWait::flush` hands the queued ops to the kernel without sleeping: they complete
+    /// although nothing else submits them; without queued ops it calls nothing.
+    #[test]
+    fn flush_submits_the_queued_ops_without_sleeping() {
+        let (_d, f) = file();
+        let n = Arc::new(AtomicUsize::new(0));
+        let m = Arc::clone(&n);
+        let rings = match CpuRings::new(
+            &f,
+            1,
+            8,
+            Arc::new(move |b: Vec<UringCompletion>| {
+                m.fetch_add(b.len(), Ordering::SeqCst);
+            }),
+        ) {
+            Ok(r) => r,
+            Err(e) if unavailable(&e) => {
+                eprintln!("skipped: io_uring unavailable: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let ring = rings.ring(0);
+        ring.flush();
+        assert_eq!(
+            rings.stats().doorbells,
+            0,
+            "nothing queued: no io_uring_enter"
+        );
+        for t in 0..3 {
+            ring.submit(t, read(t), RwFlags::empty()).unwrap();
+        }
+        let foreign = rings.stats().doorbells;
+        assert_eq!(ring.queued(), 3);
+        ring.flush();
+        assert_eq!(ring.queued(), 0, "flushed into the SQ");
+        assert_eq!(rings.stats().doorbells, foreign + 1, "one io_uring_enter");
+        // They are in the kernel already: a wait that does not sleep (timeout 0) soon reaps them.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while n.load(Ordering::SeqCst) < 3 && Instant::now() < deadline {
+            ring.wait(Duration::from_millis(5));
+            ring.deliver();
+        }
+        assert_eq!(n.load(Ordering::SeqCst), 3);
+    }
+
+    /// I/O in flight on a CPU's ring when that CPU goes offline: every read still completes
+    /// exactly once (the offline CPU's thread keeps reaping its ring; the interrupt goes to an
+    /// online CPU).
+    #[test]
+    fn reads_in_flight_when_their_cpu_goes_offline_complete_once() {
+        let done: Arc<Mutex<Vec<u64>>> = Arc::default();
+        let d = Arc::clone(&done);
+        let Some((rt, rings, _d)) = machine_of(
+            2,
+            Arc::new(move |b: Vec<UringCompletion>| {
+                d.lock().extend(b.iter().map(|c| c.token));
+            }),
+        ) else {
+            return;
+        };
+        let ring = Arc::clone(rings.ring(1));
+        ring.set_submit_batch(0);
+        let r = Arc::clone(&ring);
+        rt.run_on(CpuId(1), move |_| {
+            for t in 0..24 {
+                r.submit(t, read(t), RwFlags::empty()).unwrap();
+            }
+        })
+        .unwrap();
+        rt.cpu_down(CpuId(1), hotplug::CPUHP_OFFLINE).unwrap();
+        assert!(!rt.kernel().cpu_online(CpuId(1)));
+        assert!(
+            rings.wait_idle(Duration::from_secs(10)),
+            "every read completed"
+        );
+        let mut got = done.lock().clone();
+        got.sort_unstable();
+        assert_eq!(got, (0..24).collect::<Vec<_>>(), "each read exactly once");
         assert!(rt.shutdown().is_clean());
     }
 }

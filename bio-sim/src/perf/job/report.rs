@@ -67,6 +67,8 @@ pub struct RoundFigures {
     pub machine_us: Option<f64>,
     /// The counters, as `name value` pairs (NOWAIT, worker, IRQs, flushes).
     pub counters: Vec<(&'static str, u64)>,
+    /// The simulated loop's backing engine as it ran ([`RunFigures::sim_engine`]).
+    pub engine: Option<&'static str>,
 }
 
 impl RoundFigures {
@@ -111,6 +113,7 @@ impl RoundFigures {
             cpu_us: f.cpu_us_per_io(),
             machine_us: f.machine_us_per_io(),
             counters,
+            engine: f.sim_engine,
         }
     }
 }
@@ -144,6 +147,18 @@ impl DesignReport {
             .map(|(d, r)| f(d) / f(r))
             .collect();
         Spread::of(&xs)
+    }
+
+    /// The engines its rounds ran on, each once in first-seen order, joined with ` / ` (one
+    /// unless the per-CPU rings failed to start in some rounds only); `None` if it names none.
+    fn engine(&self) -> Option<String> {
+        let mut seen: Vec<&str> = Vec::new();
+        for e in self.rounds.iter().filter_map(|r| r.engine) {
+            if !seen.contains(&e) {
+                seen.push(e);
+            }
+        }
+        (!seen.is_empty()).then(|| seen.join(" / "))
     }
 
     /// Each counter's median over the rounds, in first-seen order.
@@ -212,6 +227,7 @@ impl JobReport {
                     "lat_p999_us": d.spread(|r| r.lat_us[2]).json(),
                     "cpu_us_per_io_process": d.spread(|r| r.cpu_us).json(),
                     "cpu_us_per_io_machine": d.machine().map(|s| s.json()),
+                    "engine": d.engine(),
                     "counters": d.counters().into_iter()
                         .map(|(n, v)| (n.to_owned(), json!(v)))
                         .collect::<serde_json::Map<_, _>>(),
@@ -291,6 +307,19 @@ impl fmt::Display for JobReport {
                 vc
             )?;
         }
+        // Which engine produced the simulated rows' figures (the per-CPU rings may have fallen
+        // back to a reaper thread on a kernel without IORING_FEAT_EXT_ARG).
+        let mut engines: Vec<(String, Vec<&str>)> = Vec::new();
+        for d in &self.designs {
+            let Some(e) = d.engine() else { continue };
+            match engines.iter_mut().find(|(x, _)| *x == e) {
+                Some((_, ds)) => ds.push(&d.design),
+                None => engines.push((e, vec![&d.design])),
+            }
+        }
+        for (e, ds) in &engines {
+            writeln!(f, "engine of {}: {e}", ds.join(", "))?;
+        }
         if let Some(v) = &self.verified {
             writeln!(f, "verify: {v}")?;
         }
@@ -311,6 +340,7 @@ mod tests {
             cpu_us: cpu,
             machine_us: Some(cpu * 2.0),
             counters: vec![("irqs", 100)],
+            engine: None,
         }
     }
 
@@ -341,5 +371,54 @@ mod tests {
         let j = report.to_json();
         assert_eq!(j["designs"][0]["vs_raw"]["iops"]["median"], json!(0.5));
         assert_eq!(j["designs"][1]["iops"]["min"], json!(100.0));
+        assert_eq!(j["designs"][0]["engine"], Value::Null);
+        assert!(!text.contains("engine of"), "{text}");
+    }
+
+    /// The engine a simulated design actually ran on is in the table and the JSON, per design:
+    /// a fallback to the reaper thread (no `IORING_FEAT_EXT_ARG`) is visible beside the figures
+    /// it produced, also when only some rounds fell back.
+    #[test]
+    fn the_engine_that_ran_is_named_in_the_table_and_the_json() {
+        use crate::perf::job::run::SimEngine;
+        let with = |e: Option<&'static str>| RoundFigures {
+            engine: e,
+            ..round(100.0, 1.0)
+        };
+        let report = JobReport {
+            job: "j".into(),
+            header: "h\n".into(),
+            designs: vec![
+                DesignReport {
+                    design: "base".into(),
+                    rounds: vec![with(Some(SimEngine::PER_CPU_NAME)); 2],
+                },
+                DesignReport {
+                    design: "v5".into(),
+                    rounds: vec![
+                        with(Some(SimEngine::PER_CPU_NAME)),
+                        with(Some(SimEngine::REAPER_NAME)),
+                    ],
+                },
+                DesignReport {
+                    design: "raw".into(),
+                    rounds: vec![with(None); 2],
+                },
+            ],
+            skipped: vec![],
+            verified: None,
+        };
+        let text = report.to_string();
+        assert!(
+            text.contains(&format!("engine of base: {}\n", SimEngine::PER_CPU_NAME)),
+            "{text}"
+        );
+        let both = format!("{} / {}", SimEngine::PER_CPU_NAME, SimEngine::REAPER_NAME);
+        assert!(text.contains(&format!("engine of v5: {both}\n")), "{text}");
+        assert!(!text.contains("engine of raw"), "{text}");
+        let j = report.to_json();
+        assert_eq!(j["designs"][0]["engine"], json!(SimEngine::PER_CPU_NAME));
+        assert_eq!(j["designs"][1]["engine"], json!(both));
+        assert_eq!(j["designs"][2]["engine"], Value::Null);
     }
 }

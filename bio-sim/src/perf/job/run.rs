@@ -61,6 +61,10 @@ pub struct RunFigures {
     pub flushes: u64,
     /// io_uring CQEs reaped and the batches they came in (io_uring designs).
     pub cqe_batches: Option<(u64, u64)>,
+    /// The simulated loop's backing engine as it actually ran ([`SimEngine::SYNC_NAME`],
+    /// [`SimEngine::PER_CPU_NAME`] or, where the per-CPU rings could not start,
+    /// [`SimEngine::REAPER_NAME`]); `None` for the other designs.
+    pub sim_engine: Option<&'static str>,
     /// Other counters of the device (null_blk's).
     pub extra: Vec<(&'static str, u64)>,
     /// Blocks the verify pass after a write job read back through the device the job wrote
@@ -369,6 +373,7 @@ fn collect(sinks: &[Arc<CloneSink>], elapsed: Duration, cpu: CpuUsed) -> RunFigu
         bio_nowait: None,
         flushes,
         cqe_batches: None,
+        sim_engine: None,
         extra: Vec::new(),
         device_verified: None,
     }
@@ -782,6 +787,37 @@ impl SimEngine {
             SimEngine::Uring => "uring",
         }
     }
+
+    /// [`RunFigures::sim_engine`] of the synchronous backing.
+    pub const SYNC_NAME: &'static str = "sync (preadv2/pwritev2 on the loop's threads)";
+    /// [`RunFigures::sim_engine`] of the io_uring backing with one ring per simulated CPU.
+    pub const PER_CPU_NAME: &'static str = "io_uring, one ring per simulated CPU";
+    /// [`RunFigures::sim_engine`] of the io_uring backing's fallback (no `IORING_FEAT_EXT_ARG`).
+    pub const REAPER_NAME: &'static str =
+        "io_uring, one ring and a reaper thread (per-CPU rings unavailable)";
+
+    /// The name [`RunFigures::sim_engine`] records for a backing that ran as `uring` (an io_uring
+    /// backing, per-CPU or not) or synchronously (`None`).
+    pub fn ran_as(uring: Option<&UringBacking>) -> &'static str {
+        match uring {
+            None => SimEngine::SYNC_NAME,
+            Some(u) if u.cpu_rings().is_some() => SimEngine::PER_CPU_NAME,
+            Some(_) => SimEngine::REAPER_NAME,
+        }
+    }
+}
+
+/// The queue depth of each per-CPU ring of a job: what one simulated CPU may carry at once (also
+/// the depth of the one ring of the fallback, which carries every CPU's).
+/// Every clone keeps at most `iodepth` bios in flight, but the loop's workqueue is `WQ_UNBOUND`,
+/// so its worker may issue any clone's command on any CPU: one CPU can carry every clone's
+/// `iodepth`, and no more than the loop's tags (`hw_queue_depth`, 128) allow in all. A 4 KiB
+/// bio is one command (no split below `max_sectors`), and a command whose NOWAIT attempt ends
+/// `-EAGAIN` is resubmitted only after its CQE is reaped.
+pub fn ring_depth(job: &JobSpec) -> u32 {
+    let want = u64::from(job.iodepth.max(1)) * u64::from(job.numjobs.max(1));
+    want.min(bio_core::drivers::block::loop_drv::LOOP_HW_QUEUE_DEPTH as u64)
+        .min(u64::from(crate::dev::uring::MAX_ENTRIES)) as u32
 }
 
 /// With per-CPU rings, a CPU hands its queued I/Os to the kernel once this many are queued,
@@ -811,9 +847,10 @@ pub fn run_sim_loop(
     let uring = match engine {
         SimEngine::Sync => None,
         SimEngine::Uring => {
-            let depth = (job.iodepth * job.numjobs).max(1);
+            let depth = ring_depth(job);
             // One ring per simulated CPU, reaped by its own thread; the reaper engine where the
-            // kernel cannot (no EXT_ARG timed wait).
+            // kernel cannot (no EXT_ARG timed wait): the figures name the engine that ran
+            // (RunFigures::sim_engine).
             let b = UringBacking::per_cpu_rings(Arc::clone(file), cpus as usize, depth, extra)
                 .or_else(|e| {
                     tracing::warn!("per-CPU io_uring rings unavailable ({e}); using one ring and a reaper thread");
@@ -869,6 +906,10 @@ pub fn run_sim_loop_on(
     let stats = lo.stats();
     let irqs = rt.stats().total().irqs;
     let report = rt.shutdown();
+    // A ring that stopped (io_uring_enter kept failing) is why the run went wrong: say so.
+    if let Some(e) = uring.as_ref().and_then(|u| u.cpu_rings()?.error()) {
+        return Err(BenchError::Machine(e));
+    }
     let mut fig = fig?;
     if !report.is_clean() && ctx.stop_reason().is_none() {
         return Err(BenchError::Machine(format!("unclean shutdown: {report:?}")));
@@ -881,6 +922,7 @@ pub fn run_sim_loop_on(
     }
     fig.loop_stats = Some(stats);
     fig.irqs = Some(irqs);
+    fig.sim_engine = Some(SimEngine::ran_as(uring.as_deref()));
     fig.cqe_batches = uring.as_ref().map(|u| {
         let st = u.uring_stats();
         (st.cqes, st.batches)
@@ -1273,5 +1315,23 @@ mod tests {
             });
         }
         assert_eq!(steps, "wwwwFwwwwFww");
+    }
+
+    /// A per-CPU ring holds what one CPU may carry: every clone's `iodepth` (the loop's worker
+    /// is unbound, so it may issue any clone's command on one CPU), capped by the loop's 128 tags.
+    #[test]
+    fn a_ring_is_as_deep_as_every_clones_iodepth_up_to_the_loops_tags() {
+        let mut job = JobSpec::with_defaults("t", 1);
+        for (iodepth, numjobs, want) in
+            [(1, 1, 1), (32, 1, 32), (1, 2, 2), (16, 4, 64), (64, 4, 128)]
+        {
+            job.iodepth = iodepth;
+            job.numjobs = numjobs;
+            assert_eq!(
+                ring_depth(&job),
+                want,
+                "iodepth={iodepth} numjobs={numjobs}"
+            );
+        }
     }
 }

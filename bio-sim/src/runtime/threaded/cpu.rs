@@ -84,15 +84,22 @@ fn run_disassociated(sh: &Shared, cx: &Cpu) -> bool {
         let Some(lock) = sh.exec.get(m.index()) else {
             continue;
         };
-        let Some(_guard) = lock.try_lock() else {
-            continue;
+        let ran = {
+            let Some(_guard) = lock.try_lock() else {
+                continue;
+            };
+            // Rebinding happens only in a hotplug step of CPU m, which holds this lock: the pool
+            // stays disassociated until we are done.
+            if !k.pool(p.id).is_some_and(|now| now.disassociated) {
+                None
+            } else {
+                k.run_worker(p.id, cx).or_else(|| k.run_rescuer(p.id, cx))
+            }
         };
-        // Rebinding happens only in a hotplug step of CPU m, which holds this lock: the pool
-        // stays disassociated until we are done.
-        if !k.pool(p.id).is_some_and(|now| now.disassociated) {
-            continue;
-        }
-        if let Some(x) = k.run_worker(p.id, cx).or_else(|| k.run_rescuer(p.id, cx)) {
+        // CPU m's own thread may have found its lock taken and parked (see `cpu_loop`): it
+        // takes it again now.
+        sh.kick(m);
+        if let Some(x) = ran {
             sh.record_work(&x, me);
             return true;
         }
@@ -196,8 +203,27 @@ fn cpu_loop(sh: &Arc<Shared>, id: CpuId, cx: &Cpu, rx: &Receiver<Msg>) {
     let c = &sh.counters[i];
     while !sh.stop.load(Ordering::SeqCst) {
         sh.active[i].store(true, Ordering::SeqCst);
+        let exec = if cfg!(feature = "bug-cpu-ring-exec-blocks") {
+            // The buggy twin: the thread blocks on its lock, its idle wait (its io_uring) unreaped
+            // as long as another thread holds it.
+            Some(sh.exec[i].lock())
+        } else {
+            sh.exec[i].try_lock()
+        };
+        let Some(exec) = exec else {
+            // Another thread holds this CPU's execution lock: a CPU running its disassociated
+            // pool (it is offline) or the hotplug controller finishing one of its steps. Its
+            // thread sleeps in its idle wait meanwhile, so the I/O in its own ring is still
+            // reaped and completed (a work item of that pool may be waiting for it); the holder
+            // kicks it when it lets go. (The kernel drains an offline CPU's hctx rather than
+            // leave it: `blk_mq_hctx_notify_offline()`.)
+            sh.active[i].store(false, Ordering::SeqCst);
+            sh.before_park();
+            sh.parkers[i].park(sh.config.idle_timeout);
+            continue;
+        };
         let did = {
-            let _exec = sh.exec[i].lock();
+            let _exec = exec;
             match catch_unwind(AssertUnwindSafe(|| run_one(sh, cx, Some(rx)))) {
                 Ok(did) => did,
                 Err(payload) => {
@@ -220,6 +246,10 @@ fn cpu_loop(sh: &Arc<Shared>, id: CpuId, cx: &Cpu, rx: &Receiver<Msg>) {
         }
     }
     sh.active[i].store(false, Ordering::SeqCst);
+    // Nobody parks in this CPU's idle wait any more: it must not take work it cannot finish.
+    if let Some(w) = sh.parkers[i].waiter() {
+        w.detach();
+    }
     // Answer everything still in the mailbox: nothing is dropped silently.
     while let Ok(msg) = rx.try_recv() {
         bump(&c.refused, 1);

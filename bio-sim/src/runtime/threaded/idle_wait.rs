@@ -28,6 +28,11 @@ pub trait IdleWait: Send + Sync {
     /// queued SQEs); called by a park that returns at once because a wake-up was pending.
     fn flush(&self) {}
 
+    /// The CPU's thread will never wait here again (the runtime stopped): the waiter must refuse
+    /// new work from now on and finish or hand back what it already accepted, since nobody else
+    /// reaps it. Called once, on the CPU's own thread, after its last park.
+    fn detach(&self) {}
+
     /// Hands over what the last [`IdleWait::wait`] collected (e.g. raises the completion
     /// interrupt on this CPU); called after the thread has left the wait, so the wake-ups it
     /// causes on its own CPU need no [`IdleWait::wake`]. Returns whether there was anything.

@@ -51,7 +51,9 @@
 //! thread while that one runs the CPU's disassociated pool, and by the hotplug controller while it
 //! finishes a step of that CPU (which updates `cpu_online_mask`). So a CPU never leaves the online
 //! mask in the middle of one of its own events (the kernel gets this from `stop_machine()`), and a
-//! pool is never rebound while another CPU is taking an item off it as "unbound".
+//! pool is never rebound while another CPU is taking an item off it as "unbound". A CPU thread
+//! that finds its own lock taken does not block on it: it sleeps in its idle wait (so its
+//! io_uring is still reaped) until the holder, letting go, kicks it.
 //!
 //! # Where it lives
 //!
@@ -78,6 +80,9 @@ pub mod shutdown;
 pub mod stats;
 pub mod task;
 mod ticker;
+
+#[cfg(test)]
+mod tests;
 
 pub use config::ThreadedConfig;
 pub use error::ThreadedError;

@@ -47,6 +47,13 @@ impl Parker {
                 // The buggy twin: the kick is recorded but never reaches a thread asleep in its
                 // io_uring, which sleeps on until a completion or its timeout.
                 Some(_) if cfg!(feature = "bug-cpu-ring-wake-lost") => {}
+                // The buggy twin: the kick wakes whatever waiter is installed by now, not the
+                // one the thread sleeps in (lost when it was replaced meanwhile).
+                Some(_) if cfg!(feature = "bug-cpu-ring-kick-wakes-installed") => {
+                    if let Some(w) = self.waiter() {
+                        w.wake();
+                    }
+                }
                 // A reference only: the kicker never drops the waiter (its Drop may block).
                 Some(w) => w.wake(),
                 None => {
@@ -56,7 +63,8 @@ impl Parker {
         }
     }
 
-    fn waiter(&self) -> Option<Arc<dyn IdleWait>> {
+    /// The installed [`IdleWait`], if it is still alive.
+    pub(super) fn waiter(&self) -> Option<Arc<dyn IdleWait>> {
         self.waiter.read().as_ref().and_then(Weak::upgrade)
     }
 
@@ -76,7 +84,10 @@ impl Parker {
             k.kicked = false;
             drop(k);
             if let Some(w) = w {
-                w.flush();
+                // The buggy twin: the queued SQEs wait for a park that sleeps.
+                if !cfg!(feature = "bug-cpu-ring-no-flush") {
+                    w.flush();
+                }
             }
             return true;
         }
