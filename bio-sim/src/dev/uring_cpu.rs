@@ -275,7 +275,8 @@ impl CpuRing {
     /// One more `io_uring_enter()` failure `e` that is not transient: pauses (1, 2, 4, ... ms)
     /// and lets the next wait retry, or after [`MAX_ENTER_FAILURES`] in a row stops the ring:
     /// refuses new ops and fails the queued ones with `EIO` (delivered as usual); the ops already
-    /// in the kernel are left to [`Drop`].
+    /// in the kernel are reaped by the stopped ring's later waits, and SQEs the failing enter never
+    /// submitted are left to [`Drop`].
     fn enter_failed(&self, st: &mut RingState, e: &io::Error) {
         st.enter_failures += 1;
         let n = st.enter_failures;
@@ -293,7 +294,7 @@ impl CpuRing {
         };
         let msg = format!(
             "io_uring CPU ring: io_uring_enter failed {n} times in a row ({e}): the ring stops; \
-             {} queued I/Os failed with EIO, {} left in the kernel",
+             {} queued I/Os failed with EIO, {} left in the SQ or the kernel",
             failed.len(),
             st.in_ring
         );
@@ -317,7 +318,8 @@ impl CpuRing {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // Rounded up: a sub-millisecond park slice must sleep, not poll(0) and spin.
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
         // SAFETY: one valid pollfd for the duration of the call.
         if unsafe { libc::poll(&mut pfd, 1, ms) } > 0 {
             let mut n: u64 = 0;
@@ -423,6 +425,11 @@ impl IdleWait for CpuRing {
         if self.broken.get().is_some() {
             drop(st);
             self.sleep_on_eventfd(timeout);
+            // The ops already in the kernel still complete: their CQEs need no io_uring_enter()
+            // (the poll() above returned to user space, running any completion task work), so
+            // each is reaped and delivered once, with its own result.
+            let mut st = self.ring.lock();
+            self.reap(&mut st);
             return;
         }
         let was_armed = st.wake_armed;
@@ -526,7 +533,15 @@ impl Drop for CpuRing {
         while st.in_ring > 0 && std::time::Instant::now() < deadline {
             let ts = types::Timespec::new().nsec(10_000_000);
             let args = types::SubmitArgs::new().timespec(&ts);
-            let _ = st.ring.submitter().submit_with_args(1, &args);
+            if let Err(e) = st.ring.submitter().submit_with_args(1, &args) {
+                // Only a transient error is worth the rest of the 5 s; any other would spin.
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) {
+                    break;
+                }
+            }
             let done: Vec<u64> = st.ring.completion().map(|c| c.user_data()).collect();
             for u in done {
                 if let Some(slot) = st.slab.get_mut(u as usize) {
@@ -986,7 +1001,7 @@ mod tests {
             msg,
             format!(
                 "io_uring CPU ring: io_uring_enter failed {MAX_ENTER_FAILURES} times in a row \
-                 ({}): the ring stops; 2 queued I/Os failed with EIO, 2 left in the kernel",
+                 ({}): the ring stops; 2 queued I/Os failed with EIO, 2 left in the SQ or the kernel",
                 io::Error::from_raw_os_error(libc::EBADF)
             )
         );

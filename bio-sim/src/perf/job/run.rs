@@ -290,6 +290,35 @@ struct CloneSink {
     /// I/Os whose `REQ_NOWAIT` bio met `BLK_STS_AGAIN`, for the clone to resubmit blocking:
     /// (write, offset, generation, submit time).
     again: Mutex<Vec<(bool, u64, u64, Instant)>>,
+    /// Data buffers of completed bios, for the clone's next I/Os: fio allocates its `io_u`
+    /// buffers once per job (and raw reuses its slots), so the simulated submitter does too
+    /// instead of allocating and filling a block per I/O. At most `iodepth` of them are out.
+    bufs: Mutex<Vec<Vec<u8>>>,
+}
+
+impl CloneSink {
+    /// A data buffer of `bs` bytes for the next I/O: a completed one if there is one (its bytes
+    /// are the last I/O's, as fio's reused `io_u` buffers are), else a new one.
+    fn take_buf(&self, bs: usize) -> Vec<u8> {
+        let mut free = self.bufs.lock();
+        loop {
+            match free.pop() {
+                Some(b) if b.len() == bs => return b,
+                Some(_) => continue,
+                None => return vec![0xa5; bs],
+            }
+        }
+    }
+
+    /// Takes a completed bio's one segment back for [`CloneSink::take_buf`]. A bio with any other
+    /// shape (a driver that split or kept its segment) gives nothing back.
+    fn give_back_buf(&self, bio: &mut bio_core::block::Bio) {
+        if bio.bi_io_vec.len() == 1 {
+            if let Some(v) = bio.bi_io_vec.pop() {
+                self.bufs.lock().push(v.data);
+            }
+        }
+    }
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -305,6 +334,7 @@ impl CloneSink {
             flushes: AtomicU64::new(0),
             nowait: Default::default(),
             again: Mutex::new(Vec::new()),
+            bufs: Mutex::new(Vec::new()),
         }
     }
 
@@ -1262,7 +1292,8 @@ fn submit_io(
     nowait: bool,
 ) {
     let verify = ctx.verify.is_some();
-    let mut data = vec![0xa5; ctx.job.bs as usize];
+    let bs = ctx.job.bs as usize;
+    let mut data = sink.take_buf(bs);
     stamp_or_fill(&mut data, write, off, gen, verify);
     let op = if write { ReqOp::Write } else { ReqOp::Read };
     let (s, c) = (Arc::clone(sink), Arc::clone(ctx));
@@ -1289,6 +1320,10 @@ fn submit_io(
         }
         let data = (!write && verify).then(|| bio.data());
         s.io_done(&c, t0, write, off, gen, data.as_deref());
+        // The buffer back to the clone (one segment: what submit_io() built; a driver that
+        // kept or split it returns nothing, and the next I/O allocates).
+        let mut bio = bio;
+        s.give_back_buf(&mut bio);
     }));
     submit_bio_noacct(bio, &**dev, cx);
 }
@@ -1315,6 +1350,38 @@ mod tests {
             });
         }
         assert_eq!(steps, "wwwwFwwwwFww");
+    }
+
+    /// A clone's completed bio gives its buffer back, and the next I/O takes that very buffer
+    /// (no allocation per I/O); a buffer of another size is not handed out.
+    #[test]
+    fn a_completed_bios_buffer_is_the_next_ios_buffer() {
+        let kernel = Kernel::boot(KernelConfig::default(), 1, 1).unwrap();
+        let sink = CloneSink::new();
+        let first = sink.take_buf(4096);
+        assert_eq!(first, vec![0xa5; 4096], "a new buffer is filled");
+        let ptr = first.as_ptr();
+        let mut bio = kernel.bio_alloc(ReqOp::Read, 0).with_data(first);
+        sink.give_back_buf(&mut bio);
+        let again = sink.take_buf(4096);
+        assert_eq!(again.as_ptr(), ptr, "the returned buffer is reused");
+        let mut two = kernel
+            .bio_alloc(ReqOp::Read, 0)
+            .with_data(vec![1; 512])
+            .with_data(vec![2; 512]);
+        sink.give_back_buf(&mut two);
+        sink.give_back_buf(&mut kernel.bio_alloc(ReqOp::Read, 0).with_data(vec![3; 512]));
+        assert_eq!(
+            sink.bufs.lock().len(),
+            1,
+            "a two-segment bio gives nothing back"
+        );
+        assert_eq!(
+            sink.take_buf(4096),
+            vec![0xa5; 4096],
+            "a 512-byte buffer is not a 4 KiB one"
+        );
+        drop(again);
     }
 
     /// A per-CPU ring holds what one CPU may carry: every clone's `iodepth` (the loop's worker

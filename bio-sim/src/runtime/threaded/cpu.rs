@@ -98,7 +98,9 @@ fn run_disassociated(sh: &Shared, cx: &Cpu) -> bool {
         };
         // CPU m's own thread may have found its lock taken and parked (see `cpu_loop`): it
         // takes it again now.
-        sh.kick(m);
+        if sh.exec_missed[m.index()].swap(false, Ordering::SeqCst) {
+            sh.kick(m);
+        }
         if let Some(x) = ran {
             sh.record_work(&x, me);
             return true;
@@ -203,6 +205,8 @@ fn cpu_loop(sh: &Arc<Shared>, id: CpuId, cx: &Cpu, rx: &Receiver<Msg>) {
     let c = &sh.counters[i];
     while !sh.stop.load(Ordering::SeqCst) {
         sh.active[i].store(true, Ordering::SeqCst);
+        // Raised before the attempt, so a holder that lets go after a failed one always sees it.
+        sh.exec_missed[i].store(true, Ordering::SeqCst);
         let exec = if cfg!(feature = "bug-cpu-ring-exec-blocks") {
             // The buggy twin: the thread blocks on its lock, its idle wait (its io_uring) unreaped
             // as long as another thread holds it.
@@ -215,13 +219,14 @@ fn cpu_loop(sh: &Arc<Shared>, id: CpuId, cx: &Cpu, rx: &Receiver<Msg>) {
             // pool (it is offline) or the hotplug controller finishing one of its steps. Its
             // thread sleeps in its idle wait meanwhile, so the I/O in its own ring is still
             // reaped and completed (a work item of that pool may be waiting for it); the holder
-            // kicks it when it lets go. (The kernel drains an offline CPU's hctx rather than
-            // leave it: `blk_mq_hctx_notify_offline()`.)
+            // kicks it when it lets go. (Here the host thread stands for the io_uring task,
+            // which the kernel would migrate to an online CPU.)
             sh.active[i].store(false, Ordering::SeqCst);
             sh.before_park();
             sh.parkers[i].park(sh.config.idle_timeout);
             continue;
         };
+        sh.exec_missed[i].store(false, Ordering::SeqCst);
         let did = {
             let _exec = exec;
             match catch_unwind(AssertUnwindSafe(|| run_one(sh, cx, Some(rx)))) {

@@ -141,6 +141,10 @@ pub(super) struct Shared {
     pub(super) counters: Vec<Counters>,
     /// A CPU thread is between waking up and finding nothing to do.
     pub(super) active: Vec<AtomicBool>,
+    /// Per CPU: its thread found its execution lock taken and parks until the holder kicks it.
+    /// The holder kicks only then, so a thread running an offline CPU's pool does not wake that
+    /// CPU's thread after every item (which would make the next `try_lock` fail).
+    pub(super) exec_missed: Vec<AtomicBool>,
     pub(super) thread_ids: Vec<OnceLock<ThreadId>>,
     pub(super) stop: AtomicBool,
     /// Bumped after every event a CPU thread completes (for `ThreadedRuntime::quiesce`).
@@ -177,6 +181,7 @@ impl Shared {
             exec: (0..n).map(|_| Mutex::new(())).collect(),
             counters: (0..n).map(|_| Counters::default()).collect(),
             active: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            exec_missed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             thread_ids: (0..n).map(|_| OnceLock::new()).collect(),
             stop: AtomicBool::new(false),
             progress: AtomicU64::new(0),
