@@ -717,14 +717,7 @@ mod tests {
         on_batch: RingBatchFn,
     ) -> Option<(ThreadedRuntime, CpuRings, tempfile::TempDir)> {
         let (dir, f) = file();
-        let rings = match CpuRings::new(&f, n as usize, 8, on_batch) {
-            Ok(r) => r,
-            Err(e) if unavailable(&e) => {
-                eprintln!("skipped: io_uring unavailable: {e}");
-                return None;
-            }
-            Err(e) => panic!("{e}"),
-        };
+        let rings = or_skip(CpuRings::new(&f, n as usize, 8, on_batch))?;
         let kernel = Kernel::boot(KernelConfig::default(), n, n).unwrap();
         let config = ThreadedConfig {
             idle_timeout: Duration::from_secs(5),
@@ -865,6 +858,19 @@ mod tests {
         assert!(rt.shutdown().is_clean());
     }
 
+    /// The rings, or `None` (with the one-line reason) where io_uring is unavailable; any other
+    /// error fails the test.
+    fn or_skip(r: io::Result<CpuRings>) -> Option<CpuRings> {
+        match r {
+            Ok(r) => Some(r),
+            Err(e) if unavailable(&e) => {
+                eprintln!("skipped: io_uring unavailable: {e}");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     /// A read of block `t % 16` with token `t`.
     fn read(t: u64) -> UringOp {
         UringOp::Read {
@@ -951,7 +957,7 @@ mod tests {
         let seen: Seen = Arc::default();
         let s = Arc::clone(&seen);
         // A ring of depth 2: two reads go to the kernel, the other two stay queued.
-        let rings = match CpuRings::new(
+        let Some(rings) = or_skip(CpuRings::new(
             &f,
             1,
             2,
@@ -964,13 +970,8 @@ mod tests {
                     )
                 }));
             }),
-        ) {
-            Ok(r) => r,
-            Err(e) if unavailable(&e) => {
-                eprintln!("skipped: io_uring unavailable: {e}");
-                return;
-            }
-            Err(e) => panic!("{e}"),
+        )) else {
+            return;
         };
         let ring = rings.ring(0);
         ring.fake_enter_error(libc::EBADF);
@@ -1053,20 +1054,15 @@ mod tests {
         let (_d, f) = file();
         let n = Arc::new(AtomicUsize::new(0));
         let m = Arc::clone(&n);
-        let rings = match CpuRings::new(
+        let Some(rings) = or_skip(CpuRings::new(
             &f,
             1,
             2,
             Arc::new(move |b: Vec<UringCompletion>| {
                 m.fetch_add(b.len(), Ordering::SeqCst);
             }),
-        ) {
-            Ok(r) => r,
-            Err(e) if unavailable(&e) => {
-                eprintln!("skipped: io_uring unavailable: {e}");
-                return;
-            }
-            Err(e) => panic!("{e}"),
+        )) else {
+            return;
         };
         let ring = rings.ring(0);
         // This thread becomes the ring's owner (and arms the eventfd poll).
@@ -1103,20 +1099,15 @@ mod tests {
         let (_d, f) = file();
         let n = Arc::new(AtomicUsize::new(0));
         let m = Arc::clone(&n);
-        let rings = match CpuRings::new(
+        let Some(rings) = or_skip(CpuRings::new(
             &f,
             1,
             8,
             Arc::new(move |b: Vec<UringCompletion>| {
                 m.fetch_add(b.len(), Ordering::SeqCst);
             }),
-        ) {
-            Ok(r) => r,
-            Err(e) if unavailable(&e) => {
-                eprintln!("skipped: io_uring unavailable: {e}");
-                return;
-            }
-            Err(e) => panic!("{e}"),
+        )) else {
+            return;
         };
         let ring = rings.ring(0);
         ring.flush();
