@@ -205,14 +205,8 @@ impl AddressSpace {
                         reason,
                     });
                 }
-                if self.wb_over_bg_thresh(&m) {
-                    return Some(WbWork {
-                        nr_pages: u64::MAX,
-                        for_background: true,
-                        for_kupdate: false,
-                        reason: WbReason::Background,
-                    });
-                }
+                // wb_do_writeback(): start-all, then wb_check_old_data_flush() (kupdate), then
+                // wb_check_background_flush().
                 let interval = DIRTY_WRITEBACK_CENTISECS * hz / 100;
                 if jiffies >= m.wb.last_old_flush + interval {
                     m.wb.last_old_flush = jiffies;
@@ -221,6 +215,14 @@ impl AddressSpace {
                         for_background: false,
                         for_kupdate: true,
                         reason: WbReason::Periodic,
+                    });
+                }
+                if self.wb_over_bg_thresh(&m) {
+                    return Some(WbWork {
+                        nr_pages: u64::MAX,
+                        for_background: true,
+                        for_kupdate: false,
+                        reason: WbReason::Background,
                     });
                 }
                 None

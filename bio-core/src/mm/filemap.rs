@@ -29,6 +29,7 @@
 use super::dontcache::{DontcacheDesign, FolioRef, PageCacheConfig, WritebackPath};
 use super::folio::Folio;
 pub use super::folio::FolioFlags;
+use super::gfp::GfpFlags;
 use super::memcontrol::MemCgroup;
 use super::readahead::FileRaState;
 use super::swap::Lru;
@@ -82,8 +83,8 @@ pub enum Blocked {
     Writeback(u64),
     /// The memcg is at its limit and reclaim found nothing it can free now (only dirty, writeback,
     /// locked or referenced folios), or reclaim waits for writeback (cgroup v1's
-    /// `folio_wait_writeback()` on a `PG_reclaim` folio, `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`
-    /// after waking the flusher). Wait for any completion of this mapping's I/O (the flusher's
+    /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` after waking the flusher, or, for a charge
+    /// with `__GFP_FS` only, `folio_wait_writeback()` on a `PG_reclaim` folio). Wait for any completion of this mapping's I/O (the flusher's
     /// included, or the work holding folio references) and call again.
     Memcg,
     /// `balance_dirty_pages()` pauses the dirtier: the machine's dirty and writeback pages are at
@@ -188,8 +189,10 @@ pub struct PageCacheStats {
     pub flusher_pages: u64,
     /// `balance_dirty_pages()` pauses ([`Blocked::DirtyThrottle`]).
     pub dirty_throttled: u64,
-    /// Folios under reclaim-started writeback reclaim met again: cgroup v1 would wait for them
-    /// (`folio_wait_writeback()`, `reclaim_throttle()`).
+    /// Times cgroup v1 reclaim made the charging task wait for writeback:
+    /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` after a batch that was all unqueued dirty,
+    /// or `folio_wait_writeback()` on a `PG_reclaim` folio met again (case 3, only for a charge
+    /// with `__GFP_FS`: the read path's `filemap_create_folio()`, never a writer's).
     pub reclaim_throttled: u64,
     /// Folios reclaim skipped: locked or with extra references.
     pub reclaim_skipped_busy: u64,
@@ -873,7 +876,10 @@ impl AddressSpace {
                     }
                 }
                 None => {
-                    if self.try_charge(&mut m, cx, 1, &mut p.submit) == 0 {
+                    // blkdev_buffered_write() → iomap_get_folio(): FGP_WRITEBEGIN | FGP_NOFS,
+                    // so __filemap_get_folio() charges without __GFP_FS.
+                    let gfp = GfpFlags::GFP_KERNEL.without(GfpFlags::__GFP_FS);
+                    if self.try_charge(&mut m, cx, 1, gfp, &mut p.submit) == 0 {
                         if m.io_in_flight() || !p.submit.is_empty() {
                             m.stats.memcg_blocked += 1;
                             p.blocked = Some(Blocked::Memcg);

@@ -12,6 +12,7 @@
 
 use super::dontcache::WritebackPath;
 use super::filemap::{AddressSpace, FolioFlags, Mapping};
+use super::gfp::GfpFlags;
 use crate::block::Bio;
 use crate::fs::{buffer, iomap};
 use crate::kernel::Cpu;
@@ -183,7 +184,9 @@ impl AddressSpace {
                 self.read_pages(m, cx, std::mem::take(&mut run), submit);
                 continue;
             }
-            if self.try_charge(m, cx, 1, submit) == 0 {
+            // page_cache_ra_unbounded() allocates under memalloc_nofs_save(): no __GFP_FS.
+            let gfp = GfpFlags::GFP_KERNEL.without(GfpFlags::__GFP_FS);
+            if self.try_charge(m, cx, 1, gfp, submit) == 0 {
                 break;
             }
             let unwritten = m.unwritten(index);
@@ -249,7 +252,9 @@ impl AddressSpace {
         dontcache: bool,
         submit: &mut Vec<Box<Bio>>,
     ) -> u64 {
-        if self.try_charge(m, cx, 1, submit) == 0 {
+        // filemap_create_folio() allocates with mapping_gfp_mask(): the block device's GFP_USER,
+        // which has __GFP_FS (its __GFP_HARDWALL is not modelled).
+        if self.try_charge(m, cx, 1, GfpFlags::GFP_KERNEL, submit) == 0 {
             return 0;
         }
         let unwritten = m.unwritten(index);

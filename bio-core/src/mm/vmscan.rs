@@ -7,17 +7,21 @@
 //! - a clean, unlocked folio without extra references is evicted (`__remove_mapping()`);
 //! - a dirty one is never written here (only kswapd may `pageout()` a file folio): it gets
 //!   `PG_reclaim` and is activated (`activate_locked`), counted as unqueued dirty;
-//! - one under writeback without `PG_reclaim` gets it and is activated (case 2); one already
-//!   `PG_reclaim` is waited for (case 3, cgroup v1: `!writeback_throttling_sane()` →
-//!   `folio_wait_writeback()`): the scan stops and the caller waits ([`Blocked::Memcg`]);
+//! - one under writeback gets `PG_reclaim` and is activated (case 2), and the scan goes on;
 //!   `folio_end_writeback()` then rotates it to the inactive tail (`folio_rotate_reclaimable()`)
-//!   and the next scan evicts it;
+//!   and the next scan evicts it. Case 3 (cgroup v1, `!writeback_throttling_sane()`:
+//!   `folio_wait_writeback()` on a folio already `PG_reclaim`; the scan stops and the caller waits,
+//!   [`Blocked::Memcg`]) needs `may_enter_fs()`, i.e. a charge with `__GFP_FS`. On a block device
+//!   only the read path's `filemap_create_folio()` (`GFP_USER`) charges so: the write path's
+//!   `iomap_get_folio()` passes `FGP_NOFS` (`__filemap_get_folio()` clears `__GFP_FS` before
+//!   `mem_cgroup_charge()`) and readahead allocates under `memalloc_nofs_save()`, so writers never
+//!   wait on a folio here;
 //! - locked or referenced-by-someone folios are put back.
 //!
 //! When every folio of a batch was dirty and unqueued (`nr_unqueued_dirty == nr_taken`),
 //! `shrink_inactive_list()` wakes the flusher (`wakeup_flusher_threads(WB_REASON_VMSCAN)`,
 //! [`crate::fs::fs_writeback`]) and, on cgroup v1, `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`:
-//! the caller waits for writeback ([`Blocked::Memcg`]). When the inactive list is smaller than the
+//! the caller waits for writeback ([`Blocked::Memcg`]). That is the only throttle a writer meets. When the inactive list is smaller than the
 //! active one, `shrink_active_list()` first moves active folios to it (`inactive_is_low()`, the
 //! ratio 1 of a memcg under 1 GB).
 //!
@@ -36,28 +40,37 @@
 #[cfg(doc)]
 use super::filemap::Blocked;
 use super::filemap::{AddressSpace, Mapping};
+use super::gfp::GfpFlags;
 use crate::block::Bio;
 use crate::fs::fs_writeback::WbReason;
 use crate::kernel::Cpu;
+
+/// `may_enter_fs()` for a page cache folio: whether reclaim under `gfp` (`sc->gfp_mask`) may wait
+/// on it, i.e. whether the charge has `__GFP_FS` (a block device folio is not swap-backed, so only
+/// the flag counts).
+pub(crate) fn may_enter_fs(gfp: GfpFlags) -> bool {
+    gfp.contains(GfpFlags::__GFP_FS)
+}
 
 /// `SWAP_CLUSTER_MAX`: reclaim frees at least this many pages per call.
 pub const SWAP_CLUSTER_MAX: u64 = 32;
 
 impl AddressSpace {
-    /// `mem_cgroup_charge()` of up to `nr` new folios: charges what fits under the limit, after
-    /// `try_to_free_mem_cgroup_pages()` when over it. Returns the pages charged (0: no room now,
-    /// or reclaim must wait for writeback first). Only the `bug-reclaim-pages-out-file` twin
-    /// appends writeback bios to `submit`.
+    /// `mem_cgroup_charge()` of up to `nr` new folios under the allocation's `gfp`: charges what
+    /// fits under the limit, after `try_to_free_mem_cgroup_pages()` when over it. Returns the
+    /// pages charged (0: no room now, or reclaim must wait for writeback first). Only the
+    /// `bug-reclaim-pages-out-file` twin appends writeback bios to `submit`.
     pub(crate) fn try_charge(
         &self,
         m: &mut Mapping,
         cx: &Cpu,
         nr: u64,
+        gfp: GfpFlags,
         submit: &mut Vec<Box<Bio>>,
     ) -> u64 {
         let over = m.memcg.over_by(nr);
         if over > 0 {
-            self.try_to_free_mem_cgroup_pages(m, cx, over.max(SWAP_CLUSTER_MAX), submit);
+            self.try_to_free_mem_cgroup_pages(m, cx, over.max(SWAP_CLUSTER_MAX), gfp, submit);
             if std::mem::take(&mut m.reclaim_must_wait) {
                 // folio_wait_writeback() / reclaim_throttle(): the charge goes on after it.
                 return 0;
@@ -78,13 +91,14 @@ impl AddressSpace {
 
     /// `try_to_free_mem_cgroup_pages()`: reclaims up to `nr_to_reclaim` pages of this mapping's
     /// memcg, scanning each folio at most once, in batches of [`SWAP_CLUSTER_MAX`]
-    /// (`shrink_inactive_list()`). Returns the pages freed; sets `m.reclaim_must_wait` when the
-    /// caller must wait for writeback (cgroup v1).
+    /// (`shrink_inactive_list()`), under the charge's `gfp` (`sc->gfp_mask`). Returns the pages
+    /// freed; sets `m.reclaim_must_wait` when the caller must wait for writeback (cgroup v1).
     pub(crate) fn try_to_free_mem_cgroup_pages(
         &self,
         m: &mut Mapping,
         cx: &Cpu,
         nr_to_reclaim: u64,
+        gfp: GfpFlags,
         submit: &mut Vec<Box<Bio>>,
     ) -> u64 {
         m.stats.reclaim_runs += 1;
@@ -137,9 +151,10 @@ impl AddressSpace {
                     m.lru.del(seq, false);
                     f.lru_seq = m.lru.add_head(index, false);
                 } else if fl.writeback {
-                    if fl.reclaim && !self.writeback_throttling_sane() {
+                    if fl.reclaim && !self.writeback_throttling_sane() && may_enter_fs(gfp) {
                         // Case 3: cgroup v1 waits for this folio's writeback, then retries it:
-                        // the folio stays at the tail, the caller waits.
+                        // the folio stays at the tail, the caller waits. Only a charge that may
+                        // enter the filesystem does (a no-FS one could deadlock on it).
                         m.stats.reclaim_throttled += 1;
                         m.reclaim_must_wait = true;
                         break 'scan;

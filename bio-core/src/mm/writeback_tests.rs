@@ -6,6 +6,7 @@
 
 use super::dontcache::{DontcacheDesign, WritebackPath};
 use super::filemap::{Blocked, IocbFlags, PAGE_SECTORS, PAGE_SIZE};
+use super::gfp::GfpFlags;
 use super::testing::{run_deferred, Rig};
 use super::tests::{pattern, write_fsync_drop_read};
 use crate::block::complete_in_task::Variant;
@@ -152,6 +153,71 @@ fn pg_reclaim_folios_rotate_to_the_inactive_tail_when_writeback_ends() {
     );
 }
 
+/// A memcg whose 32 folios are all under writeback with `PG_reclaim` (reclaim marked them dirty,
+/// the flusher started them). Returns the rig and the reclaim's deltas for a charge under `gfp`:
+/// (`reclaim_throttled`, `reclaim_must_wait`, folios still under writeback and `PG_reclaim`).
+fn reclaim_meets_pg_reclaim_writeback(gfp: GfpFlags) -> (u64, bool, usize) {
+    let r = rig_with(Some(32), None);
+    let cx = r.task();
+    let p = r
+        .mapping
+        .generic_perform_write(&cx, 0, &pattern(64, 5), NONE)
+        .unwrap();
+    assert_eq!(p.blocked, Some(Blocked::Memcg));
+    run_deferred(&r.kernel);
+    let _bios = r.mapping.wb_take_submitted();
+    for i in 0..32 {
+        let f = r.mapping.folio(i).unwrap();
+        assert!(f.writeback && f.reclaim, "folio {i}: {f:?}");
+    }
+    let before = r.mapping.stats();
+    let mut submit = Vec::new();
+    let must_wait = {
+        let mut m = r.mapping.inner.lock();
+        r.mapping
+            .try_to_free_mem_cgroup_pages(&mut m, &cx, 32, gfp, &mut submit);
+        std::mem::take(&mut m.reclaim_must_wait)
+    };
+    assert!(submit.is_empty(), "reclaim never writes");
+    let d = r.mapping.stats().since(&before);
+    assert_eq!(d.reclaim_evicted, 0, "nothing is clean: {d:?}");
+    let marked = (0..32)
+        .filter(|&i| {
+            let f = r.mapping.folio(i).unwrap();
+            f.writeback && f.reclaim
+        })
+        .count();
+    (d.reclaim_throttled, must_wait, marked)
+}
+
+/// A charge without `__GFP_FS` (the block device's write_begin, `FGP_NOFS`, and readahead under
+/// `memalloc_nofs_save()`) meeting a `PG_reclaim` folio under writeback takes case 2 of
+/// `shrink_folio_list()`: it activates the folio and keeps scanning, never waits on it. Catches
+/// a case 3 (`folio_wait_writeback()`) taken without `may_enter_fs()`.
+#[test]
+fn a_nofs_charge_meeting_pg_reclaim_writeback_keeps_scanning() {
+    let nofs = GfpFlags::GFP_KERNEL.without(GfpFlags::__GFP_FS);
+    let (throttled, must_wait, marked) = reclaim_meets_pg_reclaim_writeback(nofs);
+    assert_eq!(
+        (throttled, must_wait),
+        (0, false),
+        "a no-FS charge never waits"
+    );
+    assert_eq!(
+        marked, 32,
+        "each folio is left under writeback with PG_reclaim"
+    );
+}
+
+/// A charge with `__GFP_FS` (`filemap_create_folio()` on the read path, `GFP_USER`) meeting a
+/// `PG_reclaim` folio under writeback takes case 3 on cgroup v1: the scan stops and the caller
+/// waits for writeback. Catches the wait being dropped altogether.
+#[test]
+fn an_fs_charge_meeting_pg_reclaim_writeback_waits() {
+    let (throttled, must_wait, _) = reclaim_meets_pg_reclaim_writeback(GfpFlags::GFP_KERNEL);
+    assert_eq!((throttled, must_wait), (1, true), "folio_wait_writeback()");
+}
+
 /// `do_writepages()` with `range_cyclic` starts at `mapping->writeback_index`, writes up to the
 /// chunk, moves the index past it, and at the end of the device resets it to 0 without
 /// wrapping in the same call; the flusher's next round starts from 0. Catches a writeback that
@@ -173,6 +239,12 @@ fn the_flusher_writes_a_dirty_range_in_writeback_index_order() {
         "no wrap in one call"
     );
     assert_eq!(m.wb.writeback_index, 0, "reset at the end of the device");
+    // Only 0..40 is dirty: from 50 writeback_iter() finds nothing, resets the index, and does
+    // not come back for them in the same call.
+    m.wb.writeback_index = 50;
+    let (bios, n) = r.mapping.writeback_range_cyclic(&mut m, &cx, 1000);
+    assert_eq!((bios.len(), n), (0, 0), "no wrap in one call");
+    assert_eq!(m.wb.writeback_index, 0, "reset when nothing is found");
     let (bios, n) = r.mapping.writeback_range_cyclic(&mut m, &cx, 1000);
     assert_eq!((bio_pages(&bios), n), (vec![(0, 40)], 40));
     drop(m);

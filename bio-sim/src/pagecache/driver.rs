@@ -348,6 +348,14 @@ impl Machine {
     /// unbound kworker (the flusher) runs on the CPU free first, after that CPU's backlog, and
     /// its bios go to the device as it builds them.
     fn run_deferred(&mut self) {
+        self.run_deferred_after(0);
+    }
+
+    /// [`Self::run_deferred`] for work a syscall queued: none of it starts before `not_before`,
+    /// the syscall's end (the flusher cannot run before reclaim or `balance_dirty_pages()` woke
+    /// it, which the syscall's CPU time covers).
+    fn run_deferred_after(&mut self, not_before: u64) {
+        let at = self.now.max(not_before);
         loop {
             let enabled = self.rt.enabled();
             let next = enabled.iter().copied().find(|e| {
@@ -404,12 +412,11 @@ impl Machine {
                 } else {
                     0
                 };
-            let start = self.clocks.free_at(on as usize).max(self.now);
+            let start = self.clocks.free_at(on as usize).max(at);
             if unbound {
-                self.clocks.run(on as usize, self.now, ns, Runner::Worker);
+                self.clocks.run(on as usize, at, ns, Runner::Worker);
             } else {
-                self.clocks
-                    .preempt(on as usize, self.now, ns, Runner::Worker);
+                self.clocks.preempt(on as usize, at, ns, Runner::Worker);
             }
             let bios = kernel_calls::flusher_bios(&self.mapping);
             self.submit_as_built(bios, on, start);
@@ -596,8 +603,9 @@ impl Machine {
             let ns = self.price(&before, &after).max(1);
             let end = self.clocks.run(cpu as usize, t, ns, Runner::Task);
             self.submit(bios, cpu, end);
-            // What the syscall woke (the flusher, from reclaim or balance_dirty_pages()).
-            self.run_deferred();
+            // What the syscall woke (the flusher, from reclaim or balance_dirty_pages()), not
+            // before the syscall that woke it ends.
+            self.run_deferred_after(end);
             let done_now = match c {
                 Syscall::Read { done, .. } | Syscall::Write { done, .. } => done + progress,
             };
