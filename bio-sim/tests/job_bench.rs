@@ -165,6 +165,19 @@ fn json_parses_and_holds_every_design_s_figures_and_ratios() {
         for k in ["iops", "mb_per_s", "lat_p99_us", "cpu_us_per_io_process"] {
             assert!(d[k]["median"].as_f64().unwrap() > 0.0, "{k}: {d}");
         }
+        // The kernel's share (ru_stime): O_DIRECT I/O is system calls, and never more than the
+        // whole, round by round.
+        assert!(
+            d["cpu_us_per_io_system"]["median"].as_f64().unwrap() > 0.0,
+            "{d}"
+        );
+        for r in d["per_round"].as_array().unwrap() {
+            let (sys, all) = (
+                r["cpu_us_per_io_system"].as_f64().unwrap(),
+                r["cpu_us_per_io_process"].as_f64().unwrap(),
+            );
+            assert!(sys <= all, "{r}");
+        }
     }
     assert!(
         designs[0]["vs_raw"]["cpu_per_io_process"]["median"]

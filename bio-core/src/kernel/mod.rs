@@ -83,6 +83,8 @@ pub struct Kernel {
     /// Whether `blk_mq_flush_plug_list()` has the post-6.18 fix "blk-mq: fix plug list
     /// corruption when queue_rq adds new requests" (Ming Lei, Nov 2025): off, the 6.18 code.
     blk_plug_list_fix: crate::sync::untracked::AtomicBool,
+    /// The tracepoints' static keys as one switch (see [`Kernel::set_tracepoints_enabled`]).
+    tracepoints: crate::sync::untracked::AtomicBool,
     /// `kblockd_workqueue`, allocated on first use (`block::blk_core::kblockd_workqueue`).
     pub(crate) kblockd: UntrackedOnceLock<crate::workqueue::Workqueue>,
     /// `blkdev_dio_pool` (block/fops.c), made on first use (`block::fops::blkdev_dio_pool`).
@@ -185,6 +187,7 @@ impl Kernel {
             fault_inject: fault_inject::FaultInject::default(),
             hung_task: hung_task::HungTask::default(),
             blk_plug_list_fix: crate::sync::untracked::AtomicBool::new(false),
+            tracepoints: crate::sync::untracked::AtomicBool::new(true),
             kblockd: UntrackedOnceLock::new(),
             blkdev_dio_pool: UntrackedOnceLock::new(),
             fs_bio_set: UntrackedOnceLock::new(),
@@ -208,6 +211,24 @@ impl Kernel {
     /// Whether [`Kernel::set_blk_plug_list_fix`] is on.
     pub fn blk_plug_list_fix(&self) -> bool {
         self.blk_plug_list_fix
+            .load(crate::sync::untracked::Ordering::Relaxed)
+    }
+
+    /// Attaches (`true`, the default) or detaches every tracepoint probe: the
+    /// `__tracepoint_<name>.key` static keys of include/linux/tracepoint.h, which
+    /// `tracepoint_probe_register()` enables when tracefs, perf or BPF attaches to an event and
+    /// which leave a disabled `trace_<name>()` a patched-out jump, its arguments never computed.
+    /// Off, [`ktrace!`](crate::ktrace) and the request tracepoints build nothing and ask no
+    /// `tracing` subscriber: a kernel with tracing off, as `biosim bench` compares against the
+    /// real one. One switch for all events (the kernel has one key per event).
+    pub fn set_tracepoints_enabled(&self, on: bool) {
+        self.tracepoints
+            .store(on, crate::sync::untracked::Ordering::Relaxed);
+    }
+
+    /// Whether [`Kernel::set_tracepoints_enabled`] left the tracepoints' probes attached.
+    pub fn tracepoints_enabled(&self) -> bool {
+        self.tracepoints
             .load(crate::sync::untracked::Ordering::Relaxed)
     }
 

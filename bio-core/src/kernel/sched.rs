@@ -100,7 +100,8 @@ impl Cpu {
     /// `schedule_idle()`, whose only extra count is the lock), and with `TIF_NEED_RESCHED`
     /// already cleared.
     pub fn trace_sched_switch(&self, next: &super::Task, prev_state: PrevState) {
-        if !tracing::enabled!(target: "sched", tracing::Level::TRACE) {
+        if !self.tracepoints_enabled() || !tracing::enabled!(target: "sched", tracing::Level::TRACE)
+        {
             return;
         }
         let prev = self.current();

@@ -84,6 +84,16 @@ impl fmt::Debug for TraceFlags {
 }
 
 impl Cpu {
+    /// `trace_<event>_enabled()` for every event: whether this CPU's kernel has its tracepoints'
+    /// static keys on ([`Kernel::set_tracepoints_enabled`](super::Kernel::set_tracepoints_enabled)).
+    /// [`ktrace!`](crate::ktrace) checks it first; a caller that computes a tracepoint's
+    /// arguments (a request's `rwbs`, sector and size) checks it before, as the kernel's
+    /// `if (trace_block_rq_issue_enabled())` does.
+    #[inline]
+    pub fn tracepoints_enabled(&self) -> bool {
+        self.kernel.tracepoints_enabled()
+    }
+
     /// The flags column of an event fired here now, as `tracing_gen_ctx_dec()` records it and
     /// `trace_print_lat_fmt()` prints it.
     ///
@@ -194,7 +204,7 @@ pub fn timer_ptr(id: usize) -> String {
 /// `flags` ([`Cpu::trace_flags`], or `flags: EXPR` to pass a [`TraceFlags`]), extra fields with
 /// `fields(key = value, ...)`, and the message
 /// `"$event: <format>"`. The format must render the event's `print fmt`. Nothing is computed
-/// unless the event is enabled.
+/// unless the kernel's tracepoints are on ([`Cpu::tracepoints_enabled`]) and the event is enabled.
 ///
 /// ```ignore
 /// ktrace!(cx, target: "irq", "softirq_raise", "vec={} [action={}]", vec.nr(), vec.name());
@@ -214,7 +224,7 @@ macro_rules! ktrace {
         $crate::ktrace!(@emit $cx, $target, $event, ($cx).trace_flags(), (); $($fmt)+)
     };
     (@emit $cx:expr, $target:literal, $event:expr, $flags:expr, ($($k:ident = $v:expr),*); $fmt:literal $(, $arg:expr)* $(,)?) => {
-        if ::tracing::enabled!(target: $target, ::tracing::Level::TRACE) {
+        if ($cx).tracepoints_enabled() && ::tracing::enabled!(target: $target, ::tracing::Level::TRACE) {
             let cx: &$crate::kernel::Cpu = $cx;
             let flags: $crate::kernel::TraceFlags = $flags;
             let task = cx.current();

@@ -308,7 +308,7 @@ impl Kernel {
 
     /// `trace_timer_start()` with `locks` base locks held (two in `migrate_timer_list()`).
     fn trace_timer_start_locked(&self, cx: &Cpu, timer: TimerList, locks: u32) {
-        if !tracing::enabled!(target: "timer", tracing::Level::TRACE) {
+        if !cx.tracepoints_enabled() || !tracing::enabled!(target: "timer", tracing::Level::TRACE) {
             return;
         }
         let (function, expires, base, pinned, irqsafe) = self.timers.start_info(timer);

@@ -425,7 +425,9 @@ impl Kernel {
         } else {
             "biosim_cancel_work"
         };
-        if !tracing::enabled!(target: "workqueue", tracing::Level::TRACE) {
+        if !self.tracepoints_enabled()
+            || !tracing::enabled!(target: "workqueue", tracing::Level::TRACE)
+        {
             return;
         }
         let name = self.workqueues.state.lock().works[work.0].name;

@@ -111,6 +111,9 @@ pub struct CpuRing {
     ring: Mutex<RingState>,
     /// The thread that waits in this ring (the first to call [`IdleWait::wait`]).
     owner: OnceLock<ThreadId>,
+    /// That thread's [`thread_tag`] (0 until it waits): what [`CpuRing::submit`] compares with,
+    /// per I/O, instead of cloning the current thread's handle for its id.
+    owner_tag: AtomicU64,
     /// The threads that reaped CQEs of this ring, each once (for tests: which thread completes
     /// I/O).
     reaped_by: Mutex<Vec<ThreadId>>,
@@ -128,6 +131,15 @@ pub struct CpuRing {
     fake_enter_errno: std::sync::atomic::AtomicI32,
     on_batch: RingBatchFn,
     counters: Arc<Counters>,
+}
+
+/// A number for the calling thread, unique in the process and never 0.
+fn thread_tag() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TAG: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TAG.with(|t| *t)
 }
 
 fn write_eventfd(fd: &OwnedFd) {
@@ -164,6 +176,7 @@ impl CpuRing {
                 enter_failures: 0,
             }),
             owner: OnceLock::new(),
+            owner_tag: AtomicU64::new(0),
             reaped_by: Mutex::new(Vec::new()),
             waits: AtomicU64::new(0),
             submit_batch: AtomicUsize::new(0),
@@ -208,7 +221,7 @@ impl CpuRing {
             q.push_back(Queued { token, op, flags });
             q.len()
         };
-        if self.owner.get() != Some(&std::thread::current().id()) {
+        if self.owner_tag.load(Ordering::Relaxed) != thread_tag() {
             c.doorbells.fetch_add(1, Ordering::Relaxed);
             write_eventfd(&self.wake);
             return Ok(());
@@ -419,7 +432,9 @@ impl CpuRing {
 
 impl IdleWait for CpuRing {
     fn wait(&self, timeout: Duration) {
-        let _ = self.owner.set(std::thread::current().id());
+        if self.owner.get().is_none() && self.owner.set(std::thread::current().id()).is_ok() {
+            self.owner_tag.store(thread_tag(), Ordering::Relaxed);
+        }
         self.waits.fetch_add(1, Ordering::AcqRel);
         let mut st = self.ring.lock();
         if self.broken.get().is_some() {

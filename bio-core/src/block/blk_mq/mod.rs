@@ -207,7 +207,9 @@ impl RequestQueue {
 
     /// `blk_mq_request_bypass_insert()`: onto the hardware queue's dispatch list.
     fn blk_mq_request_bypass_insert(&self, rq: &Rq, cx: &Cpu) {
-        block_rq_insert(&rq.trace(), cx);
+        if cx.tracepoints_enabled() {
+            block_rq_insert(&rq.trace(), cx);
+        }
         self.dispatch.lock().push_back(rq.tag);
     }
 
@@ -226,7 +228,9 @@ impl RequestQueue {
                 q: UntrackedArc::clone(self),
                 tag,
             };
-            block_rq_insert(&rq.trace(), cx);
+            if cx.tracepoints_enabled() {
+                block_rq_insert(&rq.trace(), cx);
+            }
             self.dispatch.lock().push_back(tag);
         }
         self.blk_mq_run_hw_queue_async(run_queue_async, cx);
@@ -450,7 +454,9 @@ pub fn blk_mq_submit_bio(q: &UntrackedArc<RequestQueue>, bio: Box<Bio>, cx: &Cpu
         q: UntrackedArc::clone(q),
         tag,
     };
-    block_getrq(&rq.trace(), cx);
+    if cx.tracepoints_enabled() {
+        block_getrq(&rq.trace(), cx);
+    }
     if cx.task_state().plug.borrow().is_some() {
         super::blk_plug::blk_add_rq_to_plug(rq, cx);
         return;
@@ -466,7 +472,9 @@ pub fn blk_mq_try_issue_directly(rq: &Rq, cx: &Cpu) {
 /// `blk_mq_start_request()`: `block_rq_issue`, the request in flight. Starting a request that is
 /// not idle is the kernel's `WARN_ON_ONCE(blk_mq_rq_state(rq) != MQ_RQ_IDLE)`.
 pub fn blk_mq_start_request(rq: &Rq, cx: &Cpu) {
-    block_rq_issue(&rq.trace(), cx);
+    if cx.tracepoints_enabled() {
+        block_rq_issue(&rq.trace(), cx);
+    }
     let was = rq.q.tags.slot_mut(rq.tag, |s| {
         let was = s.state;
         s.state = MqRqState::InFlight;
@@ -500,7 +508,9 @@ pub fn blk_mq_end_request(rq: &Rq, status: BlkStatus, cx: &Cpu) {
         ));
         return;
     };
-    block_rq_complete(&rq.trace(), super::blk_status_to_errno(status), cx);
+    if cx.tracepoints_enabled() {
+        block_rq_complete(&rq.trace(), super::blk_status_to_errno(status), cx);
+    }
     for bio in bios {
         bio_endio_status(bio, status, cx);
     }

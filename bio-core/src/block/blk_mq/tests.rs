@@ -424,6 +424,48 @@ mod plug {
         assert!(cx.task_state().plug.borrow().is_none());
     }
 
+    /// With the tracepoints' static keys off (`Kernel::set_tracepoints_enabled(false)`: no probe
+    /// attached), the same plugged I/O completes alike and fires no event at all: not the
+    /// `ktrace!` ones (`block_bio_queue`, `block_plug`, `block_unplug`), not the request ones
+    /// whose arguments `blk_mq` reads from the tag slot (`block_getrq`, `block_rq_issue`,
+    /// `block_rq_complete`). On again, they all come back.
+    #[test]
+    fn with_the_tracepoints_off_a_request_fires_no_event() {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let log = log();
+        let dev = MqDevCfg::new("nullb0", 0, &log).build();
+        let e = ends();
+        register_plug_callsites(&cx);
+        let run = |sector: u64| {
+            let plug = blk_start_plug(&cx);
+            submit(&*dev, ReqOp::Write, sector, ReqFlags::NONE, &e, &cx);
+            blk_finish_plug(plug, &cx);
+            while dev.complete_one(&cx) {}
+        };
+        assert!(k.tracepoints_enabled(), "on by default");
+        k.set_tracepoints_enabled(false);
+        assert!(!cx.tracepoints_enabled());
+        let off = serial_capture(|| run(0));
+        assert_eq!(e.lock().len(), 1, "the I/O completed");
+        let names: Vec<&str> = off.iter().map(|c| c.tracepoint.as_str()).collect();
+        assert!(names.is_empty(), "{names:?}");
+        k.set_tracepoints_enabled(true);
+        let on = serial_capture(|| run(8));
+        assert_eq!(e.lock().len(), 2);
+        let names: Vec<&str> = on.iter().map(|c| c.tracepoint.as_str()).collect();
+        for want in [
+            "block_bio_queue",
+            "block_getrq",
+            "block_plug",
+            "block_unplug",
+            "block_rq_issue",
+            "block_rq_complete",
+        ] {
+            assert!(names.contains(&want), "{want} missing from {names:?}");
+        }
+    }
+
     /// `blk_add_rq_to_plug()`: the request after `BLK_MAX_REQUEST_COUNT` flushes the plug first.
     #[test]
     fn a_full_plug_is_flushed_at_blk_max_request_count() {

@@ -72,7 +72,9 @@ fn bio_complete_batch_cpu_dead(p: &Posted, cx: &Cpu, cpu: CpuId) -> Result<(), E
     }
     let mut list = p.batch(cpu).take_unlocked(&p.variant);
     let n = list.size();
-    tracing::trace!(target: "block", tracepoint = "biosim_bio_complete_dead_drain", cpu = cx.id().0, "biosim_bio_complete_dead_drain: bio_complete_batch_cpu_dead: draining {n} bios of dead CPU{}", cpu.0);
+    if cx.tracepoints_enabled() {
+        tracing::trace!(target: "block", tracepoint = "biosim_bio_complete_dead_drain", cpu = cx.id().0, "biosim_bio_complete_dead_drain: bio_complete_batch_cpu_dead: draining {n} bios of dead CPU{}", cpu.0);
+    }
     while let Some(bio) = list.pop() {
         p.call_end_io(bio, cx);
     }

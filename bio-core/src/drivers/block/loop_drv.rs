@@ -1094,7 +1094,9 @@ impl LoopDevice {
             if self.variant.prep_fail_returns_error {
                 // Upstream's fix: `return ret`. V5's loop_queue_rq() answers -EIO with
                 // BLK_STS_OK and nobody completes the request: it keeps its bios forever.
-                tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: lo_rw_aio_prep() {} {} + {} -> {}: lo_rw_aio_nowait() returns it, loop_queue_rq() returns BLK_STS_OK, the request is never completed", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, e.neg_str());
+                if cx.tracepoints_enabled() {
+                    tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: lo_rw_aio_prep() {} {} + {} -> {}: lo_rw_aio_nowait() returns it, loop_queue_rq() returns BLK_STS_OK, the request is never completed", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, e.neg_str());
+                }
                 let kept = cmd.take_all();
                 self.stranded.lock().push(kept);
                 return Err(e);
@@ -1105,7 +1107,9 @@ impl LoopDevice {
         }
         if self.variant.hint && !self.lo_aio_try_nowait(cmd) {
             Self::bump(&self.counters.hint_skipped);
-            tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, self.nr_blocking_writes());
+            if cx.tracepoints_enabled() {
+                tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: lo_aio_try_nowait() false for {} {} + {} (nr_blocking_writes={}): to the worker", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, self.nr_blocking_writes());
+            }
             return Err(Errno::EAGAIN);
         }
         Self::bump(&self.counters.nowait_tried);
@@ -1115,7 +1119,9 @@ impl LoopDevice {
             0
         };
         let r = self.lo_submit_rw(cmd, offset, true, cx);
-        tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() });
+        if cx.tracepoints_enabled() {
+            tracing::trace!(target: "loop", tracepoint = "biosim_loop_nowait", cpu = cx.id().0, "biosim_loop_nowait: loop{}: IOCB_NOWAIT {} {} + {} -> {}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match r { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() });
+        }
         match r {
             Err(Errno::EIOCBQUEUED) => {} // counted when it completes
             Err(Errno::EAGAIN) => {
@@ -1399,7 +1405,9 @@ impl LoopDevice {
                 _ => Self::bump(&self.counters.nowait_done),
             }
         }
-        tracing::trace!(target: "loop", tracepoint = "biosim_loop_aio_complete", cpu = cx.id().0, "biosim_loop_aio_complete: loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() }, if nowait { " (NOWAIT)" } else { "" });
+        if cx.tracepoints_enabled() {
+            tracing::trace!(target: "loop", tracepoint = "biosim_loop_aio_complete", cpu = cx.id().0, "biosim_loop_aio_complete: loop{}: ki_complete {} {} + {} -> {}{}", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() }, if nowait { " (NOWAIT)" } else { "" });
+        }
         if again {
             // lo_rw_aio_do_completion(): the last reference (1 -> 0), then V5's `cmd->ret ==
             // -EAGAIN` requeue, which returns before the end work: kiocb_end_write() does not run
@@ -1470,7 +1478,9 @@ impl LoopDevice {
                 // The completion of a command whose cmd->ref was never armed (V5's `goto fail`
                 // after lo_rw_aio_prep()): the stale 0 becomes -1, atomic_dec_and_test() is
                 // false, and nothing ever completes the request (check L7).
-                tracing::trace!(target: "loop", tracepoint = "biosim_loop_aio_complete", cpu = cx.id().0, "biosim_loop_aio_complete: loop{}: lo_rw_aio_do_completion() {} {} + {} -> {}: cmd->ref {} -> {}, the request is never completed", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() }, cmd.aio_ref + 1, cmd.aio_ref);
+                if cx.tracepoints_enabled() {
+                    tracing::trace!(target: "loop", tracepoint = "biosim_loop_aio_complete", cpu = cx.id().0, "biosim_loop_aio_complete: loop{}: lo_rw_aio_do_completion() {} {} + {} -> {}: cmd->ref {} -> {}, the request is never completed", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors, match res { Ok(n) => format!("{n} bytes"), Err(e) => e.neg_str() }, cmd.aio_ref + 1, cmd.aio_ref);
+                }
                 if cmd.bios.is_some() {
                     self.stranded.lock().push(cmd);
                 }
@@ -1625,7 +1635,9 @@ impl LoopDevice {
             );
             return;
         }
-        tracing::trace!(target: "loop", tracepoint = "biosim_loop_handle_cmd", cpu = cx.id().0, "biosim_loop_handle_cmd: loop{}: worker: {} {} + {} (blocking)", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors);
+        if cx.tracepoints_enabled() {
+            tracing::trace!(target: "loop", tracepoint = "biosim_loop_handle_cmd", cpu = cx.id().0, "biosim_loop_handle_cmd: loop{}: worker: {} {} + {} (blocking)", self.number, cmd.opf.rwbs(), cmd.sector, cmd.sectors);
+        }
         let _ = cx.might_sleep_at("drivers/block/loop.c:loop_handle_cmd");
         // do_req_filebacked(): pos = (blk_rq_pos(rq) << 9) + lo->lo_offset.
         let pos = (cmd.sector << SECTOR_SHIFT) + self.lo_offset;

@@ -12,6 +12,9 @@ use std::time::Duration;
 pub struct CpuSnapshot {
     /// `ru_utime + ru_stime` of `getrusage(RUSAGE_SELF)`, ns.
     pub process_ns: u64,
+    /// `ru_stime` alone, ns: the process's time in the kernel (system calls, the I/O path, the
+    /// interrupts' task work), the part a simulated design and raw I/O should share.
+    pub system_ns: u64,
     /// Busy time of all CPUs from `/proc/stat` (user + nice + system + irq + softirq + steal),
     /// ns; `None` where `/proc/stat` cannot be read.
     pub machine_ns: Option<u64>,
@@ -22,6 +25,8 @@ pub struct CpuSnapshot {
 pub struct CpuUsed {
     /// This process's threads.
     pub process: Duration,
+    /// The part of `process` spent in the kernel (`ru_stime`).
+    pub system: Duration,
     /// The machine (every CPU), if known.
     pub machine: Option<Duration>,
 }
@@ -29,8 +34,10 @@ pub struct CpuUsed {
 impl CpuSnapshot {
     /// Reads both clocks now.
     pub fn now() -> CpuSnapshot {
+        let (process_ns, system_ns) = rusage_self_ns();
         CpuSnapshot {
-            process_ns: rusage_self_ns(),
+            process_ns,
+            system_ns,
             machine_ns: proc_stat_busy_ns(),
         }
     }
@@ -39,6 +46,7 @@ impl CpuSnapshot {
     pub fn until(&self, later: &CpuSnapshot) -> CpuUsed {
         CpuUsed {
             process: Duration::from_nanos(later.process_ns.saturating_sub(self.process_ns)),
+            system: Duration::from_nanos(later.system_ns.saturating_sub(self.system_ns)),
             machine: match (self.machine_ns, later.machine_ns) {
                 (Some(a), Some(b)) => Some(Duration::from_nanos(b.saturating_sub(a))),
                 _ => None,
@@ -47,16 +55,17 @@ impl CpuSnapshot {
     }
 }
 
-/// `getrusage(RUSAGE_SELF)`: user + system time of every thread of the process, ns.
-fn rusage_self_ns() -> u64 {
+/// `getrusage(RUSAGE_SELF)`: user + system time of every thread of the process, and the system
+/// time alone, ns.
+fn rusage_self_ns() -> (u64, u64) {
     // SAFETY: `ru` is plain old data, and getrusage only writes into it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: a valid `who` and a valid out-pointer.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0;
+        return (0, 0);
     }
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    (tv(ru.ru_utime) + tv(ru.ru_stime), tv(ru.ru_stime))
 }
 
 /// The first line of `/proc/stat` (`cpu  user nice system idle iowait irq softirq steal ...`,
@@ -124,5 +133,23 @@ mod tests {
         }
         let used = a.until(&CpuSnapshot::now());
         assert!(used.process >= Duration::from_millis(5), "{used:?} {x}");
+    }
+
+    #[test]
+    fn system_time_is_the_kernels_share_of_process_time() {
+        let a = CpuSnapshot::now();
+        let t0 = std::time::Instant::now();
+        // System calls until getrusage saw 5 ms of system time (or 10 s passed).
+        while a.until(&CpuSnapshot::now()).system < Duration::from_millis(5)
+            && t0.elapsed() < Duration::from_secs(10)
+        {
+            for _ in 0..1_000 {
+                // SAFETY: getppid has no preconditions; a real system call each time.
+                std::hint::black_box(unsafe { libc::syscall(libc::SYS_getppid) });
+            }
+        }
+        let used = a.until(&CpuSnapshot::now());
+        assert!(used.system >= Duration::from_millis(5), "{used:?}");
+        assert!(used.system <= used.process, "{used:?}");
     }
 }

@@ -535,6 +535,7 @@ pub fn run_job(
             }
             let mut ctx = RunCtx::new(job, p.blocks, vst.clone(), progress.io_counter());
             ctx.kernel_config = cfg.kernel.config();
+            ctx.tracepoints = run::bench_tracepoints();
             let ctx = Arc::new(ctx);
             let fig = match d {
                 Design::Loop(v) => run::run_sim_loop(&p.file, v, engine, &ctx),
@@ -650,6 +651,7 @@ fn run_null_blk_job(
         progress.start(&format!("round {}/{}: null_blk", round + 1, cfg.rounds));
         let mut ctx = RunCtx::new(job, blocks, vst.clone(), progress.io_counter());
         ctx.kernel_config = cfg.kernel.config();
+        ctx.tracepoints = run::bench_tracepoints();
         let ctx = Arc::new(ctx);
         let fig = run::run_sim_null_blk(&cfg.nullb, job.size, &ctx);
         match ctx.stop_reason() {

@@ -63,6 +63,8 @@ pub struct RoundFigures {
     pub lat_us: [f64; 3],
     /// Process CPU µs per I/O (getrusage).
     pub cpu_us: f64,
+    /// The system-time part of `cpu_us` (`ru_stime`): the kernel's work for the process.
+    pub sys_us: f64,
     /// Machine CPU µs per I/O (/proc/stat).
     pub machine_us: Option<f64>,
     /// The counters, as `name value` pairs (NOWAIT, worker, IRQs, flushes).
@@ -111,6 +113,7 @@ impl RoundFigures {
             mbps: f.mbps(),
             lat_us: [q(0.5), q(0.99), q(0.999)],
             cpu_us: f.cpu_us_per_io(),
+            sys_us: f.sys_us_per_io(),
             machine_us: f.machine_us_per_io(),
             counters,
             engine: f.sim_engine,
@@ -226,6 +229,7 @@ impl JobReport {
                     "lat_p99_us": d.spread(|r| r.lat_us[1]).json(),
                     "lat_p999_us": d.spread(|r| r.lat_us[2]).json(),
                     "cpu_us_per_io_process": d.spread(|r| r.cpu_us).json(),
+                    "cpu_us_per_io_system": d.spread(|r| r.sys_us).json(),
                     "cpu_us_per_io_machine": d.machine().map(|s| s.json()),
                     "engine": d.engine(),
                     "counters": d.counters().into_iter()
@@ -234,6 +238,7 @@ impl JobReport {
                     "per_round": d.rounds.iter().map(|r| json!({
                         "ios": r.ios, "iops": r.iops, "mb_per_s": r.mbps,
                         "lat_us": r.lat_us, "cpu_us_per_io_process": r.cpu_us,
+                        "cpu_us_per_io_system": r.sys_us,
                         "cpu_us_per_io_machine": r.machine_us,
                     })).collect::<Vec<_>>(),
                 });
@@ -241,6 +246,7 @@ impl JobReport {
                     v["vs_raw"] = json!({
                         "iops": d.ratio(raw, |r| r.iops).json(),
                         "cpu_per_io_process": d.ratio(raw, |r| r.cpu_us).json(),
+                        "cpu_per_io_system": d.ratio(raw, |r| r.sys_us).json(),
                         "cpu_per_io_machine": d.ratio(raw, |r| r.machine_us.unwrap_or(0.0)).json(),
                     });
                 }
@@ -338,6 +344,7 @@ mod tests {
             mbps: iops * 4096.0 / 1e6,
             lat_us: [10.0, 20.0, 30.0],
             cpu_us: cpu,
+            sys_us: cpu / 4.0,
             machine_us: Some(cpu * 2.0),
             counters: vec![("irqs", 100)],
             engine: None,

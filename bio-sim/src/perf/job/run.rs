@@ -90,6 +90,11 @@ impl RunFigures {
         self.cpu.process.as_secs_f64() * 1e6 / self.ios.max(1) as f64
     }
 
+    /// The kernel's share of [`RunFigures::cpu_us_per_io`] (`ru_stime`), µs per I/O.
+    pub fn sys_us_per_io(&self) -> f64 {
+        self.cpu.system.as_secs_f64() * 1e6 / self.ios.max(1) as f64
+    }
+
     /// Machine CPU µs per I/O.
     pub fn machine_us_per_io(&self) -> Option<f64> {
         self.cpu
@@ -107,6 +112,22 @@ pub enum RunStop {
     Failed(String),
 }
 
+/// Whether `biosim bench` runs its simulated kernel with tracepoints on: only when `RUST_LOG` is
+/// set (someone may be reading events). Otherwise they are off, as on the real kernel the raw and
+/// kernel-loop columns run on (tracing off: every `trace_<event>()` a patched-out jump), so the
+/// model's CPU per I/O does not pay for events nobody reads.
+pub fn bench_tracepoints() -> bool {
+    std::env::var_os("RUST_LOG").is_some()
+}
+
+/// Boots the kernel of one simulated run: `ctx`'s configuration and tracepoints, `cpus` CPUs.
+fn boot_run_kernel(ctx: &RunCtx, cpus: u32) -> Result<Arc<Kernel>, BenchError> {
+    let kernel = Kernel::boot(ctx.kernel_config, cpus, cpus)
+        .map_err(|e| BenchError::Machine(e.to_string()))?;
+    kernel.set_tracepoints_enabled(ctx.tracepoints);
+    Ok(kernel)
+}
+
 /// What every clone of one run shares.
 #[derive(Debug)]
 pub struct RunCtx {
@@ -121,6 +142,9 @@ pub struct RunCtx {
     /// The configuration the simulated designs' kernel boots (`--kernel-config`; [`RunCtx::new`]
     /// gives biosim's default, the debug kernel).
     pub kernel_config: KernelConfig,
+    /// Whether the simulated kernel's tracepoints are on (`Kernel::set_tracepoints_enabled`):
+    /// [`RunCtx::new`] leaves them on; `biosim bench` turns them off ([`bench_tracepoints`]).
+    pub tracepoints: bool,
     stop: AtomicBool,
     first_stop: Mutex<Option<RunStop>>,
 }
@@ -139,6 +163,7 @@ impl RunCtx {
             verify,
             completed,
             kernel_config: KernelConfig::default(),
+            tracepoints: true,
             stop: AtomicBool::new(false),
             first_stop: Mutex::new(None),
         }
@@ -866,8 +891,7 @@ pub fn run_sim_loop(
 ) -> Result<RunFigures, BenchError> {
     let job = &ctx.job;
     let cpus = job.numjobs;
-    let kernel = Kernel::boot(ctx.kernel_config, cpus, cpus)
-        .map_err(|e| BenchError::Machine(e.to_string()))?;
+    let kernel = boot_run_kernel(ctx, cpus)?;
     // fio's uncached=1: RWF_DONTCACHE on buffered I/O (either engine).
     let extra = if job.uncached && !job.direct {
         RwFlags::DONTCACHE
@@ -972,8 +996,7 @@ pub fn run_sim_null_blk(
     use bio_core::drivers::block::null_blk::{NullBlk, NullBlkConfig};
     let job = &ctx.job;
     let cpus = job.numjobs;
-    let kernel = Kernel::boot(ctx.kernel_config, cpus, cpus)
-        .map_err(|e| BenchError::Machine(e.to_string()))?;
+    let kernel = boot_run_kernel(ctx, cpus)?;
     let mut nc = NullBlkConfig {
         size_bytes: region,
         memory_backed: ctx.verify.is_some(),
@@ -1332,6 +1355,19 @@ fn submit_io(
 mod tests {
     use super::*;
     use crate::fio::job::RwPattern;
+
+    /// A run's kernel boots with the context's tracepoints: on for a plain `RunCtx` (tests
+    /// capture events), off as `biosim bench` asks without `RUST_LOG`.
+    #[test]
+    fn a_run_kernel_has_the_contexts_tracepoints() {
+        let job = JobSpec::with_defaults("t", 1);
+        let mut ctx = RunCtx::new(&job, 64, None, Arc::default());
+        assert!(boot_run_kernel(&ctx, 1).unwrap().tracepoints_enabled());
+        ctx.tracepoints = false;
+        let k = boot_run_kernel(&ctx, 2).unwrap();
+        assert!(!k.tracepoints_enabled());
+        assert_eq!(k.nr_cpus(), 2);
+    }
 
     #[test]
     fn an_issuer_stops_at_number_ios_and_flushes_every_fsync_writes() {

@@ -136,6 +136,9 @@ impl Runtime for Hook {
         let deadline = Instant::now() + sh.config.wait_timeout;
         let nested_ok = self.depth.fetch_add(1, Ordering::Relaxed) < MAX_NESTED_WAITS;
         let mut slice = Duration::from_micros(50);
+        // The clock is read before every park and every 32nd item run, not per item: a wait that
+        // keeps running work still gives up within 32 items of its deadline.
+        let mut ran_since_clock = 0u32;
         let ok = loop {
             if cond() {
                 break true;
@@ -143,7 +146,7 @@ impl Runtime for Hook {
             if sh.stop.load(Ordering::SeqCst) {
                 break false;
             }
-            if Instant::now() >= deadline {
+            if ran_since_clock == 0 && Instant::now() >= deadline {
                 bump(&c.wait_timeouts, 1);
                 tracing::warn!(target: "biosim::threaded", cpu = cpu.id().0, "{} waited {:?} in {what} and gives up", cpu.id(), sh.config.wait_timeout);
                 break false;
@@ -161,7 +164,9 @@ impl Runtime for Hook {
             };
             if ran {
                 slice = Duration::from_micros(50);
+                ran_since_clock = (ran_since_clock + 1) % 32;
             } else {
+                ran_since_clock = 0;
                 sh.before_park();
                 sh.parkers[i].park(slice);
                 slice = (slice * 2).min(Duration::from_millis(1));
