@@ -208,8 +208,13 @@ impl AddressSpace {
                 // wb_do_writeback(): start-all, then wb_check_old_data_flush() (kupdate), then
                 // wb_check_background_flush().
                 let interval = DIRTY_WRITEBACK_CENTISECS * hz / 100;
-                if jiffies >= m.wb.last_old_flush + interval {
+                // It stamps last_old_flush even when get_nr_dirty_pages() is 0, and then
+                // writes nothing (no work: the background check runs next).
+                let expired = jiffies >= m.wb.last_old_flush + interval;
+                if expired {
                     m.wb.last_old_flush = jiffies;
+                }
+                if expired && m.stats.nr_dirty > 0 {
                     return Some(WbWork {
                         nr_pages: m.stats.nr_dirty,
                         for_background: false,

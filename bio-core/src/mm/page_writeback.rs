@@ -21,8 +21,10 @@
 //!
 //! **Simplification of the rate limit**: the kernel counts only clean→dirty transitions
 //! (`folio_account_dirtied()` bumps `current->nr_dirtied`), and after a freerun pass it sets
-//! `current->nr_dirtied_pause` to `dirty_poll_interval()`, about the square root of the distance
-//! to the freerun ceiling (512 pages on an idle 24 GiB machine). The model counts every page a
+//! `current->nr_dirtied_pause` to `dirty_poll_interval(dirty, thresh)`,
+//! `1 << (ilog2(thresh - dirty) >> 1)`: about the square root of the distance to the dirty
+//! threshold (1,024 pages on the model's idle 24 GiB machine, whose threshold is 1,258,291
+//! pages). The model counts every page a
 //! write copies, redirtied or not, and checks every [`DIRTY_RATELIMIT_PAGES`]. It only checks
 //! more often than the kernel, which is harmless for the seed's presets: they stay far under the
 //! freerun ceiling and are never throttled.
