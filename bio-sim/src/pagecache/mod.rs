@@ -14,4 +14,5 @@ pub mod seed_bench;
 pub mod seed_presets;
 pub mod seed_table;
 pub mod threaded;
+pub mod threaded_seed_bench;
 pub mod workload_pattern;
