@@ -42,6 +42,8 @@ pub struct ThreadedSeedReport {
     pub rows: Vec<ThreadedRow>,
     /// The host's CPUs and its load average when the bench started (`/proc/loadavg`).
     pub host: String,
+    /// Simulated CPUs of each run.
+    pub nr_cpus: u32,
 }
 
 impl ThreadedSeedReport {
@@ -87,10 +89,12 @@ pub fn seed_bench_threaded(
 ) -> Result<ThreadedSeedReport, DriverError> {
     check_threaded_size(cfg).map_err(DriverError::Config)?;
     let host = host();
+    let mut nr_cpus = 0;
     let mut rows = Vec::new();
     for &design in &cfg.designs {
         for &path in &cfg.paths {
             let base = driver_config(cfg, design, path);
+            nr_cpus = base.nr_cpus;
             let normal = run_threaded(base.clone(), device)?;
             let mut dc = base.clone();
             dc.dontcache = true;
@@ -124,6 +128,7 @@ pub fn seed_bench_threaded(
         device,
         rows,
         host,
+        nr_cpus,
     })
 }
 
@@ -140,13 +145,14 @@ impl std::fmt::Display for ThreadedSeedReport {
         let _ = writeln!(
             out,
             "{}: {} over {} with a cache limit of {}, {} s per run, normal vs RWF_DONTCACHE \
-             (threaded runtime: 2 simulated CPUs as OS threads, null_blk irqmode={} ({}) with \
+             (threaded runtime: {} simulated CPUs as OS threads, null_blk irqmode={} ({}) with \
              memory backing, real copies, real time)",
             p.name,
             syscall_name(p),
             mib(cfg.limit_bytes * p.range_limits),
             mib(cfg.limit_bytes),
             cfg.seconds,
+            self.nr_cpus,
             self.device.irqmode.nr(),
             self.device.irqmode.name()
         );
