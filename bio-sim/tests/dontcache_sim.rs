@@ -247,6 +247,41 @@ fn the_bench_prints_the_seed_tables() {
     );
 }
 
+/// `--runtime threaded`: the same tables, per wall-clock second, on null_blk, with the oracle's
+/// verdicts (no figure is checked).
+#[test]
+fn the_threaded_bench_prints_the_seed_tables() {
+    let (code, out, err) = biosim(&[
+        "bench",
+        "dontcache",
+        "--preset",
+        "seed-writes",
+        "--runtime",
+        "threaded",
+        "--design",
+        "v7",
+        "--path",
+        "buffer-head",
+        "--seconds",
+        "1",
+        "--limit",
+        "4M",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for want in [
+        "seed-writes: 1 MiB pwritev2 over 16 MiB with a cache limit of 4 MiB, 1 s per run",
+        "(threaded runtime: 2 simulated CPUs as OS threads, null_blk irqmode=1 (softirq) with memory backing, real copies, real time)",
+        "===== WRITES (v7, buffer-head, threaded) =====",
+        " avg  ",
+        "CPU per MiB (getrusage, whole process): normal ",
+        "oracle: no dropbehind folio survives writeback: ok",
+        "oracle: folio_end_dropbehind in task context only: ok",
+    ] {
+        assert!(out.contains(want), "missing {want:?}:\n{out}");
+    }
+    assert!(!out.contains("per-page costs"), "{out}");
+}
+
 #[test]
 fn bad_bench_input_is_exit_2_with_a_clear_message() {
     for (args, want) in [
@@ -274,6 +309,37 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
         (
             vec!["--preset", "seed-reads", "--seconds", "0"],
             "--seconds",
+        ),
+        (
+            vec!["--preset", "seed-writes", "--runtime", "fast"],
+            "--runtime fast: unknown runtime (known: deterministic, threaded)",
+        ),
+        (vec!["--runtime", "threaded"], "--preset"),
+        (
+            vec![
+                "--preset",
+                "seed-reads",
+                "--runtime",
+                "threaded",
+                "--limit",
+                "4G",
+            ],
+            "more than the 4096 MiB the threaded runtime keeps in memory",
+        ),
+        (
+            vec![
+                "--preset",
+                "seed-writes",
+                "--runtime",
+                "threaded",
+                "--design",
+                "v7",
+                "--path",
+                "iomap",
+                "--trace",
+                "-",
+            ],
+            "--trace: needs --runtime deterministic",
         ),
     ] {
         let mut full = vec!["bench", "dontcache"];

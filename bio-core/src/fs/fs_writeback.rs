@@ -24,14 +24,16 @@
 //! clock interleave the flusher with the task. `avg_write_bandwidth` stays at its initial
 //! `INIT_BW` (100 MB/s): the bandwidth estimator (`wb_update_bandwidth()`) is not modelled, so
 //! a chunk is 13,312 pages at most. No `b_dirty`/`b_io`/`b_more_io` lists: there is one inode.
-//! The bios the flusher builds are handed to the driver ([`AddressSpace::wb_take_submitted`])
-//! as `submit_bio()` would hand them to the bdev's queue.
+//! The bios the flusher builds are submitted by its kworker to the mapping's device
+//! ([`PageCacheConfig::bdev`](crate::mm::dontcache::PageCacheConfig::bdev), the threaded
+//! runtime's null_blk) or, without one, handed to the driver
+//! ([`AddressSpace::wb_take_submitted`]) as `submit_bio()` would hand them to the bdev's queue.
 
 // Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
 // `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
 #![allow(clippy::vec_box)]
 
-use crate::block::Bio;
+use crate::block::{submit_bio_noacct, Bio};
 use crate::kernel::Cpu;
 use crate::mm::filemap::{AddressSpace, Mapping};
 use crate::workqueue::{DelayedWork, Workqueue, WORK_CPU_UNBOUND, WQ_MEM_RECLAIM, WQ_UNBOUND};
@@ -265,6 +267,13 @@ impl AddressSpace {
             }
             m.wb.wakeup_pending || m.wb.wakeup_delayed_pending
         };
+        // wb_writeback() -> do_writepages(): the chunk's bios go to the device from this kworker
+        // (outside the mapping's lock: a completion may end them before submit returns).
+        if let Some(dev) = &self.config.bdev {
+            for bio in self.wb_take_submitted() {
+                submit_bio_noacct(bio, &**dev, cx);
+            }
+        }
         if requeue {
             self.wb_kick(cx);
         }

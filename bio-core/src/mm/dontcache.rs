@@ -12,6 +12,7 @@
 use super::dropbehind_v3::{DropbehindBatchV3, DropbehindFolio, DropbehindV3Counts};
 use super::filemap::AddressSpace;
 use crate::block::complete_in_task::Variant;
+use crate::block::BlockDriver;
 use crate::kernel::{Cpu, Kernel};
 use crate::sync::UntrackedArc;
 use std::fmt;
@@ -350,6 +351,11 @@ pub struct PageCacheConfig {
     pub dirty_ratio: u64,
     /// `vm.dirty_background_ratio` (percent; default 10).
     pub dirty_background_ratio: u64,
+    /// The device under the mapping (`I_BDEV(mapping->host)`), for the flusher's own
+    /// `submit_bio()`: with it, `wb_workfn()` submits the bios it builds to this driver from its
+    /// kworker, as the kernel's flusher does; without it (a driver that moves bios itself, the
+    /// discrete-event one) they wait in [`AddressSpace::wb_take_submitted`] for the caller.
+    pub bdev: Option<UntrackedArc<dyn BlockDriver>>,
 }
 
 /// The machine the model stands for: 24 GiB (this project's host), whose dirtyable memory sets
@@ -375,6 +381,7 @@ impl fmt::Debug for PageCacheConfig {
             .field("dirtyable_pages", &self.dirtyable_pages)
             .field("dirty_ratio", &self.dirty_ratio)
             .field("dirty_background_ratio", &self.dirty_background_ratio)
+            .field("bdev", &self.bdev.as_ref().map(|b| b.disk_name()))
             .finish()
     }
 }
@@ -402,7 +409,14 @@ impl PageCacheConfig {
             dirtyable_pages: DEFAULT_MACHINE_MEMORY_BYTES / 4096,
             dirty_ratio: 20,
             dirty_background_ratio: 10,
+            bdev: None,
         }
+    }
+
+    /// With the device the flusher submits its bios to ([`PageCacheConfig::bdev`]).
+    pub fn with_bdev(mut self, dev: UntrackedArc<dyn BlockDriver>) -> Self {
+        self.bdev = Some(dev);
+        self
     }
 
     /// With a machine of `bytes` of memory: the global dirty limits' base

@@ -391,3 +391,66 @@ fn data_survives_the_flusher_and_dirty_throttling_on_every_design() {
         }
     }
 }
+
+/// With the mapping's device set ([`PageCacheConfig::bdev`](super::dontcache::PageCacheConfig::bdev)),
+/// the flusher's kworker submits the bios it builds itself (`wb_workfn()` → `do_writepages()` →
+/// `submit_bio()`), as the kernel's flusher does on a threaded machine: nothing waits in
+/// `wb_take_submitted()` and the data is on the device. Catches a flusher that builds bios and
+/// leaves them parked (the folios would stay under writeback forever on the threaded runtime).
+#[test]
+fn the_flusher_submits_its_bios_to_the_mappings_device() {
+    use super::dontcache::PageCacheConfig;
+    use super::filemap::AddressSpace;
+    use super::testing::run_deferred;
+    use crate::block::complete_in_task::bio_complete_init;
+    use crate::block::BlockDriver;
+    use crate::drivers::block::null_blk::{NullBlk, NullBlkConfig, NullIrqMode};
+    use crate::kernel::{CpuId, Kernel, KernelConfig};
+    use crate::sync::UntrackedArc;
+    let kernel = Kernel::new(KernelConfig::default(), 2).unwrap();
+    bio_complete_init(&kernel, V7.boot_variant(), None).unwrap();
+    // irqmode=0: each bio ends in the submitter's context, here the flusher's kworker.
+    let nb = NullBlk::new(
+        &kernel,
+        0,
+        NullBlkConfig {
+            size_bytes: 1024 * PAGE_SIZE as u64,
+            irqmode: NullIrqMode::None,
+            memory_backed: true,
+            ..NullBlkConfig::default()
+        },
+    )
+    .unwrap();
+    let dev: UntrackedArc<dyn BlockDriver> = nb.clone();
+    let mapping = AddressSpace::new(
+        &kernel,
+        PageCacheConfig::new(V7, WritebackPath::Iomap)
+            .with_nr_pages(1024)
+            .with_limit(32)
+            .with_bdev(dev),
+    );
+    let cx = kernel.cpu(CpuId(0)).unwrap();
+    let data = pattern(64, 3);
+    let p = mapping.generic_perform_write(&cx, 0, &data, NONE).unwrap();
+    assert_eq!(
+        p.blocked,
+        Some(Blocked::Memcg),
+        "the limit's worth is dirty"
+    );
+    run_deferred(&kernel);
+    assert!(
+        mapping.wb_take_submitted().is_empty(),
+        "the flusher left its bios for the caller"
+    );
+    let s = mapping.stats();
+    assert_eq!(
+        (s.flusher_pages, s.nr_writeback, s.nr_dirty),
+        (32, 0, 0),
+        "{s:?}"
+    );
+    assert_eq!(
+        nb.read_backing(0, 32 * PAGE_SIZE).as_deref(),
+        Some(&data[..32 * PAGE_SIZE]),
+        "the flusher's writes reached null_blk's memory"
+    );
+}

@@ -449,6 +449,11 @@ pub struct BenchDontcacheArgs {
     /// buffer-head = CONFIG_BUFFER_HEAD=y) or both.
     #[arg(long, default_value = "both", requires = "preset")]
     pub path: String,
+    /// With --preset: the runtime, deterministic (the discrete-event driver: priced costs,
+    /// simulated seconds, the NVMe-like device) or threaded (one OS thread per simulated CPU,
+    /// null_blk with memory backing, real copies, wall-clock seconds).
+    #[arg(long, default_value = "deterministic", requires = "preset")]
+    pub runtime: String,
     /// With --preset, one --design and one --path: instead of the tables, one 16 KiB
     /// pwritev2(RWF_DONTCACHE) (forced on a bdev that refuses it) until its folios are gone or
     /// left, traced in the kernel's ftrace format, written to FILE (`-`: stdout).

@@ -18,11 +18,7 @@ pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             };
             print!("{}", loop_bench(&cfg)?);
         }
-        BenchCommand::Dontcache(a) if a.preset.is_some() => {
-            if let Some(report) = seed_preset_bench(&a)? {
-                print!("{report}");
-            }
-        }
+        BenchCommand::Dontcache(a) if a.preset.is_some() => seed_preset_bench(&a)?,
         BenchCommand::Dontcache(a) => dontcache(a)?,
         BenchCommand::Job(argv) => job_bench(argv)?,
         BenchCommand::NullBlk(a) => null_blk(a)?,
@@ -147,10 +143,22 @@ fn kernel_series(release: &str) -> String {
 /// ([`crate::pagecache::seed_bench`]).
 fn seed_preset_bench(
     a: &super::args::BenchDontcacheArgs,
-) -> Result<Option<crate::pagecache::seed_bench::SeedBenchReport>, Box<dyn std::error::Error>> {
+) -> Result<(), Box<dyn std::error::Error>> {
     use crate::pagecache::seed_bench::{parse_designs, parse_paths, seed_bench, SeedBenchConfig};
     use crate::pagecache::seed_presets::SeedPreset;
+    use crate::pagecache::threaded::NullBlkDevice;
+    use crate::pagecache::threaded_seed_bench::{check_threaded_size, seed_bench_threaded};
     use crate::perf::bench_common::parse_size;
+    let threaded = match a.runtime.as_str() {
+        "deterministic" => false,
+        "threaded" => true,
+        other => {
+            return Err(format!(
+                "--runtime {other}: unknown runtime (known: deterministic, threaded)"
+            )
+            .into())
+        }
+    };
     let name = a.preset.as_deref().unwrap_or_default();
     let preset = SeedPreset::by_name(name).map_err(|e| format!("--preset: {e}"))?;
     let mut cfg = SeedBenchConfig::new(preset);
@@ -164,6 +172,18 @@ fn seed_preset_bench(
         }
         cfg.limit_bytes = bytes;
     }
+    if threaded {
+        if a.trace.is_some() {
+            return Err("--trace: needs --runtime deterministic (the threaded runtime records no trace of a preset run)".into());
+        }
+        check_threaded_size(&cfg)?;
+        let report = seed_bench_threaded(&cfg, NullBlkDevice::default())?;
+        print!("{report}");
+        if !report.oracle_ok() {
+            return Err("the oracle failed on a threaded run (see the FAILED lines above)".into());
+        }
+        return Ok(());
+    }
     if let Some(out) = &a.trace {
         let out = super::output::Output::check_with("--trace", out, &[], a.force)?;
         let (Ok([design]), Ok([path])) = (
@@ -174,9 +194,10 @@ fn seed_preset_bench(
         };
         let trace = crate::pagecache::seed_bench::traced_write(design, path, &cfg.costs)?;
         out.write(&trace.to_string())?;
-        return Ok(None);
+        return Ok(());
     }
-    Ok(Some(seed_bench(&cfg)?))
+    print!("{}", seed_bench(&cfg)?);
+    Ok(())
 }
 
 /// `biosim bench JOBFILE`: parses the rest of the command line, runs every job of the file and

@@ -151,6 +151,10 @@ pub enum DriverError {
         /// When.
         at_ns: u64,
     },
+    /// The [threaded](super::threaded) machine failed: its runtime refused or timed out, or the
+    /// simulated kernel reported something.
+    #[error("threaded run: {0}")]
+    Threaded(String),
 }
 
 /// What one run measured.
@@ -204,7 +208,7 @@ impl RunResult {
 
 /// Counts the batcher's deferrals (`__bio_complete_in_task()` calls).
 #[derive(Default)]
-struct DeferCount(AtomicU64);
+pub(super) struct DeferCount(pub(super) AtomicU64);
 
 impl BatcherObserver for DeferCount {
     fn deferred(&self, _bio: u64, _cx: &Cpu) {
@@ -819,6 +823,25 @@ pub fn integrity_run(cfg: DriverConfig) -> Result<RunResult, DriverError> {
     Ok(res)
 }
 
+/// The bdev mapping's page cache of a run: `cfg`'s design and path, sized to the range, under
+/// its memcg limit, forced, with its v3 hook and machine memory (what the runtimes' drivers
+/// share).
+pub(super) fn page_cache_config(cfg: &DriverConfig) -> PageCacheConfig {
+    let mut pc = PageCacheConfig::new(cfg.design, cfg.path)
+        .with_nr_pages(cfg.range_bytes.div_ceil(PAGE as u64))
+        .with_machine_memory(cfg.machine_memory_bytes);
+    if let Some(l) = cfg.limit_bytes {
+        pc = pc.with_limit(l / PAGE as u64);
+    }
+    if cfg.force_dontcache {
+        pc = pc.with_force_dontcache();
+    }
+    if let Some(hook) = &cfg.dropbehind_irq {
+        pc = pc.with_dropbehind_irq(Arc::clone(hook));
+    }
+    pc
+}
+
 /// The calls into bio-core's page cache (Seam 1), in one place.
 mod kernel_calls {
     use super::*;
@@ -841,19 +864,7 @@ mod kernel_calls {
         kernel: &Arc<Kernel>,
         cfg: &DriverConfig,
     ) -> Result<Arc<AddressSpace>, DriverError> {
-        let mut pc = PageCacheConfig::new(cfg.design, cfg.path)
-            .with_nr_pages(cfg.range_bytes.div_ceil(PAGE as u64))
-            .with_machine_memory(cfg.machine_memory_bytes);
-        if let Some(l) = cfg.limit_bytes {
-            pc = pc.with_limit(l / PAGE as u64);
-        }
-        if cfg.force_dontcache {
-            pc = pc.with_force_dontcache();
-        }
-        if let Some(hook) = &cfg.dropbehind_irq {
-            pc = pc.with_dropbehind_irq(Arc::clone(hook));
-        }
-        Ok(AddressSpace::new(kernel, pc))
+        Ok(AddressSpace::new(kernel, page_cache_config(cfg)))
     }
 
     pub fn stats(m: &AddressSpace) -> PageCacheStats {

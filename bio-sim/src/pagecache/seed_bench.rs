@@ -131,7 +131,11 @@ pub struct SeedBenchReport {
     pub rows: Vec<DesignRow>,
 }
 
-fn driver_config(cfg: &SeedBenchConfig, d: DontcacheDesign, p: WritebackPath) -> DriverConfig {
+pub(super) fn driver_config(
+    cfg: &SeedBenchConfig,
+    d: DontcacheDesign,
+    p: WritebackPath,
+) -> DriverConfig {
     let mut c = DriverConfig::new(d, p, cfg.preset.workload);
     c.limit_bytes = Some(cfg.limit_bytes);
     c.range_bytes = cfg.limit_bytes * cfg.preset.range_limits;
@@ -171,7 +175,7 @@ pub fn seed_bench(cfg: &SeedBenchConfig) -> Result<SeedBenchReport, DriverError>
     })
 }
 
-fn mib(bytes: u64) -> String {
+pub(super) fn mib(bytes: u64) -> String {
     format!("{} MiB", bytes >> 20)
 }
 
@@ -180,15 +184,12 @@ impl std::fmt::Display for SeedBenchReport {
         let cfg = &self.config;
         let p = &cfg.preset;
         let mut out = String::new();
-        let what = match p.workload {
-            Workload::Reads => "1 MiB preadv2",
-            Workload::Writes => "1 MiB pwritev2",
-        };
         let _ = writeln!(
             out,
-            "{}: {what} over {} with a cache limit of {}, {} simulated s per run, \
+            "{}: {} over {} with a cache limit of {}, {} simulated s per run, \
              normal vs RWF_DONTCACHE (simulation: deterministic runtime, NVMe-like device)",
             p.name,
+            syscall_name(p),
             mib(cfg.limit_bytes * p.range_limits),
             mib(cfg.limit_bytes),
             cfg.seconds
@@ -199,96 +200,121 @@ impl std::fmt::Display for SeedBenchReport {
         }
         let _ = writeln!(out, "  source: {}", cfg.costs.source);
         for r in &self.rows {
-            let name = design_name(&r.design);
-            let path = path_name(r.path);
             let _ = writeln!(out);
-            if let Some(e) = r.refused {
-                let _ = writeln!(
-                    out,
-                    "{name} ({path}): RWF_DONTCACHE on the block device: {e:?} (no FOP_DONTCACHE \
-                     in def_blk_fops without patch 4/4); forced on below"
-                );
-            }
-            let title = format!(
-                "===== {} ({name}, {path}{}) =====",
-                p.title,
-                if r.refused.is_some() {
-                    ", dontcache forced"
-                } else {
-                    ""
-                }
-            );
-            out.push_str(&seed_table(
-                &title,
-                &r.normal.per_second,
-                &r.dontcache.per_second,
-            ));
-            let limit = r.dontcache.limit_pages.unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "footprint (folios of {limit}): normal peak {} final {}; dontcache peak {} final {} ({:.1}% of the limit)",
-                r.normal.peak_cached,
-                r.normal.final_cached,
-                r.dontcache.peak_cached,
-                r.dontcache.final_cached,
-                r.dontcache_footprint() * 100.0
-            );
-            let _ = writeln!(
-                out,
-                "dropbehind folios left cached after writeback: {}{}",
-                r.dontcache.left_behind,
-                match p.workload {
-                    Workload::Reads => " (reads: the readahead window past the last read)",
-                    Workload::Writes => "",
-                }
-            );
-            let s = &r.dontcache.stats;
-            let _ = writeln!(
-                out,
-                "completions deferred to task context: normal {}, dontcache {} (regular folios merged into flagged bios: {})",
-                r.normal.deferred,
-                r.dontcache.deferred,
-                s.merged_regular_folios
-            );
-            for (label, x) in [("normal", &r.normal), ("dontcache", &r.dontcache)] {
-                let s = &x.stats;
-                let _ = writeln!(
-                    out,
-                    "reclaim ({label}): scanned {} evicted {} marked PG_reclaim {} throttled {}; flusher wrote {} pages in {} runs; dirty throttled {}; invalidated {}",
-                    s.reclaim_scanned,
-                    s.reclaim_evicted,
-                    s.reclaim_dirty_marked,
-                    s.reclaim_throttled,
-                    s.flusher_pages,
-                    s.flusher_runs,
-                    s.dirty_throttled,
-                    s.dropbehind_invalidated
-                );
-            }
+            out.push_str(&row_text(p, r, ""));
         }
         let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "design      path          normal MB/s  dontcache MB/s  ratio  dontcache peak  left"
-        );
-        for r in &self.rows {
-            let (a, b) = r.averages();
-            let _ = writeln!(
-                out,
-                "{:<10}  {:<11}  {:>11.1}  {:>14.1}  {:>5}  {:>13.1}%  {:>4}",
-                design_name(&r.design),
-                path_name(r.path),
-                a,
-                b,
-                r.ratio()
-                    .map(|x| format!("{x:.2}"))
-                    .unwrap_or_else(|| "-".to_owned()),
-                r.dontcache_footprint() * 100.0,
-                r.dontcache.left_behind
-            );
-        }
+        out.push_str(&summary_text(&self.rows));
         f.write_str(&out)
     }
+}
+
+/// `1 MiB pwritev2` / `1 MiB preadv2`: what the preset's task calls.
+pub(super) fn syscall_name(p: &SeedPreset) -> &'static str {
+    match p.workload {
+        Workload::Reads => "1 MiB preadv2",
+        Workload::Writes => "1 MiB pwritev2",
+    }
+}
+
+/// One design x path of a seed bench: the refusal, the cover letter's table (titled with
+/// `title_extra` after the path), the footprint, the folios left, the deferred completions and
+/// the reclaim counters.
+pub(super) fn row_text(p: &SeedPreset, r: &DesignRow, title_extra: &str) -> String {
+    let mut out = String::new();
+    let name = design_name(&r.design);
+    let path = path_name(r.path);
+    if let Some(e) = r.refused {
+        let _ = writeln!(
+            out,
+            "{name} ({path}): RWF_DONTCACHE on the block device: {e:?} (no FOP_DONTCACHE \
+             in def_blk_fops without patch 4/4); forced on below"
+        );
+    }
+    let title = format!(
+        "===== {} ({name}, {path}{}{title_extra}) =====",
+        p.title,
+        if r.refused.is_some() {
+            ", dontcache forced"
+        } else {
+            ""
+        }
+    );
+    out.push_str(&seed_table(
+        &title,
+        &r.normal.per_second,
+        &r.dontcache.per_second,
+    ));
+    let limit = r.dontcache.limit_pages.unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "footprint (folios of {limit}): normal peak {} final {}; dontcache peak {} final {} ({:.1}% of the limit)",
+        r.normal.peak_cached,
+        r.normal.final_cached,
+        r.dontcache.peak_cached,
+        r.dontcache.final_cached,
+        r.dontcache_footprint() * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "dropbehind folios left cached after writeback: {}{}",
+        r.dontcache.left_behind,
+        match p.workload {
+            Workload::Reads => " (reads: the readahead window past the last read)",
+            Workload::Writes => "",
+        }
+    );
+    let s = &r.dontcache.stats;
+    let _ = writeln!(
+        out,
+        "completions deferred to task context: normal {}, dontcache {} (regular folios merged into flagged bios: {})",
+        r.normal.deferred,
+        r.dontcache.deferred,
+        s.merged_regular_folios
+    );
+    for (label, x) in [("normal", &r.normal), ("dontcache", &r.dontcache)] {
+        let s = &x.stats;
+        let _ = writeln!(
+            out,
+            "reclaim ({label}): scanned {} evicted {} marked PG_reclaim {} throttled {}; flusher wrote {} pages in {} runs; dirty throttled {}; invalidated {}",
+            s.reclaim_scanned,
+            s.reclaim_evicted,
+            s.reclaim_dirty_marked,
+            s.reclaim_throttled,
+            s.flusher_pages,
+            s.flusher_runs,
+            s.dirty_throttled,
+            s.dropbehind_invalidated
+        );
+    }
+    out
+}
+
+/// The summary table of a seed bench: averages, ratio, DONTCACHE's peak footprint and the
+/// folios it left, one line per design x path.
+pub(super) fn summary_text(rows: &[DesignRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "design      path          normal MB/s  dontcache MB/s  ratio  dontcache peak  left"
+    );
+    for r in rows {
+        let (a, b) = r.averages();
+        let _ = writeln!(
+            out,
+            "{:<10}  {:<11}  {:>11.1}  {:>14.1}  {:>5}  {:>13.1}%  {:>4}",
+            design_name(&r.design),
+            path_name(r.path),
+            a,
+            b,
+            r.ratio()
+                .map(|x| format!("{x:.2}"))
+                .unwrap_or_else(|| "-".to_owned()),
+            r.dontcache_footprint() * 100.0,
+            r.dontcache.left_behind
+        );
+    }
+    out
 }
 
 /// One 16 KiB `pwritev2(RWF_DONTCACHE)` (4 folios; forced on a design whose bdev refuses it) on

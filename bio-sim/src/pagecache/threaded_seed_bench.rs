@@ -1,0 +1,241 @@
+//! `biosim bench dontcache --preset seed-reads|seed-writes --runtime threaded`: the seed's
+//! experiment (`[PATCH v6 0/4]`'s cover letter) on the [threaded runtime](super::threaded), over
+//! null_blk with memory backing, with real copies in real time: the same tables as the
+//! [discrete-event bench](super::seed_bench), per wall-clock second, with the process's CPU time
+//! per MiB beside them and the oracle's verdicts on each DONTCACHE write run.
+
+use super::driver::DriverError;
+use super::dropbehind_oracle::{check_dontcache_run, Verdict};
+use super::seed_bench::{
+    design_name, driver_config, mib, path_name, row_text, summary_text, syscall_name, DesignRow,
+    SeedBenchConfig,
+};
+use super::seed_presets::Workload;
+use super::threaded::{run_threaded, NullBlkDevice, ThreadedRun};
+use std::fmt::Write as _;
+
+/// The largest range a threaded run keeps in memory (null_blk's pages, the expected bytes).
+pub const MAX_THREADED_RANGE: u64 = 4 << 30;
+
+/// One design x path: the two runs' [`DesignRow`] and their host figures.
+#[derive(Debug, Clone)]
+pub struct ThreadedRow {
+    /// The runs, as the discrete-event bench keeps them.
+    pub row: DesignRow,
+    /// Process CPU ns per MiB of the normal run.
+    pub normal_cpu_ns_per_mib: Option<f64>,
+    /// ... of the DONTCACHE run.
+    pub dontcache_cpu_ns_per_mib: Option<f64>,
+    /// The oracle's verdicts on the DONTCACHE run (writes only: reads leave the readahead
+    /// window past the last read, which no check covers).
+    pub verdicts: Vec<(&'static str, Verdict)>,
+}
+
+/// The bench's results.
+#[derive(Debug, Clone)]
+pub struct ThreadedSeedReport {
+    /// The configuration (`seconds` are wall-clock seconds; the costs are not used).
+    pub config: SeedBenchConfig,
+    /// The device.
+    pub device: NullBlkDevice,
+    /// One per design x path.
+    pub rows: Vec<ThreadedRow>,
+    /// The host's CPUs and its load average when the bench started (`/proc/loadavg`).
+    pub host: String,
+    /// Simulated CPUs of each run.
+    pub nr_cpus: u32,
+}
+
+impl ThreadedSeedReport {
+    /// Whether every oracle verdict passed.
+    pub fn oracle_ok(&self) -> bool {
+        self.rows
+            .iter()
+            .all(|r| r.verdicts.iter().all(|(_, v)| v.is_ok()))
+    }
+}
+
+fn host() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".to_owned());
+    format!("{cpus} host CPUs, load average {load}")
+}
+
+/// Refuses a configuration a threaded run cannot hold: the range (the limit times the preset's
+/// multiple) lives in memory twice.
+pub fn check_threaded_size(cfg: &SeedBenchConfig) -> Result<(), String> {
+    let range = cfg.limit_bytes.saturating_mul(cfg.preset.range_limits);
+    if range > MAX_THREADED_RANGE {
+        return Err(format!(
+            "--limit {}: {} makes a range of {}, more than the {} the threaded runtime keeps in \
+             memory (null_blk memory_backed)",
+            mib(cfg.limit_bytes),
+            cfg.preset.name,
+            mib(range),
+            mib(MAX_THREADED_RANGE)
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the bench: per design x path a normal and a DONTCACHE run (forced where the bdev
+/// refuses it), each on a fresh machine.
+pub fn seed_bench_threaded(
+    cfg: &SeedBenchConfig,
+    device: NullBlkDevice,
+) -> Result<ThreadedSeedReport, DriverError> {
+    check_threaded_size(cfg).map_err(DriverError::Config)?;
+    let host = host();
+    let mut nr_cpus = 0;
+    let mut rows = Vec::new();
+    for &design in &cfg.designs {
+        for &path in &cfg.paths {
+            let base = driver_config(cfg, design, path);
+            nr_cpus = base.nr_cpus;
+            let normal = run_threaded(base.clone(), device)?;
+            let mut dc = base.clone();
+            dc.dontcache = true;
+            let mut dontcache = run_threaded(dc.clone(), device)?;
+            let refused = dontcache.run.refused;
+            if refused.is_some() {
+                dc.force_dontcache = true;
+                dontcache = run_threaded(dc, device)?;
+            }
+            let verdicts = match cfg.preset.workload {
+                Workload::Writes => check_dontcache_run(&design, path, &dontcache.run),
+                Workload::Reads => Vec::new(),
+            };
+            let (n, d): (ThreadedRun, ThreadedRun) = (normal, dontcache);
+            rows.push(ThreadedRow {
+                normal_cpu_ns_per_mib: n.cpu_ns_per_mib(),
+                dontcache_cpu_ns_per_mib: d.cpu_ns_per_mib(),
+                verdicts,
+                row: DesignRow {
+                    design,
+                    path,
+                    normal: n.run,
+                    dontcache: d.run,
+                    refused,
+                },
+            });
+        }
+    }
+    Ok(ThreadedSeedReport {
+        config: cfg.clone(),
+        device,
+        rows,
+        host,
+        nr_cpus,
+    })
+}
+
+fn us(ns: Option<f64>) -> String {
+    ns.map(|n| format!("{:.0}", n / 1000.0))
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+impl std::fmt::Display for ThreadedSeedReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cfg = &self.config;
+        let p = &cfg.preset;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{}: {} over {} with a cache limit of {}, {} s per run, normal vs RWF_DONTCACHE \
+             (threaded runtime: {} simulated CPUs as OS threads, null_blk irqmode={} ({}) with \
+             memory backing, real copies, real time)",
+            p.name,
+            syscall_name(p),
+            mib(cfg.limit_bytes * p.range_limits),
+            mib(cfg.limit_bytes),
+            cfg.seconds,
+            self.nr_cpus,
+            self.device.irqmode.nr(),
+            self.device.irqmode.name()
+        );
+        let _ = writeln!(out, "host: {} at the start", self.host);
+        for r in &self.rows {
+            let _ = writeln!(out);
+            out.push_str(&row_text(p, &r.row, ", threaded"));
+            let _ = writeln!(
+                out,
+                "CPU per MiB (getrusage, whole process): normal {} us, dontcache {} us",
+                us(r.normal_cpu_ns_per_mib),
+                us(r.dontcache_cpu_ns_per_mib)
+            );
+            for (name, v) in &r.verdicts {
+                let _ = match v {
+                    Ok(()) => writeln!(out, "oracle: {name}: ok"),
+                    Err(e) => writeln!(out, "oracle: {name}: FAILED: {e}"),
+                };
+            }
+        }
+        let rows: Vec<DesignRow> = self.rows.iter().map(|r| r.row.clone()).collect();
+        let _ = writeln!(out);
+        out.push_str(&summary_text(&rows));
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "design      path          CPU us/MiB normal  dontcache"
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                out,
+                "{:<10}  {:<11}  {:>17}  {:>9}",
+                design_name(&r.row.design),
+                path_name(r.row.path),
+                us(r.normal_cpu_ns_per_mib),
+                us(r.dontcache_cpu_ns_per_mib)
+            );
+        }
+        f.write_str(&out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pagecache::seed_presets::{SEED_READS, SEED_WRITES};
+    use bio_core::mm::dontcache::{DontcacheDesign, WritebackPath};
+
+    /// The report's shape on a tiny limit and one second (no figure is checked: performance is
+    /// for benches): the threaded header, one table per design x path with a row per second, CPU
+    /// per MiB, the oracle's verdicts on writes (all passing), and the summary tables.
+    #[test]
+    fn the_threaded_seed_tables() {
+        for preset in [SEED_WRITES, SEED_READS] {
+            let mut cfg = SeedBenchConfig::new(preset);
+            cfg.designs = vec![
+                DontcacheDesign::Baseline,
+                DontcacheDesign::parse("v7").unwrap(),
+            ];
+            cfg.paths = vec![WritebackPath::Iomap];
+            cfg.seconds = 1;
+            cfg.limit_bytes = 4 << 20;
+            let rep = seed_bench_threaded(&cfg, NullBlkDevice::default()).unwrap();
+            let text = rep.to_string();
+            assert!(text.contains("(threaded runtime: 2 simulated CPUs as OS threads, null_blk irqmode=1 (softirq) with memory backing, real copies, real time)"), "{text}");
+            assert!(
+                text.contains("(baseline, iomap, dontcache forced, threaded) ====="),
+                "{text}"
+            );
+            assert!(text.contains("(v7, iomap, threaded) ====="), "{text}");
+            assert_eq!(rep.rows.len(), 2);
+            for r in &rep.rows {
+                assert_eq!(r.row.normal.per_second.len(), 1, "{text}");
+                assert_eq!(r.row.dontcache.corrupt_bytes, 0, "{text}");
+                assert!(r.row.dontcache.bytes > 0, "{text}");
+                assert_eq!(r.verdicts.is_empty(), preset.workload == Workload::Reads);
+            }
+            assert!(rep.oracle_ok(), "{text}");
+            assert!(text.contains("CPU us/MiB normal  dontcache"), "{text}");
+        }
+        let mut big = SeedBenchConfig::new(SEED_READS);
+        big.limit_bytes = 4 << 30;
+        let e = check_threaded_size(&big).unwrap_err();
+        assert!(e.contains("more than the 4096 MiB"), "{e}");
+    }
+}
