@@ -187,9 +187,9 @@ impl AddressSpace {
         (pages + MIN_WRITEBACK_PAGES) / MIN_WRITEBACK_PAGES * MIN_WRITEBACK_PAGES
     }
 
-    /// `wb_workfn()` → `wb_do_writeback()`, one chunk per step: picks up the work in progress,
-    /// else `wb_check_start_all()`, `wb_check_background_flush()`, `wb_check_old_data_flush()`;
-    /// writes one chunk (`wb_writeback()`'s loop body); requeues itself while the work has pages
+    /// `wb_workfn()` → `wb_do_writeback()`, one chunk per step: the work in progress, else
+    /// `wb_check_start_all()`, `wb_check_old_data_flush()`, `wb_check_background_flush()` in turn
+    /// (one that writes nothing falls through to the next); writes one chunk (`wb_writeback()`'s loop body); requeues itself while the work has pages
     /// left, else re-arms the kupdate timer while the inode is dirty (`wb_wakeup_delayed()`).
     pub fn wb_workfn(&self, cx: &Cpu) {
         let jiffies = self.kernel.jiffies();
@@ -197,45 +197,45 @@ impl AddressSpace {
         let requeue = {
             let mut m = self.inner.lock();
             m.stats.flusher_runs += 1;
-            let work = m.wb.work.take().or_else(|| {
-                if let Some(reason) = m.wb.start_all {
+            // wb_do_writeback() runs the work in progress, then wb_check_start_all(),
+            // wb_check_old_data_flush() (kupdate) and wb_check_background_flush() in one pass:
+            // a check with nothing to write falls through to the next one. One chunk per step.
+            let mut left = None;
+            let mut wrote = 0;
+            for stage in 0..4 {
+                let work = match stage {
+                    0 => m.wb.work.take(),
                     // wb_check_start_all(): all the dirty pages (get_nr_dirty_pages()).
-                    return Some(WbWork {
+                    1 => m.wb.start_all.map(|reason| WbWork {
                         nr_pages: m.stats.nr_dirty,
                         for_background: false,
                         for_kupdate: false,
                         reason,
-                    });
-                }
-                // wb_do_writeback(): start-all, then wb_check_old_data_flush() (kupdate), then
-                // wb_check_background_flush().
-                let interval = DIRTY_WRITEBACK_CENTISECS * hz / 100;
-                // It stamps last_old_flush even when get_nr_dirty_pages() is 0, and then
-                // writes nothing (no work: the background check runs next).
-                let expired = jiffies >= m.wb.last_old_flush + interval;
-                if expired {
-                    m.wb.last_old_flush = jiffies;
-                }
-                if expired && m.stats.nr_dirty > 0 {
-                    return Some(WbWork {
-                        nr_pages: m.stats.nr_dirty,
-                        for_background: false,
-                        for_kupdate: true,
-                        reason: WbReason::Periodic,
-                    });
-                }
-                if self.wb_over_bg_thresh(&m) {
-                    return Some(WbWork {
+                    }),
+                    // wb_check_old_data_flush(): it stamps last_old_flush even when
+                    // get_nr_dirty_pages() is 0, and then writes nothing.
+                    2 => {
+                        let interval = DIRTY_WRITEBACK_CENTISECS * hz / 100;
+                        let expired = jiffies >= m.wb.last_old_flush + interval;
+                        if expired {
+                            m.wb.last_old_flush = jiffies;
+                        }
+                        (expired && m.stats.nr_dirty > 0).then_some(WbWork {
+                            nr_pages: m.stats.nr_dirty,
+                            for_background: false,
+                            for_kupdate: true,
+                            reason: WbReason::Periodic,
+                        })
+                    }
+                    // wb_check_background_flush().
+                    _ => self.wb_over_bg_thresh(&m).then_some(WbWork {
                         nr_pages: u64::MAX,
                         for_background: true,
                         for_kupdate: false,
                         reason: WbReason::Background,
-                    });
-                }
-                None
-            });
-            let mut left = None;
-            if let Some(mut work) = work {
+                    }),
+                };
+                let Some(mut work) = work else { continue };
                 let expire = DIRTY_EXPIRE_CENTISECS * hz / 100;
                 let stop = (work.for_background && !self.wb_over_bg_thresh(&m))
                     || (work.for_kupdate
@@ -258,9 +258,16 @@ impl AddressSpace {
                     // The start-all work is done: clear_bit(WB_start_all).
                     m.wb.start_all = None;
                 }
+                wrote = written;
+                if written > 0 {
+                    break;
+                }
             }
             m.wb.work = left;
-            if m.wb.work.is_some() || m.wb.start_all.is_some() {
+            // The kernel's pass would go on to the checks after a finished work: a step that
+            // wrote and left the device over the background threshold comes back at once.
+            let more = wrote > 0 && self.wb_over_bg_thresh(&m);
+            if m.wb.work.is_some() || m.wb.start_all.is_some() || more {
                 m.wb.wakeup_pending = true;
             } else if m.stats.nr_dirty > 0 {
                 m.wb.wakeup_delayed_pending = true;

@@ -454,3 +454,41 @@ fn the_flusher_submits_its_bios_to_the_mappings_device() {
         "the flusher's writes reached null_blk's memory"
     );
 }
+
+/// `wb_do_writeback()` runs `wb_check_old_data_flush()` and then `wb_check_background_flush()` in
+/// one pass: a kupdate run whose dirty data is too young to write (and which still stamps
+/// `last_old_flush`) falls through to the background writeback in the same flusher step. Catches
+/// a flusher that runs only the first check that applies (nothing written until the next kupdate
+/// timer, 5 s later).
+#[test]
+fn a_kupdate_with_nothing_old_falls_through_to_background_writeback() {
+    use crate::fs::fs_writeback::DIRTY_WRITEBACK_CENTISECS;
+    let r = rig_with(None, Some(1024));
+    let hz = u64::from(r.kernel.config().hz);
+    // The kupdate interval has passed since boot, and the pages dirtied now are young.
+    r.kernel
+        .advance_jiffies(DIRTY_WRITEBACK_CENTISECS * hz / 100 + 1);
+    let now = r.kernel.jiffies();
+    let cx = r.task();
+    let p = r
+        .mapping
+        .generic_perform_write(&cx, 0, &pattern(160, 3), NONE)
+        .unwrap();
+    assert_eq!(p.blocked, None, "under the freerun ceiling");
+    let l = r.mapping.domain_dirty_limits();
+    assert!(r.mapping.stats().nr_dirty > l.bg_thresh);
+    assert_eq!(r.mapping.stats().flusher_pages, 0);
+    // One flusher step, as its kworker would run it.
+    r.mapping.wb_workfn(&cx);
+    assert_eq!(
+        r.mapping.inner.lock().wb.last_old_flush,
+        now,
+        "the kupdate check ran"
+    );
+    let s = r.mapping.stats();
+    assert!(
+        s.flusher_pages > 0,
+        "the background check wrote in the same step: {s:?}"
+    );
+    assert!(!r.mapping.wb_take_submitted().is_empty());
+}

@@ -180,7 +180,10 @@ fn seed_preset_bench(
         let report = seed_bench_threaded(&cfg, NullBlkDevice::default())?;
         print!("{report}");
         if !report.oracle_ok() {
-            return Err("the oracle failed on a threaded run (see the FAILED lines above)".into());
+            // A failed verdict is the model's result, not a usage error: exit 1 (main's errors
+            // exit 2).
+            eprintln!("biosim: the oracle failed on a threaded run (see the FAILED lines above)");
+            std::process::exit(1);
         }
         return Ok(());
     }

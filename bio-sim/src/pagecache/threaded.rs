@@ -18,7 +18,8 @@
 //! - jiffies follow the host clock (the runtime's ticker), so v5/v6's one-jiffy delayed work and
 //!   the kupdate timer fire when they would.
 //! - After each syscall step the task's CPU runs what became runnable on it: the softirqs the
-//!   step's submissions raised (the kernel runs them at `local_bh_enable()`/`irq_exit()`), its due
+//!   step's submissions raised (raised from task context, the kernel runs them in `ksoftirqd` or
+//!   at the next `irq_exit()`; the model runs them there and then, the task still `current`), its due
 //!   timers and the kworkers woken on it (the deferred completions' batch workers, which preempt
 //!   the task at the next tick). Without that a task that never sleeps would starve its CPU's
 //!   completions, which the runtime's CPU thread takes only between events.
@@ -148,10 +149,23 @@ impl Expected {
 
     /// Bytes of `got` (read at `pos`) that differ from what must be there.
     fn differing(&self, pos: u64, got: &[u8]) -> u64 {
+        self.differing_where(pos, got, |_| true)
+    }
+
+    /// [`Expected::differing`] over the pages the workload wrote (the others of a device that
+    /// was not prefilled hold whatever it held: null_blk's zeros).
+    fn differing_written(&self, pos: u64, got: &[u8]) -> u64 {
+        self.differing_where(pos, got, |i| self.passes[i] != 0)
+    }
+
+    fn differing_where(&self, pos: u64, got: &[u8], check: impl Fn(usize) -> bool) -> u64 {
         let at = pos as usize;
         let mut bad = 0;
         for (k, page) in got.chunks(PAGE).enumerate() {
             let i = at / PAGE + k;
+            if !check(i) {
+                continue;
+            }
             let base = &self.base[i * PAGE..i * PAGE + page.len()];
             let stamp = Self::stamp(self.passes[i]);
             if page[8..] != base[8..]
@@ -245,8 +259,9 @@ fn wait_blocked(cx: &Cpu, mapping: &AddressSpace, b: Blocked, before: [u64; 4]) 
 }
 
 /// What the kernel runs on the task's CPU right after a syscall step, before the task's next
-/// one: the softirqs its submissions raised (`local_bh_enable()` / `irq_exit()` run them at
-/// once; null_blk's `BLOCK_SOFTIRQ` completions among them), the timers due on it, and the
+/// one: the softirqs its submissions raised (null_blk's `BLOCK_SOFTIRQ` completions, raised from
+/// task context, which the kernel hands to `ksoftirqd` or runs at the next `irq_exit()`: the
+/// model runs them here, with the task still `current`), the timers due on it, and the
 /// kworkers woken on it (its per-CPU pool: the batch workers of deferred completions, which
 /// preempt the task at the next tick). The runtime's CPU thread would run them only between
 /// events or while the task sleeps; a task that never sleeps would starve them.
@@ -307,7 +322,6 @@ fn task_phase(cx: &Cpu, t: &TaskCtx, ph: &Phase) -> PhaseOut {
         let mut done = 0usize;
         let mut last_progress = Instant::now();
         while done < io {
-            let before = completions(&t.mapping.stats());
             let step = match ph.workload {
                 Workload::Reads => {
                     blkdev_read_iter(&t.mapping, cx, pos + done as u64, &mut buf[done..], rwf)
@@ -328,6 +342,9 @@ fn task_phase(cx: &Cpu, t: &TaskCtx, ph: &Phase) -> PhaseOut {
             };
             submit_all(cx, &t.dev, bios);
             run_pending_here(cx);
+            // Sampled after the task ran its own CPU's completions: a throttled wait ends on
+            // completions by anyone but itself (or its timeout).
+            let before = completions(&t.mapping.stats());
             done += progress;
             let sec = start.elapsed().as_secs() as usize;
             if rows.is_none_or(|r| sec < r) {
@@ -586,6 +603,17 @@ impl Machine {
         }
     }
 
+    /// Bytes of null_blk's memory in `[0, range)` that differ from what the workload last wrote
+    /// there (or the pass-0 pattern), over the written pages only with `written_only`.
+    fn media_differing(&self, range: u64, written_only: bool) -> Result<u64, DriverError> {
+        let exp = self.task.expected.lock().unwrap_or_else(|e| e.into_inner());
+        match self.nb.read_backing(0, range as usize) {
+            Some(media) if written_only => Ok(exp.differing_written(0, &media)),
+            Some(media) => Ok(exp.differing(0, &media)),
+            None => Err(threaded_err("null_blk has no memory backing")),
+        }
+    }
+
     /// The end-of-run counts (after [`Machine::settle`], or `at_end` under the twin).
     fn finish(&self, res: &mut RunResult, at_end: (PageCacheStats, u64)) {
         // The twin counts when the last syscall returned, its folios still under writeback.
@@ -655,6 +683,13 @@ pub fn run_threaded(cfg: DriverConfig, dev: NullBlkDevice) -> Result<ThreadedRun
         m.settle()?;
     }
     m.finish(&mut out.run, at_end);
+    if ph.workload == Workload::Writes && out.run.refused.is_none() {
+        // The device against what the writes wrote, after the figures are taken: fsync() what
+        // a normal run left dirty, then null_blk's memory must hold every page's last pass.
+        m.on_task_cpu(task_fsync)?.map_err(threaded_err)?;
+        m.settle()?;
+        out.run.corrupt_bytes += m.media_differing(ph.range, true)?;
+    }
     m.shutdown(&mut out)?;
     Ok(out)
 }
@@ -698,13 +733,7 @@ pub fn integrity_run_threaded(
     out.wall_ns = t0.elapsed().as_nanos() as u64;
     out.cpu_ns = c0.until(&CpuSnapshot::now()).process.as_nanos() as u64;
     m.settle()?;
-    {
-        let exp = m.task.expected.lock().unwrap_or_else(|e| e.into_inner());
-        match m.nb.read_backing(0, range as usize) {
-            Some(media) => out.run.corrupt_bytes += exp.differing(0, &media),
-            None => return Err(threaded_err("null_blk has no memory backing")),
-        }
-    }
+    out.run.corrupt_bytes += m.media_differing(range, false)?;
     m.finish(&mut out.run, at_end);
     m.shutdown(&mut out)?;
     Ok(out)

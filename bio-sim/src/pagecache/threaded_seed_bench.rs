@@ -4,7 +4,7 @@
 //! [discrete-event bench](super::seed_bench), per wall-clock second, with the process's CPU time
 //! per MiB beside them and the oracle's verdicts on each DONTCACHE write run.
 
-use super::driver::DriverError;
+use super::driver::{DriverError, RunResult};
 use super::dropbehind_oracle::{check_dontcache_run, Verdict};
 use super::seed_bench::{
     design_name, driver_config, mib, path_name, row_text, summary_text, syscall_name, DesignRow,
@@ -26,8 +26,10 @@ pub struct ThreadedRow {
     pub normal_cpu_ns_per_mib: Option<f64>,
     /// ... of the DONTCACHE run.
     pub dontcache_cpu_ns_per_mib: Option<f64>,
-    /// The oracle's verdicts on the DONTCACHE run (writes only: reads leave the readahead
-    /// window past the last read, which no check covers).
+    /// The oracle's verdicts: data integrity of the normal run (every byte read, or the device
+    /// against every page written), then the DONTCACHE run's: its integrity, and for writes the
+    /// dropbehind checks (reads leave the readahead window past the last read, which no check
+    /// covers).
     pub verdicts: Vec<(&'static str, Verdict)>,
 }
 
@@ -52,6 +54,19 @@ impl ThreadedSeedReport {
         self.rows
             .iter()
             .all(|r| r.verdicts.iter().all(|(_, v)| v.is_ok()))
+    }
+}
+
+/// The data-integrity verdict of one run: no byte read, or left on the device, differs from
+/// what the workload wrote.
+fn integrity(run: &RunResult) -> Verdict {
+    if run.corrupt_bytes == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} bytes differ from what was written",
+            run.corrupt_bytes
+        ))
     }
 }
 
@@ -104,10 +119,13 @@ pub fn seed_bench_threaded(
                 dc.force_dontcache = true;
                 dontcache = run_threaded(dc, device)?;
             }
-            let verdicts = match cfg.preset.workload {
-                Workload::Writes => check_dontcache_run(&design, path, &dontcache.run),
-                Workload::Reads => Vec::new(),
-            };
+            let mut verdicts = vec![("data integrity (normal)", integrity(&normal.run))];
+            match cfg.preset.workload {
+                Workload::Writes => {
+                    verdicts.extend(check_dontcache_run(&design, path, &dontcache.run))
+                }
+                Workload::Reads => verdicts.push(("data integrity", integrity(&dontcache.run))),
+            }
             let (n, d): (ThreadedRun, ThreadedRun) = (normal, dontcache);
             rows.push(ThreadedRow {
                 normal_cpu_ns_per_mib: n.cpu_ns_per_mib(),
@@ -228,7 +246,14 @@ mod tests {
                 assert_eq!(r.row.normal.per_second.len(), 1, "{text}");
                 assert_eq!(r.row.dontcache.corrupt_bytes, 0, "{text}");
                 assert!(r.row.dontcache.bytes > 0, "{text}");
-                assert_eq!(r.verdicts.is_empty(), preset.workload == Workload::Reads);
+                assert_eq!(r.row.normal.corrupt_bytes, 0, "{text}");
+                let names: Vec<&str> = r.verdicts.iter().map(|(n, _)| *n).collect();
+                assert_eq!(names[..2], ["data integrity (normal)", "data integrity"]);
+                assert_eq!(
+                    names.len() > 2,
+                    preset.workload == Workload::Writes,
+                    "{names:?}"
+                );
             }
             assert!(rep.oracle_ok(), "{text}");
             assert!(text.contains("CPU us/MiB normal  dontcache"), "{text}");

@@ -118,7 +118,10 @@ fn dontcache_writes(design: DontcacheDesign, path: WritebackPath) -> ThreadedRun
 /// writeback completed). Catches the driver counting before writeback completed
 /// (`bug-pagecache-threaded-no-settle`).
 #[test]
-#[cfg_attr(feature = "bug-pagecache-threaded-no-settle", should_panic)]
+#[cfg_attr(
+    feature = "bug-pagecache-threaded-no-settle",
+    should_panic(expected = "writeback still in flight")
+)]
 fn fixed_designs_leave_nothing_after_threaded_writeback() {
     let mut fixed = 0;
     for design in all_designs() {
