@@ -316,6 +316,10 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
         ),
         (vec!["--runtime", "threaded"], "--preset"),
         (
+            vec!["--preset", "seed-writes", "--limit", "4194305"],
+            "--limit: 4194305 is not a whole number of MiB",
+        ),
+        (
             vec![
                 "--preset",
                 "seed-reads",

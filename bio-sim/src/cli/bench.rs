@@ -170,6 +170,12 @@ fn seed_preset_bench(
         if bytes < 4 << 20 {
             return Err(format!("--limit: {l} is below the 4M the 1 MiB syscalls need").into());
         }
+        if !bytes.is_multiple_of(1 << 20) {
+            // The range is a multiple of the limit and is walked in 1 MiB syscalls.
+            return Err(
+                format!("--limit: {l} is not a whole number of MiB (the 1 MiB syscalls)").into(),
+            );
+        }
         cfg.limit_bytes = bytes;
     }
     if threaded {
