@@ -115,6 +115,34 @@ fn loop_over_null_blk_stores_through_the_stack_and_the_lower_bio_follows_queue_r
     assert_eq!(lo.stats().nowait_done, 4);
 }
 
+/// The same stack with the tracepoints' static keys off: the data still round-trips and not one
+/// event fires (on, this run traces the loop's `biosim_loop_nowait`/`biosim_loop_aio_complete`
+/// and both devices' bio, plug and request events), as a kernel with no probe attached traces
+/// nothing.
+#[test]
+fn loop_over_null_blk_with_the_tracepoints_off_fires_no_event() {
+    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+    k.set_tracepoints_enabled(false);
+    let cx = k.cpu(CpuId(0)).unwrap();
+    let mut cfg = NullBlkConfig {
+        clock: HrtimerClock::Explicit,
+        size_bytes: 1 << 20,
+        memory_backed: true,
+        ..NullBlkConfig::default()
+    };
+    cfg.parse_param("irqmode", "1").unwrap();
+    let nullb = NullBlk::new(&k, 0, cfg).unwrap();
+    let lo = loop_over(&k, 0, nullb as UntrackedArc<dyn BlockDriver>);
+    let ev = capture(|| {
+        tracing::callsite::rebuild_interest_cache();
+        write_then_read_back(&*lo, &cx)
+    });
+    let names: Vec<&str> = ev.iter().map(|e| e.tracepoint.as_str()).collect();
+    assert!(names.is_empty(), "{names:?}");
+    assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+    assert_eq!(lo.stats().nowait_done, 4, "the I/O ran");
+}
+
 /// loop0 over nullb0p1 (a partition of nullb0 from sector 1024): loop0's lower bio is for the
 /// partition; `blk_partition_remap()` moves it to nullb0 at `bd_start_sect` and traces
 /// `block_bio_remap`; the data lands at the partition's offset on nullb0.
