@@ -68,9 +68,11 @@ fn write_then_read_back(top: &dyn BlockDriver, cx: &Cpu) {
     assert_eq!(got[3].1, pattern(1));
 }
 
-#[test]
-fn loop_over_null_blk_stores_through_the_stack_and_the_lower_bio_follows_queue_rq() {
-    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+/// [`write_then_read_back`] through loop0 over a 1 MiB memory-backed nullb0 (`irqmode=0`) on
+/// `k`: the events it fired and loop0's NOWAIT successes.
+fn round_trip_over_null_blk(
+    k: &UntrackedArc<Kernel>,
+) -> (Vec<crate::kernel::trace::tests::Captured>, usize) {
     let cx = k.cpu(CpuId(0)).unwrap();
     let mut cfg = NullBlkConfig {
         clock: HrtimerClock::Explicit,
@@ -79,14 +81,21 @@ fn loop_over_null_blk_stores_through_the_stack_and_the_lower_bio_follows_queue_r
         ..NullBlkConfig::default()
     };
     cfg.parse_param("irqmode", "0").unwrap();
-    let nullb = NullBlk::new(&k, 0, cfg).unwrap();
-    let lo = loop_over(&k, 0, nullb as UntrackedArc<dyn BlockDriver>);
+    let nullb = NullBlk::new(k, 0, cfg).unwrap();
+    let lo = loop_over(k, 0, nullb as UntrackedArc<dyn BlockDriver>);
     let ev = capture(|| {
         // Recompute callsite interest with this capture's subscriber in place (a parallel
         // test's first hit of a callsite can leave it stale in tracing-core).
         tracing::callsite::rebuild_interest_cache();
         write_then_read_back(&*lo, &cx)
     });
+    (ev, lo.stats().nowait_done)
+}
+
+#[test]
+fn loop_over_null_blk_stores_through_the_stack_and_the_lower_bio_follows_queue_rq() {
+    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+    let (ev, nowait_done) = round_trip_over_null_blk(&k);
     // The first write: loop0's request is issued; its queue_rq submits the lower bio
     // (block_bio_queue is traced on submission) which waits on current->bio_list while
     // lo_rw_aio_nowait() returns -EIOCBQUEUED; only then does nullb0 get a request for it.
@@ -112,7 +121,7 @@ fn loop_over_null_blk_stores_through_the_stack_and_the_lower_bio_follows_queue_r
         ]
     );
     assert!(k.reports().is_empty(), "{:?}", k.reports().all());
-    assert_eq!(lo.stats().nowait_done, 4);
+    assert_eq!(nowait_done, 4);
 }
 
 /// The same stack with the tracepoints' static keys off: the data still round-trips and not one
@@ -123,24 +132,11 @@ fn loop_over_null_blk_stores_through_the_stack_and_the_lower_bio_follows_queue_r
 fn loop_over_null_blk_with_the_tracepoints_off_fires_no_event() {
     let k = Kernel::new(KernelConfig::default(), 1).unwrap();
     k.set_tracepoints_enabled(false);
-    let cx = k.cpu(CpuId(0)).unwrap();
-    let mut cfg = NullBlkConfig {
-        clock: HrtimerClock::Explicit,
-        size_bytes: 1 << 20,
-        memory_backed: true,
-        ..NullBlkConfig::default()
-    };
-    cfg.parse_param("irqmode", "1").unwrap();
-    let nullb = NullBlk::new(&k, 0, cfg).unwrap();
-    let lo = loop_over(&k, 0, nullb as UntrackedArc<dyn BlockDriver>);
-    let ev = capture(|| {
-        tracing::callsite::rebuild_interest_cache();
-        write_then_read_back(&*lo, &cx)
-    });
+    let (ev, nowait_done) = round_trip_over_null_blk(&k);
     let names: Vec<&str> = ev.iter().map(|e| e.tracepoint.as_str()).collect();
     assert!(names.is_empty(), "{names:?}");
     assert!(k.reports().is_empty(), "{:?}", k.reports().all());
-    assert_eq!(lo.stats().nowait_done, 4, "the I/O ran");
+    assert_eq!(nowait_done, 4, "the I/O ran");
 }
 
 /// loop0 over nullb0p1 (a partition of nullb0 from sector 1024): loop0's lower bio is for the
