@@ -165,30 +165,22 @@ fn json_parses_and_holds_every_design_s_figures_and_ratios() {
         for k in ["iops", "mb_per_s", "lat_p99_us", "cpu_us_per_io_process"] {
             assert!(d[k]["median"].as_f64().unwrap() > 0.0, "{k}: {d}");
         }
-        // The kernel's share (ru_stime): O_DIRECT I/O is system calls; each round has it.
-        assert!(
-            d["cpu_us_per_io_system"]["median"].as_f64().unwrap() > 0.0,
-            "{d}"
+        // The kernel's share (ru_stime), per design and per round. The kernel splits a thread's
+        // exact runtime into user and system by tick samples, so a 32-I/O round may show 0: only
+        // its bounds are checked here.
+        let (sys, all) = (
+            d["cpu_us_per_io_system"]["median"].as_f64().unwrap(),
+            d["cpu_us_per_io_process"]["median"].as_f64().unwrap(),
         );
+        assert!((0.0..=all).contains(&sys), "system {sys} of {all}: {d}");
         for r in d["per_round"].as_array().unwrap() {
             assert!(r["cpu_us_per_io_system"].as_f64().is_some(), "{r}");
         }
     }
-    // It is a part, not the whole: the simulated design spends user time on the model.
-    let (sys, all) = (
-        designs[0]["cpu_us_per_io_system"]["median"]
-            .as_f64()
-            .unwrap(),
-        designs[0]["cpu_us_per_io_process"]["median"]
-            .as_f64()
-            .unwrap(),
-    );
-    assert!(sys < all, "v5: system {sys} of {all}");
     assert!(
-        designs[0]["vs_raw"]["cpu_per_io_system"]["median"]
-            .as_f64()
-            .unwrap()
-            > 0.0
+        designs[0]["vs_raw"].get("cpu_per_io_system").is_some(),
+        "{}",
+        designs[0]
     );
     assert!(
         designs[0]["vs_raw"]["cpu_per_io_process"]["median"]
