@@ -212,25 +212,30 @@ pub fn timer_ptr(id: usize) -> String {
 #[macro_export]
 macro_rules! ktrace {
     ($cx:expr, target: $target:literal, $event:expr, flags: $flags:expr, fields($($k:ident = $v:expr),* $(,)?), $($fmt:tt)+) => {
-        $crate::ktrace!(@emit $cx, $target, $event, $flags, ($($k = $v),*); $($fmt)+)
+        $crate::ktrace!(@emit $cx, $target, $event, |_cx: &$crate::kernel::Cpu| $flags, ($($k = $v),*); $($fmt)+)
     };
     ($cx:expr, target: $target:literal, $event:expr, fields($($k:ident = $v:expr),* $(,)?), $($fmt:tt)+) => {
-        $crate::ktrace!(@emit $cx, $target, $event, ($cx).trace_flags(), ($($k = $v),*); $($fmt)+)
+        $crate::ktrace!(@emit $cx, $target, $event, |cx: &$crate::kernel::Cpu| cx.trace_flags(), ($($k = $v),*); $($fmt)+)
     };
     ($cx:expr, target: $target:literal, $event:expr, flags: $flags:expr, $($fmt:tt)+) => {
-        $crate::ktrace!(@emit $cx, $target, $event, $flags, (); $($fmt)+)
+        $crate::ktrace!(@emit $cx, $target, $event, |_cx: &$crate::kernel::Cpu| $flags, (); $($fmt)+)
     };
     ($cx:expr, target: $target:literal, $event:expr, $($fmt:tt)+) => {
-        $crate::ktrace!(@emit $cx, $target, $event, ($cx).trace_flags(), (); $($fmt)+)
+        $crate::ktrace!(@emit $cx, $target, $event, |cx: &$crate::kernel::Cpu| cx.trace_flags(), (); $($fmt)+)
     };
-    (@emit $cx:expr, $target:literal, $event:expr, $flags:expr, ($($k:ident = $v:expr),*); $fmt:literal $(, $arg:expr)* $(,)?) => {
-        if ($cx).tracepoints_enabled() && ::tracing::enabled!(target: $target, ::tracing::Level::TRACE) {
-            let cx: &$crate::kernel::Cpu = $cx;
-            let flags: $crate::kernel::TraceFlags = $flags;
+    // `$cx` is evaluated exactly once, before the switch is read (an expression with a side
+    // effect, or a costly one, must not run twice); the default flags reach the bound context
+    // through the `$flags_of` closure, since macro hygiene keeps the caller's arms from naming
+    // this arm's binding.
+    (@emit $cx:expr, $target:literal, $event:expr, $flags_of:expr, ($($k:ident = $v:expr),*); $fmt:literal $(, $arg:expr)* $(,)?) => {{
+        let cx: &$crate::kernel::Cpu = $cx;
+        if cx.tracepoints_enabled() && ::tracing::enabled!(target: $target, ::tracing::Level::TRACE) {
+            let event: &'static str = $event;
+            let flags: $crate::kernel::TraceFlags = ($flags_of)(cx);
             let task = cx.current();
             ::tracing::trace!(
                 target: $target,
-                tracepoint = $event,
+                tracepoint = event,
                 cpu = u64::from(cx.id().0),
                 exec_cpu = u64::from(cx.id().0),
                 comm = task.trace_comm(),
@@ -238,11 +243,11 @@ macro_rules! ktrace {
                 flags = flags.as_str(),
                 $($k = $v,)*
                 "{}: {}",
-                $event,
+                event,
                 format_args!($fmt $(, $arg)*)
             );
         }
-    };
+    }};
 }
 
 #[cfg(test)]
@@ -420,6 +425,24 @@ pub(crate) mod tests {
             }
         }
         bad
+    }
+
+    #[test]
+    fn ktrace_evaluates_its_context_once() {
+        let k = Kernel::new(KernelConfig::for_model(PreemptModel::Full), 1).unwrap();
+        let cpu = k.cpu(CpuId(0)).unwrap();
+        for on in [true, false] {
+            k.set_tracepoints_enabled(on);
+            let mut evals = 0;
+            let ev = capture(|| {
+                // Default flags (read from the context) and explicit ones: both arms.
+                crate::ktrace!({ evals += 1; &cpu }, target: "timer", "timer_expire_exit", "timer={}", timer_ptr(1));
+                crate::ktrace!({ evals += 1; &cpu }, target: "timer", "timer_expire_exit", flags: cpu.trace_flags(), "timer={}", timer_ptr(2));
+            });
+            assert_eq!(evals, 2, "tracepoints on: {on}");
+            assert_eq!(ev.len(), if on { 2 } else { 0 });
+        }
+        k.set_tracepoints_enabled(true);
     }
 
     #[test]

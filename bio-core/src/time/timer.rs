@@ -349,12 +349,15 @@ impl Kernel {
                 "timer={}",
                 crate::kernel::timer_ptr(timer.id)
             ),
-            None => tracing::trace!(
+            // The same static-key switch as every other tracepoint: off, nothing is built or
+            // sent (`trace_timer_cancel()` is a patched-out jump in the kernel).
+            None if self.tracepoints_enabled() => tracing::trace!(
                 target: "timer",
                 tracepoint = "timer_cancel",
                 "timer_cancel: timer={}",
                 crate::kernel::timer_ptr(timer.id)
             ),
+            None => {}
         }
     }
 
@@ -641,5 +644,29 @@ mod tests {
             flags,
             ["d..1.", "d..1.", "d..1.", "..s..", "..s..", "..s..", "..s..", "d..1.", "d..1."]
         );
+    }
+
+    #[test]
+    fn the_tracepoint_switch_silences_a_contextless_timer_cancel() {
+        // timer_delete() without a context takes the capture's context for its `timer_cancel`;
+        // it obeys Kernel::set_tracepoints_enabled() as every other tracepoint does.
+        let k = Kernel::new(KernelConfig::for_model(PreemptModel::Full), 2).unwrap();
+        let cx = k.cpu(CpuId(0)).unwrap();
+        let t = k.timer_setup("my_timer_fn", |_| {});
+        let cancels = |ev: &[crate::kernel::trace::tests::Captured]| {
+            ev.iter().filter(|e| e.tracepoint == "timer_cancel").count()
+        };
+        k.set_tracepoints_enabled(false);
+        let off = capture(|| {
+            k.add_timer_on(&cx, t, 3, CpuId(0));
+            assert!(k.timer_delete(t));
+        });
+        assert_eq!(off.len(), 0, "tracepoints off, yet: {off:?}");
+        k.set_tracepoints_enabled(true);
+        let on = capture(|| {
+            k.add_timer_on(&cx, t, 3, CpuId(0));
+            assert!(k.timer_delete(t));
+        });
+        assert_eq!(cancels(&on), 1, "tracepoints on: {on:?}");
     }
 }
