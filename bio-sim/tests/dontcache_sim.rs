@@ -328,7 +328,20 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
                 "--limit",
                 "4G",
             ],
-            "more than the 4096 MiB the threaded runtime keeps in memory",
+            // Refused by the cap, or first by the host's memory (it needs 28 GiB): either way
+            // before it starts, naming the option and the range.
+            "--limit 4096 MiB: seed-reads makes a range of 8192 MiB, ",
+        ),
+        (
+            vec![
+                "--preset",
+                "seed-writes",
+                "--runtime",
+                "threaded",
+                "--limit",
+                "1048576G",
+            ],
+            "more than the host's MemAvailable of",
         ),
         (
             vec![

@@ -79,17 +79,66 @@ fn host() -> String {
     format!("{cpus} host CPUs, load average {load}")
 }
 
-/// Refuses a configuration a threaded run cannot hold: the range (the limit times the preset's
-/// multiple) lives in memory twice.
-pub fn check_threaded_size(cfg: &SeedBenchConfig) -> Result<(), String> {
+/// The host memory a threaded run needs at its peak, in bytes: the range three times (null_blk's
+/// memory-backed pages, the expected bytes the workload checks against, and the copy of the
+/// media read back for the final comparison), one `u64` pass counter per page, and the page
+/// cache up to its limit.
+pub fn threaded_memory_need(cfg: &SeedBenchConfig) -> u64 {
     let range = cfg.limit_bytes.saturating_mul(cfg.preset.range_limits);
+    range
+        .saturating_mul(3)
+        .saturating_add(range / 512)
+        .saturating_add(cfg.limit_bytes)
+}
+
+/// The host's `MemAvailable` (`/proc/meminfo`, kB), in bytes; `None` where it cannot be read.
+pub fn host_mem_available() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = m
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .split_whitespace()
+        .next()?
+        .parse::<u64>()
+        .ok()?;
+    Some(kb.saturating_mul(1024))
+}
+
+/// Refuses a configuration a threaded run cannot hold: the range (the limit times the preset's
+/// multiple) lives in memory three times, which must fit the host's available memory (a run
+/// that cannot would make the machine swap or the OOM killer pick a process, perhaps another's),
+/// and is capped at [`MAX_THREADED_RANGE`] whatever the host.
+pub fn check_threaded_size(cfg: &SeedBenchConfig) -> Result<(), String> {
+    check_threaded_size_on(cfg, host_mem_available())
+}
+
+/// [`check_threaded_size`] against `mem_available` bytes (`None`: unknown, only the cap
+/// applies).
+pub fn check_threaded_size_on(
+    cfg: &SeedBenchConfig,
+    mem_available: Option<u64>,
+) -> Result<(), String> {
+    let range = cfg.limit_bytes.saturating_mul(cfg.preset.range_limits);
+    let what = format!(
+        "--limit {}: {} makes a range of {}",
+        mib(cfg.limit_bytes),
+        cfg.preset.name,
+        mib(range)
+    );
+    let need = threaded_memory_need(cfg);
+    if let Some(avail) = mem_available.filter(|&a| need > a) {
+        return Err(format!(
+            "{what}, and a threaded run needs {} of host memory (the range three times: \
+             null_blk's memory backing, the expected data and the final read-back; plus the \
+             cache limit), more than the host's MemAvailable of {}",
+            mib(need),
+            mib(avail)
+        ));
+    }
     if range > MAX_THREADED_RANGE {
         return Err(format!(
-            "--limit {}: {} makes a range of {}, more than the {} the threaded runtime keeps in \
-             memory (null_blk memory_backed)",
-            mib(cfg.limit_bytes),
-            cfg.preset.name,
-            mib(range),
+            "{what}, more than the {} the threaded runtime keeps in memory (null_blk \
+             memory_backed)",
             mib(MAX_THREADED_RANGE)
         ));
     }
@@ -260,7 +309,47 @@ mod tests {
         }
         let mut big = SeedBenchConfig::new(SEED_READS);
         big.limit_bytes = 4 << 30;
-        let e = check_threaded_size(&big).unwrap_err();
+        let e = check_threaded_size_on(&big, Some(u64::MAX)).unwrap_err();
         assert!(e.contains("more than the 4096 MiB"), "{e}");
+    }
+
+    /// A run that cannot fit the host's available memory is refused before anything is
+    /// allocated, naming the option and the sizes; the cap holds whatever the host.
+    #[test]
+    fn a_threaded_run_bigger_than_the_host_is_refused() {
+        let avail = host_mem_available().expect("/proc/meminfo has MemAvailable");
+        assert!(avail > 0);
+        // The limit alone as large as the host's available memory: the run needs four times it.
+        let mut huge = SeedBenchConfig::new(SEED_READS);
+        huge.limit_bytes = (avail >> 20).saturating_add(1) << 20;
+        let e = check_threaded_size(&huge).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "--limit {} MiB: seed-reads makes a range of",
+                huge.limit_bytes >> 20
+            )),
+            "{e}"
+        );
+        assert!(e.contains("more than the host's MemAvailable of"), "{e}");
+        match seed_bench_threaded(&huge, NullBlkDevice::default()) {
+            Err(DriverError::Config(m)) => assert_eq!(m, e),
+            other => panic!("not refused: {other:?}"),
+        }
+        // seed-writes' defaults: a 61 MiB limit, a 244 MiB range, 3 x 244 + 61 + 244/512 MiB.
+        let writes = SeedBenchConfig::new(SEED_WRITES);
+        assert_eq!(
+            threaded_memory_need(&writes),
+            ((3 * 244 + 61) << 20) + (244 << 20) / 512
+        );
+        let e = check_threaded_size_on(&writes, Some(512 << 20)).unwrap_err();
+        assert_eq!(
+            e,
+            "--limit 61 MiB: seed-writes makes a range of 244 MiB, and a threaded run needs 793 MiB \
+             of host memory (the range three times: null_blk's memory backing, the expected data \
+             and the final read-back; plus the cache limit), more than the host's MemAvailable \
+             of 512 MiB"
+        );
+        assert_eq!(check_threaded_size_on(&writes, Some(1 << 30)), Ok(()));
+        assert_eq!(check_threaded_size_on(&writes, None), Ok(()));
     }
 }
