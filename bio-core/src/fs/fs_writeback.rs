@@ -26,13 +26,19 @@
 //! a chunk is 13,312 pages at most. No `b_dirty`/`b_io`/`b_more_io` lists: there is one inode.
 //! The bios the flusher builds are submitted by its kworker to the mapping's device
 //! ([`PageCacheConfig::bdev`](crate::mm::dontcache::PageCacheConfig::bdev), the threaded
-//! runtime's null_blk) or, without one, handed to the driver
-//! ([`AddressSpace::wb_take_submitted`]) as `submit_bio()` would hand them to the bdev's queue.
+//! runtime's null_blk) under `wb_writeback()`'s plug (`blk_start_plug()` / `blk_finish_plug()`),
+//! so a chunk's contiguous bios (buffer_head's one per folio) reach a blk-mq driver merged
+//! (null_blk's model has no plug: one bio is one request there); the plug spans one step (the
+//! kernel's spans the work and is flushed before each `cond_resched()`).
+//! Without a device they are handed to the driver ([`AddressSpace::wb_take_submitted`]) as
+//! `submit_bio()` would hand them to the bdev's queue, and the driver's device model merges
+//! what the plug would.
 
 // Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
 // `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
 #![allow(clippy::vec_box)]
 
+use crate::block::blk_plug::{blk_finish_plug, blk_start_plug};
 use crate::block::{submit_bio_noacct, Bio};
 use crate::kernel::Cpu;
 use crate::mm::filemap::{AddressSpace, Mapping};
@@ -275,10 +281,17 @@ impl AddressSpace {
             m.wb.wakeup_pending || m.wb.wakeup_delayed_pending
         };
         // wb_writeback() -> do_writepages(): the chunk's bios go to the device from this kworker
-        // (outside the mapping's lock: a completion may end them before submit returns).
+        // (outside the mapping's lock: a completion may end them before submit returns), under
+        // wb_writeback()'s blk_start_plug() / blk_finish_plug() (505a666ee3fc "writeback: plug
+        // writeback in wb_writeback() and writeback_inodes_wb()"): contiguous bios merge into
+        // the plugged request (blk_attempt_plug_merge()) and reach the driver as one.
         if let Some(dev) = &self.config.bdev {
+            let plug = (!cfg!(feature = "bug-wb-writeback-no-plug")).then(|| blk_start_plug(cx));
             for bio in self.wb_take_submitted() {
                 submit_bio_noacct(bio, &**dev, cx);
+            }
+            if let Some(plug) = plug {
+                blk_finish_plug(plug, cx);
             }
         }
         if requeue {

@@ -392,24 +392,25 @@ fn data_survives_the_flusher_and_dirty_throttling_on_every_design() {
     }
 }
 
-/// With the mapping's device set ([`PageCacheConfig::bdev`](super::dontcache::PageCacheConfig::bdev)),
-/// the flusher's kworker submits the bios it builds itself (`wb_workfn()` → `do_writepages()` →
-/// `submit_bio()`), as the kernel's flusher does on a threaded machine: nothing waits in
-/// `wb_take_submitted()` and the data is on the device. Catches a flusher that builds bios and
-/// leaves them parked (the folios would stay under writeback forever on the threaded runtime).
-#[test]
-fn the_flusher_submits_its_bios_to_the_mappings_device() {
+/// A v7 mapping of 1024 pages with a memcg limit of 32 over a memory-backed null_blk with
+/// `irqmode=0` (each request ends in the submitter's context, here the flusher's kworker), set
+/// as the mapping's device ([`PageCacheConfig::bdev`](super::dontcache::PageCacheConfig::bdev)).
+fn null_blk_rig(
+    path: WritebackPath,
+) -> (
+    crate::sync::UntrackedArc<crate::kernel::Kernel>,
+    crate::sync::UntrackedArc<crate::drivers::block::null_blk::NullBlk>,
+    crate::sync::UntrackedArc<super::filemap::AddressSpace>,
+) {
     use super::dontcache::PageCacheConfig;
     use super::filemap::AddressSpace;
-    use super::testing::run_deferred;
     use crate::block::complete_in_task::bio_complete_init;
     use crate::block::BlockDriver;
     use crate::drivers::block::null_blk::{NullBlk, NullBlkConfig, NullIrqMode};
-    use crate::kernel::{CpuId, Kernel, KernelConfig};
+    use crate::kernel::{Kernel, KernelConfig};
     use crate::sync::UntrackedArc;
     let kernel = Kernel::new(KernelConfig::default(), 2).unwrap();
     bio_complete_init(&kernel, V7.boot_variant(), None).unwrap();
-    // irqmode=0: each bio ends in the submitter's context, here the flusher's kworker.
     let nb = NullBlk::new(
         &kernel,
         0,
@@ -424,11 +425,23 @@ fn the_flusher_submits_its_bios_to_the_mappings_device() {
     let dev: UntrackedArc<dyn BlockDriver> = nb.clone();
     let mapping = AddressSpace::new(
         &kernel,
-        PageCacheConfig::new(V7, WritebackPath::Iomap)
+        PageCacheConfig::new(V7, path)
             .with_nr_pages(1024)
             .with_limit(32)
             .with_bdev(dev),
     );
+    (kernel, nb, mapping)
+}
+
+/// With the mapping's device set ([`PageCacheConfig::bdev`](super::dontcache::PageCacheConfig::bdev)),
+/// the flusher's kworker submits the bios it builds itself (`wb_workfn()` → `do_writepages()` →
+/// `submit_bio()`), as the kernel's flusher does on a threaded machine: nothing waits in
+/// `wb_take_submitted()` and the data is on the device. Catches a flusher that builds bios and
+/// leaves them parked (the folios would stay under writeback forever on the threaded runtime).
+#[test]
+fn the_flusher_submits_its_bios_to_the_mappings_device() {
+    use crate::kernel::CpuId;
+    let (kernel, nb, mapping) = null_blk_rig(WritebackPath::Iomap);
     let cx = kernel.cpu(CpuId(0)).unwrap();
     let data = pattern(64, 3);
     let p = mapping.generic_perform_write(&cx, 0, &data, NONE).unwrap();
@@ -453,6 +466,63 @@ fn the_flusher_submits_its_bios_to_the_mappings_device() {
         Some(&data[..32 * PAGE_SIZE]),
         "the flusher's writes reached null_blk's memory"
     );
+}
+
+/// `wb_writeback()` brackets its chunks with `blk_start_plug()` / `blk_finish_plug()`: on the
+/// buffer_head path (`submit_bh_wbc()`, one 4 KiB bio per folio) the chunk's 32 contiguous bios
+/// back-merge into the plugged request (`blk_attempt_plug_merge()`), and a blk-mq driver's
+/// `->queue_rq()` sees one 128 KiB request, not 32 (`BLK_MAX_SEGMENTS`, `max_sectors` and the
+/// plug's 32-request flush all leave room for it). The twin `bug-wb-writeback-no-plug` submits
+/// unplugged: one request per bio. (null_blk's model has no plug, see its module doc.)
+#[test]
+#[cfg_attr(
+    feature = "bug-wb-writeback-no-plug",
+    should_panic(expected = "the flusher's chunk reached the driver unmerged")
+)]
+fn the_flusher_plugs_its_chunk_so_contiguous_bios_merge() {
+    use super::dontcache::PageCacheConfig;
+    use super::filemap::AddressSpace;
+    use crate::block::blk_mq::tests::MqDevCfg;
+    use crate::block::complete_in_task::bio_complete_init;
+    use crate::block::BlockDriver;
+    use crate::kernel::{CpuId, Kernel, KernelConfig};
+    use crate::sync::UntrackedArc;
+    let kernel = Kernel::new(KernelConfig::default(), 2).unwrap();
+    bio_complete_init(&kernel, V7.boot_variant(), None).unwrap();
+    let log = UntrackedArc::new(crate::sync::Mutex::new(Vec::new()));
+    // A blk-mq driver that starts and ends each request in its ->queue_rq() and logs it.
+    let mq = MqDevCfg::new("mq0", 0, &log).build();
+    let dev: UntrackedArc<dyn BlockDriver> = mq.clone();
+    let mapping = AddressSpace::new(
+        &kernel,
+        PageCacheConfig::new(V7, WritebackPath::BufferHead)
+            .with_nr_pages(1024)
+            .with_limit(32)
+            .with_bdev(dev),
+    );
+    let cx = kernel.cpu(CpuId(0)).unwrap();
+    let p = mapping
+        .generic_perform_write(&cx, 0, &pattern(64, 5), NONE)
+        .unwrap();
+    assert_eq!(
+        p.blocked,
+        Some(Blocked::Memcg),
+        "the limit's worth is dirty"
+    );
+    run_deferred(&kernel);
+    let s = mapping.stats();
+    assert_eq!(
+        (s.flusher_pages, s.nr_writeback, s.nr_dirty),
+        (32, 0, 0),
+        "{s:?}"
+    );
+    let requests: Vec<String> = log.lock().clone();
+    assert_eq!(
+        requests,
+        ["mq0: queue_rq 0"],
+        "the flusher's chunk reached the driver unmerged"
+    );
+    assert!(kernel.reports().is_empty(), "{:?}", kernel.reports().all());
 }
 
 /// `wb_do_writeback()` runs `wb_check_old_data_flush()` and then `wb_check_background_flush()` in

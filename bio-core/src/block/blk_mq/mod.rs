@@ -36,7 +36,7 @@
 pub mod request;
 pub mod tag;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use request::{MqRqState, Rq};
 pub use tag::{BlkMqTags, NoTag};

@@ -57,7 +57,7 @@ impl Runtime for EventRuntime {
 
 /// What a test driver's `->queue_rq()` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// Start and end the request at once.
     Complete,
     /// Start it and keep it in flight (ended later by the test).
@@ -66,7 +66,7 @@ enum Mode {
 
 /// A blk-mq test driver: logs each `->queue_rq()`, optionally sleeps in it, submits a bio to
 /// `lower` for each request (a stacking driver), or answers `BLK_STS_RESOURCE` once.
-struct MqDev {
+pub(crate) struct MqDev {
     name: &'static str,
     q: UntrackedArc<RequestQueue>,
     me: UntrackedWeak<MqDev>,
@@ -74,7 +74,7 @@ struct MqDev {
     sleep_in_queue_rq: bool,
     resource_once: UAtomicBool,
     lower: Option<UntrackedArc<dyn BlockDriver>>,
-    log: UntrackedArc<Mutex<Vec<String>>>,
+    pub(crate) log: UntrackedArc<Mutex<Vec<String>>>,
     held: Mutex<VecDeque<Rq>>,
 }
 
@@ -84,7 +84,7 @@ impl fmt::Debug for MqDev {
     }
 }
 
-struct MqDevCfg {
+pub(crate) struct MqDevCfg {
     name: &'static str,
     minor: u32,
     depth: usize,
@@ -101,7 +101,11 @@ struct MqDevCfg {
 }
 
 impl MqDevCfg {
-    fn new(name: &'static str, minor: u32, log: &UntrackedArc<Mutex<Vec<String>>>) -> Self {
+    pub(crate) fn new(
+        name: &'static str,
+        minor: u32,
+        log: &UntrackedArc<Mutex<Vec<String>>>,
+    ) -> Self {
         MqDevCfg {
             name,
             minor,
@@ -117,7 +121,7 @@ impl MqDevCfg {
         }
     }
 
-    fn build(self) -> UntrackedArc<MqDev> {
+    pub(crate) fn build(self) -> UntrackedArc<MqDev> {
         UntrackedArc::new_cyclic(|me: &UntrackedWeak<MqDev>| {
             let ops: UntrackedWeak<dyn BlkMqOps> = me.clone();
             let mut q = RequestQueue::new((250, self.minor), self.depth, self.flags, ops);
