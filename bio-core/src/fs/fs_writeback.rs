@@ -21,9 +21,11 @@
 //! **Simplifications.** One work step ([`AddressSpace::wb_workfn`]) writes one chunk and requeues
 //! the work while the work item has pages left: the kernel's `wb_workfn` loops over the chunks in
 //! one invocation (with `cond_resched()` between them); a step per chunk lets the simulation's
-//! clock interleave the flusher with the task. `avg_write_bandwidth` stays at its initial
-//! `INIT_BW` (100 MB/s): the bandwidth estimator (`wb_update_bandwidth()`) is not modelled, so
-//! a chunk is 13,312 pages at most. No `b_dirty`/`b_io`/`b_more_io` lists: there is one inode.
+//! clock interleave the flusher with the task. `avg_write_bandwidth` starts at `INIT_BW` (100
+//! MB/s) and follows the device through mm/page-writeback.c's estimator
+//! ([`crate::mm::page_writeback`]: `wb_update_bandwidth()` from `do_writepages()` every
+//! `BANDWIDTH_INTERVAL`), so a chunk is half a second of the measured writeback rate.
+//! No `b_dirty`/`b_io`/`b_more_io` lists: there is one inode.
 //! The bios the flusher builds are submitted by its kworker to the mapping's device
 //! ([`PageCacheConfig::bdev`](crate::mm::dontcache::PageCacheConfig::bdev), the threaded
 //! runtime's null_blk) under `wb_writeback()`'s plug (`blk_start_plug()` / `blk_finish_plug()`),
@@ -99,6 +101,37 @@ pub(crate) struct BdiWriteback {
     pub(crate) submitted: Vec<Box<Bio>>,
     /// `current->nr_dirtied` of the (one) dirtier since its last `balance_dirty_pages()`.
     pub(crate) nr_dirtied: u64,
+    /// The bandwidth estimator's state ([`crate::mm::page_writeback`]).
+    pub(crate) bw: WbBandwidth,
+}
+
+/// The write-bandwidth estimator's fields of `struct bdi_writeback` (mm/page-writeback.c's
+/// `wb_update_write_bandwidth()`), in pages per second and jiffies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WbBandwidth {
+    /// `wb->stat[WB_WRITTEN]`: pages whose writeback ended (`__wb_writeout_add()`).
+    pub(crate) written: u64,
+    /// `wb->written_stamp`: `WB_WRITTEN` at the last update.
+    pub(crate) written_stamp: u64,
+    /// `wb->bw_time_stamp` (jiffies).
+    pub(crate) bw_time_stamp: u64,
+    /// `wb->write_bandwidth`: the period-weighted estimate.
+    pub(crate) write_bandwidth: u64,
+    /// `wb->avg_write_bandwidth`: `write_bandwidth` smoothed once more.
+    pub(crate) avg_write_bandwidth: u64,
+}
+
+impl Default for WbBandwidth {
+    /// `wb_init()`: both estimates at `INIT_BW`, the stamps at boot (jiffies 0).
+    fn default() -> Self {
+        Self {
+            written: 0,
+            written_stamp: 0,
+            bw_time_stamp: 0,
+            write_bandwidth: INIT_BW,
+            avg_write_bandwidth: INIT_BW,
+        }
+    }
 }
 
 impl BdiWriteback {
@@ -185,9 +218,10 @@ impl AddressSpace {
         m.stats.nr_dirty > self.domain_dirty_limits().bg_thresh
     }
 
-    /// `writeback_chunk_size()` for `WB_SYNC_NONE`.
-    pub(crate) fn writeback_chunk_size(&self, work: &WbWork) -> u64 {
-        let pages = (INIT_BW / 2)
+    /// `writeback_chunk_size()` for `WB_SYNC_NONE`: half a second's worth at the estimated
+    /// bandwidth (`wb->avg_write_bandwidth / 2`), at most an eighth of the dirty limit.
+    pub(crate) fn writeback_chunk_size(&self, m: &Mapping, work: &WbWork) -> u64 {
+        let pages = (m.wb.bw.avg_write_bandwidth / 2)
             .min(self.domain_dirty_limits().thresh / DIRTY_SCOPE)
             .min(work.nr_pages);
         (pages + MIN_WRITEBACK_PAGES) / MIN_WRITEBACK_PAGES * MIN_WRITEBACK_PAGES
@@ -251,7 +285,7 @@ impl AddressSpace {
                 let written = if stop {
                     0
                 } else {
-                    let chunk = self.writeback_chunk_size(&work);
+                    let chunk = self.writeback_chunk_size(&m, &work);
                     let (bios, written) = self.writeback_range_cyclic(&mut m, cx, chunk);
                     m.wb.submitted.extend(bios);
                     m.stats.flusher_pages += written;

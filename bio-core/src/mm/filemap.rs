@@ -984,6 +984,8 @@ impl AddressSpace {
             let reclaim = std::mem::take(&mut f.flags.reclaim);
             let dropbehind = f.flags.dropbehind;
             m.stats.nr_writeback -= 1;
+            // __folio_end_writeback(): __wb_writeout_add() (WB_WRITTEN, the estimator's count).
+            m.wb.bw.written += 1;
             if reclaim {
                 self.folio_rotate_reclaimable(&mut m, index);
             }

@@ -19,6 +19,20 @@
 //! completes ([`Blocked::DirtyThrottle`]) — the `dirty_exceeded` hard limit. Between the ceiling
 //! and the limit it is not slowed.
 //!
+//! **The write-bandwidth estimator** (`wb->write_bandwidth`, `wb->avg_write_bandwidth`, which
+//! `writeback_chunk_size()` reads): `do_writepages()` calls [`AddressSpace::wb_bandwidth_estimate_start`]
+//! first (after more than `HZ` idle with nothing under writeback, the stamps restart so idle time
+//! is not averaged in) and `wb_update_bandwidth()` after, once `BANDWIDTH_INTERVAL` passed since
+//! the last update; `balance_dirty_pages()` above the freerun ceiling does the same.
+//! [`wb_update_write_bandwidth`] is the kernel's arithmetic: the pages whose writeback ended since
+//! the last update (`WB_WRITTEN`) over the elapsed jiffies, weighted into `write_bandwidth` over a
+//! period of `roundup_pow_of_two(3 * HZ)`, then `avg_write_bandwidth` moved an eighth of the way
+//! toward it when both agree on the direction. Not modelled: the delayed `wb->bw_dwork` that
+//! `wb_inode_writeback_end()` queues `BANDWIDTH_INTERVAL` after the inode's last writeback ends
+//! (it matters for bursts, not for the steady writeback of the presets), and the
+//! `update_ratelimit` half of `__wb_update_bandwidth()` (`dirty_ratelimit` feeds only the
+//! position-ratio control, which is not modelled either).
+//!
 //! **Simplification of the rate limit**: the kernel counts only clean→dirty transitions
 //! (`folio_account_dirtied()` bumps `current->nr_dirtied`), and after a freerun pass it sets
 //! `current->nr_dirtied_pause` to `dirty_poll_interval(dirty, thresh)`,
@@ -56,6 +70,48 @@ pub(crate) struct WbFolio {
 /// `ratelimit_pages` / the initial `current->nr_dirtied_pause` (`128 >> (PAGE_SHIFT - 10)`):
 /// a dirtier calls `balance_dirty_pages()` after dirtying this many pages.
 pub const DIRTY_RATELIMIT_PAGES: u64 = 32;
+
+/// `BANDWIDTH_INTERVAL`: `max(HZ / 5, 1)` jiffies (200 ms) between bandwidth updates.
+pub fn bandwidth_interval(hz: u64) -> u64 {
+    (hz / 5).max(1)
+}
+
+/// `WB_BANDWIDTH_IDLE_JIF`: `HZ`; after this long without writeback the estimate restarts.
+pub fn wb_bandwidth_idle_jif(hz: u64) -> u64 {
+    hz
+}
+
+/// `wb_update_write_bandwidth(wb, elapsed, written)`: the rate of `written - written_stamp` pages
+/// over `elapsed` jiffies, weighted into `write_bandwidth` over the period
+/// `roundup_pow_of_two(3 * HZ)` (an elapsed longer than the period replaces both estimates),
+/// then `avg_write_bandwidth` moved by an eighth toward `write_bandwidth` only when the new
+/// estimate does not contradict the move (a filter for spikes), kept at least 1.
+pub(crate) fn wb_update_write_bandwidth(
+    bw: &mut crate::fs::fs_writeback::WbBandwidth,
+    elapsed: u64,
+    written: u64,
+    hz: u64,
+) {
+    let period = (3 * hz).next_power_of_two();
+    let mut avg = bw.avg_write_bandwidth;
+    let old = bw.write_bandwidth;
+    // `written` may be below the stamp after a redirty (the kernel guards the underflow).
+    let mut rate = (written - written.min(bw.written_stamp)).saturating_mul(hz);
+    if elapsed > period {
+        rate /= elapsed;
+        avg = rate;
+    } else {
+        rate = rate.saturating_add(old.saturating_mul(period - elapsed)) >> period.trailing_zeros();
+        if avg > old && old >= rate {
+            avg -= (avg - old) >> 3;
+        }
+        if avg < old && old <= rate {
+            avg += (old - avg) >> 3;
+        }
+    }
+    bw.write_bandwidth = rate;
+    bw.avg_write_bandwidth = avg.max(1);
+}
 
 /// `struct dirty_throttle_control`'s thresholds of one domain, in pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +175,9 @@ impl AddressSpace {
             // "Start writeback even when in laptop mode".
             self.wb_start_background_writeback(m);
         }
+        // __wb_update_bandwidth(gdtc, mdtc, true) once BANDWIDTH_INTERVAL passed (its ratelimit
+        // half is not modelled).
+        self.wb_update_bandwidth_if_due(m);
         if dirty < l.thresh {
             m.wb.nr_dirtied = 0;
             return false;
@@ -127,6 +186,57 @@ impl AddressSpace {
         // next call checks again).
         m.stats.dirty_throttled += 1;
         true
+    }
+
+    /// `wb_bandwidth_estimate_start()`: after more than `WB_BANDWIDTH_IDLE_JIF` since the last
+    /// update with no inode under writeback (`wb->writeback_inodes`; the model has one inode),
+    /// restart the stamps, so the idle time is not taken for a slow device.
+    pub(crate) fn wb_bandwidth_estimate_start(&self, m: &mut Mapping) {
+        let now = self.kernel.jiffies();
+        let hz = u64::from(self.kernel.config().hz);
+        let bw = &mut m.wb.bw;
+        if now.saturating_sub(bw.bw_time_stamp) > wb_bandwidth_idle_jif(hz)
+            && m.stats.nr_writeback == 0
+        {
+            bw.written_stamp = bw.written;
+            bw.bw_time_stamp = now;
+        }
+    }
+
+    /// `wb_update_bandwidth()` → `__wb_update_bandwidth(gdtc, NULL, false)`: the write bandwidth
+    /// over `max(now - bw_time_stamp, 1)` jiffies, then the stamps move to now.
+    pub(crate) fn wb_update_bandwidth(&self, m: &mut Mapping) {
+        let now = self.kernel.jiffies();
+        let hz = u64::from(self.kernel.config().hz);
+        let bw = &mut m.wb.bw;
+        let elapsed = now.saturating_sub(bw.bw_time_stamp).max(1);
+        let written = bw.written;
+        wb_update_write_bandwidth(bw, elapsed, written, hz);
+        bw.written_stamp = written;
+        bw.bw_time_stamp = now;
+    }
+
+    /// `if (time_is_before_jiffies(wb->bw_time_stamp + BANDWIDTH_INTERVAL))
+    /// wb_update_bandwidth(wb);`, as `do_writepages()` ends.
+    fn wb_update_bandwidth_if_due(&self, m: &mut Mapping) {
+        let hz = u64::from(self.kernel.config().hz);
+        if m.wb.bw.bw_time_stamp + bandwidth_interval(hz) < self.kernel.jiffies() {
+            self.wb_update_bandwidth(m);
+        }
+    }
+
+    /// `do_writepages()`: [`Self::wb_bandwidth_estimate_start`], `->writepages()` of `indices`,
+    /// then a bandwidth update if one is due.
+    fn do_writepages(&self, m: &mut Mapping, cx: &Cpu, indices: Vec<u64>) -> Vec<Box<Bio>> {
+        self.wb_bandwidth_estimate_start(m);
+        let bios = self.start_writeback_indices(m, cx, indices);
+        self.wb_update_bandwidth_if_due(m);
+        bios
+    }
+
+    /// `wb->avg_write_bandwidth` in pages per second.
+    pub fn avg_write_bandwidth(&self) -> u64 {
+        self.inner.lock().wb.bw.avg_write_bandwidth
     }
 
     /// `do_writepages()` with `range_cyclic` and `nr_to_write = chunk` (the flusher's
@@ -157,7 +267,7 @@ impl AddressSpace {
             m.wb.writeback_index = 0;
         }
         if n > 0 {
-            return (self.start_writeback_indices(m, cx, indices), n);
+            return (self.do_writepages(m, cx, indices), n);
         }
         (Vec::new(), 0)
     }
@@ -181,7 +291,7 @@ impl AddressSpace {
             .filter(|(_, f)| f.flags.dirty && !f.flags.writeback)
             .map(|(i, _)| *i)
             .collect();
-        self.start_writeback_indices(m, cx, indices)
+        self.do_writepages(m, cx, indices)
     }
 
     /// `folio_clear_dirty_for_io()` + `folio_start_writeback()` on each of `indices` (ascending)

@@ -562,3 +562,95 @@ fn a_kupdate_with_nothing_old_falls_through_to_background_writeback() {
     );
     assert!(!r.mapping.wb_take_submitted().is_empty());
 }
+
+/// `wb_update_write_bandwidth()`'s arithmetic at HZ=250 (period `roundup_pow_of_two(750)` =
+/// 1024 jiffies), by hand: 1,000 pages in 50 jiffies are 5,000 pages/s, weighted 50/1024 against
+/// `INIT_BW` (25,600): `(1000 * 250 + 25600 * 974) >> 10` = 24,594; `avg_write_bandwidth` stays
+/// (the filter moves it only toward an `old` the new estimate does not contradict), then follows
+/// an eighth of the way once both estimates agree it is too high. An elapsed time beyond the
+/// period replaces both.
+#[test]
+fn the_write_bandwidth_update_is_the_kernels_arithmetic() {
+    use super::page_writeback::{bandwidth_interval, wb_update_write_bandwidth};
+    use crate::fs::fs_writeback::{WbBandwidth, INIT_BW};
+    assert_eq!(
+        (
+            bandwidth_interval(250),
+            bandwidth_interval(1000),
+            bandwidth_interval(3)
+        ),
+        (50, 200, 1)
+    );
+    let mut bw = WbBandwidth::default();
+    assert_eq!(
+        (bw.write_bandwidth, bw.avg_write_bandwidth),
+        (INIT_BW, 25_600)
+    );
+    wb_update_write_bandwidth(&mut bw, 50, 1000, 250);
+    assert_eq!(
+        (bw.write_bandwidth, bw.avg_write_bandwidth),
+        (24_594, 25_600)
+    );
+    // The next interval: old (24,594) < avg and the new estimate is lower still: avg moves
+    // (25,600 - 24,594) >> 3 = 125 down.
+    bw.written_stamp = 1000;
+    wb_update_write_bandwidth(&mut bw, 50, 2000, 250);
+    assert_eq!(bw.write_bandwidth, (1000 * 250 + 24_594 * 974) >> 10);
+    assert_eq!(bw.avg_write_bandwidth, 25_600 - 125);
+    // Longer than the period: the plain rate, 3,000 pages in 2,000 jiffies.
+    bw.written_stamp = 0;
+    wb_update_write_bandwidth(&mut bw, 2000, 3000, 250);
+    assert_eq!((bw.write_bandwidth, bw.avg_write_bandwidth), (375, 375));
+    // A redirty left `written` below the stamp: no underflow, a rate of 0 weighted in.
+    bw.written_stamp = 5000;
+    wb_update_write_bandwidth(&mut bw, 1024, 4000, 250);
+    assert_eq!(bw.write_bandwidth, 0);
+}
+
+/// On a steady writeback the estimate converges to the rate the device completes it at, and
+/// `writeback_chunk_size()` follows: 64 pages written back per jiffy (16,000 pages/s at HZ=250,
+/// below `INIT_BW`'s 25,600) through `do_writepages()` (`filemap_fdatawrite_range()`) for 30
+/// simulated seconds. The chunk starts at `INIT_BW / 2` rounded up to `MIN_WRITEBACK_PAGES`
+/// (13,312) and ends at half the measured rate, 8,000 rounded up (8,192).
+#[test]
+fn the_bandwidth_estimate_follows_a_steady_writeback() {
+    use crate::fs::fs_writeback::{WbReason, WbWork};
+    let r = rig_with(None, None);
+    let hz = u64::from(r.kernel.config().hz);
+    let cx = r.task();
+    let irq = r.kernel.cpu(r.irq_cpu).unwrap();
+    let work = WbWork {
+        nr_pages: u64::MAX,
+        for_background: true,
+        for_kupdate: false,
+        reason: WbReason::Background,
+    };
+    let chunk = || {
+        let m = r.mapping.inner.lock();
+        r.mapping.writeback_chunk_size(&m, &work)
+    };
+    assert_eq!(chunk(), 13_312);
+    const PER_JIFFY: u64 = 64;
+    let data = pattern(PER_JIFFY, 7);
+    for j in 0..30 * hz {
+        let pos = (j * PER_JIFFY % 1024) * PAGE_SIZE as u64;
+        let p = r
+            .mapping
+            .generic_perform_write(&cx, pos, &data, NONE)
+            .unwrap();
+        assert_eq!(p.blocked, None);
+        let end = pos + data.len() as u64 - 1;
+        r.disk
+            .submit(r.mapping.filemap_fdatawrite_range(&cx, pos, end));
+        r.disk.complete_all_in(&irq, r.completion);
+        r.kernel.advance_jiffies(1);
+    }
+    let want = PER_JIFFY * hz;
+    let avg = r.mapping.avg_write_bandwidth();
+    assert!(
+        avg.abs_diff(want) * 100 <= want,
+        "avg_write_bandwidth {avg} pages/s, device {want}"
+    );
+    assert_eq!(chunk(), (avg / 2 + 1024) / 1024 * 1024);
+    assert_eq!(chunk(), 8192);
+}
