@@ -27,6 +27,8 @@ pub const ALLOC_CACHE_SLACK: usize = 64;
 /// `struct bio_alloc_cache`: the task-context free list and the hardirq one (`free_list_irq`,
 /// reached only with IRQs off). `nr`/`nr_irq` are the lists' lengths.
 #[derive(Debug, Default)]
+// The boxes are the bios' own allocations: keeping them is what the cache is for.
+#[allow(clippy::vec_box)]
 pub struct BioAllocCache {
     /// `free_list`.
     free_list: Vec<Box<Bio>>,
