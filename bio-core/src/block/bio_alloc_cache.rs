@@ -18,11 +18,10 @@ use hotplug::{Errno, Invocation, CPUHP_BIO_DEAD};
 /// `ALLOC_CACHE_THRESHOLD`: bios freed in hardirq context are spliced into the task list once
 /// this many wait there.
 pub const ALLOC_CACHE_THRESHOLD: usize = 16;
-/// `ALLOC_CACHE_MAX`: a cache holding this many (both lists) frees further bios instead.
+/// `ALLOC_CACHE_MAX`: a cache holding more than this many (both lists) frees further bios
+/// instead (the check is `nr_irq + nr > ALLOC_CACHE_MAX` before the push, so it tops out one
+/// above).
 pub const ALLOC_CACHE_MAX: usize = 256;
-/// `ALLOC_CACHE_SLACK`: what `bio_alloc_cache_prune()` frees at most per pass (the dead-CPU
-/// prune asks for all, `-1U`).
-pub const ALLOC_CACHE_SLACK: usize = 64;
 
 /// `struct bio_alloc_cache`: the task-context free list and the hardirq one (`free_list_irq`,
 /// reached only with IRQs off). `nr`/`nr_irq` are the lists' lengths.
@@ -158,8 +157,8 @@ pub fn bio_put(bio: Box<Bio>, cx: &Cpu) {
     }
 }
 
-/// `bio_put_percpu_cache()`: on the freeing CPU's cache, unless it holds `ALLOC_CACHE_MAX`
-/// already. In task context onto `free_list`, in hardirq context (IRQs off) onto
+/// `bio_put_percpu_cache()`: on the freeing CPU's cache, unless it holds more than
+/// `ALLOC_CACHE_MAX` already. In task context onto `free_list`, in hardirq context (IRQs off) onto
 /// `free_list_irq`; in softirq context the bio is freed (neither list is safe there).
 /// `bio_uninit()` first: the callback, private data, chain state and data segments go (the
 /// segments' buffers belong to the submitter, who took them back in `bi_end_io`).
@@ -172,7 +171,7 @@ fn bio_put_percpu_cache(mut bio: Box<Bio>, cx: &Cpu) {
         return; // out_free: softirq or NMI
     }
     let mut c = lock(&caches[cx.id().index()]);
-    if c.nr() + c.nr_irq() >= ALLOC_CACHE_MAX && !cfg!(feature = "bug-bio-cache-unbounded") {
+    if c.nr() + c.nr_irq() > ALLOC_CACHE_MAX && !cfg!(feature = "bug-bio-cache-unbounded") {
         return; // out_free
     }
     // bio_uninit()
@@ -277,7 +276,7 @@ mod tests {
         drop(fresh);
     }
 
-    /// The cache never holds more than `ALLOC_CACHE_MAX` bios.
+    /// The cache never holds more than `ALLOC_CACHE_MAX + 1` bios (the kernel's `>` check).
     #[test]
     #[cfg_attr(
         feature = "bug-bio-cache-unbounded",
@@ -294,7 +293,7 @@ mod tests {
         }
         assert_eq!(
             k.bio_alloc_cache_counts(CpuId(0)),
-            Some((ALLOC_CACHE_MAX, 0)),
+            Some((ALLOC_CACHE_MAX + 1, 0)),
             "the cache is bounded"
         );
     }
