@@ -42,7 +42,8 @@ pub const BIO_POOL_SIZE: usize = 2;
 /// is freed (`bio_put()` → `bio_free()` → `mempool_free()`: the model's `Drop`), so a reserve
 /// element taken by an allocation returns with the bio.
 ///
-/// Left out: `front_pad`, the per-CPU bio cache (`REQ_ALLOC_CACHE`) and the rescuer that
+/// The per-CPU bio cache (`BIOSET_PERCPU_CACHE`, `REQ_ALLOC_CACHE`) is `fs_bio_set`'s only, in
+/// `block/bio_alloc_cache.rs`. Left out: `front_pad` and the rescuer that
 /// `punt_bios_to_rescuer()` hands `current->bio_list` to (the first attempt under a non-empty
 /// bio_list drops `__GFP_DIRECT_RECLAIM`; `blkdev_dio_pool` has no rescuer anyway).
 #[derive(Debug)]
@@ -122,7 +123,8 @@ impl BioSet {
 
 /// `fs_bio_set`: `init_bio()`'s `bioset_init(&fs_bio_set, BIO_POOL_SIZE, 0, BIOSET_NEED_BVECS |
 /// BIOSET_PERCPU_CACHE)`, the bio_set of `bio_alloc()`; one per kernel, made on first use (the
-/// per-CPU cache is not modelled).
+/// per-CPU cache, made by `Kernel::bioset_percpu_cache_init()`, lives beside it:
+/// `block/bio_alloc_cache.rs`).
 pub fn fs_bio_set(kernel: &crate::kernel::Kernel) -> &BioSet {
     kernel.fs_bio_set.get_or_init(|| BioSet::new(BIO_POOL_SIZE))
 }

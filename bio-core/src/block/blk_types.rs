@@ -66,6 +66,9 @@ impl ReqFlags {
     pub const REQ_RAHEAD: ReqFlags = ReqFlags(1 << 19);
     /// `REQ_NOWAIT`: do not block; fail with `BLK_STS_AGAIN` instead.
     pub const REQ_NOWAIT: ReqFlags = ReqFlags(1 << 21);
+    /// `REQ_ALLOC_CACHE`: the bio comes from, and goes back to, its bio_set's per-CPU cache
+    /// (`bio_alloc_percpu_cache()` / `bio_put_percpu_cache()`, block/bio_alloc_cache.rs).
+    pub const REQ_ALLOC_CACHE: ReqFlags = ReqFlags(1 << 23);
     /// `REQ_NOMERGE`: the bio (or request) must not be merged with another one.
     pub const REQ_NOMERGE: ReqFlags = ReqFlags(1 << 14);
     /// `REQ_NOMERGE_FLAGS` (`REQ_NOMERGE | REQ_PREFLUSH | REQ_FUA`): what keeps a bio or a request
@@ -440,7 +443,12 @@ impl Bio {
     /// `bio_init()`: a bio for `op` at `sector` with no data, `__bi_remaining == 1`,
     /// `BLK_STS_OK`, no callback. `id` is the simulator's identity of the bio in traces.
     pub fn new(id: u64, op: ReqOp, sector: u64) -> Box<Bio> {
-        Box::new(Bio {
+        Box::new(Bio::new_unboxed(id, op, sector))
+    }
+
+    /// [`Bio::new`]'s fields, for a bio `bio_init()` reuses in place (the per-CPU bio cache).
+    pub(crate) fn new_unboxed(id: u64, op: ReqOp, sector: u64) -> Bio {
+        Bio {
             bi_next: std::ptr::null_mut(),
             bi_opf: BlkOpf {
                 op,
@@ -459,7 +467,7 @@ impl Bio {
             shared: None,
             id,
             bi_pool: Vec::new(),
-        })
+        }
     }
 
     /// The simulator's identity of this bio (not a kernel field).

@@ -2,6 +2,7 @@
 //! `block/blk-core.c`'s status table and the block tracepoints.
 
 mod bio;
+mod bio_alloc_cache;
 mod bio_list;
 pub mod blk_core;
 pub mod blk_merge;
@@ -20,6 +21,7 @@ pub use bio::{
     bio_io_error, bio_wouldblock_error, bvec_alloc, fs_bio_set, BioRef, BioSet, BIO_INLINE_VECS,
     BIO_MAX_VECS, BIO_POOL_SIZE, BIO_SLAB, BVEC_SLAB,
 };
+pub use bio_alloc_cache::{bio_put, BioAllocCache, ALLOC_CACHE_MAX, ALLOC_CACHE_THRESHOLD};
 pub use bio_list::{BioChain, BioList, BioListIter};
 pub use blk_core::{
     submit_bio_noacct, submit_bio_noacct_nocheck, BlockDriver, QueueLimits, Submission,

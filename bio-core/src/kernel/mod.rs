@@ -91,6 +91,10 @@ pub struct Kernel {
     pub(crate) blkdev_dio_pool: UntrackedOnceLock<crate::block::BioSet>,
     /// `fs_bio_set` (block/bio.c), made on first use (`block::bio::fs_bio_set`).
     pub(crate) fs_bio_set: UntrackedOnceLock<crate::block::BioSet>,
+    /// `fs_bio_set.cache` (`BIOSET_PERCPU_CACHE`): one `struct bio_alloc_cache` per possible CPU,
+    /// made by [`Kernel::bioset_percpu_cache_init`] (unset: `bs->cache == NULL`).
+    pub(crate) bio_alloc_cache:
+        UntrackedOnceLock<Vec<crate::sync::untracked::Mutex<crate::block::BioAllocCache>>>,
     /// `iomap_ioend_bioset` (fs/iomap/ioend.c), made on first use (`fs::iomap`).
     pub(crate) iomap_ioend_bioset: UntrackedOnceLock<crate::block::BioSet>,
 }
@@ -191,6 +195,7 @@ impl Kernel {
             kblockd: UntrackedOnceLock::new(),
             blkdev_dio_pool: UntrackedOnceLock::new(),
             fs_bio_set: UntrackedOnceLock::new(),
+            bio_alloc_cache: UntrackedOnceLock::new(),
             iomap_ioend_bioset: UntrackedOnceLock::new(),
         });
         crate::workqueue::register_hotplug_states(&kernel);

@@ -24,7 +24,7 @@ use crate::perf::bench_common::BenchError;
 use crate::perf::sim_submit::{first_splat, loop_device, never, start_runtime, Window};
 use crate::runtime::threaded::ThreadedRuntime;
 use bio_core::block::{
-    submit_bio_noacct, BioEndIo, BlockDriver, ReqFlags, ReqOp, BLK_STS_AGAIN, BLK_STS_OK,
+    bio_put, submit_bio_noacct, BioEndIo, BlockDriver, ReqFlags, ReqOp, BLK_STS_AGAIN, BLK_STS_OK,
 };
 use bio_core::drivers::block::loop_drv::{LoopBacking, LoopStats, LoopVariant, LO_FLAGS_DIRECT_IO};
 use bio_core::kernel::CpuId;
@@ -125,6 +125,9 @@ fn boot_run_kernel(ctx: &RunCtx, cpus: u32) -> Result<Arc<Kernel>, BenchError> {
     let kernel = Kernel::boot(ctx.kernel_config, cpus, cpus)
         .map_err(|e| BenchError::Machine(e.to_string()))?;
     kernel.set_tracepoints_enabled(ctx.tracepoints);
+    // init_bio()'s fs_bio_set is BIOSET_PERCPU_CACHE: io_uring's bios (REQ_ALLOC_CACHE, see
+    // submit_io()) are recycled per CPU, as on the machine the raw column runs on.
+    kernel.bioset_percpu_cache_init();
     Ok(kernel)
 }
 
@@ -1320,16 +1323,25 @@ fn submit_io(
     stamp_or_fill(&mut data, write, off, gen, verify);
     let op = if write { ReqOp::Write } else { ReqOp::Read };
     let (s, c) = (Arc::clone(sink), Arc::clone(ctx));
-    let mut bio = cx.kernel().bio_alloc(op, off >> 9).with_data(data);
+    // io_uring sets IOCB_ALLOC_CACHE on its kiocbs, so blkdev_direct_IO()'s bio is
+    // bio_alloc_bioset(..., REQ_ALLOC_CACHE, &fs_bio_set): from this CPU's bio cache. The sync
+    // engines' bios (psync, pvsync2) are not.
+    let mut bio = if ctx.job.ioengine == IoEngine::IoUring {
+        cx.kernel().bio_alloc_percpu_cache(op, off >> 9, cx)
+    } else {
+        cx.kernel().bio_alloc(op, off >> 9)
+    }
+    .with_data(data);
     if nowait {
         bio = bio.with_flags(ReqFlags::REQ_NOWAIT);
         sink.nowait[0].fetch_add(1, Ordering::Relaxed);
     }
-    let bio = bio.with_end_io(BioEndIo::new("bench_end_io", move |bio, _| {
+    let bio = bio.with_end_io(BioEndIo::new("bench_end_io", move |bio, cx| {
         if nowait {
             if bio.status() == BLK_STS_AGAIN {
                 s.nowait[2].fetch_add(1, Ordering::Relaxed);
                 s.again.lock().push((write, off, gen, t0));
+                bio_put(bio, cx);
                 return;
             }
             s.nowait[1].fetch_add(1, Ordering::Relaxed);
@@ -1347,6 +1359,7 @@ fn submit_io(
         // kept or split it returns nothing, and the next I/O allocates).
         let mut bio = bio;
         s.give_back_buf(&mut bio);
+        bio_put(bio, cx);
     }));
     submit_bio_noacct(bio, &**dev, cx);
 }
