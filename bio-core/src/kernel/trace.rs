@@ -87,8 +87,8 @@ impl Cpu {
     /// `trace_<event>_enabled()` for every event: whether this CPU's kernel has its tracepoints'
     /// static keys on ([`Kernel::set_tracepoints_enabled`](super::Kernel::set_tracepoints_enabled)).
     /// [`ktrace!`](crate::ktrace) checks it first; a caller that computes a tracepoint's
-    /// arguments (a request's `rwbs`, sector and size) checks it before, as the kernel's
-    /// `if (trace_block_rq_issue_enabled())` does.
+    /// arguments (a request's `rwbs`, sector and size) checks it before, as the kernel computes
+    /// them inside the tracepoint's `TP_fast_assign`, behind its static key.
     #[inline]
     pub fn tracepoints_enabled(&self) -> bool {
         self.kernel.tracepoints_enabled()

@@ -25,8 +25,10 @@
 //!   completions, which the runtime's CPU thread takes only between events.
 //! - A task that waits (`folio_wait_locked()`, `folio_wait_writeback()`, reclaim's throttle,
 //!   `balance_dirty_pages()`) sleeps in `wait_until`, its CPU running other events meanwhile; a
-//!   throttled task retries after a completion or a millisecond, whichever comes first (the
-//!   kernel's `reclaim_throttle()` and dirty pauses are timed sleeps woken by completions).
+//!   throttled task retries after a completion or a millisecond, whichever comes first. This is
+//!   a simplification: the kernel's `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` sleeps up to
+//!   `HZ/10` and is woken early by `__acct_reclaim_writeback()`, while `balance_dirty_pages()`
+//!   pauses in `io_schedule_timeout()` and only its timeout ends the pause.
 //!
 //! Measured: bytes per wall-clock second (the table's rows), the process's CPU time over the
 //! timed part (`getrusage(RUSAGE_SELF)`: every thread, the simulated CPUs, kworkers and the ticker
