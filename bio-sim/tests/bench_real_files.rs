@@ -26,6 +26,7 @@ fn loop_bench_runs_each_path(engine: Engine) {
         rounds: 1,
         workloads: Workload::ALL.to_vec(),
         engine,
+        tracepoints: false,
     };
     let r = match loop_bench(&cfg) {
         Ok(r) => r,

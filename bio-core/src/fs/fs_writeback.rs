@@ -229,8 +229,12 @@ impl AddressSpace {
 
     /// `wb_workfn()` → `wb_do_writeback()`, one chunk per step: the work in progress, else
     /// `wb_check_start_all()`, `wb_check_old_data_flush()`, `wb_check_background_flush()` in turn
-    /// (one that writes nothing falls through to the next); writes one chunk (`wb_writeback()`'s loop body); requeues itself while the work has pages
-    /// left, else re-arms the kupdate timer while the inode is dirty (`wb_wakeup_delayed()`).
+    /// (one that writes nothing falls through to the next); writes one chunk (`wb_writeback()`'s
+    /// loop body); requeues itself while the work has pages left, or at once after a work that
+    /// finished in this step when the checks after it would write (over the background
+    /// threshold, or the kupdate interval passed with dirty pages left: the kernel runs them in
+    /// the same `wb_do_writeback()`), else re-arms the kupdate timer while the inode is dirty
+    /// (`wb_wakeup_delayed()`).
     pub fn wb_workfn(&self, cx: &Cpu) {
         let jiffies = self.kernel.jiffies();
         let hz = u64::from(self.kernel.config().hz);
@@ -304,9 +308,14 @@ impl AddressSpace {
                 }
             }
             m.wb.work = left;
-            // The kernel's pass would go on to the checks after a finished work: a step that
-            // wrote and left the device over the background threshold comes back at once.
-            let more = wrote > 0 && self.wb_over_bg_thresh(&m);
+            // The kernel's pass goes on to the checks after a finished work, in the same
+            // wb_do_writeback(): a step that wrote and left the device over the background
+            // threshold, or with the kupdate interval passed and dirty pages left (old data
+            // behind the work's writeback_index), comes back at once for them instead of
+            // waiting for the kupdate timer.
+            let kupdate_due = jiffies >= m.wb.last_old_flush + DIRTY_WRITEBACK_CENTISECS * hz / 100
+                && m.stats.nr_dirty > 0;
+            let more = wrote > 0 && (self.wb_over_bg_thresh(&m) || kupdate_due);
             if m.wb.work.is_some() || m.wb.start_all.is_some() || more {
                 m.wb.wakeup_pending = true;
             } else if m.stats.nr_dirty > 0 {

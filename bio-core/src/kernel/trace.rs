@@ -337,15 +337,26 @@ pub(crate) mod tests {
         fn exit(&self, _: &tracing::span::Id) {}
     }
 
-    /// The tracepoint events `f` fires on this thread.
+    /// Serialises every capture of the crate's tests: a capture's subscriber dropped while
+    /// another test's is being created can leave a callsite's interest stale in tracing-core,
+    /// and then the other capture misses events.
+    static CAPTURES: Mutex<()> = Mutex::new(());
+
+    /// The tracepoint events `f` fires on this thread; one capture at a time in the process.
     pub(crate) fn capture(f: impl FnOnce()) -> Vec<Captured> {
         static GLOBAL: std::sync::Once = std::sync::Once::new();
         GLOBAL.call_once(|| {
             let _ = tracing::subscriber::set_global_default(SometimesNothing);
         });
+        let _one_at_a_time = CAPTURES.lock().unwrap_or_else(|e| e.into_inner());
         let events = Arc::new(Mutex::new(Vec::new()));
         let subscriber = tracing_subscriber::registry().with(CaptureLayer(Arc::clone(&events)));
-        tracing::subscriber::with_default(subscriber, f);
+        tracing::subscriber::with_default(subscriber, || {
+            // With this capture's subscriber in place, recompute every callsite's interest: one
+            // computed stale by a registration on another thread is corrected.
+            tracing::callsite::rebuild_interest_cache();
+            f()
+        });
         let v = events.lock().unwrap().clone();
         v
     }

@@ -563,6 +563,54 @@ fn a_kupdate_with_nothing_old_falls_through_to_background_writeback() {
     assert!(!r.mapping.wb_take_submitted().is_empty());
 }
 
+/// A work that finishes in a step does not end the kernel's pass: `wb_do_writeback()` goes on
+/// to `wb_check_old_data_flush()` in the same run, so old dirty data the work left behind its
+/// `writeback_index` is written at once, not when the kupdate timer next fires 5 s later. (The
+/// model writes one chunk per step and requeues itself at once for the checks.)
+#[test]
+fn a_finished_work_goes_on_to_the_kupdate_check() {
+    use crate::fs::fs_writeback::{WbWork, DIRTY_EXPIRE_CENTISECS};
+    let r = rig_with(None, None);
+    let hz = u64::from(r.kernel.config().hz);
+    r.kernel
+        .advance_jiffies(DIRTY_EXPIRE_CENTISECS * hz / 100 + 1);
+    let cx = r.task();
+    // Dirtying arms the kupdate timer 5 s from now; the inode is then made 30 s old, and a
+    // work of 10 pages is in progress with the index at 50.
+    r.pwrite(0, &pattern(100, 7), NONE).unwrap();
+    {
+        let mut m = r.mapping.inner.lock();
+        m.wb.dirtied_when = Some(0);
+        m.wb.last_old_flush = 0;
+        m.wb.writeback_index = 50;
+        m.wb.work = Some(WbWork {
+            nr_pages: 10,
+            for_background: false,
+            for_kupdate: false,
+            reason: WbReason::Vmscan,
+        });
+    }
+    r.mapping.wb_workfn(&cx);
+    assert_eq!(
+        bio_pages(&r.mapping.wb_take_submitted()),
+        vec![(50, 50)],
+        "the work's chunk runs from the index to the last dirty page"
+    );
+    assert_eq!(r.mapping.stats().nr_dirty, 50);
+    // A few jiffies, far less than the kupdate timer's 5 s.
+    run_deferred(&r.kernel);
+    assert_eq!(
+        bio_pages(&r.mapping.wb_take_submitted()),
+        vec![(0, 50)],
+        "the kupdate check wrote the old data behind the index in the same pass"
+    );
+    assert_eq!(r.mapping.stats().nr_dirty, 0);
+    assert!(
+        r.mapping.inner.lock().wb.last_old_flush > 0,
+        "stamped by the check"
+    );
+}
+
 /// `wb_update_write_bandwidth()`'s arithmetic at HZ=250 (period `roundup_pow_of_two(750)` =
 /// 1024 jiffies), by hand: 1,000 pages in 50 jiffies are 5,000 pages/s, weighted 50/1024 against
 /// `INIT_BW` (25,600): `(1000 * 250 + 25600 * 974) >> 10` = 24,594; `avg_write_bandwidth` stays

@@ -15,6 +15,7 @@ pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
                 rounds: a.rounds as usize,
                 workloads: Workload::parse(&a.workload)?,
                 engine: Engine::parse(&a.engine)?,
+                tracepoints: crate::perf::job::run::bench_tracepoints(),
             };
             print!("{}", loop_bench(&cfg)?);
         }

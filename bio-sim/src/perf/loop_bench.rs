@@ -96,6 +96,10 @@ pub struct LoopBenchConfig {
     pub workloads: Vec<Workload>,
     /// How the loop device's backing does its I/O.
     pub engine: Engine,
+    /// Whether the simulated kernel's tracepoints are on (`Kernel::set_tracepoints_enabled`):
+    /// the default leaves them on; `biosim bench loop` turns them off unless `RUST_LOG` is set
+    /// ([`crate::perf::job::run::bench_tracepoints`]), as on the real kernel raw runs on.
+    pub tracepoints: bool,
 }
 
 /// The I/O engine under the loop model.
@@ -140,6 +144,7 @@ impl Default for LoopBenchConfig {
             rounds: 5,
             workloads: Workload::ALL.to_vec(),
             engine: Engine::Sync,
+            tracepoints: true,
         }
     }
 }
@@ -405,6 +410,7 @@ fn boot_loop(
 ) -> Result<(Arc<Kernel>, Arc<LoopDevice>, ThreadedRuntime), BenchError> {
     let kernel = Kernel::boot(KernelConfig::default(), cfg.cpus, cfg.cpus)
         .map_err(|e| BenchError::Machine(e.to_string()))?;
+    kernel.set_tracepoints_enabled(cfg.tracepoints);
     let uring = match cfg.engine {
         Engine::Sync => None,
         Engine::Uring => Some(Arc::new(
@@ -552,5 +558,28 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), 256, "every block once");
         assert_eq!(a, offsets(0, 128, 256), "reproducible");
+    }
+
+    /// The loop bench's kernel boots with the configuration's tracepoint switch (off for
+    /// `biosim bench loop` without `RUST_LOG`), as `biosim bench JOBFILE`'s does.
+    #[test]
+    fn the_loop_bench_kernel_follows_the_tracepoint_switch() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_tmp, file) =
+            crate::dev::space::scratch_file(dir.path(), "biosim-loop-bench", 1 << 20, true)
+                .unwrap();
+        let file = Arc::new(file);
+        for on in [true, false] {
+            let cfg = LoopBenchConfig {
+                tracepoints: on,
+                ..LoopBenchConfig::default()
+            };
+            let (kernel, _lo, rt) = match boot_loop(&file, LOOP_BENCH_VERSIONS[0], &cfg) {
+                Ok(x) => x,
+                Err(e) => panic!("{e}"),
+            };
+            assert_eq!(kernel.tracepoints_enabled(), on);
+            assert!(rt.shutdown().is_clean());
+        }
     }
 }

@@ -252,21 +252,6 @@ fn register_plug_callsites(cx: &Cpu) {
     crate::block::blk_plug::block_unplug(0, true, cx);
 }
 
-/// Serialises this module's captures: a capture's subscriber dropped while another test's is
-/// being created can leave a callsite's interest stale in tracing-core, and then the other
-/// capture misses events.
-static CAPTURES: crate::sync::untracked::Mutex<()> = crate::sync::untracked::Mutex::new(());
-
-fn serial_capture(f: impl FnOnce()) -> Vec<crate::kernel::trace::tests::Captured> {
-    let _g = CAPTURES.lock().unwrap_or_else(|e| e.into_inner());
-    capture(|| {
-        // With this capture's subscriber in place, recompute every callsite's interest: one
-        // computed stale by a concurrent registration elsewhere is corrected.
-        tracing::callsite::rebuild_interest_cache();
-        f()
-    })
-}
-
 fn log() -> UntrackedArc<Mutex<Vec<String>>> {
     UntrackedArc::new(Mutex::new(Vec::new()))
 }
@@ -392,7 +377,7 @@ mod plug {
         let dev = MqDevCfg::new("nullb0", 0, &log).build();
         let e = ends();
         register_plug_callsites(&cx);
-        let ev = serial_capture(|| {
+        let ev = capture(|| {
             let plug = blk_start_plug(&cx);
             for s in [0, 8, 16] {
                 submit(&*dev, ReqOp::Write, s, ReqFlags::NONE, &e, &cx);
@@ -450,12 +435,12 @@ mod plug {
         assert!(k.tracepoints_enabled(), "on by default");
         k.set_tracepoints_enabled(false);
         assert!(!cx.tracepoints_enabled());
-        let off = serial_capture(|| run(0));
+        let off = capture(|| run(0));
         assert_eq!(e.lock().len(), 1, "the I/O completed");
         let names: Vec<&str> = off.iter().map(|c| c.tracepoint.as_str()).collect();
         assert!(names.is_empty(), "{names:?}");
         k.set_tracepoints_enabled(true);
-        let on = serial_capture(|| run(8));
+        let on = capture(|| run(8));
         assert_eq!(e.lock().len(), 2);
         let names: Vec<&str> = on.iter().map(|c| c.tracepoint.as_str()).collect();
         for want in [
@@ -549,7 +534,7 @@ mod plug {
         });
         let e2 = UntrackedArc::clone(&e);
         register_plug_callsites(&cx);
-        let ev = serial_capture(|| assert!(cx.wait_until("test_wait", &|| e2.lock().len() == 2)));
+        let ev = capture(|| assert!(cx.wait_until("test_wait", &|| e2.lock().len() == 2)));
         assert_eq!(
             *seen.lock(),
             Some((0, Some(("blk_mq_run_work_fn", "kblockd".to_owned())))),
@@ -992,7 +977,7 @@ mod merge {
     /// Runs `f` (bios submitted inside a plug) and returns the block events it traced.
     fn plugged(cx: &Cpu, f: impl FnOnce()) -> Vec<String> {
         register_plug_callsites(cx);
-        let ev = serial_capture(|| {
+        let ev = capture(|| {
             let plug = blk_start_plug(cx);
             f();
             blk_finish_plug(plug, cx);

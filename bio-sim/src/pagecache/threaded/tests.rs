@@ -54,11 +54,31 @@ fn integrity_on_every_design_and_path() {
     }
 }
 
+/// Writes that cover a quarter of the range: the pages they did not write read back as the disk
+/// held them (the pass-0 pattern), so the integrity check flags nothing it should not.
+#[test]
+fn integrity_of_a_partial_write_compares_the_unwritten_pages_too() {
+    let design = DontcacheDesign::parse("v7").unwrap();
+    for path in PATHS {
+        let mut c = small(design, path, Workload::Writes, 1 << 20);
+        c.max_ios = Some(4);
+        let w = what(&design, path, false);
+        let r = integrity_run_threaded(c, NullBlkDevice::default())
+            .unwrap_or_else(|e| panic!("{w}: {e}"));
+        assert_eq!(r.run.refused, None, "{w}");
+        assert_eq!(r.run.corrupt_bytes, 0, "{w}: data read back differs");
+        assert_eq!(r.run.ios, 4 + 16, "{w}: 4 writes + 1 read pass");
+    }
+}
+
 /// 4 MiB written twice through a 1 MiB cache: reclaim evicts, the flusher writes (woken by
 /// reclaim), the data survives. Catches a flusher that is never woken (bio-core's
 /// `bug-flusher-never-woken`: the charge fails with ENOMEM).
 #[test]
-#[cfg_attr(feature = "bug-flusher-never-woken", should_panic)]
+#[cfg_attr(
+    feature = "bug-flusher-never-woken",
+    should_panic(expected = "Some(ENOMEM)")
+)]
 fn integrity_under_a_limit_that_forces_reclaim() {
     for design in [
         DontcacheDesign::Baseline,

@@ -150,6 +150,5 @@ mod tests {
         }
         let used = a.until(&CpuSnapshot::now());
         assert!(used.system >= Duration::from_millis(5), "{used:?}");
-        assert!(used.system <= used.process, "{used:?}");
     }
 }

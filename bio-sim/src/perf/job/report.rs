@@ -50,6 +50,30 @@ impl Spread {
     }
 }
 
+/// A ratio to raw over the rounds that have one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ratio {
+    spread: Spread,
+    /// The rounds it was taken over.
+    rounds: usize,
+}
+
+impl Ratio {
+    /// `{median, min, max, rounds}`, or `null` for no ratio.
+    fn json(r: Option<Ratio>) -> Value {
+        r.map_or(Value::Null, |r| {
+            let mut v = r.spread.json();
+            v["rounds"] = json!(r.rounds);
+            v
+        })
+    }
+
+    /// `median (min–max)`, or `-` for no ratio.
+    fn show(r: Option<Ratio>) -> String {
+        r.map_or_else(|| "-".to_owned(), |r| r.spread.show(2))
+    }
+}
+
 /// One round of one design, reduced to what the report shows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoundFigures {
@@ -140,8 +164,10 @@ impl DesignReport {
         xs.map(|xs| Spread::of(&xs))
     }
 
-    /// Ratios to `raw` taken round by round (`f(self) / f(raw)` of the same round).
-    fn ratio(&self, raw: &DesignReport, f: impl Fn(&RoundFigures) -> f64) -> Spread {
+    /// Ratios to `raw` taken round by round (`f(self) / f(raw)` of the same round), over the
+    /// rounds where raw's figure is not zero (a job too short for `getrusage` to see system
+    /// time has none); `None` when no round has one, rather than a ratio of 0 over no rounds.
+    fn ratio(&self, raw: &DesignReport, f: impl Fn(&RoundFigures) -> f64) -> Option<Ratio> {
         let xs: Vec<f64> = self
             .rounds
             .iter()
@@ -149,7 +175,10 @@ impl DesignReport {
             .filter(|(_, r)| f(r) > 0.0)
             .map(|(d, r)| f(d) / f(r))
             .collect();
-        Spread::of(&xs)
+        (!xs.is_empty()).then(|| Ratio {
+            spread: Spread::of(&xs),
+            rounds: xs.len(),
+        })
     }
 
     /// The engines its rounds ran on, each once in first-seen order, joined with ` / ` (one
@@ -244,10 +273,11 @@ impl JobReport {
                 });
                 if let Some(raw) = raw.filter(|r| r.design != d.design) {
                     v["vs_raw"] = json!({
-                        "iops": d.ratio(raw, |r| r.iops).json(),
-                        "cpu_per_io_process": d.ratio(raw, |r| r.cpu_us).json(),
-                        "cpu_per_io_system": d.ratio(raw, |r| r.sys_us).json(),
-                        "cpu_per_io_machine": d.ratio(raw, |r| r.machine_us.unwrap_or(0.0)).json(),
+                        "iops": Ratio::json(d.ratio(raw, |r| r.iops)),
+                        "cpu_per_io_process": Ratio::json(d.ratio(raw, |r| r.cpu_us)),
+                        "cpu_per_io_system": Ratio::json(d.ratio(raw, |r| r.sys_us)),
+                        "cpu_per_io_machine":
+                            Ratio::json(d.ratio(raw, |r| r.machine_us.unwrap_or(0.0))),
                     });
                 }
                 v
@@ -289,8 +319,8 @@ impl fmt::Display for JobReport {
             );
             let (vi, vc) = match raw.filter(|r| r.design != d.design) {
                 Some(raw) => (
-                    d.ratio(raw, |r| r.iops).show(2),
-                    d.ratio(raw, |r| r.cpu_us).show(2),
+                    Ratio::show(d.ratio(raw, |r| r.iops)),
+                    Ratio::show(d.ratio(raw, |r| r.cpu_us)),
                 ),
                 None => ("-".to_owned(), "-".to_owned()),
             };
@@ -351,6 +381,42 @@ mod tests {
         }
     }
 
+    /// Raw with no system time in a round (a short job `getrusage` saw none in) gives no ratio
+    /// for that round; with none in any round the ratio is `null` in the JSON, never 0.
+    #[test]
+    fn a_ratio_to_a_zero_raw_figure_is_left_out_and_none_is_null() {
+        let zero_sys = |iops| RoundFigures {
+            sys_us: 0.0,
+            ..round(iops, 1.0)
+        };
+        let raw = DesignReport {
+            design: "raw".into(),
+            rounds: vec![zero_sys(100.0), round(100.0, 1.0)],
+        };
+        let d = DesignReport {
+            design: "v5".into(),
+            rounds: vec![round(50.0, 2.0), round(50.0, 2.0)],
+        };
+        let r = d.ratio(&raw, |r| r.sys_us).unwrap();
+        assert_eq!((r.spread.median, r.rounds), (2.0, 1));
+        let raw = DesignReport {
+            design: "raw".into(),
+            rounds: vec![zero_sys(100.0), zero_sys(100.0)],
+        };
+        assert_eq!(d.ratio(&raw, |r| r.sys_us), None);
+        let report = JobReport {
+            job: "j".into(),
+            header: "h\n".into(),
+            designs: vec![d, raw],
+            skipped: vec![],
+            verified: None,
+        };
+        let j = report.to_json();
+        assert_eq!(j["designs"][0]["vs_raw"]["cpu_per_io_system"], Value::Null);
+        assert_eq!(j["designs"][0]["vs_raw"]["iops"]["median"], json!(0.5));
+        assert_eq!(j["designs"][0]["vs_raw"]["iops"]["rounds"], json!(2));
+    }
+
     #[test]
     fn ratios_are_taken_pair_by_pair_within_a_round() {
         // Raw swings 100 -> 200 between rounds; the design is always half of it.
@@ -362,7 +428,7 @@ mod tests {
             design: "v5".into(),
             rounds: vec![round(50.0, 2.0), round(100.0, 2.0), round(75.0, 2.0)],
         };
-        let r = d.ratio(&raw, |r| r.iops);
+        let r = d.ratio(&raw, |r| r.iops).unwrap().spread;
         assert_eq!((r.median, r.min, r.max), (0.5, 0.5, 0.5));
         let report = JobReport {
             job: "j".into(),

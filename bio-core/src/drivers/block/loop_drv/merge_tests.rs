@@ -6,7 +6,7 @@ use super::*;
 use crate::block::blk_core::submit_bio_noacct;
 use crate::block::blk_plug::{blk_finish_plug, blk_start_plug};
 use crate::block::{BioEndIo, BlkStatus};
-use crate::kernel::trace::tests::{capture, Captured};
+use crate::kernel::trace::tests::capture;
 use crate::kernel::{CpuId, KernelConfig};
 use crate::workqueue::PoolId;
 
@@ -82,13 +82,6 @@ impl Rig {
     }
 }
 
-fn traced(f: impl FnOnce()) -> Vec<Captured> {
-    capture(|| {
-        tracing::callsite::rebuild_interest_cache();
-        f()
-    })
-}
-
 /// Two contiguous plugged writes reach the loop driver as one request of two bios (one
 /// `block_rq_issue` of 16 sectors after a `block_bio_backmerge`), on every version and both
 /// backings; every bio ends once, and reading each block back gives what was written.
@@ -102,7 +95,7 @@ fn two_plugged_writes_are_one_loop_request_and_read_back_on_every_version() {
                 MemBacking::preallocated(1 << 20)
             };
             let r = rig(mem, v);
-            let ev = traced(|| r.two_plugged_writes());
+            let ev = capture(|| r.two_plugged_writes());
             let msgs: Vec<&str> = ev.iter().map(|e| e.message.as_str()).collect();
             let what = format!("{} sparse={sparse}", v.name);
             assert!(
@@ -232,7 +225,7 @@ fn the_nowait_versions_never_complete_a_request_whose_bvec_allocation_failed() {
         let mem = MemBacking::preallocated(1 << 20).with_fmode_nowait(fmode_nowait);
         let r = rig(mem, v);
         r.k.fault_inject().fail_alloc_once(LO_RW_AIO_PREP).unwrap();
-        let ev = traced(|| r.two_plugged_writes());
+        let ev = capture(|| r.two_plugged_writes());
         let what = format!("{} fmode_nowait={fmode_nowait}", v.name);
         assert!(r.ended.lock().is_empty(), "{what}: {:?}", r.ended.lock());
         assert_eq!((r.busy_tags(), r.lo.stranded()), (1, 1), "{what}");
@@ -285,7 +278,7 @@ fn upstreams_return_ret_fix_on_v5_fixes_the_worker_but_not_the_nowait_path() {
     // The NOWAIT half: loop_queue_rq() returns BLK_STS_OK for -EIO.
     let r = rig(MemBacking::preallocated(1 << 20), v);
     r.k.fault_inject().fail_alloc_once(LO_RW_AIO_PREP).unwrap();
-    let ev = traced(|| r.two_plugged_writes());
+    let ev = capture(|| r.two_plugged_writes());
     assert!(r.ended.lock().is_empty(), "{:?}", r.ended.lock());
     assert_eq!((r.busy_tags(), r.lo.stranded()), (1, 1));
     assert!(

@@ -83,12 +83,7 @@ fn round_trip_over_null_blk(
     cfg.parse_param("irqmode", "0").unwrap();
     let nullb = NullBlk::new(k, 0, cfg).unwrap();
     let lo = loop_over(k, 0, nullb as UntrackedArc<dyn BlockDriver>);
-    let ev = capture(|| {
-        // Recompute callsite interest with this capture's subscriber in place (a parallel
-        // test's first hit of a callsite can leave it stale in tracing-core).
-        tracing::callsite::rebuild_interest_cache();
-        write_then_read_back(&*lo, &cx)
-    });
+    let ev = capture(|| write_then_read_back(&*lo, &cx));
     (ev, lo.stats().nowait_done)
 }
 
@@ -124,19 +119,35 @@ fn loop_over_null_blk_stores_through_the_stack_and_the_lower_bio_follows_queue_r
     assert_eq!(nowait_done, 4);
 }
 
-/// The same stack with the tracepoints' static keys off: the data still round-trips and not one
-/// event fires (on, this run traces the loop's `biosim_loop_nowait`/`biosim_loop_aio_complete`
-/// and both devices' bio, plug and request events), as a kernel with no probe attached traces
-/// nothing.
+/// The same stack with the tracepoints' static keys on, then off: on, the loop's
+/// `biosim_loop_nowait`/`biosim_loop_aio_complete` and both devices' bio, plug and request
+/// events fire; off, the data still round-trips and not one event fires, as a kernel with no
+/// probe attached traces nothing.
 #[test]
 fn loop_over_null_blk_with_the_tracepoints_off_fires_no_event() {
-    let k = Kernel::new(KernelConfig::default(), 1).unwrap();
-    k.set_tracepoints_enabled(false);
-    let (ev, nowait_done) = round_trip_over_null_blk(&k);
-    let names: Vec<&str> = ev.iter().map(|e| e.tracepoint.as_str()).collect();
-    assert!(names.is_empty(), "{names:?}");
-    assert!(k.reports().is_empty(), "{:?}", k.reports().all());
-    assert_eq!(nowait_done, 4, "the I/O ran");
+    for on in [true, false] {
+        let k = Kernel::new(KernelConfig::default(), 1).unwrap();
+        k.set_tracepoints_enabled(on);
+        let (ev, nowait_done) = round_trip_over_null_blk(&k);
+        let names: std::collections::BTreeSet<&str> =
+            ev.iter().map(|e| e.tracepoint.as_str()).collect();
+        if on {
+            for want in [
+                "biosim_loop_nowait",
+                "biosim_loop_aio_complete",
+                "block_bio_queue",
+                "block_plug",
+                "block_rq_issue",
+                "block_rq_complete",
+            ] {
+                assert!(names.contains(want), "on: no {want} in {names:?}");
+            }
+        } else {
+            assert!(names.is_empty(), "off: {names:?}");
+        }
+        assert!(k.reports().is_empty(), "{:?}", k.reports().all());
+        assert_eq!(nowait_done, 4, "the I/O ran");
+    }
 }
 
 /// loop0 over nullb0p1 (a partition of nullb0 from sector 1024): loop0's lower bio is for the
@@ -164,10 +175,7 @@ fn loop_over_a_partition_remaps_its_lower_bio_to_the_disk() {
         1024,
         "loop0 is the partition's size"
     );
-    let ev = capture(|| {
-        tracing::callsite::rebuild_interest_cache();
-        write_then_read_back(&*lo, &cx)
-    });
+    let ev = capture(|| write_then_read_back(&*lo, &cx));
     let remaps: Vec<&str> = ev
         .iter()
         .filter(|e| e.tracepoint == "block_bio_remap")
