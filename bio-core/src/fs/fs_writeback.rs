@@ -238,6 +238,8 @@ impl AddressSpace {
     pub fn wb_workfn(&self, cx: &Cpu) {
         let jiffies = self.kernel.jiffies();
         let hz = u64::from(self.kernel.config().hz);
+        // dirty_writeback_interval in jiffies: wb_check_old_data_flush()'s period.
+        let interval = DIRTY_WRITEBACK_CENTISECS * hz / 100;
         let requeue = {
             let mut m = self.inner.lock();
             m.stats.flusher_runs += 1;
@@ -259,7 +261,6 @@ impl AddressSpace {
                     // wb_check_old_data_flush(): it stamps last_old_flush even when
                     // get_nr_dirty_pages() is 0, and then writes nothing.
                     2 => {
-                        let interval = DIRTY_WRITEBACK_CENTISECS * hz / 100;
                         let expired = jiffies >= m.wb.last_old_flush + interval;
                         if expired {
                             m.wb.last_old_flush = jiffies;
@@ -313,8 +314,7 @@ impl AddressSpace {
             // threshold, or with the kupdate interval passed and dirty pages left (old data
             // behind the work's writeback_index), comes back at once for them instead of
             // waiting for the kupdate timer.
-            let kupdate_due = jiffies >= m.wb.last_old_flush + DIRTY_WRITEBACK_CENTISECS * hz / 100
-                && m.stats.nr_dirty > 0;
+            let kupdate_due = jiffies >= m.wb.last_old_flush + interval && m.stats.nr_dirty > 0;
             let more = wrote > 0 && (self.wb_over_bg_thresh(&m) || kupdate_due);
             if m.wb.work.is_some() || m.wb.start_all.is_some() || more {
                 m.wb.wakeup_pending = true;

@@ -566,21 +566,71 @@ fn a_kupdate_with_nothing_old_falls_through_to_background_writeback() {
 /// A work that finishes in a step does not end the kernel's pass: `wb_do_writeback()` goes on
 /// to `wb_check_old_data_flush()` in the same run, so old dirty data the work left behind its
 /// `writeback_index` is written at once, not when the kupdate timer next fires 5 s later. (The
-/// model writes one chunk per step and requeues itself at once for the checks.)
+/// model writes one chunk per step and requeues itself at once for the checks.) Not when the
+/// kupdate interval has not passed since `last_old_flush`, and not when nothing is left dirty:
+/// then the step is the last one.
 #[test]
 fn a_finished_work_goes_on_to_the_kupdate_check() {
-    use crate::fs::fs_writeback::{WbWork, DIRTY_EXPIRE_CENTISECS};
+    use crate::fs::fs_writeback::{DIRTY_EXPIRE_CENTISECS, DIRTY_WRITEBACK_CENTISECS};
+    // (last flush this many jiffies before the interval is up, pages dirtied) -> (flusher
+    // steps, pages still dirty, bios of the second step).
+    let case = |early: u64, pages: u64| {
+        let r = rig_with(None, None);
+        let hz = u64::from(r.kernel.config().hz);
+        r.kernel
+            .advance_jiffies(DIRTY_EXPIRE_CENTISECS * hz / 100 + 1);
+        let cx = r.task();
+        // Dirtying arms the kupdate timer 5 s from now; the inode is then made 30 s old, and
+        // a work of 10 pages is in progress with the index at 50.
+        r.pwrite(0, &pattern(pages, 7), NONE).unwrap();
+        {
+            let mut m = r.mapping.inner.lock();
+            m.wb.dirtied_when = Some(0);
+            m.wb.last_old_flush = r.kernel.jiffies() - DIRTY_WRITEBACK_CENTISECS * hz / 100 + early;
+            m.wb.writeback_index = 50;
+            m.wb.work = Some(WbWork {
+                nr_pages: 10,
+                for_background: false,
+                for_kupdate: false,
+                reason: WbReason::Vmscan,
+            });
+        }
+        r.mapping.wb_workfn(&cx);
+        assert_eq!(
+            bio_pages(&r.mapping.wb_take_submitted()),
+            vec![(50, pages - 50)],
+            "the work's chunk runs from the index to the last dirty page"
+        );
+        // A few jiffies, far less than the kupdate timer's 5 s.
+        run_deferred(&r.kernel);
+        let s = r.mapping.stats();
+        (
+            s.flusher_runs,
+            s.nr_dirty,
+            bio_pages(&r.mapping.wb_take_submitted()),
+        )
+    };
+    use crate::fs::fs_writeback::WbWork;
+    assert_eq!(
+        case(0, 100),
+        (2, 0, vec![(0, 50)]),
+        "the interval is up: the kupdate check wrote the old data behind the index at once"
+    );
+    assert_eq!(
+        case(10, 100),
+        (1, 50, vec![]),
+        "10 jiffies before the interval is up: left to the kupdate timer"
+    );
+    // Everything written by the work: nothing for the checks, no further step.
     let r = rig_with(None, None);
     let hz = u64::from(r.kernel.config().hz);
     r.kernel
         .advance_jiffies(DIRTY_EXPIRE_CENTISECS * hz / 100 + 1);
     let cx = r.task();
-    // Dirtying arms the kupdate timer 5 s from now; the inode is then made 30 s old, and a
-    // work of 10 pages is in progress with the index at 50.
-    r.pwrite(0, &pattern(100, 7), NONE).unwrap();
+    r.pwrite(50 * PAGE_SIZE as u64, &pattern(50, 8), NONE)
+        .unwrap();
     {
         let mut m = r.mapping.inner.lock();
-        m.wb.dirtied_when = Some(0);
         m.wb.last_old_flush = 0;
         m.wb.writeback_index = 50;
         m.wb.work = Some(WbWork {
@@ -591,23 +641,154 @@ fn a_finished_work_goes_on_to_the_kupdate_check() {
         });
     }
     r.mapping.wb_workfn(&cx);
-    assert_eq!(
-        bio_pages(&r.mapping.wb_take_submitted()),
-        vec![(50, 50)],
-        "the work's chunk runs from the index to the last dirty page"
-    );
-    assert_eq!(r.mapping.stats().nr_dirty, 50);
-    // A few jiffies, far less than the kupdate timer's 5 s.
     run_deferred(&r.kernel);
+    let s = r.mapping.stats();
     assert_eq!(
-        bio_pages(&r.mapping.wb_take_submitted()),
-        vec![(0, 50)],
-        "the kupdate check wrote the old data behind the index in the same pass"
+        (s.flusher_runs, s.nr_dirty),
+        (1, 0),
+        "clean: no second step"
     );
-    assert_eq!(r.mapping.stats().nr_dirty, 0);
+}
+
+/// A flusher run that no work or threshold asked for (a spurious wake-up) within the kupdate
+/// interval of the last `wb_check_old_data_flush()` writes nothing, even data older than
+/// `dirty_expire_interval`, and leaves `last_old_flush` as it was.
+#[test]
+fn a_flusher_run_within_the_kupdate_interval_writes_nothing() {
+    use crate::fs::fs_writeback::{DIRTY_EXPIRE_CENTISECS, DIRTY_WRITEBACK_CENTISECS};
+    let r = rig_with(None, None);
+    let hz = u64::from(r.kernel.config().hz);
+    r.kernel
+        .advance_jiffies(2 * DIRTY_EXPIRE_CENTISECS * hz / 100);
+    let cx = r.task();
+    r.pwrite(0, &pattern(20, 4), NONE).unwrap();
+    let last = r.kernel.jiffies() - DIRTY_WRITEBACK_CENTISECS * hz / 100 + 1;
+    {
+        let mut m = r.mapping.inner.lock();
+        m.wb.dirtied_when = Some(0);
+        m.wb.last_old_flush = last;
+    }
+    r.mapping.wb_workfn(&cx);
+    let s = r.mapping.stats();
+    assert_eq!((s.flusher_pages, s.nr_dirty), (0, 20), "{s:?}");
+    assert_eq!(r.mapping.inner.lock().wb.last_old_flush, last);
+    assert!(r.mapping.wb_take_submitted().is_empty());
+}
+
+/// Advances the clock one jiffy at a time up to `until`, running every CPU's expired timers and
+/// queued work at each tick, and calls `each` with the new `jiffies` after each tick.
+fn tick_until(r: &Rig, until: u64, mut each: impl FnMut(u64)) {
+    use crate::workqueue::PoolId;
+    while r.kernel.jiffies() < until {
+        r.kernel.advance_jiffies(1);
+        for c in r.kernel.online_cpus() {
+            let Some(cx) = r.kernel.cpu(c) else { continue };
+            r.kernel.run_timers(&cx);
+            while r.kernel.run_worker(PoolId::Cpu(c), &cx).is_some() {}
+            while r.kernel.run_worker(PoolId::Unbound, &cx).is_some() {}
+        }
+        each(r.kernel.jiffies());
+    }
+}
+
+/// The kupdate timer: the first dirtying arms the flusher `dirty_writeback_interval` (5 s) ahead
+/// (`wb_wakeup_delayed()`; the timer wheel files a 1,250-jiffy timer in a level of 64-jiffy
+/// buckets, so it fires up to 64 jiffies late, never early); a run writes nothing younger than
+/// `dirty_expire_interval` (30 s) but stamps `last_old_flush` and re-arms while the inode is
+/// dirty; the first run at or after 30 s writes the data.
+#[test]
+fn kupdate_writes_only_data_older_than_the_expire_interval() {
+    use crate::fs::fs_writeback::{DIRTY_EXPIRE_CENTISECS, DIRTY_WRITEBACK_CENTISECS};
+    let r = rig_with(None, None);
+    let hz = u64::from(r.kernel.config().hz);
+    let interval = DIRTY_WRITEBACK_CENTISECS * hz / 100;
+    let expire = DIRTY_EXPIRE_CENTISECS * hz / 100;
+    let t0 = r.kernel.jiffies();
+    r.pwrite(0, &pattern(10, 9), NONE).unwrap();
+    let (mut first_run, mut written_at, mut runs_before) = (None, None, 0);
+    tick_until(&r, t0 + expire + 2 * interval, |j| {
+        let s = r.mapping.stats();
+        if first_run.is_none() && s.flusher_runs > 0 {
+            first_run = Some(j);
+            assert_eq!(
+                s.nr_dirty, 10,
+                "the first kupdate run at {j} wrote young data"
+            );
+            assert_eq!(r.mapping.inner.lock().wb.last_old_flush, j, "stamped");
+        }
+        if written_at.is_none() && s.nr_dirty == 0 {
+            written_at = Some(j);
+            runs_before = s.flusher_runs;
+        }
+    });
+    let first = first_run.expect("the kupdate timer fired");
     assert!(
-        r.mapping.inner.lock().wb.last_old_flush > 0,
-        "stamped by the check"
+        (t0 + interval..=t0 + interval + 64).contains(&first),
+        "first kupdate run at {first}, armed at {t0}"
+    );
+    let at = written_at.expect("the old data was written");
+    assert!(
+        (t0 + expire..=t0 + expire + interval + 64).contains(&at),
+        "written at {at}, dirtied at {t0}"
+    );
+    assert_eq!(runs_before, 6, "one run per 5 s up to 30 s");
+    assert_eq!(bio_pages(&r.mapping.wb_take_submitted()), vec![(0, 10)]);
+}
+
+/// `wb_over_bg_thresh()` is `dirty > bg_thresh`: at the threshold the flusher's background
+/// check has nothing to do, one page above it does. And `writeback_chunk_size()` is
+/// `min(avg_write_bandwidth / 2, dirty_limit / DIRTY_SCOPE, nr_pages)` rounded up to whole
+/// `MIN_WRITEBACK_PAGES`: an eighth of a small machine's limit binds (25 pages, one 4 MiB
+/// chunk), half the initial bandwidth binds on a large one (12,800 pages: 13 chunks of 1,024).
+#[test]
+fn the_background_threshold_and_the_chunk_size_are_the_kernels() {
+    use crate::fs::fs_writeback::{WbWork, INIT_BW, MIN_WRITEBACK_PAGES};
+    let r = rig_with(None, Some(1024));
+    let l = r.mapping.domain_dirty_limits();
+    let cx = r.task();
+    r.mapping
+        .generic_perform_write(&cx, 0, &pattern(l.bg_thresh, 1), NONE)
+        .unwrap();
+    {
+        let m = r.mapping.inner.lock();
+        assert_eq!(m.stats.nr_dirty, l.bg_thresh);
+        assert!(!r.mapping.wb_over_bg_thresh(&m), "at the threshold");
+    }
+    r.mapping
+        .generic_perform_write(&cx, l.bg_thresh * PAGE_SIZE as u64, &pattern(1, 2), NONE)
+        .unwrap();
+    let work = WbWork {
+        nr_pages: u64::MAX,
+        for_background: true,
+        for_kupdate: false,
+        reason: WbReason::Background,
+    };
+    {
+        let m = r.mapping.inner.lock();
+        assert!(r.mapping.wb_over_bg_thresh(&m), "one page above it");
+        assert_eq!(l.thresh / 8, 25);
+        assert_eq!(
+            r.mapping.writeback_chunk_size(&m, &work),
+            MIN_WRITEBACK_PAGES
+        );
+    }
+    // A 4 GiB machine: the limit's eighth is 26,214 pages; half of INIT_BW (25,600) binds.
+    let big = rig_with(None, Some(1 << 20));
+    let m = big.mapping.inner.lock();
+    assert_eq!(m.wb.bw.avg_write_bandwidth, INIT_BW);
+    assert_eq!(
+        big.mapping.writeback_chunk_size(&m, &work),
+        (INIT_BW / 2 + MIN_WRITEBACK_PAGES) / MIN_WRITEBACK_PAGES * MIN_WRITEBACK_PAGES
+    );
+    assert_eq!(big.mapping.writeback_chunk_size(&m, &work), 13_312);
+    let small = WbWork {
+        nr_pages: 3000,
+        ..work
+    };
+    assert_eq!(
+        big.mapping.writeback_chunk_size(&m, &small),
+        3072,
+        "nr_pages binds: round_down(3000 + 1024, 1024)"
     );
 }
 
