@@ -650,6 +650,44 @@ fn a_finished_work_goes_on_to_the_kupdate_check() {
     );
 }
 
+/// `WB_start_all` is cleared only when the start-all work itself is done
+/// (`wb_check_start_all()`): a kupdate work that finishes while it is pending leaves it set,
+/// and the next step writes everything dirty for it.
+#[test]
+fn only_the_start_all_work_clears_wb_start_all() {
+    use crate::fs::fs_writeback::{WbWork, DIRTY_EXPIRE_CENTISECS};
+    let r = rig_with(None, None);
+    let hz = u64::from(r.kernel.config().hz);
+    r.kernel
+        .advance_jiffies(DIRTY_EXPIRE_CENTISECS * hz / 100 + 1);
+    let cx = r.task();
+    r.pwrite(0, &pattern(100, 6), NONE).unwrap();
+    {
+        let mut m = r.mapping.inner.lock();
+        m.wb.dirtied_when = Some(0);
+        m.wb.last_old_flush = r.kernel.jiffies();
+        m.wb.writeback_index = 50;
+        m.wb.start_all = Some(WbReason::Vmscan);
+        m.wb.work = Some(WbWork {
+            nr_pages: 10,
+            for_background: false,
+            for_kupdate: true,
+            reason: WbReason::Periodic,
+        });
+    }
+    r.mapping.wb_workfn(&cx);
+    assert_eq!(bio_pages(&r.mapping.wb_take_submitted()), vec![(50, 50)]);
+    assert_eq!(
+        r.mapping.inner.lock().wb.start_all,
+        Some(WbReason::Vmscan),
+        "the kupdate work finished; the start-all request stands"
+    );
+    run_deferred(&r.kernel);
+    assert_eq!(bio_pages(&r.mapping.wb_take_submitted()), vec![(0, 50)]);
+    assert_eq!(r.mapping.inner.lock().wb.start_all, None);
+    assert_eq!(r.mapping.stats().nr_dirty, 0);
+}
+
 /// A flusher run that no work or threshold asked for (a spurious wake-up) within the kupdate
 /// interval of the last `wb_check_old_data_flush()` writes nothing, even data older than
 /// `dirty_expire_interval`, and leaves `last_old_flush` as it was.
