@@ -109,6 +109,16 @@ impl Kernel {
         }
     }
 
+    /// Whether any per-CPU pool is disassociated (its CPU offline, `POOL_DISASSOCIATED`): what
+    /// an idle CPU checks before it looks for such a pool's work, without snapshotting them all.
+    pub fn any_pool_disassociated(&self) -> bool {
+        let st = self.workqueues.state.lock();
+        st.pools
+            .iter()
+            .take(self.nr_cpus() as usize)
+            .any(|p| p.disassociated)
+    }
+
     /// Snapshots of every pool.
     pub fn pools(&self) -> Vec<PoolInfo> {
         let st = self.workqueues.state.lock();

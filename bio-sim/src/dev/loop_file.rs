@@ -305,11 +305,17 @@ type Sink = Arc<dyn Fn(AioDone, &Cpu) + Send + Sync>;
 /// all) hands its handler back, which goes to the first online CPU as the kernel migrates a
 /// dying CPU's interrupts. Returns the interrupts raised.
 fn raise_batch(kernel: &Kernel, batch: Vec<AioDone>, sink: &Sink) -> u64 {
-    let mut groups: Vec<(CpuId, Vec<AioDone>)> = Vec::new();
-    for d in batch {
-        match groups.iter_mut().find(|(c, _)| *c == d.cpu) {
-            Some((_, g)) => g.push(d),
-            None => groups.push((d.cpu, vec![d])),
+    let mut groups: Vec<(CpuId, Vec<AioDone>)> = Vec::with_capacity(1);
+    match batch.first().map(|d| d.cpu) {
+        // The common case, every command of the batch from one CPU: the batch is the group.
+        Some(cpu) if batch.iter().all(|d| d.cpu == cpu) => groups.push((cpu, batch)),
+        _ => {
+            for d in batch {
+                match groups.iter_mut().find(|(c, _)| *c == d.cpu) {
+                    Some((_, g)) => g.push(d),
+                    None => groups.push((d.cpu, vec![d])),
+                }
+            }
         }
     }
     let mut raised = 0;

@@ -4,8 +4,8 @@
 //!
 //! In this process a bio segment is a `Vec<u8>`, and malloc puts a 4 KiB block wherever it likes
 //! (16-byte aligned), so every `O_DIRECT` read or write of one went through a bounce buffer: a
-//! copy per I/O. [`PageAlignedAlloc`], the process's global allocator, hands out every block
-//! whose size is a non-zero multiple of [`PAGE_SIZE`] on a page boundary. A `GlobalAlloc` may
+//! copy per I/O. [`PageAlignedAlloc`], the process's global allocator, hands out every byte
+//! buffer whose size is a non-zero multiple of [`PAGE_SIZE`] on a page boundary. A `GlobalAlloc` may
 //! always return memory more aligned than asked; the stronger layout is derived from the asked
 //! one alone ([`page_layout`]), so `dealloc` and `realloc` see the same one. Everything else goes
 //! to the system allocator unchanged.
@@ -19,11 +19,14 @@ use std::alloc::{GlobalAlloc, Layout, System};
 /// `PAGE_SIZE` on x86_64 (and most aarch64 kernels).
 pub const PAGE_SIZE: usize = 4096;
 
-/// The layout [`PageAlignedAlloc`] really allocates for `layout`: page-aligned when the size is
-/// a non-zero multiple of [`PAGE_SIZE`], else `layout` itself.
+/// The layout [`PageAlignedAlloc`] really allocates for `layout`: page-aligned when it is a byte
+/// buffer (alignment 1, as a `Vec<u8>` segment) whose size is a non-zero multiple of
+/// [`PAGE_SIZE`], else `layout` itself. Other types are left to malloc: a page-aligned block
+/// costs glibc a split (`_int_memalign()`), and a batch of 32 completions of 128 bytes is
+/// exactly a page without being a segment.
 pub fn page_layout(layout: Layout) -> Layout {
     let size = layout.size();
-    if size == 0 || !size.is_multiple_of(PAGE_SIZE) || layout.align() >= PAGE_SIZE {
+    if size == 0 || !size.is_multiple_of(PAGE_SIZE) || layout.align() != 1 {
         return layout;
     }
     // The size is already a multiple of the alignment, so this cannot fail; fall back anyway.
@@ -97,6 +100,9 @@ mod tests {
         let page = Layout::from_size_align(2 * PAGE_SIZE, 1).unwrap();
         assert_eq!(page_layout(page).align(), PAGE_SIZE);
         assert_eq!(page_layout(page).size(), 2 * PAGE_SIZE);
+        // A page of anything but bytes (a batch of 32 128-byte completions) is not a segment.
+        let structs = Layout::from_size_align(PAGE_SIZE, 8).unwrap();
+        assert_eq!(page_layout(structs), structs);
     }
 
     /// A Vec growing through and out of whole-page sizes keeps its bytes (realloc between the

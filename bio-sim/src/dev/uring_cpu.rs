@@ -397,35 +397,42 @@ impl CpuRing {
         pushed
     }
 
-    /// Takes every CQE into `st.ready`.
+    /// Takes every CQE into `st.ready`: straight off the completion queue (no copy of the CQEs),
+    /// into a batch sized once for all of them, as `deliver()` hands each batch away whole.
     fn reap(&self, st: &mut RingState) {
-        let cqes: Vec<(u64, i32)> = st
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (user_data, res) in cqes {
+        let RingState {
+            ring,
+            slab,
+            free,
+            in_ring,
+            wake_armed,
+            ready,
+            ..
+        } = st;
+        let mut cq = ring.completion();
+        ready.reserve(cq.len());
+        for c in &mut cq {
+            let (user_data, res) = (c.user_data(), c.result());
             if user_data == WAKE_TOKEN {
-                st.wake_armed = false;
+                *wake_armed = false;
                 let mut n: u64 = 0;
                 // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
                 let _ =
                     unsafe { libc::read(self.wake.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
                 continue;
             }
-            let Some((token, op)) = st.slab.get_mut(user_data as usize).and_then(Option::take)
-            else {
+            let Some((token, op)) = slab.get_mut(user_data as usize).and_then(Option::take) else {
                 tracing::error!("io_uring CPU ring: CQE for unknown user_data {user_data}");
                 continue;
             };
-            st.free.push(user_data as usize);
-            st.in_ring -= 1;
+            free.push(user_data as usize);
+            *in_ring -= 1;
             let result = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
             } else {
                 Ok(res as usize)
             };
-            st.ready.push(UringCompletion { token, result, op });
+            ready.push(UringCompletion { token, result, op });
         }
     }
 }
@@ -505,6 +512,12 @@ impl IdleWait for CpuRing {
             self.wait(Duration::from_millis(10));
             self.deliver();
         }
+    }
+
+    /// Ops queued or in the kernel: the park that follows submits the queued ones, and each
+    /// one's CQE ends a wait.
+    fn in_flight(&self) -> bool {
+        self.counters.in_flight.load(Ordering::Acquire) > 0
     }
 
     fn deliver(&self) -> bool {

@@ -510,6 +510,20 @@ pub struct HeldLock {
     trylock: bool,
 }
 
+impl HeldLock {
+    /// `==`, with the name compared by address first: a lock's name is one `&'static str`, so
+    /// the release of what was taken needs no string compare.
+    fn same(&self, other: &HeldLock) -> bool {
+        self.class == other.class
+            && self.read == other.read
+            && self.disabled_preemption == other.disabled_preemption
+            && self.irq_context == other.irq_context
+            && self.sync == other.sync
+            && self.trylock == other.trylock
+            && (std::ptr::eq(self.name, other.name) || self.name == other.name)
+    }
+}
+
 impl fmt::Display for HeldLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ({})", self.name, self.class.kernel_type())
@@ -991,7 +1005,14 @@ impl Cpu {
     /// context does not hold is lockdep's "bad unlock balance", reported as a WARN if lockdep is
     /// still on (and then it turns lockdep off).
     pub fn lock_release(&self, held: HeldLock) {
-        let pos = self.held_locks.borrow().iter().rposition(|h| *h == held);
+        let pos = {
+            let stack = self.held_locks.borrow();
+            // Locks nest: the innermost is the one released nearly always.
+            match stack.last() {
+                Some(top) if top.same(&held) => Some(stack.len() - 1),
+                _ => stack.iter().rposition(|h| h.same(&held)),
+            }
+        };
         match pos {
             Some(i) => {
                 drop(self.held_locks.borrow_mut().remove(i));

@@ -16,6 +16,13 @@ use std::time::{Duration, Instant};
 /// before a wait only sleeps instead of running further events.
 const MAX_NESTED_WAITS: u32 = 8;
 
+/// The first and the longest sleep of a [`Hook::wait_until`] that finds nothing to run: it
+/// polls its condition (nothing signals most of them), from the first slice doubling up to the
+/// longest.
+pub(super) const WAIT_SLICE_FIRST: Duration = Duration::from_micros(50);
+/// See [`WAIT_SLICE_FIRST`].
+pub(super) const WAIT_SLICE_MAX: Duration = Duration::from_millis(1);
+
 /// Runs one event on `cx`'s CPU, if there is one: a mailbox message (when `rx` is given), then
 /// (online only) one IRQ, the softirq backlog, due timers, one item of the CPU's own pool, of the
 /// unbound pool, or of another CPU's disassociated pool. Returns whether something ran.
@@ -76,6 +83,9 @@ pub(super) fn run_one(sh: &Shared, cx: &Cpu, rx: Option<&Receiver<Msg>>) -> bool
 fn run_disassociated(sh: &Shared, cx: &Cpu) -> bool {
     let k = &*sh.kernel;
     let me = cx.id();
+    if !k.any_pool_disassociated() {
+        return false;
+    }
     for p in k.pools() {
         let PoolId::Cpu(m) = p.id else { continue };
         if m == me || !p.disassociated || !(p.worker_runnable() || p.rescuer_runnable()) {
@@ -135,7 +145,7 @@ impl Runtime for Hook {
         bump(&c.waits, 1);
         let deadline = Instant::now() + sh.config.wait_timeout;
         let nested_ok = self.depth.fetch_add(1, Ordering::Relaxed) < MAX_NESTED_WAITS;
-        let mut slice = Duration::from_micros(50);
+        let mut slice = WAIT_SLICE_FIRST;
         // The clock is read before every park and every 32nd item run, not per item: a wait that
         // keeps running work still gives up within 32 items of its deadline.
         let mut ran_since_clock = 0u32;
@@ -163,13 +173,17 @@ impl Runtime for Hook {
                 false
             };
             if ran {
-                slice = Duration::from_micros(50);
+                slice = WAIT_SLICE_FIRST;
                 ran_since_clock = (ran_since_clock + 1) % 32;
             } else {
                 ran_since_clock = 0;
                 sh.before_park();
-                sh.parkers[i].park(slice);
-                slice = (slice * 2).min(Duration::from_millis(1));
+                // With this CPU's own I/O in flight its completion ends the park: a short slice
+                // would only time out first (at qd32, one wake-up for nothing per batch of
+                // completions; docs/performance.md).
+                let own_io = sh.parkers[i].waiter().is_some_and(|w| w.in_flight());
+                sh.parkers[i].park(if own_io { WAIT_SLICE_MAX } else { slice });
+                slice = (slice * 2).min(WAIT_SLICE_MAX);
             }
         };
         self.depth.fetch_sub(1, Ordering::Relaxed);

@@ -33,6 +33,13 @@ pub trait IdleWait: Send + Sync {
     /// reaps it. Called once, on the CPU's own thread, after its last park.
     fn detach(&self) {}
 
+    /// Whether an event of its own is on its way (an I/O in the kernel), which ends the current
+    /// or next [`IdleWait::wait`] by itself: a thread that polls a condition while waiting may
+    /// then sleep its longest slice, since polling sooner only wakes it for nothing.
+    fn in_flight(&self) -> bool {
+        false
+    }
+
     /// Hands over what the last [`IdleWait::wait`] collected (e.g. raises the completion
     /// interrupt on this CPU); called after the thread has left the wait, so the wake-ups it
     /// causes on its own CPU need no [`IdleWait::wake`]. Returns whether there was anything.

@@ -29,6 +29,10 @@ struct FakeState {
     waits: u32,
     in_wait: bool,
     flushes: u32,
+    /// What `in_flight()` answers: I/O of its own on its way.
+    in_flight: bool,
+    /// The timeout of every wait, in order.
+    timeouts: Vec<Duration>,
 }
 
 impl Fake {
@@ -51,6 +55,7 @@ impl IdleWait for Fake {
         let deadline = Instant::now() + timeout;
         let mut st = self.st.lock();
         st.waits += 1;
+        st.timeouts.push(timeout);
         st.in_wait = true;
         while !st.woken && st.arrived == 0 {
             if self.cv.wait_until(&mut st, deadline).timed_out() {
@@ -69,6 +74,10 @@ impl IdleWait for Fake {
 
     fn flush(&self) {
         self.st.lock().flushes += 1;
+    }
+
+    fn in_flight(&self) -> bool {
+        self.st.lock().in_flight
     }
 
     fn deliver(&self) -> bool {
@@ -283,4 +292,69 @@ fn the_kicker_never_drops_the_waiter_the_thread_sleeps_in() {
         Some(sleeper_id),
         "dropped by the thread that slept in it"
     );
+}
+
+/// A `wait_until` that finds nothing to run polls its condition, sleeping 50 µs first and
+/// doubling up to 1 ms, as nothing signals most conditions. With its CPU's own I/O in flight
+/// (the waiter's `in_flight()`), whose completion ends a sleep by itself, it sleeps the longest
+/// slice from the start: a short one only times out before the completions come (at qd32, one
+/// wake-up for nothing per batch). A condition nobody signals is still seen within a slice.
+#[test]
+fn a_wait_with_its_own_io_in_flight_sleeps_the_longest_slice() {
+    use super::cpu::{WAIT_SLICE_FIRST, WAIT_SLICE_MAX};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let kernel = Kernel::boot(KernelConfig::default(), 1, 1).unwrap();
+    let config = ThreadedConfig {
+        idle_timeout: Duration::from_secs(5),
+        ..ThreadedConfig::default()
+    };
+    let rt = ThreadedRuntime::start(kernel, config).unwrap();
+    let w = Arc::new(Fake::default());
+    rt.set_idle_wait(CpuId(0), as_weak(&w)).unwrap();
+    until("CPU0 sleeps in its waiter", || w.in_wait());
+    for in_flight in [false, true] {
+        {
+            let mut st = w.st.lock();
+            st.in_flight = in_flight;
+            st.timeouts.clear();
+        }
+        // Set from outside the simulated machine, with no kick: only polling sees it.
+        let flag = Arc::new(AtomicBool::new(false));
+        let setter = {
+            let flag = Arc::clone(&flag);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                flag.store(true, Ordering::SeqCst);
+            })
+        };
+        let seen = rt
+            .run_on(CpuId(0), move |cx| {
+                cx.wait_until("a flag nobody signals", &|| flag.load(Ordering::SeqCst))
+            })
+            .unwrap();
+        setter.join().unwrap();
+        assert!(seen, "the polled condition is seen (in_flight {in_flight})");
+        // The CPU's idle sleeps (5 s) before and after the wait are not the wait's.
+        let slices: Vec<Duration> =
+            w.st.lock()
+                .timeouts
+                .iter()
+                .copied()
+                .filter(|t| *t < Duration::from_secs(1))
+                .collect();
+        assert!(!slices.is_empty(), "the wait slept in its waiter");
+        if in_flight {
+            assert!(
+                slices.iter().all(|t| *t == WAIT_SLICE_MAX),
+                "with its own I/O in flight every sleep is the longest slice: {slices:?}"
+            );
+        } else {
+            assert_eq!(
+                slices[0], WAIT_SLICE_FIRST,
+                "polling starts short: {slices:?}"
+            );
+            assert!(slices.iter().all(|t| *t <= WAIT_SLICE_MAX), "{slices:?}");
+        }
+    }
+    assert!(rt.shutdown().is_clean());
 }
