@@ -18,6 +18,9 @@ pub struct CpuSnapshot {
     /// Busy time of all CPUs from `/proc/stat` (user + nice + system + irq + softirq + steal),
     /// ns; `None` where `/proc/stat` cannot be read.
     pub machine_ns: Option<u64>,
+    /// `ru_nvcsw`: voluntary context switches of every thread (the kernel's `nvcsw`), each a
+    /// thread going to sleep, whose wake-up the process pays for.
+    pub nvcsw: u64,
 }
 
 /// The CPU time used between two snapshots.
@@ -29,16 +32,19 @@ pub struct CpuUsed {
     pub system: Duration,
     /// The machine (every CPU), if known.
     pub machine: Option<Duration>,
+    /// The process's threads' sleeps (`ru_nvcsw`).
+    pub nvcsw: u64,
 }
 
 impl CpuSnapshot {
     /// Reads both clocks now.
     pub fn now() -> CpuSnapshot {
-        let (process_ns, system_ns) = rusage_self_ns();
+        let (process_ns, system_ns, nvcsw) = rusage_self();
         CpuSnapshot {
             process_ns,
             system_ns,
             machine_ns: proc_stat_busy_ns(),
+            nvcsw,
         }
     }
 
@@ -51,21 +57,26 @@ impl CpuSnapshot {
                 (Some(a), Some(b)) => Some(Duration::from_nanos(b.saturating_sub(a))),
                 _ => None,
             },
+            nvcsw: later.nvcsw.saturating_sub(self.nvcsw),
         }
     }
 }
 
-/// `getrusage(RUSAGE_SELF)`: user + system time of every thread of the process, and the system
-/// time alone, ns.
-fn rusage_self_ns() -> (u64, u64) {
+/// `getrusage(RUSAGE_SELF)`: user + system time of every thread of the process, the system
+/// time alone (ns), and the voluntary context switches.
+fn rusage_self() -> (u64, u64, u64) {
     // SAFETY: `ru` is plain old data, and getrusage only writes into it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: a valid `who` and a valid out-pointer.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return (0, 0);
+        return (0, 0, 0);
     }
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
-    (tv(ru.ru_utime) + tv(ru.ru_stime), tv(ru.ru_stime))
+    (
+        tv(ru.ru_utime) + tv(ru.ru_stime),
+        tv(ru.ru_stime),
+        ru.ru_nvcsw.max(0) as u64,
+    )
 }
 
 /// The first line of `/proc/stat` (`cpu  user nice system idle iowait irq softirq steal ...`,
@@ -133,6 +144,19 @@ mod tests {
         }
         let used = a.until(&CpuSnapshot::now());
         assert!(used.process >= Duration::from_millis(5), "{used:?} {x}");
+    }
+
+    /// Every sleep of a thread of the process is one voluntary context switch; a thread that
+    /// only computes makes none.
+    #[test]
+    fn each_sleep_of_a_thread_is_counted_in_nvcsw() {
+        let a = CpuSnapshot::now();
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let slept = a.until(&CpuSnapshot::now()).nvcsw;
+        // Other test threads of this process may sleep meanwhile too: at least ours.
+        assert!(slept >= 20, "20 sleeps, {slept} voluntary context switches");
     }
 
     #[test]

@@ -131,6 +131,8 @@ impl RoundFigures {
         if f.flushes > 0 {
             counters.push(("flushes", f.flushes));
         }
+        // The process's threads' sleeps (each a wake-up paid for), every design.
+        counters.push(("nvcsw", f.cpu.nvcsw));
         RoundFigures {
             ios: f.ios,
             iops: f.iops(),
