@@ -353,6 +353,21 @@ pub trait Runtime {
     /// lets other work run meanwhile. Returns `false` if the condition can never become true
     /// (a deadlock the caller reports).
     fn wait_until(&self, cpu: &Cpu, what: &str, cond: &dyn Fn() -> bool) -> bool;
+
+    /// [`Runtime::wait_until`] for a condition that turns true by itself at the wall-clock time
+    /// `at` (a rate limit, a think time: `hrtimer_nanosleep()`'s timer): a runtime that sleeps
+    /// between polls of `cond` wakes by `at` rather than a poll slice later. By default the
+    /// plain wait (a runtime with no wall clock, the deterministic one, ignores `at`).
+    fn wait_until_at(
+        &self,
+        cpu: &Cpu,
+        what: &str,
+        at: std::time::Instant,
+        cond: &dyn Fn() -> bool,
+    ) -> bool {
+        let _ = at;
+        self.wait_until(cpu, what, cond)
+    }
 }
 
 /// The code currently running on one simulated CPU: `smp_processor_id()`, `current` and the
@@ -466,6 +481,26 @@ impl Cpu {
     /// already-true condition (possibly made true by that flush) succeeds. Returns whether the
     /// condition holds.
     pub fn wait_until(&self, what: &str, cond: &dyn Fn() -> bool) -> bool {
+        self.wait_until_inner(what, None, cond)
+    }
+
+    /// [`Cpu::wait_until`] for a condition that turns true by itself at the wall-clock time
+    /// `at` ([`Runtime::wait_until_at`]): a sleep until a deadline, as `hrtimer_nanosleep()`.
+    pub fn wait_until_at(
+        &self,
+        what: &str,
+        at: std::time::Instant,
+        cond: &dyn Fn() -> bool,
+    ) -> bool {
+        self.wait_until_inner(what, Some(at), cond)
+    }
+
+    fn wait_until_inner(
+        &self,
+        what: &str,
+        at: Option<std::time::Instant>,
+        cond: &dyn Fn() -> bool,
+    ) -> bool {
         if cond() {
             return true;
         }
@@ -474,9 +509,10 @@ impl Cpu {
         if cond() {
             return true;
         }
-        let ok = match &self.runtime {
-            Some(rt) => rt.wait_until(self, what, cond),
-            None => false,
+        let ok = match (&self.runtime, at) {
+            (Some(rt), Some(at)) => rt.wait_until_at(self, what, at, cond),
+            (Some(rt), None) => rt.wait_until(self, what, cond),
+            (None, _) => false,
         };
         // Gave up: nothing can make the condition true, a task blocked forever.
         if !ok {

@@ -126,6 +126,10 @@ pub struct CpuRing {
     detached: AtomicBool,
     /// Why the ring stopped after `io_uring_enter()` kept failing.
     broken: OnceLock<String>,
+    /// This ring's ops accepted and not yet delivered (the set's [`Counters`] count every
+    /// ring's): what [`IdleWait::in_flight`] answers, without the ring's lock, which its thread
+    /// holds while it sleeps in `io_uring_enter()`.
+    own_in_flight: AtomicUsize,
     /// Test seam: a fake `io_uring_enter()` result (an errno) instead of the system call.
     #[cfg(test)]
     fake_enter_errno: std::sync::atomic::AtomicI32,
@@ -182,6 +186,7 @@ impl CpuRing {
             submit_batch: AtomicUsize::new(0),
             detached: AtomicBool::new(false),
             broken: OnceLock::new(),
+            own_in_flight: AtomicUsize::new(0),
             #[cfg(test)]
             fake_enter_errno: std::sync::atomic::AtomicI32::new(0),
             on_batch,
@@ -217,6 +222,7 @@ impl CpuRing {
                 return refuse(op, SubmitErrorReason::Stopped);
             }
             c.in_flight.fetch_add(1, Ordering::AcqRel);
+            self.own_in_flight.fetch_add(1, Ordering::AcqRel);
             c.submitted.fetch_add(1, Ordering::AcqRel);
             q.push_back(Queued { token, op, flags });
             q.len()
@@ -514,10 +520,11 @@ impl IdleWait for CpuRing {
         }
     }
 
-    /// Ops queued or in the kernel: the park that follows submits the queued ones, and each
-    /// one's CQE ends a wait.
+    /// This ring's own ops, queued or in the kernel: the wait submits the queued ones first, and
+    /// a CQE of any of them ends it. Not the set's counter, which counts every CPU's ring; and
+    /// never once the ring is broken (its queued ops are failed, and nothing comes back).
     fn in_flight(&self) -> bool {
-        self.counters.in_flight.load(Ordering::Acquire) > 0
+        self.broken.get().is_none() && self.own_in_flight.load(Ordering::Acquire) > 0
     }
 
     fn deliver(&self) -> bool {
@@ -544,6 +551,7 @@ impl IdleWait for CpuRing {
             tracing::error!("io_uring CPU ring: the batch callback panicked");
         }
         c.completed.fetch_add(n as u64, Ordering::AcqRel);
+        self.own_in_flight.fetch_sub(n, Ordering::AcqRel);
         if c.in_flight.fetch_sub(n, Ordering::AcqRel) == n {
             let _g = c.idle_lock.lock();
             c.idle.notify_all();
@@ -763,6 +771,44 @@ mod tests {
         }
         std::thread::sleep(Duration::from_millis(50));
         Some((rt, rings, dir))
+    }
+
+    /// `in_flight()` is the ring's own: an op queued on CPU0's ring makes CPU0's waits sleep
+    /// their longest slice, not CPU1's, although the two share the set's counters; once the op
+    /// completed, neither.
+    #[test]
+    fn a_rings_in_flight_is_its_own() {
+        let read = |off| UringOp::Read {
+            buf: crate::dev::aligned::AlignedBuf::new(4096),
+            off,
+        };
+        // No CPU thread: a submitted op stays queued.
+        let (_d, f) = file();
+        let Some(rings) = or_skip(CpuRings::new(&f, 2, 8, Arc::new(|_| {}))) else {
+            return;
+        };
+        assert!(!rings.ring(0).in_flight() && !rings.ring(1).in_flight());
+        rings.ring(0).submit(1, read(0), RwFlags::empty()).unwrap();
+        assert_eq!(rings.in_flight(), 1, "the set counts it");
+        assert!(rings.ring(0).in_flight(), "queued on CPU0's ring");
+        assert!(
+            !rings.ring(1).in_flight(),
+            "CPU1's ring has nothing of its own in flight while CPU0's has a read"
+        );
+        // With CPU threads: once the read completed, nothing is in flight.
+        let Some((rt, rings, _d)) = machine_of(2, Arc::new(|_| {})) else {
+            return;
+        };
+        rings
+            .ring(0)
+            .submit(1, read(4096), RwFlags::empty())
+            .unwrap();
+        assert!(
+            rings.wait_idle(Duration::from_secs(5)),
+            "the read completed"
+        );
+        assert!(!rings.ring(0).in_flight() && !rings.ring(1).in_flight());
+        assert!(rt.shutdown().is_clean());
     }
 
     /// An ordinary wake-up (a `run_on` message) reaches a CPU thread asleep in
@@ -1006,6 +1052,7 @@ mod tests {
         for t in 0..4 {
             ring.submit(t, read(t), RwFlags::empty()).unwrap();
         }
+        assert!(ring.in_flight(), "four reads of its own");
         let t0 = Instant::now();
         let mut waits = 0;
         while ring.error().is_none() && waits < 2 * MAX_ENTER_FAILURES {
@@ -1035,6 +1082,9 @@ mod tests {
             )
         );
         assert_eq!(*seen.lock(), [(2, Some(libc::EIO)), (3, Some(libc::EIO))]);
+        // The two reads left in the kernel may never come back: a wait on this CPU must not
+        // count on them (it polls its condition again).
+        assert!(!ring.in_flight(), "a stopped ring expects no completion");
         assert_eq!(rings.error(), Some(format!("CPU0: {msg}")));
         assert!(matches!(
             ring.submit(9, read(9), RwFlags::empty()),

@@ -514,13 +514,23 @@ impl HeldLock {
     /// `==`, with the name compared by address first: a lock's name is one `&'static str`, so
     /// the release of what was taken needs no string compare.
     fn same(&self, other: &HeldLock) -> bool {
-        self.class == other.class
-            && self.read == other.read
-            && self.disabled_preemption == other.disabled_preemption
-            && self.irq_context == other.irq_context
-            && self.sync == other.sync
-            && self.trylock == other.trylock
-            && (std::ptr::eq(self.name, other.name) || self.name == other.name)
+        // Destructured, so a field added later cannot be left out of the comparison.
+        let HeldLock {
+            class,
+            name,
+            read,
+            disabled_preemption,
+            irq_context,
+            sync,
+            trylock,
+        } = self;
+        *class == other.class
+            && *read == other.read
+            && *disabled_preemption == other.disabled_preemption
+            && *irq_context == other.irq_context
+            && *sync == other.sync
+            && *trylock == other.trylock
+            && (std::ptr::eq(*name, other.name) || *name == other.name)
     }
 }
 

@@ -1246,7 +1246,7 @@ fn sim_clone(
             submit_io(cx, dev, ctx, sink, (write, off, gen), t0, false);
         }
         if let Some(t) = iss.not_before() {
-            if !cx.wait_until("bench: rate_iops/thinktime", &|| Instant::now() >= t) {
+            if !cx.wait_until_at("bench: rate_iops/thinktime", t, &|| Instant::now() >= t) {
                 return false;
             }
         }

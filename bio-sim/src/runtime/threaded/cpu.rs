@@ -136,6 +136,18 @@ impl Runtime for Hook {
     }
 
     fn wait_until(&self, cpu: &Cpu, what: &str, cond: &dyn Fn() -> bool) -> bool {
+        self.wait(cpu, what, None, cond)
+    }
+
+    fn wait_until_at(&self, cpu: &Cpu, what: &str, at: Instant, cond: &dyn Fn() -> bool) -> bool {
+        self.wait(cpu, what, Some(at), cond)
+    }
+}
+
+impl Hook {
+    /// Both waits: run what there is, else park for a slice (see [`WAIT_SLICE_FIRST`]), never
+    /// past `at`, when the condition turns true by itself.
+    fn wait(&self, cpu: &Cpu, what: &str, at: Option<Instant>, cond: &dyn Fn() -> bool) -> bool {
         if cond() {
             return true;
         }
@@ -182,7 +194,11 @@ impl Runtime for Hook {
                 // would only time out first (at qd32, one wake-up for nothing per batch of
                 // completions; docs/performance.md).
                 let own_io = sh.parkers[i].waiter().is_some_and(|w| w.in_flight());
-                sh.parkers[i].park(if own_io { WAIT_SLICE_MAX } else { slice });
+                let mut t = if own_io { WAIT_SLICE_MAX } else { slice };
+                if let Some(at) = at {
+                    t = t.min(at.saturating_duration_since(Instant::now()));
+                }
+                sh.parkers[i].park(t);
                 slice = (slice * 2).min(WAIT_SLICE_MAX);
             }
         };

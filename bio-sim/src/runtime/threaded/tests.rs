@@ -358,3 +358,46 @@ fn a_wait_with_its_own_io_in_flight_sleeps_the_longest_slice() {
     }
     assert!(rt.shutdown().is_clean());
 }
+
+/// A wait for a wall-clock time (`Cpu::wait_until_at`: the bench's think time and rate limit)
+/// never sleeps past it, even with the CPU's own I/O in flight, whose longest slice (1 ms) would
+/// otherwise stretch a 300 µs think to the next completion or 1 ms.
+#[test]
+fn a_wait_for_a_time_wakes_by_that_time_with_io_in_flight() {
+    use super::cpu::WAIT_SLICE_MAX;
+    let kernel = Kernel::boot(KernelConfig::default(), 1, 1).unwrap();
+    let config = ThreadedConfig {
+        idle_timeout: Duration::from_secs(5),
+        ..ThreadedConfig::default()
+    };
+    let rt = ThreadedRuntime::start(kernel, config).unwrap();
+    let w = Arc::new(Fake::default());
+    rt.set_idle_wait(CpuId(0), as_weak(&w)).unwrap();
+    until("CPU0 sleeps in its waiter", || w.in_wait());
+    {
+        let mut st = w.st.lock();
+        st.in_flight = true;
+        st.timeouts.clear();
+    }
+    let think = Duration::from_micros(300);
+    let at = Instant::now() + think;
+    let seen = rt
+        .run_on(CpuId(0), move |cx| {
+            cx.wait_until_at("a think time", at, &|| Instant::now() >= at)
+        })
+        .unwrap();
+    assert!(seen);
+    let slices: Vec<Duration> =
+        w.st.lock()
+            .timeouts
+            .iter()
+            .copied()
+            .filter(|t| *t < Duration::from_secs(1))
+            .collect();
+    assert!(!slices.is_empty(), "the wait slept in its waiter");
+    assert!(
+        slices.iter().all(|t| *t <= think && *t < WAIT_SLICE_MAX),
+        "no sleep past the time waited for: {slices:?}"
+    );
+    assert!(rt.shutdown().is_clean());
+}
