@@ -213,9 +213,13 @@ impl AddressSpace {
     }
 
     /// `wb_over_bg_thresh()`: the machine's dirty pages (`NR_FILE_DIRTY`) above the background
-    /// threshold of the global domain.
+    /// threshold of the global domain or, on cgroup v2, the memcg's dirty pages above its own
+    /// (`domain_over_bg_thresh()` of each, writeback not counted).
     pub(crate) fn wb_over_bg_thresh(&self, m: &Mapping) -> bool {
         m.stats.nr_dirty > self.domain_dirty_limits().bg_thresh
+            || self
+                .memcg_domain(m, false)
+                .is_some_and(|l| m.stats.nr_dirty > l.bg_thresh)
     }
 
     /// `writeback_chunk_size()` for `WB_SYNC_NONE`: half a second's worth at the estimated

@@ -351,6 +351,12 @@ pub struct PageCacheConfig {
     pub dirty_ratio: u64,
     /// `vm.dirty_background_ratio` (percent; default 10).
     pub dirty_background_ratio: u64,
+    /// The memory controller on cgroup v2 (`cgroup_subsys_on_dfl(memory_cgrp_subsys)`): the memcg
+    /// is a dirty domain of its own (`mdtc`), whose limits are the same ratios of the memcg's
+    /// available memory ([`AddressSpace::memcg_dirty_limits`](super::filemap::AddressSpace::memcg_dirty_limits)).
+    /// `false` (default): cgroup v1, as this project's machine, where only the global domain
+    /// throttles.
+    pub cgroup_v2: bool,
     /// The device under the mapping (`I_BDEV(mapping->host)`), for the flusher's own
     /// `submit_bio()`: with it, `wb_workfn()` submits the bios it builds to this driver from its
     /// kworker, as the kernel's flusher does; without it (a driver that moves bios itself, the
@@ -381,6 +387,7 @@ impl fmt::Debug for PageCacheConfig {
             .field("dirtyable_pages", &self.dirtyable_pages)
             .field("dirty_ratio", &self.dirty_ratio)
             .field("dirty_background_ratio", &self.dirty_background_ratio)
+            .field("cgroup_v2", &self.cgroup_v2)
             .field("bdev", &self.bdev.as_ref().map(|b| b.disk_name()))
             .finish()
     }
@@ -409,8 +416,15 @@ impl PageCacheConfig {
             dirtyable_pages: DEFAULT_MACHINE_MEMORY_BYTES / 4096,
             dirty_ratio: 20,
             dirty_background_ratio: 10,
+            cgroup_v2: false,
             bdev: None,
         }
+    }
+
+    /// On cgroup v2 ([`PageCacheConfig::cgroup_v2`]): the memcg is a dirty domain too.
+    pub fn with_cgroup_v2(mut self) -> Self {
+        self.cgroup_v2 = true;
+        self
     }
 
     /// With the device the flusher submits its bios to ([`PageCacheConfig::bdev`]).

@@ -7,9 +7,15 @@
 //! Dirty throttling: `domain_dirty_limits()` of the global domain (`vm.dirty_ratio` 20 and
 //! `vm.dirty_background_ratio` 10 of the configured machine's dirtyable memory,
 //! [`PageCacheConfig::dirtyable_pages`](super::dontcache::PageCacheConfig::dirtyable_pages)) and
-//! `balance_dirty_pages_ratelimited()` → `balance_dirty_pages()` for buffered writes. cgroup v1
-//! (the model's memcg, see [`super::memcontrol`]) has no per-memcg dirty domain, so only the
-//! global one applies.
+//! `balance_dirty_pages_ratelimited()` → `balance_dirty_pages()` for buffered writes. On cgroup
+//! v1 (the default, see [`super::memcontrol`]) the memcg has no dirty domain, so only the global
+//! one applies. On cgroup v2 ([`PageCacheConfig::cgroup_v2`](super::dontcache::PageCacheConfig::cgroup_v2))
+//! a memcg with a limit is a domain of its own (`mdtc`): `mdtc_calc_avail()` gives it the
+//! memcg's file pages plus the headroom to its limit (no more than the clean memory outside it),
+//! `domain_dirty_limits()` the same ratios of that; a dirtier runs free only while both domains
+//! are under their freerun ceilings, is paused when either reaches its limit, and the flusher's
+//! background writeback goes on while either is over its background threshold
+//! (`wb_over_bg_thresh()`).
 //!
 //! **Simplification of `balance_dirty_pages()`**: the kernel's position-ratio control (a pause
 //! per call sized from `pos_ratio` and the write bandwidth, between the freerun ceiling and the
@@ -129,20 +135,41 @@ impl DirtyLimits {
     }
 }
 
+/// `mdtc_calc_avail()`: the memory a memcg's dirty domain may count on, its file pages plus its
+/// headroom to the limit, the headroom no more than the clean memory outside the memcg (the
+/// global domain's available memory minus its dirty pages and the memcg's clean ones).
+pub fn mdtc_calc_avail(
+    filepages: u64,
+    headroom: u64,
+    m_dirty: u64,
+    g_avail: u64,
+    g_dirty: u64,
+) -> u64 {
+    let clean = filepages - filepages.min(m_dirty);
+    let global_clean = g_avail - g_avail.min(g_dirty);
+    let other_clean = global_clean - global_clean.min(clean);
+    filepages + headroom.min(other_clean)
+}
+
 impl AddressSpace {
     /// `domain_dirty_limits()` of the global domain: `dirty_ratio` and `dirty_background_ratio`
     /// percent of `global_dirtyable_memory()` (the configured machine's memory; the kernel
     /// subtracts reserves and counts free + file LRU pages, which on an idle machine is most of
     /// it). A background ratio at or above the dirty ratio becomes half of it, as there.
     pub fn domain_dirty_limits(&self) -> DirtyLimits {
+        self.domain_dirty_limits_of(self.config.dirtyable_pages)
+    }
+
+    /// `domain_dirty_limits()` of a domain with `avail` pages available.
+    fn domain_dirty_limits_of(&self, avail: u64) -> DirtyLimits {
         let c = &self.config;
         let mut bg = c.dirty_background_ratio;
         if bg >= c.dirty_ratio {
             bg = c.dirty_ratio / 2;
         }
         DirtyLimits {
-            bg_thresh: c.dirtyable_pages * bg / 100,
-            thresh: c.dirtyable_pages * c.dirty_ratio / 100,
+            bg_thresh: avail * bg / 100,
+            thresh: avail * c.dirty_ratio / 100,
         }
     }
 
@@ -158,16 +185,53 @@ impl AddressSpace {
         self.balance_dirty_pages(m)
     }
 
-    /// `balance_dirty_pages()`: `NR_FILE_DIRTY + NR_WRITEBACK` against the global limits.
+    /// The memcg's dirty domain (`mdtc`) on cgroup v2, `None` on cgroup v1 or without a limit,
+    /// as `balance_dirty_pages()` computes it (dirty pages counted with those under writeback).
+    pub fn memcg_dirty_limits(&self) -> Option<DirtyLimits> {
+        let m = self.inner.lock();
+        self.memcg_domain(&m, true)
+    }
+
+    /// `domain_dirty_avail(mdtc, include_writeback)` and `domain_dirty_limits(mdtc)` under the
+    /// mapping's lock: `mem_cgroup_wb_stats()` (the file pages are every page charged, as the
+    /// model's memcg charges only page cache; the headroom is the limit minus the usage; one
+    /// mapping in one memcg, so its dirty and writeback pages are the machine's too), then
+    /// [`mdtc_calc_avail`] against the global domain's, then the global ratios of that.
+    pub(crate) fn memcg_domain(&self, m: &Mapping, include_writeback: bool) -> Option<DirtyLimits> {
+        if !self.config.cgroup_v2 {
+            return None;
+        }
+        let limit = m.memcg.limit_pages?;
+        let filepages = m.memcg.usage_pages;
+        let headroom = limit.saturating_sub(filepages);
+        let mut dirty = m.stats.nr_dirty;
+        if include_writeback {
+            dirty += m.stats.nr_writeback;
+        }
+        let avail = mdtc_calc_avail(
+            filepages,
+            headroom,
+            dirty,
+            self.config.dirtyable_pages,
+            dirty,
+        );
+        Some(self.domain_dirty_limits_of(avail))
+    }
+
+    /// `balance_dirty_pages()`: `NR_FILE_DIRTY + NR_WRITEBACK` against the global limits and, on
+    /// cgroup v2, the memcg's ([`Self::memcg_domain`]).
     pub(crate) fn balance_dirty_pages(&self, m: &mut Mapping) -> bool {
         let l = self.domain_dirty_limits();
+        let ml = self.memcg_domain(m, true);
         let nr_dirty = m.stats.nr_dirty;
+        // One mapping in one memcg: the memcg's dirty and writeback pages are the machine's.
         let dirty = nr_dirty + m.stats.nr_writeback;
         let in_progress = m.wb.busy();
         if nr_dirty > l.bg_thresh && !in_progress {
             self.wb_start_background_writeback(m);
         }
-        if dirty <= l.freerun() {
+        // domain_dirty_freerun() of each domain: free only if every domain is.
+        if dirty <= l.freerun() && ml.is_none_or(|ml| dirty <= ml.freerun()) {
             m.wb.nr_dirtied = 0;
             return false;
         }
@@ -178,7 +242,7 @@ impl AddressSpace {
         // __wb_update_bandwidth(gdtc, mdtc, true) once BANDWIDTH_INTERVAL passed (its ratelimit
         // half is not modelled).
         self.wb_update_bandwidth_if_due(m);
-        if dirty < l.thresh {
+        if dirty < l.thresh && ml.is_none_or(|ml| dirty < ml.thresh) {
             m.wb.nr_dirtied = 0;
             return false;
         }

@@ -900,3 +900,110 @@ fn the_bandwidth_estimate_follows_a_steady_writeback() {
     assert_eq!(chunk(), (avg / 2 + 1024) / 1024 * 1024);
     assert_eq!(chunk(), 8192);
 }
+
+/// A v7 iomap rig of 1024 pages under a memcg limit of `limit` pages on cgroup v1 or v2.
+fn rig_cgroup(limit: u64, v2: bool) -> Rig {
+    Rig::with(V7, WritebackPath::Iomap, |c| {
+        let c = c.with_nr_pages(1024).with_limit(limit);
+        if v2 {
+            c.with_cgroup_v2()
+        } else {
+            c
+        }
+    })
+}
+
+/// `mdtc_calc_avail()`: the memcg's file pages plus its headroom, the headroom no more than the
+/// clean memory outside the memcg.
+#[test]
+fn a_memcg_domain_counts_its_pages_and_headroom_up_to_the_clean_memory_outside() {
+    use super::page_writeback::mdtc_calc_avail;
+    // Plenty of clean memory outside: file pages + the whole headroom.
+    assert_eq!(mdtc_calc_avail(1000, 500, 200, 10_000, 200), 1500);
+    // Global clean 1000 - the memcg's own clean 800 = 200 outside: the headroom is capped.
+    assert_eq!(mdtc_calc_avail(1000, 500, 200, 1200, 200), 1200);
+    // More dirty than file pages (writeback counted): no clean pages of its own.
+    assert_eq!(mdtc_calc_avail(100, 50, 300, 10_000, 300), 150);
+    // Nothing clean anywhere: the file pages alone.
+    assert_eq!(mdtc_calc_avail(1000, 500, 1000, 1000, 1000), 1000);
+}
+
+/// On cgroup v2 a memcg with a limit is a dirty domain of its own: with a 512-page limit on a
+/// 24 GiB machine its limits are 20% and 10% of 512 (the headroom fits in the machine's clean
+/// memory), and a writer is paused at the memcg's limit, where on cgroup v1 (no memcg domain)
+/// the global limits are far away and it is not. Catches a `balance_dirty_pages()` that ignores
+/// the memcg's domain.
+#[test]
+fn on_cgroup_v2_a_writer_is_throttled_at_its_memcgs_dirty_limit() {
+    let v1 = rig_cgroup(512, false);
+    assert_eq!(
+        v1.mapping.memcg_dirty_limits(),
+        None,
+        "cgroup v1: no memcg domain"
+    );
+    let r = rig_cgroup(512, true);
+    let l = r.mapping.memcg_dirty_limits().expect("a memcg domain");
+    assert_eq!((l.bg_thresh, l.thresh, l.freerun()), (51, 102, 76));
+    let data = pattern(300, 11);
+    for (rig, v2) in [(&v1, false), (&r, true)] {
+        let cx = rig.task();
+        let p = rig
+            .mapping
+            .generic_perform_write(&cx, 0, &data, NONE)
+            .unwrap();
+        let pages = (p.written / PAGE_SIZE) as u64;
+        if v2 {
+            assert_eq!(p.blocked, Some(Blocked::DirtyThrottle), "v2: paused");
+            assert!(
+                (l.thresh..l.thresh + 32).contains(&pages),
+                "paused at the memcg's limit: {pages}"
+            );
+            assert_eq!(rig.mapping.stats().dirty_throttled, 1);
+        } else {
+            assert_ne!(p.blocked, Some(Blocked::DirtyThrottle), "v1: {pages} pages");
+            assert_eq!(rig.mapping.stats().dirty_throttled, 0);
+        }
+        // Either way the whole write lands, with the flusher and completions.
+        rig.mapping.wb_kick(&cx);
+        let rest = rig
+            .pwrite(p.written as u64, &data[p.written..], NONE)
+            .unwrap();
+        assert_eq!(p.written + rest, data.len());
+        rig.fsync();
+        for i in 0..300 {
+            assert_eq!(
+                rig.disk.page(i),
+                &data[i as usize * PAGE_SIZE..][..PAGE_SIZE]
+            );
+        }
+    }
+}
+
+/// On cgroup v2 the flusher's background writeback (`wb_over_bg_thresh()`) runs while the
+/// memcg's dirty pages are over the memcg's background threshold: 100 dirty pages in a
+/// 512-page memcg (the check at 96) are past its freerun ceiling (76), so the writer wakes the
+/// flusher, which writes them down to at most 51. On cgroup v1 the same pages are far under the
+/// global thresholds and stay dirty.
+#[test]
+fn on_cgroup_v2_background_writeback_goes_down_to_the_memcgs_threshold() {
+    for v2 in [false, true] {
+        let r = rig_cgroup(512, v2);
+        let cx = r.task();
+        let p = r
+            .mapping
+            .generic_perform_write(&cx, 0, &pattern(100, 12), NONE)
+            .unwrap();
+        assert_eq!(p.blocked, None, "under the memcg's dirty limit (102)");
+        run_deferred(&r.kernel);
+        let s = r.mapping.stats();
+        if v2 {
+            assert!(s.flusher_wakeups > 0 && s.flusher_pages > 0, "{s:?}");
+            assert!(
+                s.nr_dirty <= 51,
+                "written down to the memcg's threshold: {s:?}"
+            );
+        } else {
+            assert_eq!((s.flusher_pages, s.nr_dirty), (0, 100), "{s:?}");
+        }
+    }
+}

@@ -454,6 +454,11 @@ pub struct BenchDontcacheArgs {
     /// null_blk with memory backing, real copies, wall-clock seconds).
     #[arg(long, default_value = "deterministic", requires = "preset")]
     pub runtime: String,
+    /// With --preset: the memory controller's hierarchy, v1 (this machine's: only the global
+    /// dirty limits throttle) or v2 (the memcg is a dirty domain of its own: 20% / 10% of its
+    /// available memory).
+    #[arg(long, default_value = "v1", requires = "preset")]
+    pub cgroup: String,
     /// With --preset, one --design and one --path: instead of the tables, one 16 KiB
     /// pwritev2(RWF_DONTCACHE) (forced on a bdev that refuses it) until its folios are gone or
     /// left, traced in the kernel's ftrace format, written to FILE (`-`: stdout).

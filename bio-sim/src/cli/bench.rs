@@ -166,6 +166,13 @@ fn seed_preset_bench(
     cfg.designs = parse_designs(&a.design).map_err(|e| format!("--design: {e}"))?;
     cfg.paths = parse_paths(&a.path).map_err(|e| format!("--path: {e}"))?;
     cfg.seconds = u64::from(a.seconds);
+    cfg.cgroup_v2 = match a.cgroup.as_str() {
+        "v1" => false,
+        "v2" => true,
+        other => {
+            return Err(format!("--cgroup {other}: unknown cgroup version (known: v1, v2)").into())
+        }
+    };
     if let Some(l) = &a.limit {
         let bytes = parse_size(l).map_err(|e| format!("--limit: {e}"))?;
         if bytes < 4 << 20 {

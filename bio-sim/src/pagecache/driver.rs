@@ -93,6 +93,9 @@ pub struct DriverConfig {
     /// The machine's memory in bytes: the global dirty limits (`vm.dirty_ratio` 20 and
     /// `vm.dirty_background_ratio` 10) are percentages of it.
     pub machine_memory_bytes: u64,
+    /// The memory controller on cgroup v2: the memcg is a dirty domain of its own
+    /// ([`PageCacheConfig::cgroup_v2`]); `false`, cgroup v1 (this machine's).
+    pub cgroup_v2: bool,
 }
 
 impl std::fmt::Debug for DriverConfig {
@@ -132,6 +135,7 @@ impl DriverConfig {
             twin: None,
             dropbehind_irq: None,
             machine_memory_bytes: DEFAULT_MACHINE_MEMORY_BYTES,
+            cgroup_v2: false,
         }
     }
 }
@@ -835,6 +839,9 @@ pub(super) fn page_cache_config(cfg: &DriverConfig) -> PageCacheConfig {
     }
     if cfg.force_dontcache {
         pc = pc.with_force_dontcache();
+    }
+    if cfg.cgroup_v2 {
+        pc = pc.with_cgroup_v2();
     }
     if let Some(hook) = &cfg.dropbehind_irq {
         pc = pc.with_dropbehind_irq(Arc::clone(hook));

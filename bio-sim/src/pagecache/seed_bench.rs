@@ -26,6 +26,8 @@ pub struct SeedBenchConfig {
     pub limit_bytes: u64,
     /// The per-page costs.
     pub costs: PageCosts,
+    /// The memcg on cgroup v2, a dirty domain of its own (`--cgroup v2`); cgroup v1 otherwise.
+    pub cgroup_v2: bool,
 }
 
 impl SeedBenchConfig {
@@ -38,6 +40,7 @@ impl SeedBenchConfig {
             seconds: preset.seconds,
             limit_bytes: preset.limit_bytes,
             costs: PageCosts::MEASURED,
+            cgroup_v2: false,
         }
     }
 }
@@ -142,6 +145,7 @@ pub(super) fn driver_config(
     c.io_bytes = cfg.preset.io_bytes;
     c.duration_ns = cfg.seconds * 1_000_000_000;
     c.costs = cfg.costs;
+    c.cgroup_v2 = cfg.cgroup_v2;
     c
 }
 
@@ -194,6 +198,12 @@ impl std::fmt::Display for SeedBenchReport {
             mib(cfg.limit_bytes),
             cfg.seconds
         );
+        if cfg.cgroup_v2 {
+            let _ = writeln!(
+                out,
+                "memcg on cgroup v2: a dirty domain of its own (20% / 10% of its available memory)"
+            );
+        }
         let _ = writeln!(out, "per-page costs:");
         for (name, ns) in cfg.costs.fields() {
             let _ = writeln!(out, "  {name:<20} {ns:>7.0} ns");

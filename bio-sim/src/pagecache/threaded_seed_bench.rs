@@ -223,6 +223,12 @@ impl std::fmt::Display for ThreadedSeedReport {
             self.device.irqmode.nr(),
             self.device.irqmode.name()
         );
+        if cfg.cgroup_v2 {
+            let _ = writeln!(
+                out,
+                "memcg on cgroup v2: a dirty domain of its own (20% / 10% of its available memory)"
+            );
+        }
         let _ = writeln!(out, "host: {} at the start", self.host);
         for r in &self.rows {
             let _ = writeln!(out);
