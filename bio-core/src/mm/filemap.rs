@@ -88,7 +88,8 @@ pub enum Blocked {
     /// included, or the work holding folio references) and call again.
     Memcg,
     /// `balance_dirty_pages()` pauses the dirtier: the machine's dirty and writeback pages are at
-    /// the dirty limit. Wait for a writeback completion and call again.
+    /// the dirty limit (or, on cgroup v2, the memcg's). Wait for a writeback completion and call
+    /// again.
     DirtyThrottle,
 }
 

@@ -46,8 +46,11 @@
 //! threshold (1,024 pages on the model's idle 24 GiB machine, whose threshold is 1,258,291
 //! pages). The model counts every page a
 //! write copies, redirtied or not, and checks every [`DIRTY_RATELIMIT_PAGES`]. It only checks
-//! more often than the kernel, which is harmless for the seed's presets: they stay far under the
-//! freerun ceiling and are never throttled.
+//! more often than the kernel far from the limits, which is harmless for the seed's presets on
+//! cgroup v1: they stay far under the freerun ceiling and are never throttled. Near a limit (a
+//! cgroup v2 memcg's) the kernel polls more often than every 32 pages (`dirty_poll_interval()`
+//! shrinks with the distance, and `dirty_exceeded` caps it at 8), so the model's writer may
+//! overshoot the limit by up to 31 pages before it pauses.
 
 // Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
 // `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
@@ -194,9 +197,15 @@ impl AddressSpace {
 
     /// `domain_dirty_avail(mdtc, include_writeback)` and `domain_dirty_limits(mdtc)` under the
     /// mapping's lock: `mem_cgroup_wb_stats()` (the file pages are every page charged, as the
-    /// model's memcg charges only page cache; the headroom is the limit minus the usage; one
-    /// mapping in one memcg, so its dirty and writeback pages are the machine's too), then
-    /// [`mdtc_calc_avail`] against the global domain's, then the global ratios of that.
+    /// model's memcg charges only page cache; the headroom is the limit minus the usage: one
+    /// memcg with `memory.max` only, where the kernel takes the least of `memory.max` and
+    /// `memory.high` over the memcg and its ancestors; one mapping in one memcg, so its dirty
+    /// and writeback pages are the machine's too), then [`mdtc_calc_avail`] against the global
+    /// domain's, then the global ratios of that. The kernel gives every non-root memcg's
+    /// writeback an `mdtc`; without a limit the model has none, which is the same here since the
+    /// mapping is the only dirtier. Rounding: `avail * ratio / 100`, where the kernel scales the
+    /// ratio to per-`PAGE_SIZE` first (a page or two lower on a 61 MiB memcg), as for the global
+    /// domain.
     pub(crate) fn memcg_domain(&self, m: &Mapping, include_writeback: bool) -> Option<DirtyLimits> {
         if !self.config.cgroup_v2 {
             return None;

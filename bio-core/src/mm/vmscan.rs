@@ -1,6 +1,7 @@
 //! `mm/vmscan.c`: memcg reclaim of the page cache (`try_to_free_mem_cgroup_pages()` →
 //! `shrink_lruvec()` → `shrink_active_list()` / `shrink_inactive_list()` →
-//! `shrink_folio_list()`), as cgroup v1's limit drives it.
+//! `shrink_folio_list()`), as a memcg's limit drives it (cgroup v1 by default; on cgroup v2,
+//! `writeback_throttling_sane()` is true and reclaim never throttles on writeback).
 //!
 //! `shrink_inactive_list()` isolates up to [`SWAP_CLUSTER_MAX`] folios from the inactive tail
 //! and `shrink_folio_list()` decides each, as 6.18 does outside kswapd:
@@ -25,7 +26,8 @@
 //! active one, `shrink_active_list()` first moves active folios to it (`inactive_is_low()`, the
 //! ratio 1 of a memcg under 1 GB).
 //!
-//! **Simplifications.** The memcg is cgroup v1's (`memory.limit_in_bytes`); there is no kswapd
+//! **Simplifications.** One memcg with a hard limit (cgroup v1's `memory.limit_in_bytes`, v2's
+//! `memory.max`; no `memory.high`, no ancestors); there is no kswapd
 //! (global reclaim: the configured machine is large and only this memcg is under pressure), so no
 //! reclaim writes a file folio itself. `reclaim_throttle()` sleeps up to `HZ/10` or until enough
 //! reclaim-marked writeback completes; here the caller waits for the next completion of the
@@ -84,9 +86,12 @@ impl AddressSpace {
         fits
     }
 
-    /// `writeback_throttling_sane()`: false for cgroup v1's memcg reclaim, the model's.
+    /// `writeback_throttling_sane()` for memcg reclaim (`cgroup_reclaim(sc)`, the model's only
+    /// kind): true on cgroup v2 (`cgroup_subsys_on_dfl(memory_cgrp_subsys)`), whose memcg is a
+    /// dirty domain that `balance_dirty_pages()` throttles; false on cgroup v1, whose reclaim
+    /// throttles instead (`reclaim_throttle()`, case 3).
     pub(crate) fn writeback_throttling_sane(&self) -> bool {
-        false
+        self.config.cgroup_v2
     }
 
     /// `try_to_free_mem_cgroup_pages()`: reclaims up to `nr_to_reclaim` pages of this mapping's

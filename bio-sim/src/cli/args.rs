@@ -455,8 +455,9 @@ pub struct BenchDontcacheArgs {
     #[arg(long, default_value = "deterministic", requires = "preset")]
     pub runtime: String,
     /// With --preset: the memory controller's hierarchy, v1 (this machine's: only the global
-    /// dirty limits throttle) or v2 (the memcg is a dirty domain of its own: 20% / 10% of its
-    /// available memory).
+    /// dirty limits throttle a writer, memcg reclaim throttles on writeback) or v2 (the memcg is
+    /// a dirty domain of its own, 20% / 10% of its available memory, and its reclaim does not
+    /// throttle on writeback).
     #[arg(long, default_value = "v1", requires = "preset")]
     pub cgroup: String,
     /// With --preset, one --design and one --path: instead of the tables, one 16 KiB

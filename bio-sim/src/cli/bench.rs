@@ -202,6 +202,9 @@ fn seed_preset_bench(
         return Ok(());
     }
     if let Some(out) = &a.trace {
+        if cfg.cgroup_v2 {
+            return Err("--trace: traces one write on cgroup v1 (without --cgroup v2)".into());
+        }
         let out = super::output::Output::check_with("--trace", out, &[], a.force)?;
         let (Ok([design]), Ok([path])) = (
             <[_; 1]>::try_from(cfg.designs.clone()),

@@ -108,6 +108,7 @@ impl std::fmt::Debug for DriverConfig {
             .field("limit_bytes", &self.limit_bytes)
             .field("range_bytes", &self.range_bytes)
             .field("dropbehind_irq", &self.dropbehind_irq.is_some())
+            .field("cgroup_v2", &self.cgroup_v2)
             .finish_non_exhaustive()
     }
 }
