@@ -773,6 +773,62 @@ mod tests {
         Some((rt, rings, dir))
     }
 
+    /// A CQE with a negative result comes back as that errno (here `EBADF`: a write on a file
+    /// opened read-only), one completion per op, and a zero-length success is `Ok(0)`.
+    #[test]
+    fn a_failed_cqe_is_its_errno() {
+        let (d, _f) = file();
+        let ro = Arc::new(
+            BackingFile::open(
+                &d.path().join("cpuring.img"),
+                &OpenOptions {
+                    direct: false,
+                    read_only: true,
+                    create_size: None,
+                },
+            )
+            .unwrap(),
+        );
+        type Seen = Arc<Mutex<Vec<(u64, Result<usize, Option<i32>>)>>>;
+        let seen: Seen = Arc::default();
+        let s = Arc::clone(&seen);
+        let Some(rings) = or_skip(CpuRings::new(
+            &ro,
+            1,
+            4,
+            Arc::new(move |b: Vec<UringCompletion>| {
+                s.lock().extend(b.iter().map(|c| {
+                    (
+                        c.token,
+                        c.result.as_ref().map(|n| *n).map_err(|e| e.raw_os_error()),
+                    )
+                }));
+            }),
+        )) else {
+            return;
+        };
+        let ring = rings.ring(0);
+        let write = UringOp::Write {
+            buf: crate::dev::aligned::AlignedBuf::new(4096),
+            off: 0,
+        };
+        ring.submit(1, write, RwFlags::empty()).unwrap();
+        // Past the end of the 16-page file: a read of nothing.
+        let past_end = UringOp::Read {
+            buf: crate::dev::aligned::AlignedBuf::new(4096),
+            off: 16 * 4096,
+        };
+        ring.submit(2, past_end, RwFlags::empty()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.lock().len() < 2 && Instant::now() < deadline {
+            ring.wait(Duration::from_millis(5));
+            ring.deliver();
+        }
+        let mut got = seen.lock().clone();
+        got.sort_by_key(|x| x.0);
+        assert_eq!(got, [(1, Err(Some(libc::EBADF))), (2, Ok(0))]);
+    }
+
     /// `in_flight()` is the ring's own: an op queued on CPU0's ring makes CPU0's waits sleep
     /// their longest slice, not CPU1's, although the two share the set's counters; once the op
     /// completed, neither.
