@@ -326,14 +326,17 @@ fn balance_dirty_pages_throttles_above_the_limit() {
         "paused at the limit: {pages}"
     );
     assert_eq!(r.mapping.stats().dirty_throttled, 1);
-    r.mapping.wb_kick(&cx);
-    // The rest, driven with the flusher and completions.
-    let rest = r
-        .pwrite(p.written as u64, &data[p.written..], NONE)
-        .unwrap();
-    assert_eq!(p.written + rest, data.len());
+    finish_paused_write(&r, &cx, p.written, &data);
+}
+
+/// A write paused after `written` bytes of `data` (at offset 0) finished: the flusher kicked,
+/// the rest written with the flusher and completions driven, fsync, and every page on the disk.
+fn finish_paused_write(r: &Rig, cx: &crate::kernel::Cpu, written: usize, data: &[u8]) {
+    r.mapping.wb_kick(cx);
+    let rest = r.pwrite(written as u64, &data[written..], NONE).unwrap();
+    assert_eq!(written + rest, data.len());
     r.fsync();
-    for i in 0..400 {
+    for i in 0..(data.len() / PAGE_SIZE) as u64 {
         assert_eq!(r.disk.page(i), &data[i as usize * PAGE_SIZE..][..PAGE_SIZE]);
     }
 }
@@ -964,18 +967,7 @@ fn on_cgroup_v2_a_writer_is_throttled_at_its_memcgs_dirty_limit() {
             assert_eq!(rig.mapping.stats().dirty_throttled, 0);
         }
         // Either way the whole write lands, with the flusher and completions.
-        rig.mapping.wb_kick(&cx);
-        let rest = rig
-            .pwrite(p.written as u64, &data[p.written..], NONE)
-            .unwrap();
-        assert_eq!(p.written + rest, data.len());
-        rig.fsync();
-        for i in 0..300 {
-            assert_eq!(
-                rig.disk.page(i),
-                &data[i as usize * PAGE_SIZE..][..PAGE_SIZE]
-            );
-        }
+        finish_paused_write(rig, &cx, p.written, &data);
     }
 }
 

@@ -294,15 +294,8 @@ fn the_kicker_never_drops_the_waiter_the_thread_sleeps_in() {
     );
 }
 
-/// A `wait_until` that finds nothing to run polls its condition, sleeping 50 µs first and
-/// doubling up to 1 ms, as nothing signals most conditions. With its CPU's own I/O in flight
-/// (the waiter's `in_flight()`), whose completion ends a sleep by itself, it sleeps the longest
-/// slice from the start: a short one only times out before the completions come (at qd32, one
-/// wake-up for nothing per batch). A condition nobody signals is still seen within a slice.
-#[test]
-fn a_wait_with_its_own_io_in_flight_sleeps_the_longest_slice() {
-    use super::cpu::{WAIT_SLICE_FIRST, WAIT_SLICE_MAX};
-    use std::sync::atomic::{AtomicBool, Ordering};
+/// A one-CPU runtime whose CPU sleeps in a [`Fake`] waiter (idle timeout 5 s).
+fn one_cpu_asleep_in_a_fake() -> (ThreadedRuntime, Arc<Fake>) {
     let kernel = Kernel::boot(KernelConfig::default(), 1, 1).unwrap();
     let config = ThreadedConfig {
         idle_timeout: Duration::from_secs(5),
@@ -312,6 +305,33 @@ fn a_wait_with_its_own_io_in_flight_sleeps_the_longest_slice() {
     let w = Arc::new(Fake::default());
     rt.set_idle_wait(CpuId(0), as_weak(&w)).unwrap();
     until("CPU0 sleeps in its waiter", || w.in_wait());
+    (rt, w)
+}
+
+impl Fake {
+    /// The timeouts of the waits since the last clear, without the CPU's idle sleeps (5 s)
+    /// before and after a `wait_until`.
+    fn wait_slices(&self) -> Vec<Duration> {
+        self.st
+            .lock()
+            .timeouts
+            .iter()
+            .copied()
+            .filter(|t| *t < Duration::from_secs(1))
+            .collect()
+    }
+}
+
+/// A `wait_until` that finds nothing to run polls its condition, sleeping 50 µs first and
+/// doubling up to 1 ms, as nothing signals most conditions. With its CPU's own I/O in flight
+/// (the waiter's `in_flight()`), whose completion ends a sleep by itself, it sleeps the longest
+/// slice from the start: a short one only times out before the completions come (at qd32, one
+/// wake-up for nothing per batch). A condition nobody signals is still seen within a slice.
+#[test]
+fn a_wait_with_its_own_io_in_flight_sleeps_the_longest_slice() {
+    use super::cpu::{WAIT_SLICE_FIRST, WAIT_SLICE_MAX};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (rt, w) = one_cpu_asleep_in_a_fake();
     for in_flight in [false, true] {
         {
             let mut st = w.st.lock();
@@ -342,14 +362,7 @@ fn a_wait_with_its_own_io_in_flight_sleeps_the_longest_slice() {
             .unwrap();
         setter.join().unwrap();
         assert!(seen, "the polled condition is seen (in_flight {in_flight})");
-        // The CPU's idle sleeps (5 s) before and after the wait are not the wait's.
-        let slices: Vec<Duration> =
-            w.st.lock()
-                .timeouts
-                .iter()
-                .copied()
-                .filter(|t| *t < Duration::from_secs(1))
-                .collect();
+        let slices = w.wait_slices();
         assert!(!slices.is_empty(), "the wait slept in its waiter");
         if in_flight {
             assert!(
@@ -373,15 +386,7 @@ fn a_wait_with_its_own_io_in_flight_sleeps_the_longest_slice() {
 #[test]
 fn a_wait_for_a_time_wakes_by_that_time_with_io_in_flight() {
     use super::cpu::WAIT_SLICE_MAX;
-    let kernel = Kernel::boot(KernelConfig::default(), 1, 1).unwrap();
-    let config = ThreadedConfig {
-        idle_timeout: Duration::from_secs(5),
-        ..ThreadedConfig::default()
-    };
-    let rt = ThreadedRuntime::start(kernel, config).unwrap();
-    let w = Arc::new(Fake::default());
-    rt.set_idle_wait(CpuId(0), as_weak(&w)).unwrap();
-    until("CPU0 sleeps in its waiter", || w.in_wait());
+    let (rt, w) = one_cpu_asleep_in_a_fake();
     let think = Duration::from_micros(500);
     // On a loaded machine the CPU's thread may get there after the time: try again until one
     // wait slept at least once.
@@ -399,13 +404,7 @@ fn a_wait_for_a_time_wakes_by_that_time_with_io_in_flight() {
             })
             .unwrap();
         assert!(seen);
-        let slices: Vec<Duration> =
-            w.st.lock()
-                .timeouts
-                .iter()
-                .copied()
-                .filter(|t| *t < Duration::from_secs(1))
-                .collect();
+        let slices = w.wait_slices();
         assert!(
             slices.iter().all(|t| *t <= think && *t < WAIT_SLICE_MAX),
             "no sleep past the time waited for: {slices:?}"
