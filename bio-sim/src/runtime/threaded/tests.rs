@@ -187,15 +187,7 @@ fn a_park_with_a_kick_pending_flushes_the_waiter() {
     should_panic(expected = "delivered while its execution lock is held")
 )]
 fn a_cpu_whose_execution_lock_is_held_still_reaps_its_idle_wait() {
-    let kernel = Kernel::boot(KernelConfig::default(), 2, 2).unwrap();
-    let config = ThreadedConfig {
-        idle_timeout: Duration::from_secs(5),
-        ..ThreadedConfig::default()
-    };
-    let rt = ThreadedRuntime::start(kernel, config).unwrap();
-    let w = Arc::new(Fake::default());
-    rt.set_idle_wait(CpuId(1), as_weak(&w)).unwrap();
-    until("CPU1 sleeps in its waiter", || w.in_wait());
+    let (rt, w) = asleep_in_a_fake(2, CpuId(1));
     let sh = Arc::clone(&rt.shared);
     let held = sh.exec[1].lock();
     // Woken with the lock held: its thread must not block on the lock.
@@ -296,15 +288,21 @@ fn the_kicker_never_drops_the_waiter_the_thread_sleeps_in() {
 
 /// A one-CPU runtime whose CPU sleeps in a [`Fake`] waiter (idle timeout 5 s).
 fn one_cpu_asleep_in_a_fake() -> (ThreadedRuntime, Arc<Fake>) {
-    let kernel = Kernel::boot(KernelConfig::default(), 1, 1).unwrap();
+    asleep_in_a_fake(1, CpuId(0))
+}
+
+/// A runtime of `nr_cpus` CPUs whose CPU `cpu` sleeps in a [`Fake`] waiter, with an idle timeout
+/// of 5 s (so only a real wake-up, not the timeout, makes it run something promptly).
+fn asleep_in_a_fake(nr_cpus: u32, cpu: CpuId) -> (ThreadedRuntime, Arc<Fake>) {
+    let kernel = Kernel::boot(KernelConfig::default(), nr_cpus, nr_cpus).unwrap();
     let config = ThreadedConfig {
         idle_timeout: Duration::from_secs(5),
         ..ThreadedConfig::default()
     };
     let rt = ThreadedRuntime::start(kernel, config).unwrap();
     let w = Arc::new(Fake::default());
-    rt.set_idle_wait(CpuId(0), as_weak(&w)).unwrap();
-    until("CPU0 sleeps in its waiter", || w.in_wait());
+    rt.set_idle_wait(cpu, as_weak(&w)).unwrap();
+    until("the CPU sleeps in its waiter", || w.in_wait());
     (rt, w)
 }
 
