@@ -129,6 +129,37 @@ fn on_cgroup_v2_normal_writes_are_throttled_by_their_memcg() {
     }
 }
 
+/// `balance_dirty_pages()`'s pauses are sleeps of the writer: on cgroup v2 a normal writer
+/// over a 2 MiB memcg is paused, and the run lasts at least the sum of its pauses (one task:
+/// they do not overlap) plus its own CPU time. Catches a driver that lets a paused task run on
+/// at once (the pauses would add up to more than the run).
+#[test]
+fn a_dirty_throttled_writer_sleeps_its_pauses() {
+    for path in PATHS {
+        let mut c = small(
+            DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7),
+            path,
+            Workload::Writes,
+            8 << 20,
+        );
+        c.limit_bytes = Some(2 << 20);
+        c.cgroup_v2 = true;
+        c.max_ios = Some(512);
+        let hz = u64::from(bio_core::KernelConfig::default().hz);
+        let r = run(c).expect("the run completes");
+        let s = &r.stats;
+        let what = path_name(path);
+        assert!(s.dirty_throttled > 10, "{what}: {s:?}");
+        let paused_ns = s.dirty_paused_jiffies * 1_000_000_000 / hz;
+        let task_ns = r.cpu_time[0].task_ns;
+        assert!(
+            r.elapsed_ns >= paused_ns + task_ns,
+            "{what}: {} ns run, {paused_ns} ns paused, {task_ns} ns on the CPU",
+            r.elapsed_ns
+        );
+    }
+}
+
 #[test]
 fn reads_under_a_limit_are_verified_and_reclaimed() {
     for path in PATHS {

@@ -81,7 +81,7 @@ pub(crate) struct WbWork {
 }
 
 /// `struct bdi_writeback` of the bdev, and the inode's writeback state, under the mapping's lock.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct BdiWriteback {
     /// `WB_start_all` + `wb->start_all_reason`.
     pub(crate) start_all: Option<WbReason>,
@@ -99,8 +99,19 @@ pub(crate) struct BdiWriteback {
     pub(crate) last_old_flush: u64,
     /// Bios the flusher submitted, for the driver.
     pub(crate) submitted: Vec<Box<Bio>>,
-    /// `current->nr_dirtied` of the (one) dirtier since its last `balance_dirty_pages()`.
+    /// `current->nr_dirtied` of the (one) dirtier: the pages it took from clean to dirty since
+    /// its last `balance_dirty_pages()`.
     pub(crate) nr_dirtied: u64,
+    /// `current->nr_dirtied_pause`: the pages after which it calls `balance_dirty_pages()`.
+    pub(crate) nr_dirtied_pause: u64,
+    /// `current->dirty_paused_when` (jiffies), `None` while the kernel's is 0 (never set: the
+    /// model's jiffies start at 0, the kernel's at `INITIAL_JIFFIES`, so 0 cannot be the mark).
+    pub(crate) dirty_paused_when: Option<u64>,
+    /// `pages_dirtied` of a `balance_dirty_pages()` loop that paused at the limit
+    /// (`task_ratelimit == 0`) and goes round again after the pause.
+    pub(crate) bdp_looping: Option<u64>,
+    /// `wb->dirty_exceeded`: the dirtier polls every 8 pages while it is set.
+    pub(crate) dirty_exceeded: bool,
     /// The bandwidth estimator's state ([`crate::mm::page_writeback`]).
     pub(crate) bw: WbBandwidth,
 }
@@ -119,10 +130,19 @@ pub(crate) struct WbBandwidth {
     pub(crate) write_bandwidth: u64,
     /// `wb->avg_write_bandwidth`: `write_bandwidth` smoothed once more.
     pub(crate) avg_write_bandwidth: u64,
+    /// `wb->stat[WB_DIRTIED]`: pages taken from clean to dirty (`folio_account_dirtied()`).
+    pub(crate) dirtied: u64,
+    /// `wb->dirtied_stamp`: `WB_DIRTIED` at the last update.
+    pub(crate) dirtied_stamp: u64,
+    /// `wb->dirty_ratelimit`: the base rate a dirtier is throttled to, pages per second.
+    pub(crate) dirty_ratelimit: u64,
+    /// `wb->balanced_dirty_ratelimit`: the last balanced-rate estimate.
+    pub(crate) balanced_dirty_ratelimit: u64,
 }
 
 impl Default for WbBandwidth {
-    /// `wb_init()`: both estimates at `INIT_BW`, the stamps at boot (jiffies 0).
+    /// `wb_init()`: the bandwidth estimates and the rate limits at `INIT_BW`, the stamps at
+    /// boot (jiffies 0).
     fn default() -> Self {
         Self {
             written: 0,
@@ -130,6 +150,33 @@ impl Default for WbBandwidth {
             bw_time_stamp: 0,
             write_bandwidth: INIT_BW,
             avg_write_bandwidth: INIT_BW,
+            dirtied: 0,
+            dirtied_stamp: 0,
+            dirty_ratelimit: INIT_BW,
+            balanced_dirty_ratelimit: INIT_BW,
+        }
+    }
+}
+
+impl Default for BdiWriteback {
+    /// Nothing queued; the dirtier's `nr_dirtied_pause` at its `copy_process()` value
+    /// (`128 >> (PAGE_SHIFT - 10)`).
+    fn default() -> Self {
+        Self {
+            start_all: None,
+            work: None,
+            wakeup_pending: false,
+            wakeup_delayed_pending: false,
+            writeback_index: 0,
+            dirtied_when: None,
+            last_old_flush: 0,
+            submitted: Vec::new(),
+            nr_dirtied: 0,
+            nr_dirtied_pause: crate::mm::dirty_ratelimit::DIRTY_POLL_THRESH,
+            dirty_paused_when: None,
+            bdp_looping: None,
+            dirty_exceeded: false,
+            bw: WbBandwidth::default(),
         }
     }
 }

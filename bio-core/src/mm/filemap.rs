@@ -87,10 +87,14 @@ pub enum Blocked {
     /// with `__GFP_FS` only, `folio_wait_writeback()` on a `PG_reclaim` folio). Wait for any completion of this mapping's I/O (the flusher's
     /// included, or the work holding folio references) and call again.
     Memcg,
-    /// `balance_dirty_pages()` pauses the dirtier: the machine's dirty and writeback pages are at
-    /// the dirty limit (or, on cgroup v2, the memcg's). Wait for a writeback completion and call
-    /// again.
-    DirtyThrottle,
+    /// `balance_dirty_pages()` pauses the dirtier for `pause` jiffies (`io_schedule_timeout()`):
+    /// the dirty and writeback pages are past the freerun ceiling of the machine's domain or, on
+    /// cgroup v2, the memcg's (see [`super::dirty_ratelimit`]). Sleep that long, whatever
+    /// completes meanwhile, and call again.
+    DirtyThrottle {
+        /// The pause, in jiffies (at least 1, at most `MAX_PAUSE`).
+        pause: u64,
+    },
 }
 
 /// What [`AddressSpace::filemap_read`] did.
@@ -190,6 +194,8 @@ pub struct PageCacheStats {
     pub flusher_pages: u64,
     /// `balance_dirty_pages()` pauses ([`Blocked::DirtyThrottle`]).
     pub dirty_throttled: u64,
+    /// The jiffies of those pauses (`io_schedule_timeout(pause)`), summed.
+    pub dirty_paused_jiffies: u64,
     /// Times cgroup v1 reclaim made the charging task wait for writeback:
     /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` after a batch that was all unqueued dirty,
     /// or `folio_wait_writeback()` on a `PG_reclaim` folio met again (case 3, only for a charge
@@ -263,11 +269,16 @@ pub struct PageCacheStats {
     pub nr_writeback: u64,
     /// Pages charged to the memcg now.
     pub memcg_usage: u64,
+    /// `wb->dirty_ratelimit` now, pages per second (`balance_dirty_pages()`'s base rate).
+    pub dirty_ratelimit: u64,
+    /// `wb->avg_write_bandwidth` now, pages per second.
+    pub avg_write_bandwidth: u64,
 }
 
 impl PageCacheStats {
     /// The work done since `before` (an earlier snapshot of the same mapping): every counter's
-    /// difference, and the gauges (`nr_*`, `peak_cached`, `memcg_usage`) as they are now.
+    /// difference, and the gauges (`nr_*`, `peak_cached`, `memcg_usage`, the two rates) as they
+    /// are now.
     pub fn since(&self, before: &PageCacheStats) -> PageCacheStats {
         let mut d = *self;
         macro_rules! diff {
@@ -300,6 +311,7 @@ impl PageCacheStats {
             flusher_runs,
             flusher_pages,
             dirty_throttled,
+            dirty_paused_jiffies,
             reclaim_throttled,
             reclaim_skipped_busy,
             reclaim_deactivated,
@@ -444,14 +456,17 @@ impl Mapping {
         Some(f)
     }
 
-    /// `folio_mark_dirty()`.
-    pub(crate) fn mark_dirty(&mut self, index: u64) {
+    /// `folio_mark_dirty()`; returns whether the folio went from clean to dirty
+    /// (`folio_account_dirtied()` ran).
+    pub(crate) fn mark_dirty(&mut self, index: u64) -> bool {
         if let Some(f) = self.folios.get_mut(&index) {
             if !f.flags.dirty {
                 f.flags.dirty = true;
                 self.stats.nr_dirty += 1;
+                return true;
             }
         }
+        false
     }
 
     /// Whether something this mapping waits for is in flight: a completion will come that may
@@ -472,6 +487,8 @@ impl Mapping {
         let mut s = self.stats;
         s.nr_cached = self.folios.len() as u64;
         s.memcg_usage = self.memcg.usage_pages;
+        s.dirty_ratelimit = self.wb.bw.dirty_ratelimit;
+        s.avg_write_bandwidth = self.wb.bw.avg_write_bandwidth;
         s
     }
 }
@@ -842,8 +859,8 @@ impl AddressSpace {
             // balance_dirty_pages_ratelimited() after the previous folio (checked here, before
             // the next one, so that a pause after a syscall's last folio is kept for the next
             // call rather than lost).
-            if self.balance_dirty_pages_ratelimited(&mut m) {
-                p.blocked = Some(Blocked::DirtyThrottle);
+            if let Some(pause) = self.balance_dirty_pages_ratelimited(&mut m) {
+                p.blocked = Some(Blocked::DirtyThrottle { pause });
                 break;
             }
             let index = cur / PAGE_SIZE as u64;
@@ -909,7 +926,12 @@ impl AddressSpace {
             let f = m.folios.get_mut(&index).expect("cached");
             f.data[off..off + n].copy_from_slice(&data[(cur - pos) as usize..][..n]);
             f.flags.uptodate = true;
-            m.mark_dirty(index);
+            if m.mark_dirty(index) {
+                // folio_account_dirtied(): WB_DIRTIED and current->nr_dirtied count clean→dirty
+                // transitions only; a redirtied folio is free.
+                m.wb.bw.dirtied += 1;
+                m.wb.nr_dirtied += 1;
+            }
             if m.wb.dirtied_when.is_none() {
                 // __mark_inode_dirty(I_DIRTY_PAGES): the inode goes on the dirty list, and
                 // wb_wakeup_delayed() arms the kupdate timer.
@@ -919,7 +941,6 @@ impl AddressSpace {
             m.stats.copied_from_user_pages += 1;
             m.stats.copied_from_user_bytes += n as u64;
             cur += n as u64;
-            m.wb.nr_dirtied += 1;
         }
         p.written = (cur - pos) as usize;
         if dontcache && p.written > 0 {

@@ -13,6 +13,8 @@
 //! - [`readahead`] (`mm/readahead.c`): the readahead window.
 //! - [`page_writeback`] (`mm/page-writeback.c`): writeback of a range, `fsync`, the dirty
 //!   limits and `balance_dirty_pages()`; the flusher is [`crate::fs::fs_writeback`].
+//! - [`dirty_ratelimit`] (`mm/page-writeback.c`): `balance_dirty_pages()`'s position ratio,
+//!   rate limit and pause bounds.
 //! - [`dontcache`]: the designs compared, the writeback paths and the configuration.
 //! - [`dropbehind_v3`] (`mm/filemap.c` of RFC v3): the per-CPU `folio_batch` behind
 //!   `folio_end_dropbehind_irq()`; a `DontcacheDesign::V3` mapping sets it up itself.
@@ -48,6 +50,7 @@
 //! assert_eq!(disk.page(3), vec![7; 4096]);
 //! ```
 
+pub mod dirty_ratelimit;
 pub mod dontcache;
 pub mod dropbehind_v3;
 pub mod filemap;

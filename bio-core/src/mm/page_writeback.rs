@@ -17,45 +17,60 @@
 //! background writeback goes on while either is over its background threshold
 //! (`wb_over_bg_thresh()`).
 //!
-//! **Simplification of `balance_dirty_pages()`**: the kernel's position-ratio control (a pause
-//! per call sized from `pos_ratio` and the write bandwidth, between the freerun ceiling and the
-//! limit) is not modelled. Here a dirtier at or under the freerun ceiling `(thresh + bg_thresh) /
-//! 2` runs free; above the background threshold it wakes the flusher
-//! (`wb_start_background_writeback()`); at or above `thresh` it pauses until writeback
-//! completes ([`Blocked::DirtyThrottle`]) — the `dirty_exceeded` hard limit. Between the ceiling
-//! and the limit it is not slowed.
+//! **`balance_dirty_pages()`** is the kernel's control, one loop iteration per call: under every
+//! domain's freerun ceiling `(thresh + bg_thresh) / 2` the dirtier runs free and comes back
+//! after `dirty_poll_interval()` pages; past it, each domain's position ratio
+//! ([`super::dirty_ratelimit::wb_position_ratio`]) scales `wb->dirty_ratelimit` (moved every
+//! `BANDWIDTH_INTERVAL` by `wb_update_dirty_ratelimit()` toward the rate that matches the
+//! device's write bandwidth), the lower domain's `task_ratelimit` decides a pause of `HZ *
+//! pages_dirtied / task_ratelimit` jiffies less the time since the last one, none under
+//! `wb_min_pause()` and at most `wb_max_pause()` (`MAX_PAUSE`, 200 ms); at the limit
+//! (`task_ratelimit` 0) the dirtier sleeps `max_pause` and goes round again until
+//! `task_ratelimit` is not 0 (`dirty_ratelimit * pos_ratio >= 1024`, which near the limit may
+//! take longer than getting under it) or the wb has no more than `wb_stat_error()` dirty pages. The pause is a timed sleep
+//! ([`Blocked::DirtyThrottle`]'s `pause`), whatever completes meanwhile. The model's
+//! departures: one wb of one mapping, so `wb_dirty` is the domain's dirty + writeback and
+//! `wb_thresh` its threshold once any writeback ended in it (`__wb_calc_thresh()`'s completion
+//! fraction is 1 for the only wb, 0 before its first completion, then raised to an eighth of
+//! the room left as 6.14+ does); `hard_dirty_limit()` is
+//! `thresh` (both domains' thresholds are constant in the model, so `dom->dirty_limit`, which
+//! follows them, equals them); the dirtier's `nr_dirtied`/`nr_dirtied_pause`/
+//! `dirty_paused_when` are the mapping's (one task writes); the per-CPU `bdp_ratelimits`
+//! backstop is left out (`ratelimit_pages`, `dirty_thresh / (num_online_cpus() * 32)` pages:
+//! 19,660 on the model's 24 GiB machine with 2 CPUs, forces a check once a CPU dirtied that
+//! many; it would fire before `nr_dirtied_pause` only above about 10 GB/s of `dirty_ratelimit`
+//! with 2 CPUs, since `wb_min_pause()` sets about 10 ms of it); no `balance_dirty_pages`
+//! tracepoint.
 //!
 //! **The write-bandwidth estimator** (`wb->write_bandwidth`, `wb->avg_write_bandwidth`, which
 //! `writeback_chunk_size()` reads): `do_writepages()` calls [`AddressSpace::wb_bandwidth_estimate_start`]
 //! first (after more than `HZ` idle with nothing under writeback, the stamps restart so idle time
 //! is not averaged in) and `wb_update_bandwidth()` after, once `BANDWIDTH_INTERVAL` passed since
-//! the last update; `balance_dirty_pages()` above the freerun ceiling does the same.
+//! the last update; `balance_dirty_pages()` above the freerun ceiling does the same with the
+//! rate limit's half (`__wb_update_bandwidth(gdtc, mdtc, true)`: `wb_update_dirty_ratelimit()`
+//! of each domain first).
 //! [`wb_update_write_bandwidth`] is the kernel's arithmetic: the pages whose writeback ended since
 //! the last update (`WB_WRITTEN`) over the elapsed jiffies, weighted into `write_bandwidth` over a
 //! period of `roundup_pow_of_two(3 * HZ)`, then `avg_write_bandwidth` moved an eighth of the way
 //! toward it when both agree on the direction. Not modelled: the delayed `wb->bw_dwork` that
 //! `wb_inode_writeback_end()` queues `BANDWIDTH_INTERVAL` after the inode's last writeback ends
-//! (it matters for bursts, not for the steady writeback of the presets), and the
-//! `update_ratelimit` half of `__wb_update_bandwidth()` (`dirty_ratelimit` feeds only the
-//! position-ratio control, which is not modelled either).
+//! (it matters for bursts, not for the steady writeback of the presets).
 //!
-//! **Simplification of the rate limit**: the kernel counts only clean→dirty transitions
-//! (`folio_account_dirtied()` bumps `current->nr_dirtied`), and after a freerun pass it sets
-//! `current->nr_dirtied_pause` to `dirty_poll_interval(dirty, thresh)`,
-//! `1 << (ilog2(thresh - dirty) >> 1)`: about the square root of the distance to the dirty
-//! threshold (1,024 pages on the model's idle 24 GiB machine, whose threshold is 1,258,291
-//! pages). The model counts every page a
-//! write copies, redirtied or not, and checks every [`DIRTY_RATELIMIT_PAGES`]. It only checks
-//! more often than the kernel far from the limits, which is harmless for the seed's presets on
-//! cgroup v1: they stay far under the freerun ceiling and are never throttled. Near a limit (a
-//! cgroup v2 memcg's) the kernel polls more often than every 32 pages (`dirty_poll_interval()`
-//! shrinks with the distance, and `dirty_exceeded` caps it at 8), so the model's writer may
-//! overshoot the limit by up to 31 pages before it pauses.
+//! **The rate limit** (`balance_dirty_pages_ratelimited()`): `folio_account_dirtied()` counts
+//! clean→dirty transitions into `current->nr_dirtied` and `WB_DIRTIED` (a redirtied folio is
+//! free), and the dirtier calls `balance_dirty_pages()` once `nr_dirtied` reaches
+//! `nr_dirtied_pause` (8 while `wb->dirty_exceeded`): 32 at first, then what the last call set.
+//! The model checks before each folio's copy rather than after, so a pause due after a
+//! syscall's last folio is taken at the next call.
 
 // Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
 // `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
 #![allow(clippy::vec_box)]
 
+use super::dirty_ratelimit::{
+    dirty_poll_interval, wb_max_pause, wb_min_pause, wb_position_ratio, wb_stat_error,
+    wb_update_dirty_ratelimit, DirtyThrottleControl, RATELIMIT_CALC_SHIFT,
+};
 use super::dontcache::WritebackPath;
 use super::filemap::{AddressSpace, Blocked, Mapping, SyncProgress, PAGE_SIZE};
 use crate::block::Bio;
@@ -75,10 +90,6 @@ pub(crate) struct WbFolio {
     /// The block is an unwritten extent (`IOMAP_UNWRITTEN`).
     pub(crate) unwritten: bool,
 }
-
-/// `ratelimit_pages` / the initial `current->nr_dirtied_pause` (`128 >> (PAGE_SHIFT - 10)`):
-/// a dirtier calls `balance_dirty_pages()` after dirtying this many pages.
-pub const DIRTY_RATELIMIT_PAGES: u64 = 32;
 
 /// `BANDWIDTH_INTERVAL`: `max(HZ / 5, 1)` jiffies (200 ms) between bandwidth updates.
 pub fn bandwidth_interval(hz: u64) -> u64 {
@@ -176,16 +187,22 @@ impl AddressSpace {
         }
     }
 
-    /// `balance_dirty_pages_ratelimited()`: once the dirtier dirtied [`DIRTY_RATELIMIT_PAGES`]
-    /// since its last check, `balance_dirty_pages()` (see the module's simplifications: the
-    /// kernel counts clean→dirty transitions only and polls every `dirty_poll_interval()` pages
-    /// after a freerun pass; the model counts every copied page and polls every 32).
-    /// Returns whether the dirtier must pause ([`Blocked::DirtyThrottle`]).
-    pub(crate) fn balance_dirty_pages_ratelimited(&self, m: &mut Mapping) -> bool {
-        if m.wb.nr_dirtied < DIRTY_RATELIMIT_PAGES {
-            return false;
+    /// `balance_dirty_pages_ratelimited()`: once the dirtier took `nr_dirtied_pause` folios
+    /// from clean to dirty since its last check (at most 8 while `wb->dirty_exceeded`), or while
+    /// a loop paused at the limit goes on, `balance_dirty_pages()`. Returns the pause in
+    /// jiffies if the dirtier must sleep ([`Blocked::DirtyThrottle`]).
+    pub(crate) fn balance_dirty_pages_ratelimited(&self, m: &mut Mapping) -> Option<u64> {
+        if let Some(pages_dirtied) = m.wb.bdp_looping {
+            return self.balance_dirty_pages(m, pages_dirtied);
         }
-        self.balance_dirty_pages(m)
+        let mut ratelimit = m.wb.nr_dirtied_pause;
+        if m.wb.dirty_exceeded {
+            ratelimit = ratelimit.min(32 >> (12 - 10));
+        }
+        if m.wb.nr_dirtied < ratelimit {
+            return None;
+        }
+        self.balance_dirty_pages(m, m.wb.nr_dirtied)
     }
 
     /// The memcg's dirty domain (`mdtc`) on cgroup v2, `None` on cgroup v1 or without a limit,
@@ -227,38 +244,139 @@ impl AddressSpace {
         Some(self.domain_dirty_limits_of(avail))
     }
 
-    /// `balance_dirty_pages()`: `NR_FILE_DIRTY + NR_WRITEBACK` against the global limits and, on
-    /// cgroup v2, the memcg's ([`Self::memcg_domain`]).
-    pub(crate) fn balance_dirty_pages(&self, m: &mut Mapping) -> bool {
+    /// One domain's `struct dirty_throttle_control` for `balance_dirty_pages()`: its limits,
+    /// `dirty` (dirty + writeback), and the one wb's share, `__wb_calc_thresh()`: the whole
+    /// threshold once a writeback ended in the domain (its completion fraction is 1 for the only
+    /// wb, 0 before), at least an eighth of the room left (6.14's floor for an inactive wb).
+    fn dtc(&self, m: &Mapping, l: DirtyLimits, dirty: u64) -> DirtyThrottleControl {
+        let mut wb_thresh = if m.wb.bw.written > 0 { l.thresh } else { 0 };
+        if l.thresh > dirty {
+            wb_thresh = wb_thresh.max((l.thresh - dirty) / 8);
+        }
+        DirtyThrottleControl {
+            dirty,
+            thresh: l.thresh,
+            bg_thresh: l.bg_thresh,
+            limit: l.thresh,
+            wb_dirty: dirty,
+            wb_thresh,
+        }
+    }
+
+    /// `balance_dirty_pages(wb, pages_dirtied, 0)`, one iteration of its loop:
+    /// `NR_FILE_DIRTY + NR_WRITEBACK` against the global domain and, on cgroup v2, the
+    /// memcg's ([`Self::memcg_domain`]). Returns the pause in jiffies, or `None` when the
+    /// dirtier goes on (free running, or a pause under the minimum carried over).
+    pub(crate) fn balance_dirty_pages(&self, m: &mut Mapping, pages_dirtied: u64) -> Option<u64> {
+        let now = self.kernel.jiffies();
+        let hz = u64::from(self.kernel.config().hz);
         let l = self.domain_dirty_limits();
         let ml = self.memcg_domain(m, true);
         let nr_dirty = m.stats.nr_dirty;
         // One mapping in one memcg: the memcg's dirty and writeback pages are the machine's.
         let dirty = nr_dirty + m.stats.nr_writeback;
-        let in_progress = m.wb.busy();
-        if nr_dirty > l.bg_thresh && !in_progress {
+        if nr_dirty > l.bg_thresh && !m.wb.busy() {
             self.wb_start_background_writeback(m);
         }
         // domain_dirty_freerun() of each domain: free only if every domain is.
         if dirty <= l.freerun() && ml.is_none_or(|ml| dirty <= ml.freerun()) {
+            let intv = dirty_poll_interval(dirty, l.thresh);
+            let m_intv = ml.map_or(u64::MAX, |ml| dirty_poll_interval(dirty, ml.thresh));
+            m.wb.dirty_paused_when = Some(now);
             m.wb.nr_dirtied = 0;
-            return false;
+            m.wb.nr_dirtied_pause = intv.min(m_intv);
+            m.wb.bdp_looping = None;
+            return None;
         }
         if !m.wb.busy() {
             // "Start writeback even when in laptop mode".
             self.wb_start_background_writeback(m);
         }
-        // __wb_update_bandwidth(gdtc, mdtc, true) once BANDWIDTH_INTERVAL passed (its ratelimit
-        // half is not modelled).
-        self.wb_update_bandwidth_if_due(m);
-        if dirty < l.thresh && ml.is_none_or(|ml| dirty < ml.thresh) {
-            m.wb.nr_dirtied = 0;
-            return false;
+        let write_bw = m.wb.bw.avg_write_bandwidth;
+        let gdtc = self.dtc(m, l, dirty);
+        let g_pos = wb_position_ratio(&gdtc, write_bw);
+        let mdtc = ml.map(|ml| self.dtc(m, ml, dirty));
+        let m_pos = mdtc.map(|d| wb_position_ratio(&d, write_bw));
+        // The domain with the lower position ratio throttles.
+        let (sdtc, pos_ratio) = match (mdtc, m_pos) {
+            (Some(d), Some(p)) if p < g_pos => (d, p),
+            _ => (gdtc, g_pos),
+        };
+        m.wb.dirty_exceeded = gdtc.dirty_exceeded() || mdtc.is_some_and(|d| d.dirty_exceeded());
+        if m.wb.bw.bw_time_stamp + bandwidth_interval(hz) < now {
+            // __wb_update_bandwidth(gdtc, mdtc, true): the rate limit from each domain, then
+            // the write bandwidth.
+            let elapsed = (now - m.wb.bw.bw_time_stamp).max(1);
+            let dirtied = m.wb.bw.dirtied;
+            wb_update_dirty_ratelimit(&gdtc, g_pos, &mut m.wb.bw, dirtied, elapsed, hz);
+            if let (Some(d), Some(p)) = (mdtc, m_pos) {
+                wb_update_dirty_ratelimit(&d, p, &mut m.wb.bw, dirtied, elapsed, hz);
+            }
+            self.wb_update_bandwidth(m);
         }
-        // The hard limit: pause until writeback brings it down (nr_dirtied stays, so the
-        // next call checks again).
+        let dirty_ratelimit = m.wb.bw.dirty_ratelimit;
+        let task_ratelimit = (dirty_ratelimit * pos_ratio) >> RATELIMIT_CALC_SHIFT;
+        let max_pause = wb_max_pause(m.wb.bw.avg_write_bandwidth, sdtc.wb_dirty, hz);
+        let (min_pause, nr_dirtied_pause) = wb_min_pause(
+            m.wb.bw.avg_write_bandwidth,
+            dirty_ratelimit,
+            max_pause,
+            task_ratelimit,
+            hz,
+        );
+        let mut now = now;
+        // At the limit (task_ratelimit 0) the pause is max_pause.
+        let pause = match (hz * pages_dirtied).checked_div(task_ratelimit) {
+            None => max_pause,
+            Some(period) => {
+                let mut pause = period as i64;
+                if let Some(when) = m.wb.dirty_paused_when {
+                    if !cfg!(feature = "bug-bdp-pause-ignores-elapsed") {
+                        pause -= now as i64 - when as i64;
+                    }
+                }
+                if pause < min_pause as i64 {
+                    // Too short to sleep: carried over into the next period, or (more than a
+                    // second behind: a light dirtier) forgotten.
+                    if pause < -(hz as i64) {
+                        m.wb.dirty_paused_when = Some(now);
+                        m.wb.nr_dirtied = 0;
+                    } else if period > 0 {
+                        // Never set (a task's first check, not free running): the kernel's
+                        // `0 + period` is far from its jiffies and restarts the clock at the
+                        // next check; the model starts it from now.
+                        m.wb.dirty_paused_when =
+                            Some(m.wb.dirty_paused_when.unwrap_or(now) + period);
+                        m.wb.nr_dirtied = 0;
+                    } else if m.wb.nr_dirtied_pause <= pages_dirtied {
+                        m.wb.nr_dirtied_pause += pages_dirtied;
+                    }
+                    m.wb.bdp_looping = None;
+                    return None;
+                }
+                let pause = pause as u64;
+                if pause > max_pause {
+                    // For an occasional dropped task_ratelimit.
+                    now += (pause - max_pause).min(max_pause);
+                    max_pause
+                } else {
+                    pause
+                }
+            }
+        };
+
+        // io_schedule_timeout(pause), then the state the kernel sets after it.
         m.stats.dirty_throttled += 1;
-        true
+        m.stats.dirty_paused_jiffies += pause;
+        m.wb.dirty_paused_when = Some(now + pause);
+        m.wb.nr_dirtied = 0;
+        m.wb.nr_dirtied_pause = nr_dirtied_pause;
+        // At the limit the loop goes round again after the pause, until the wb's dirty pages
+        // are down to the counters' error.
+        let n_cpus = u64::from(self.kernel.nr_cpus());
+        m.wb.bdp_looping =
+            (task_ratelimit == 0 && sdtc.wb_dirty > wb_stat_error(n_cpus)).then_some(pages_dirtied);
+        Some(pause)
     }
 
     /// `wb_bandwidth_estimate_start()`: after more than `WB_BANDWIDTH_IDLE_JIF` since the last
@@ -271,6 +389,7 @@ impl AddressSpace {
         if now.saturating_sub(bw.bw_time_stamp) > wb_bandwidth_idle_jif(hz)
             && m.stats.nr_writeback == 0
         {
+            bw.dirtied_stamp = bw.dirtied;
             bw.written_stamp = bw.written;
             bw.bw_time_stamp = now;
         }
@@ -285,6 +404,7 @@ impl AddressSpace {
         let elapsed = now.saturating_sub(bw.bw_time_stamp).max(1);
         let written = bw.written;
         wb_update_write_bandwidth(bw, elapsed, written, hz);
+        bw.dirtied_stamp = bw.dirtied;
         bw.written_stamp = written;
         bw.bw_time_stamp = now;
     }

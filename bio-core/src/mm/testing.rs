@@ -282,7 +282,7 @@ impl Rig {
                     Blocked::FolioLocked(_)
                     | Blocked::Memcg
                     | Blocked::Writeback(_)
-                    | Blocked::DirtyThrottle,
+                    | Blocked::DirtyThrottle { .. },
                 ) => self.settle(),
             }
         }

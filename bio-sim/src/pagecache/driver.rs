@@ -36,7 +36,7 @@ use bio_core::kernel::CpuId;
 use bio_core::mm::dontcache::{
     DontcacheDesign, DropbehindIrq, PageCacheConfig, WritebackPath, DEFAULT_MACHINE_MEMORY_BYTES,
 };
-use bio_core::mm::filemap::{AddressSpace, PageCacheStats};
+use bio_core::mm::filemap::{AddressSpace, Blocked, PageCacheStats};
 use bio_core::workqueue::PoolId;
 use bio_core::{Cpu, Kernel, KernelConfig};
 use std::collections::BTreeMap;
@@ -651,7 +651,15 @@ impl Machine {
                 });
             }
             idle_steps = if progress == 0 { idle_steps + 1 } else { 0 };
-            task_at = if blocked && progress == 0 {
+            task_at = if let Some(Blocked::DirtyThrottle { pause }) = blocked {
+                // balance_dirty_pages()'s io_schedule_timeout(pause): asleep that long,
+                // whatever completes meanwhile. Pauses without progress count as idle steps:
+                // at the limit with writeback that cannot move, the loop never ends.
+                if idle_steps > 10_000 {
+                    return Err(DriverError::Stuck { at_ns: end });
+                }
+                Some(end + pause * self.jiffy_ns)
+            } else if blocked.is_some() && progress == 0 {
                 if self.dev.in_flight() == 0 && !self.work_pending() && self.timers_pending() == 0 {
                     return Err(DriverError::Stuck { at_ns: end });
                 }
@@ -899,16 +907,19 @@ mod kernel_calls {
         }
     }
 
-    /// One step of `preadv2()`: (bytes copied, bios to submit, waiting).
+    /// One step of a syscall: (bytes moved, bios to submit, what it waits for).
+    pub type Step = (usize, Vec<Box<Bio>>, Option<Blocked>);
+
+    /// One step of `preadv2()`.
     pub fn read(
         m: &AddressSpace,
         cx: &Cpu,
         pos: u64,
         buf: &mut [u8],
         dontcache: bool,
-    ) -> Result<(usize, Vec<Box<Bio>>, bool), Errno> {
+    ) -> Result<Step, Errno> {
         let p = blkdev_read_iter(m, cx, pos, buf, rwf(dontcache))?;
-        Ok((p.copied, p.submit, p.blocked.is_some()))
+        Ok((p.copied, p.submit, p.blocked))
     }
 
     /// One step of `pwritev2()`.
@@ -918,9 +929,9 @@ mod kernel_calls {
         pos: u64,
         data: &[u8],
         dontcache: bool,
-    ) -> Result<(usize, Vec<Box<Bio>>, bool), Errno> {
+    ) -> Result<Step, Errno> {
         let p = blkdev_write_iter(m, cx, pos, data, rwf(dontcache))?;
-        Ok((p.written, p.submit, p.blocked.is_some()))
+        Ok((p.written, p.submit, p.blocked))
     }
 
     /// One step of `fsync()`: (bios to submit, still waiting).

@@ -286,7 +286,7 @@ pub(super) fn row_text(p: &SeedPreset, r: &DesignRow, title_extra: &str) -> Stri
         let s = &x.stats;
         let _ = writeln!(
             out,
-            "reclaim ({label}): scanned {} evicted {} marked PG_reclaim {} throttled {}; flusher wrote {} pages in {} runs; dirty throttled {}; invalidated {}",
+            "reclaim ({label}): scanned {} evicted {} marked PG_reclaim {} throttled {}; flusher wrote {} pages in {} runs; dirty throttled {} ({} jiffies paused; at the end dirty_ratelimit {} and avg_write_bandwidth {} pages/s); invalidated {}",
             s.reclaim_scanned,
             s.reclaim_evicted,
             s.reclaim_dirty_marked,
@@ -294,6 +294,9 @@ pub(super) fn row_text(p: &SeedPreset, r: &DesignRow, title_extra: &str) -> Stri
             s.flusher_pages,
             s.flusher_runs,
             s.dirty_throttled,
+            s.dirty_paused_jiffies,
+            s.dirty_ratelimit,
+            s.avg_write_bandwidth,
             s.dropbehind_invalidated
         );
     }

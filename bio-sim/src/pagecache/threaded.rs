@@ -251,7 +251,15 @@ fn wait_blocked(cx: &Cpu, mapping: &AddressSpace, b: Blocked, before: [u64; 4]) 
                 !mapping.folio(i).is_some_and(|f| f.writeback)
             });
         }
-        Blocked::Memcg | Blocked::DirtyThrottle => {
+        Blocked::DirtyThrottle { pause } => {
+            // io_schedule_timeout(pause): a sleep of `pause` jiffies, whatever completes
+            // meanwhile. The page cache's runtime always runs the ticker (the flusher's delayed
+            // work needs it too), so jiffies move, at `tick_scale` times CONFIG_HZ real time.
+            let k = cx.kernel();
+            let target = k.jiffies() + pause;
+            cx.wait_until("balance_dirty_pages", &|| k.jiffies() >= target);
+        }
+        Blocked::Memcg => {
             let until = Instant::now() + THROTTLE_RETRY;
             cx.wait_until("reclaim_throttle", &|| {
                 completions(&mapping.stats()) != before || Instant::now() >= until

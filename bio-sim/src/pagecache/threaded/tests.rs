@@ -99,6 +99,33 @@ fn integrity_under_a_limit_that_forces_reclaim() {
     }
 }
 
+/// On cgroup v2 the writer is dirty-throttled by its 1 MiB memcg: `balance_dirty_pages()`'s
+/// pauses are timed sleeps on the task's CPU thread (the run's wall time covers them all), and
+/// the data survives. Catches a pause that does not sleep (the pauses would add up to more than
+/// the run) or one that never ends (the test would hang).
+#[test]
+fn on_cgroup_v2_the_writer_sleeps_its_pauses() {
+    let v7 = DontcacheDesign::parse("v7").unwrap();
+    for path in PATHS {
+        let mut c = small(v7, path, Workload::Writes, 4 << 20);
+        c.limit_bytes = Some(1 << 20);
+        c.cgroup_v2 = true;
+        let w = what(&v7, path, false);
+        let r = integrity_run_threaded(c, NullBlkDevice::default())
+            .unwrap_or_else(|e| panic!("{w}: {e}"));
+        assert_eq!(r.run.corrupt_bytes, 0, "{w}: data read back differs");
+        let s = &r.run.stats;
+        assert!(s.dirty_throttled > 0, "{w}: {s:?}");
+        let hz = u64::from(bio_core::KernelConfig::default().hz);
+        let paused_ns = s.dirty_paused_jiffies * 1_000_000_000 / hz;
+        assert!(
+            r.wall_ns >= paused_ns,
+            "{w}: {} ns run, {paused_ns} ns paused",
+            r.wall_ns
+        );
+    }
+}
+
 /// Reads over a range four times the limit, prefilled: every byte checked, reclaim evicts
 /// (normal) or DONTCACHE drops after the copy and the footprint stays small.
 #[test]
