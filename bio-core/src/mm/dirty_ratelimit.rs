@@ -278,6 +278,42 @@ mod tests {
         assert_eq!(pos_ratio_polynom(3000, 1000, 4000), 2048);
         assert_eq!(pos_ratio_polynom(3000, 4000, 4000), 5);
         assert_eq!(pos_ratio_polynom(3000, 9000, 4000), 0);
+        // An odd gap is its own divisor (`| 1` changes only even ones): 1,024,000 / 1,001.
+        assert_eq!(pos_ratio_polynom(3000, 2000, 4001), 2042);
+    }
+
+    /// The wb's control line at its edges, with a write bandwidth of 1 page/s (a span of 7
+    /// pages past the wb's setpoint of 2,729): at 2,734 pages it is still the line,
+    /// `1024 * (2736 - 2734) / 7`; at 2,735, three quarters of the span, it is a quarter. An odd
+    /// threshold (3,121) is its own divisor in the scaling `wb_thresh << 16 / (thresh | 1)`.
+    #[test]
+    fn wb_position_ratio_at_the_edges_of_the_wb_control_line() {
+        let at = |dirty| wb_position_ratio(&memcg_dtc(dirty), 1);
+        assert_eq!((at(2734), at(2735)), (292, 256));
+        let odd = DirtyThrottleControl {
+            thresh: 3121,
+            limit: 3121,
+            wb_thresh: 3121,
+            ..memcg_dtc(2730)
+        };
+        assert_eq!(odd.setpoint(), 2730);
+        assert_eq!(wb_position_ratio(&odd, 25_600), 1023);
+    }
+
+    /// `wb_dirty_exceeded()`: strictly over both the wb's share and the domain's threshold.
+    #[test]
+    fn dirty_exceeded_is_strictly_over_both() {
+        let over = |dirty, wb_dirty| {
+            DirtyThrottleControl {
+                dirty,
+                wb_dirty,
+                ..memcg_dtc(0)
+            }
+            .dirty_exceeded()
+        };
+        assert!(over(3121, 3121));
+        assert!(!over(3121, 3120));
+        assert!(!over(3120, 3121));
     }
 
     /// At the setpoint of a single wb the wb's control line is flat (`8 * write_bw` of span:
@@ -308,7 +344,13 @@ mod tests {
         };
         assert_eq!(pos_ratio_polynom(young.setpoint(), 160, 204), 1326);
         assert_eq!(wb_position_ratio(&young, 25_600), 1284);
-        // The reserve area: a wb with 100 of its 3,120 pages dirty, under 1,560 / 8.
+        // The reserve area (under half the wb's threshold, 1,560): 1,000 pages scale the line's
+        // 1,032 by 1,560 / 1,000; 100, under an eighth of 1,560, by 8.
+        let mid = DirtyThrottleControl {
+            wb_dirty: 1000,
+            ..memcg_dtc(2730)
+        };
+        assert_eq!(wb_position_ratio(&mid, 25_600), 1032 * 1560 / 1000);
         let reserve = DirtyThrottleControl {
             wb_dirty: 100,
             ..memcg_dtc(2730)
@@ -345,6 +387,36 @@ mod tests {
             (bw.dirty_ratelimit, bw.balanced_dirty_ratelimit),
             (25_600, 25_600)
         );
+        // Under the setpoint, every estimate above dirty_ratelimit (10,000): it rises toward the
+        // lowest, task_ratelimit. 5,000 pages in 50 jiffies against 40,000 pages/s of writeback.
+        let up = |dirty: u64, pos_ratio: u64| {
+            let mut bw = WbBandwidth {
+                avg_write_bandwidth: 40_000,
+                dirty_ratelimit: 10_000,
+                balanced_dirty_ratelimit: 30_000,
+                ..WbBandwidth::default()
+            };
+            wb_update_dirty_ratelimit(&memcg_dtc(dirty), pos_ratio, &mut bw, 5000, 50, HZ);
+            (bw.dirty_ratelimit, bw.balanced_dirty_ratelimit)
+        };
+        // task 20,001, balanced 20,001 * 40,000 / 25,001: a step of ceil(10,001 / 8).
+        assert_eq!(up(2500, 2048), (11_251, 32_000));
+        // A smaller gap (task 12,002) is slowed by its shift: ceil((2,002 >> 2) / 8).
+        assert_eq!(up(2500, 1229), (10_063, 19_202));
+        // At the setpoint the rate may only fall, and no estimate is under it: no step.
+        assert_eq!(up(2730, 2048), (10_000, 32_000));
+        // A gap so small that the shift reaches 64 (192 / (2 * 1 + 1)): no step, no overflow.
+        let mut bw = WbBandwidth {
+            avg_write_bandwidth: 1000,
+            dirty_ratelimit: 192,
+            balanced_dirty_ratelimit: 1000,
+            ..WbBandwidth::default()
+        };
+        wb_update_dirty_ratelimit(&memcg_dtc(2500), 1024, &mut bw, 100, 50, HZ);
+        assert_eq!(
+            (bw.dirty_ratelimit, bw.balanced_dirty_ratelimit),
+            (192, 385)
+        );
     }
 
     /// The pause bounds at `CONFIG_HZ=250` (`MAX_PAUSE` 50 jiffies): `wb_max_pause()` is the
@@ -362,6 +434,22 @@ mod tests {
         assert_eq!(wb_min_pause(25_600, 25_600, 4, 25_600, HZ), (2, 200));
         assert_eq!(wb_min_pause(25_600, 25_600, 1, 32_100, HZ), (1, 100));
         assert_eq!(wb_min_pause(25_600, 1000, 4, 500, HZ), (4, 7));
+        // 800 dirty pages over 1 + 25,600 / 32 = 801: 0 jiffies, plus one.
+        assert_eq!(wb_max_pause(25_600, 800, HZ), 1);
+        // More bandwidth than rate limit (2^14 against 2^9: concurrent dirtiers): a longer
+        // target, 2 + 5 * 2,500 / 1,024 = 14 jiffies, for 54 pages, a minimum of 1 + 14 / 2.
+        assert_eq!(wb_min_pause(25_600, 1000, 50, 500, HZ), (8, 54));
+        // Exactly DIRTY_POLL_THRESH pages in the 10 ms target: kept, a minimum of 1 + 2 / 2.
+        assert_eq!(wb_min_pause(4096, 4096, 50, 4096, HZ), (2, 32));
+        // Fewer: the target grows to max_pause, the pages are capped at 32 and the target is
+        // their time at the rate limit, HZ * 32 / 3,000 = 2 jiffies.
+        assert_eq!(wb_min_pause(3000, 3000, 50, 3000, HZ), (2, 32));
+        // Exactly 32 at max_pause (2,048 * 4 / 256): not capped, the target stays 4.
+        assert_eq!(wb_min_pause(2048, 2048, 4, 2048, HZ), (3, 32));
+        // A slow rate: 19 pages in max_pause, which is then the minimum itself.
+        assert_eq!(wb_min_pause(100, 100, 50, 100, HZ), (50, 19));
+        // The next pause exactly max_pause (250 * 200 / 20,001 = 2): the pages are kept.
+        assert_eq!(wb_min_pause(25_600, 25_600, 2, 20_000, HZ), (2, 200));
     }
 
     /// `dirty_poll_interval()`: 1,024 pages on an idle 24 GiB machine (threshold 1,258,291),
