@@ -389,18 +389,21 @@ mod tests {
         );
         // Under the setpoint, every estimate above dirty_ratelimit (10,000): it rises toward the
         // lowest, task_ratelimit. 5,000 pages in 50 jiffies against 40,000 pages/s of writeback.
-        let up = |dirty: u64, pos_ratio: u64| {
+        let up_by = |dirty: u64, pos_ratio: u64, dirtied: u64| {
             let mut bw = WbBandwidth {
                 avg_write_bandwidth: 40_000,
                 dirty_ratelimit: 10_000,
                 balanced_dirty_ratelimit: 30_000,
                 ..WbBandwidth::default()
             };
-            wb_update_dirty_ratelimit(&memcg_dtc(dirty), pos_ratio, &mut bw, 5000, 50, HZ);
+            wb_update_dirty_ratelimit(&memcg_dtc(dirty), pos_ratio, &mut bw, dirtied, 50, HZ);
             (bw.dirty_ratelimit, bw.balanced_dirty_ratelimit)
         };
+        let up = |dirty, pos_ratio| up_by(dirty, pos_ratio, 5000);
         // task 20,001, balanced 20,001 * 40,000 / 25,001: a step of ceil(10,001 / 8).
         assert_eq!(up(2500, 2048), (11_251, 32_000));
+        // An odd dirty rate (25,005) is its own divisor.
+        assert_eq!(up_by(2500, 2048, 5001), (11_251, 31_995));
         // A smaller gap (task 12,002) is slowed by its shift: ceil((2,002 >> 2) / 8).
         assert_eq!(up(2500, 1229), (10_063, 19_202));
         // At the setpoint the rate may only fall, and no estimate is under it: no step.

@@ -248,7 +248,7 @@ impl AddressSpace {
     /// `dirty` (dirty + writeback), and the one wb's share, `__wb_calc_thresh()`: the whole
     /// threshold once a writeback ended in the domain (its completion fraction is 1 for the only
     /// wb, 0 before), at least an eighth of the room left (6.14's floor for an inactive wb).
-    fn dtc(&self, m: &Mapping, l: DirtyLimits, dirty: u64) -> DirtyThrottleControl {
+    pub(crate) fn dtc(&self, m: &Mapping, l: DirtyLimits, dirty: u64) -> DirtyThrottleControl {
         let mut wb_thresh = if m.wb.bw.written > 0 { l.thresh } else { 0 };
         if l.thresh > dirty {
             wb_thresh = wb_thresh.max((l.thresh - dirty) / 8);

@@ -343,6 +343,10 @@ fn balance_dirty_pages_pauses_for_the_rate_before_the_limit() {
         "not the limit's loop"
     );
     assert_eq!(pause, 1, "a jiffy's worth of pages");
+    // The last free-running check at 608 set an interval of 8; past the ceiling it doubles
+    // (616, 624, 640, 672) while a jiffy is not yet owed, and at 736 the 128 pages are: at the
+    // task's rate with a wb share of only the inactive floor, (819 - 736) / 8 pages.
+    assert_eq!(pages, 736);
     let s = r.mapping.stats();
     assert_eq!((s.dirty_throttled, s.dirty_paused_jiffies), (1, pause));
     finish_paused_write(&r, &cx, p.written, &data);
@@ -358,6 +362,29 @@ fn finish_paused_write(r: &Rig, cx: &crate::kernel::Cpu, written: usize, data: &
     for i in 0..(data.len() / PAGE_SIZE) as u64 {
         assert_eq!(r.disk.page(i), &data[i as usize * PAGE_SIZE..][..PAGE_SIZE]);
     }
+}
+
+/// `__wb_calc_thresh()` for the one wb: nothing before its first completed writeback but 6.14's
+/// floor for an inactive wb, an eighth of the room under the threshold (none at or over it); the
+/// whole threshold after.
+#[test]
+fn the_wbs_share_is_the_floor_until_a_writeback_ends_then_the_threshold() {
+    let r = rig_with(None, Some(4096));
+    let l = r.mapping.domain_dirty_limits();
+    let mut m = r.mapping.inner.lock();
+    let share = |m: &Mapping, dirty| r.mapping.dtc(m, l, dirty).wb_thresh;
+    assert_eq!(l.thresh, 819);
+    assert_eq!(
+        (share(&m, 736), share(&m, 0), share(&m, 819), share(&m, 900)),
+        (10, 102, 0, 0)
+    );
+    m.wb.bw.written = 1;
+    assert_eq!((share(&m, 736), share(&m, 900)), (819, 819));
+    let d = r.mapping.dtc(&m, l, 736);
+    assert_eq!(
+        (d.dirty, d.wb_dirty, d.limit, d.bg_thresh),
+        (736, 736, 819, l.bg_thresh)
+    );
 }
 
 /// At the limit (`task_ratelimit` 0) the dirtier sleeps `max_pause` and `balance_dirty_pages()`
@@ -465,14 +492,22 @@ fn balance_dirty_pages_pauses_for_the_rate_less_the_time_since_the_last_pause() 
     assert_eq!(bdp(&mut m, now - 8, 1000), (None, now + 1, 0, next));
     // More than a second behind: a light dirtier, its clock restarted.
     assert_eq!(bdp(&mut m, now - hz - 10, 1000), (None, now, 0, next));
+    // Exactly a second behind is still carried over.
+    assert_eq!(
+        bdp(&mut m, now - hz - 9, 1000),
+        (None, now - hz - 9 + 9, 0, next)
+    );
     // 5,000 pages: a 48-jiffy period is cut to max_pause, the excess (up to another max_pause)
     // moved into the next period.
     assert_eq!(period(5000), 48);
     assert_eq!(bdp(&mut m, now, 5000), (Some(max), now + 2 * max, 0, next));
+    // 3,000 pages: 29 jiffies, the 7 over max_pause moved.
+    assert_eq!(period(3000), 29);
+    assert_eq!(bdp(&mut m, now, 3000), (Some(max), now + 29, 0, next));
     let s = m.stats;
     assert_eq!(
         (s.dirty_throttled, s.dirty_paused_jiffies),
-        (3, 9 + 4 + max)
+        (4, 9 + 4 + max + max)
     );
 
     // At the limit: max_pause, and the loop goes round with the same pages_dirtied.
@@ -536,6 +571,33 @@ fn balance_dirty_pages_polls_exceeds_exits_and_updates_as_the_kernel() {
     );
     assert_eq!(r.mapping.balance_dirty_pages(&mut m, 32), None);
     assert_eq!(m.wb.nr_dirtied_pause, 128);
+    drop(m);
+
+    // Free running over the background threshold (1,024-page machine: 102, ceiling 153) the
+    // check wakes the flusher, unless it is already busy; at the threshold it does not.
+    for (dirty, busy, wakes) in [(120, false, true), (102, false, false), (120, true, false)] {
+        let r = rig_with(None, Some(1024));
+        let mut m = r.mapping.inner.lock();
+        m.stats.nr_dirty = dirty;
+        m.wb.wakeup_pending = busy;
+        let before = m.stats.flusher_wakeups;
+        assert_eq!(r.mapping.balance_dirty_pages(&mut m, 32), None);
+        let woke = m.stats.flusher_wakeups > before;
+        assert_eq!(woke, wakes, "{dirty} dirty, busy {busy}");
+    }
+
+    // A bandwidth update is due only once more than BANDWIDTH_INTERVAL (50 jiffies) passed.
+    let r = state(100_000, 19_000);
+    let mut m = r.mapping.inner.lock();
+    let now = r.kernel.jiffies();
+    m.wb.bw.bw_time_stamp = now - 50;
+    m.wb.bw.dirtied = 30_000;
+    r.mapping.balance_dirty_pages(&mut m, 32);
+    assert_eq!(
+        (m.wb.bw.bw_time_stamp, m.wb.bw.dirtied_stamp),
+        (now - 50, 0),
+        "not yet due"
+    );
     drop(m);
 
     // Over the threshold: dirty_exceeded, and the dirtier checks every 8 pages whatever its
