@@ -615,9 +615,10 @@ fn balance_dirty_pages_polls_exceeds_exits_and_updates_as_the_kernel() {
     drop(m);
 
     // At the limit of a 150-page memcg (30) the wb's 30 dirty pages are within the counters'
-    // error: one pause, no loop; at a 200-page memcg's (40) the loop goes on.
+    // error, as are a 160-page memcg's 32: one pause, no loop; at a 200-page memcg's (40) the
+    // loop goes on.
     assert_eq!(wb_stat_error(2), 32);
-    for (limit, thresh, looping) in [(150, 30, None), (200, 40, Some(16))] {
+    for (limit, thresh, looping) in [(150, 30, None), (160, 32, None), (200, 40, Some(16))] {
         let r = state(limit, thresh);
         let mut m = r.mapping.inner.lock();
         assert!(
@@ -1261,6 +1262,73 @@ fn the_bandwidth_estimate_follows_a_steady_writeback() {
     );
     assert_eq!(chunk(), (avg / 2 + 1024) / 1024 * 1024);
     assert_eq!(chunk(), 8192);
+}
+
+/// `do_writepages()`'s estimator bookkeeping: `wb_update_bandwidth()` once more than
+/// `BANDWIDTH_INTERVAL` (50 jiffies) passed since the stamp, not at exactly 50;
+/// `wb_bandwidth_estimate_start()` restarts the stamps instead (the estimate unchanged) after
+/// more than `HZ` (250) idle with nothing under writeback, not at exactly 250, and not while a
+/// writeback is in flight however long the idle. Catches an update at every call or never, a
+/// restart that never happens or ignores the writeback in flight.
+#[test]
+fn do_writepages_updates_the_bandwidth_each_interval_and_restarts_after_idle() {
+    let r = rig_with(None, None);
+    let cx = r.task();
+    let irq = r.kernel.cpu(r.irq_cpu).expect("CPU1");
+    // Write `n` pages at `first` and start their writeback; the bios come back unsubmitted.
+    let write_back = |first: u64, n: u64| {
+        let pos = first * PAGE_SIZE as u64;
+        let p = r
+            .mapping
+            .generic_perform_write(&cx, pos, &pattern(n, 3), NONE)
+            .unwrap();
+        assert_eq!(p.blocked, None);
+        let end = pos + n * PAGE_SIZE as u64 - 1;
+        r.mapping.filemap_fdatawrite_range(&cx, pos, end)
+    };
+    let done = |bios| {
+        r.disk.submit(bios);
+        r.disk.complete_all_in(&irq, r.completion);
+    };
+    let bw = || r.mapping.inner.lock().wb.bw;
+    r.kernel.advance_jiffies(50);
+    done(write_back(0, 8));
+    assert_eq!(bw().bw_time_stamp, 0, "not due at exactly the interval");
+    r.kernel.advance_jiffies(1);
+    done(write_back(8, 8));
+    assert_eq!(
+        (bw().bw_time_stamp, bw().written_stamp),
+        (51, 8),
+        "due after it"
+    );
+    // Exactly HZ idle: an update, not a restart.
+    r.kernel.advance_jiffies(250);
+    let before = bw().write_bandwidth;
+    done(write_back(16, 8));
+    assert_eq!(bw().bw_time_stamp, 301);
+    assert_ne!(bw().write_bandwidth, before, "updated over the 250 jiffies");
+    // More than HZ idle with nothing under writeback: a restart, the estimate kept.
+    r.kernel.advance_jiffies(251);
+    let before = bw().write_bandwidth;
+    done(write_back(24, 8));
+    assert_eq!((bw().bw_time_stamp, bw().written_stamp), (552, 24));
+    assert_eq!(
+        bw().write_bandwidth,
+        before,
+        "restarted, not averaged over the idle time"
+    );
+    // A writeback still in flight: no restart however long, the update averages it in.
+    let in_flight = write_back(32, 8);
+    r.kernel.advance_jiffies(300);
+    let before = bw().write_bandwidth;
+    done(write_back(40, 8));
+    assert_eq!(bw().bw_time_stamp, 852);
+    assert_ne!(
+        bw().write_bandwidth,
+        before,
+        "updated with a writeback in flight"
+    );
+    done(in_flight);
 }
 
 /// A v7 iomap rig of 1024 pages under a memcg limit of `limit` pages on cgroup v1 or v2.
