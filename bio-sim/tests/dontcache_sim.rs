@@ -93,21 +93,27 @@ fn integrity_under_a_limit_that_forces_reclaim() {
     }
 }
 
-/// `--cgroup v2` through the driver: normal writes over a 2 MiB memcg are paused at the memcg's
-/// dirty limit (20% of it), which cgroup v1 never does (its global limits are 20% of 24 GiB),
-/// reclaim then finds only clean folios, and the data is intact either way.
+/// v7's normal 64 KiB writes over 8 MiB in a 2 MiB memcg, on cgroup v2 or v1.
+fn v7_writes_in_a_2mib_memcg(path: WritebackPath, v2: bool) -> DriverConfig {
+    let mut c = small(
+        DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7),
+        path,
+        Workload::Writes,
+        8 << 20,
+    );
+    c.limit_bytes = Some(2 << 20);
+    c.cgroup_v2 = v2;
+    c
+}
+
+/// `--cgroup v2` through the driver: normal writes over a 2 MiB memcg are paused past the
+/// memcg's freerun ceiling (15% of it), which cgroup v1 never does (its global limits are 20% of
+/// 24 GiB), reclaim then finds only clean folios, and the data is intact either way.
 #[test]
 fn on_cgroup_v2_normal_writes_are_throttled_by_their_memcg() {
     for path in PATHS {
         for v2 in [false, true] {
-            let mut c = small(
-                DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7),
-                path,
-                Workload::Writes,
-                8 << 20,
-            );
-            c.limit_bytes = Some(2 << 20);
-            c.cgroup_v2 = v2;
+            let c = v7_writes_in_a_2mib_memcg(path, v2);
             let what = format!("{} cgroup v2 {v2}", path_name(path));
             let r = integrity_run(c).unwrap_or_else(|e| panic!("{what}: {e}"));
             assert_eq!(r.corrupt_bytes, 0, "{what}: data read back differs");
@@ -136,14 +142,7 @@ fn on_cgroup_v2_normal_writes_are_throttled_by_their_memcg() {
 #[test]
 fn a_dirty_throttled_writer_sleeps_its_pauses() {
     for path in PATHS {
-        let mut c = small(
-            DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7),
-            path,
-            Workload::Writes,
-            8 << 20,
-        );
-        c.limit_bytes = Some(2 << 20);
-        c.cgroup_v2 = true;
+        let mut c = v7_writes_in_a_2mib_memcg(path, true);
         c.max_ios = Some(512);
         let hz = u64::from(bio_core::KernelConfig::default().hz);
         let r = run(c).expect("the run completes");
