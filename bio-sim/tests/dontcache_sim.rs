@@ -137,24 +137,34 @@ fn on_cgroup_v2_normal_writes_are_throttled_by_their_memcg() {
 
 /// `balance_dirty_pages()`'s pauses are sleeps of the writer: on cgroup v2 a normal writer
 /// over a 2 MiB memcg is paused, and the run lasts at least the sum of its pauses (one task:
-/// they do not overlap) plus its own CPU time. Catches a driver that lets a paused task run on
-/// at once (the pauses would add up to more than the run).
+/// they do not overlap) plus its own CPU time, at `CONFIG_HZ` 250 and 1000 (`DriverConfig::hz`,
+/// whose jiffy the pauses count in: the run is shorter at 1000). Catches a driver that lets
+/// a paused task run on at once (the pauses would add up to more than the run), or one that
+/// ignores the configured HZ.
 #[test]
 fn a_dirty_throttled_writer_sleeps_its_pauses() {
     for path in PATHS {
-        let mut c = v7_writes_in_a_2mib_memcg(path, true);
-        c.max_ios = Some(512);
-        let hz = u64::from(bio_core::KernelConfig::default().hz);
-        let r = run(c).expect("the run completes");
-        let s = &r.stats;
         let what = path_name(path);
-        assert!(s.dirty_throttled > 10, "{what}: {s:?}");
-        let paused_ns = s.dirty_paused_jiffies * 1_000_000_000 / hz;
-        let task_ns = r.cpu_time[0].task_ns;
+        let mut paused = Vec::new();
+        for hz in [250, 1000] {
+            let mut c = v7_writes_in_a_2mib_memcg(path, true);
+            c.max_ios = Some(512);
+            c.hz = hz;
+            let r = run(c).expect("the run completes");
+            let s = &r.stats;
+            assert!(s.dirty_throttled > 10, "{what} HZ={hz}: {s:?}");
+            let paused_ns = s.dirty_paused_jiffies * 1_000_000_000 / u64::from(hz);
+            let task_ns = r.cpu_time[0].task_ns;
+            assert!(
+                r.elapsed_ns >= paused_ns + task_ns,
+                "{what} HZ={hz}: {} ns run, {paused_ns} ns paused, {task_ns} ns on the CPU",
+                r.elapsed_ns
+            );
+            paused.push(r.elapsed_ns);
+        }
         assert!(
-            r.elapsed_ns >= paused_ns + task_ns,
-            "{what}: {} ns run, {paused_ns} ns paused, {task_ns} ns on the CPU",
-            r.elapsed_ns
+            paused[1] < paused[0],
+            "{what}: shorter jiffies, shorter pauses, a shorter run: {paused:?}"
         );
     }
 }
@@ -386,6 +396,26 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
             "--cgroup v3: unknown cgroup version (known: v1, v2)",
         ),
         (vec!["--cgroup", "v2"], "--preset"),
+        (
+            vec!["--preset", "seed-writes", "--hz", "123"],
+            "--hz 123: not a CONFIG_HZ choice (known: 100, 250, 300, 1000)",
+        ),
+        (vec!["--hz", "1000"], "--preset"),
+        (
+            vec![
+                "--preset",
+                "seed-writes",
+                "--design",
+                "v7",
+                "--path",
+                "iomap",
+                "--trace",
+                "-",
+                "--hz",
+                "1000",
+            ],
+            "--trace: traces one write at the default CONFIG_HZ (without --hz)",
+        ),
         (
             vec!["--preset", "seed-writes", "--limit", "4194305"],
             "--limit: 4194305 is not a whole number of MiB",

@@ -460,6 +460,11 @@ pub struct BenchDontcacheArgs {
     /// throttle on writeback).
     #[arg(long, default_value = "v1", requires = "preset")]
     pub cgroup: String,
+    /// With --preset: the simulated kernel's CONFIG_HZ, one of Kconfig's choices (100, 250,
+    /// 300, 1000; default 250, this machine's): the jiffy that delayed works, timers and
+    /// balance_dirty_pages()'s pauses count in.
+    #[arg(long, requires = "preset")]
+    pub hz: Option<u32>,
     /// With --preset, one --design and one --path: instead of the tables, one 16 KiB
     /// pwritev2(RWF_DONTCACHE) (forced on a bdev that refuses it) until its folios are gone or
     /// left, traced in the kernel's ftrace format, written to FILE (`-`: stdout).

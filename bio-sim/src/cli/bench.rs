@@ -173,6 +173,14 @@ fn seed_preset_bench(
             return Err(format!("--cgroup {other}: unknown cgroup version (known: v1, v2)").into())
         }
     };
+    if let Some(hz) = a.hz {
+        if ![100, 250, 300, 1000].contains(&hz) {
+            return Err(
+                format!("--hz {hz}: not a CONFIG_HZ choice (known: 100, 250, 300, 1000)").into(),
+            );
+        }
+        cfg.hz = hz;
+    }
     if let Some(l) = &a.limit {
         let bytes = parse_size(l).map_err(|e| format!("--limit: {e}"))?;
         if bytes < 4 << 20 {
@@ -204,6 +212,9 @@ fn seed_preset_bench(
     if let Some(out) = &a.trace {
         if cfg.cgroup_v2 {
             return Err("--trace: traces one write on cgroup v1 (without --cgroup v2)".into());
+        }
+        if a.hz.is_some() {
+            return Err("--trace: traces one write at the default CONFIG_HZ (without --hz)".into());
         }
         let out = super::output::Output::check_with("--trace", out, &[], a.force)?;
         let (Ok([design]), Ok([path])) = (

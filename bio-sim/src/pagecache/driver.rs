@@ -96,6 +96,8 @@ pub struct DriverConfig {
     /// The memory controller on cgroup v2: the memcg is a dirty domain of its own
     /// ([`PageCacheConfig::cgroup_v2`]); `false`, cgroup v1 (this machine's).
     pub cgroup_v2: bool,
+    /// The simulated kernel's `CONFIG_HZ` ([`KernelConfig::hz`]; default 250).
+    pub hz: u32,
 }
 
 impl std::fmt::Debug for DriverConfig {
@@ -109,6 +111,7 @@ impl std::fmt::Debug for DriverConfig {
             .field("range_bytes", &self.range_bytes)
             .field("dropbehind_irq", &self.dropbehind_irq.is_some())
             .field("cgroup_v2", &self.cgroup_v2)
+            .field("hz", &self.hz)
             .finish_non_exhaustive()
     }
 }
@@ -137,6 +140,7 @@ impl DriverConfig {
             dropbehind_irq: None,
             machine_memory_bytes: DEFAULT_MACHINE_MEMORY_BYTES,
             cgroup_v2: false,
+            hz: KernelConfig::default().hz,
         }
     }
 }
@@ -289,7 +293,10 @@ impl Machine {
                 cfg.task_cpu, cfg.nr_cpus
             )));
         }
-        let kconfig = KernelConfig::default();
+        let kconfig = KernelConfig {
+            hz: cfg.hz,
+            ..KernelConfig::default()
+        };
         let hz = u64::from(kconfig.hz);
         let kernel =
             Kernel::new(kconfig, cfg.nr_cpus).map_err(|e| DriverError::Boot(e.to_string()))?;

@@ -28,6 +28,8 @@ pub struct SeedBenchConfig {
     pub costs: PageCosts,
     /// The memcg on cgroup v2, a dirty domain of its own (`--cgroup v2`); cgroup v1 otherwise.
     pub cgroup_v2: bool,
+    /// The simulated kernel's `CONFIG_HZ` (`--hz`).
+    pub hz: u32,
 }
 
 impl SeedBenchConfig {
@@ -41,6 +43,7 @@ impl SeedBenchConfig {
             limit_bytes: preset.limit_bytes,
             costs: PageCosts::MEASURED,
             cgroup_v2: false,
+            hz: bio_core::KernelConfig::default().hz,
         }
     }
 }
@@ -146,6 +149,7 @@ pub(super) fn driver_config(
     c.duration_ns = cfg.seconds * 1_000_000_000;
     c.costs = cfg.costs;
     c.cgroup_v2 = cfg.cgroup_v2;
+    c.hz = cfg.hz;
     c
 }
 
@@ -203,6 +207,9 @@ impl std::fmt::Display for SeedBenchReport {
                 out,
                 "memcg on cgroup v2: a dirty domain of its own (20% / 10% of its available memory)"
             );
+        }
+        if cfg.hz != bio_core::KernelConfig::default().hz {
+            let _ = writeln!(out, "CONFIG_HZ={}", cfg.hz);
         }
         let _ = writeln!(out, "per-page costs:");
         for (name, ns) in cfg.costs.fields() {

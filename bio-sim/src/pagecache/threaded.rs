@@ -513,8 +513,12 @@ impl Machine {
                     .into(),
             ));
         }
-        let kernel = Kernel::new(KernelConfig::default(), cfg.nr_cpus)
-            .map_err(|e| DriverError::Boot(e.to_string()))?;
+        let kconfig = KernelConfig {
+            hz: cfg.hz,
+            ..KernelConfig::default()
+        };
+        let kernel =
+            Kernel::new(kconfig, cfg.nr_cpus).map_err(|e| DriverError::Boot(e.to_string()))?;
         let deferred = Arc::new(DeferCount::default());
         let observer: Arc<dyn BatcherObserver> = deferred.clone();
         bio_complete_init(&kernel, cfg.design.boot_variant(), Some(observer))

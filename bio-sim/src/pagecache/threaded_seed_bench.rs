@@ -229,6 +229,9 @@ impl std::fmt::Display for ThreadedSeedReport {
                 "memcg on cgroup v2: a dirty domain of its own (20% / 10% of its available memory)"
             );
         }
+        if cfg.hz != bio_core::KernelConfig::default().hz {
+            let _ = writeln!(out, "CONFIG_HZ={}", cfg.hz);
+        }
         let _ = writeln!(out, "host: {} at the start", self.host);
         for r in &self.rows {
             let _ = writeln!(out);
