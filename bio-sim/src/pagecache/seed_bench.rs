@@ -48,6 +48,20 @@ impl SeedBenchConfig {
     }
 }
 
+/// The report's lines for what differs from the default kernel: the memcg on cgroup v2 and a
+/// `CONFIG_HZ` other than 250 (none on the default run, whose output the docs quote).
+pub(super) fn kernel_config_lines(cfg: &SeedBenchConfig, out: &mut String) {
+    if cfg.cgroup_v2 {
+        let _ = writeln!(
+            out,
+            "memcg on cgroup v2: a dirty domain of its own (20% / 10% of its available memory)"
+        );
+    }
+    if cfg.hz != bio_core::KernelConfig::default().hz {
+        let _ = writeln!(out, "CONFIG_HZ={}", cfg.hz);
+    }
+}
+
 /// The name the CLI and the tables use for `d` ([`DontcacheDesign::name`]).
 pub fn design_name(d: &DontcacheDesign) -> String {
     d.name().to_owned()
@@ -202,15 +216,7 @@ impl std::fmt::Display for SeedBenchReport {
             mib(cfg.limit_bytes),
             cfg.seconds
         );
-        if cfg.cgroup_v2 {
-            let _ = writeln!(
-                out,
-                "memcg on cgroup v2: a dirty domain of its own (20% / 10% of its available memory)"
-            );
-        }
-        if cfg.hz != bio_core::KernelConfig::default().hz {
-            let _ = writeln!(out, "CONFIG_HZ={}", cfg.hz);
-        }
+        kernel_config_lines(cfg, &mut out);
         let _ = writeln!(out, "per-page costs:");
         for (name, ns) in cfg.costs.fields() {
             let _ = writeln!(out, "  {name:<20} {ns:>7.0} ns");

@@ -7,8 +7,8 @@
 use super::driver::{DriverError, RunResult};
 use super::dropbehind_oracle::{check_dontcache_run, Verdict};
 use super::seed_bench::{
-    design_name, driver_config, mib, path_name, row_text, summary_text, syscall_name, DesignRow,
-    SeedBenchConfig,
+    design_name, driver_config, kernel_config_lines, mib, path_name, row_text, summary_text,
+    syscall_name, DesignRow, SeedBenchConfig,
 };
 use super::seed_presets::Workload;
 use super::threaded::{run_threaded, NullBlkDevice, ThreadedRun};
@@ -223,15 +223,7 @@ impl std::fmt::Display for ThreadedSeedReport {
             self.device.irqmode.nr(),
             self.device.irqmode.name()
         );
-        if cfg.cgroup_v2 {
-            let _ = writeln!(
-                out,
-                "memcg on cgroup v2: a dirty domain of its own (20% / 10% of its available memory)"
-            );
-        }
-        if cfg.hz != bio_core::KernelConfig::default().hz {
-            let _ = writeln!(out, "CONFIG_HZ={}", cfg.hz);
-        }
+        kernel_config_lines(cfg, &mut out);
         let _ = writeln!(out, "host: {} at the start", self.host);
         for r in &self.rows {
             let _ = writeln!(out);
