@@ -163,12 +163,19 @@ fn the_calibration_measures_every_cost_it_prints() {
         rounds: 2,
         limit: 16 << 20,
         reclaim: false, // the live part is bio-sim/tests/dontcache_live.rs's (opt-in)
+        // Not waiting for the host's discard: reported_touch_ns is then ~0; the plumbing only.
+        reporting_wait: std::time::Duration::ZERO,
     })
     .unwrap();
     for (name, v) in &c.rounds {
         match *name {
             "irq_ns" | "reclaim_evict_ns" | "reclaim_scan_ns" => {
                 assert!(v.is_empty(), "{name} is not measured here: {v:?}")
+            }
+            // A difference of two reads, unclamped: about 0 without waiting for the host.
+            "reported_touch_ns" => {
+                assert_eq!(v.len(), 2, "{name}: one value per round");
+                assert!(v.iter().all(|x| x.is_finite()), "{name}: {v:?}");
             }
             _ => {
                 assert_eq!(v.len(), 2, "{name}: one value per round");
@@ -207,6 +214,8 @@ fn the_calibration_measures_every_cost_it_prints() {
         rounds: 1,
         limit: 16 << 20,
         reclaim: false,
+        // Not waiting for the host: the figure is ~0, and this checks the plumbing only.
+        reporting_wait: std::time::Duration::ZERO,
     })
     .unwrap_err();
     assert!(e.to_string().contains("at least 4M"), "{e}");

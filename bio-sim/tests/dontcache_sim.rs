@@ -358,6 +358,43 @@ fn the_threaded_bench_prints_the_seed_tables() {
     assert!(!out.contains("per-page costs"), "{out}");
 }
 
+/// A read of four times the limit on a VM guest with free page reporting: each page allocated
+/// from memory the host took back costs `reported_touch_ns` on the reading CPU. Normal reads pay
+/// it for the whole limit (the memory they fill), DONTCACHE reads only for their peak; the run's
+/// time grows by exactly that, and nothing else changes. Catches a driver that does not price the
+/// host faults, prices them without reporting, or charges them to another CPU.
+#[test]
+fn with_page_reporting_a_read_pays_a_host_fault_per_page_it_takes_from_the_host() {
+    let design = DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7);
+    for dontcache in [false, true] {
+        let go = |order: Option<u32>| {
+            let mut c = small(design, WritebackPath::Iomap, Workload::Reads, 8 << 20);
+            c.limit_bytes = Some(2 << 20);
+            c.dontcache = dontcache;
+            c.max_ios = Some(128);
+            c.page_reporting_order = order;
+            run(c).expect("the run completes")
+        };
+        let (plain, vm) = (go(None), go(Some(4)));
+        let what = format!("dontcache={dontcache}: {:?}", vm.page_reporting);
+        assert_eq!(plain.stats.reported_pages_allocated, 0, "{what}");
+        let faults = vm.stats.reported_pages_allocated;
+        let want = if dontcache { vm.peak_cached } else { 512 };
+        assert_eq!(faults, want, "{what}");
+        assert!(faults > 0 && (!dontcache || faults < 128), "{what}");
+        // Only the price differs: the same I/O, the task's CPU longer by the faults.
+        assert_eq!((vm.bytes, vm.ios), (plain.bytes, plain.ios), "{what}");
+        let cost = bio_sim::perf::dontcache_costs::PageCosts::MEASURED.reported_touch_ns;
+        let extra = vm.cpu_time[0].task_ns - plain.cpu_time[0].task_ns;
+        assert!(
+            (extra as f64 - faults as f64 * cost).abs() <= faults as f64,
+            "{what}: {extra} ns for {faults} faults of {cost} ns"
+        );
+        assert_eq!(vm.cpu_time[1], plain.cpu_time[1], "{what}");
+        assert!(vm.elapsed_ns > plain.elapsed_ns, "{what}");
+    }
+}
+
 #[test]
 fn bad_bench_input_is_exit_2_with_a_clear_message() {
     for (args, want) in [
@@ -401,6 +438,31 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
             "--hz 123: not a CONFIG_HZ choice (known: 100, 250, 300, 1000)",
         ),
         (vec!["--hz", "1000"], "--preset"),
+        (vec!["--page-reporting"], "--preset"),
+        (
+            vec![
+                "--preset",
+                "seed-reads",
+                "--runtime",
+                "threaded",
+                "--page-reporting",
+            ],
+            "--page-reporting: needs --runtime deterministic",
+        ),
+        (
+            vec![
+                "--preset",
+                "seed-writes",
+                "--design",
+                "v7",
+                "--path",
+                "iomap",
+                "--trace",
+                "-",
+                "--page-reporting",
+            ],
+            "--trace: traces one write without --page-reporting",
+        ),
         (
             vec![
                 "--preset",

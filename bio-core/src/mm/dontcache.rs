@@ -357,6 +357,12 @@ pub struct PageCacheConfig {
     /// `false` (default): cgroup v1, as this project's machine, where only the global domain
     /// throttles.
     pub cgroup_v2: bool,
+    /// The machine is a VM guest with free page reporting (mm/page_reporting.c under a
+    /// virtio-balloon, [`super::page_reporting`]) at this `page_reporting_order`; its free memory
+    /// (the memcg limit, else [`PageCacheConfig::dirtyable_pages`]) starts reported to the host,
+    /// and [`PageCacheStats::reported_pages_allocated`](super::filemap::PageCacheStats::reported_pages_allocated)
+    /// counts the pages allocated from it. `None` (default): no reporting, as on bare metal.
+    pub page_reporting_order: Option<u32>,
     /// The device under the mapping (`I_BDEV(mapping->host)`), for the flusher's own
     /// `submit_bio()`: with it, `wb_workfn()` submits the bios it builds to this driver from its
     /// kworker, as the kernel's flusher does; without it (a driver that moves bios itself, the
@@ -388,6 +394,7 @@ impl fmt::Debug for PageCacheConfig {
             .field("dirty_ratio", &self.dirty_ratio)
             .field("dirty_background_ratio", &self.dirty_background_ratio)
             .field("cgroup_v2", &self.cgroup_v2)
+            .field("page_reporting_order", &self.page_reporting_order)
             .field("bdev", &self.bdev.as_ref().map(|b| b.disk_name()))
             .finish()
     }
@@ -417,6 +424,7 @@ impl PageCacheConfig {
             dirty_ratio: 20,
             dirty_background_ratio: 10,
             cgroup_v2: false,
+            page_reporting_order: None,
             bdev: None,
         }
     }
@@ -424,6 +432,12 @@ impl PageCacheConfig {
     /// On cgroup v2 ([`PageCacheConfig::cgroup_v2`]): the memcg is a dirty domain too.
     pub fn with_cgroup_v2(mut self) -> Self {
         self.cgroup_v2 = true;
+        self
+    }
+
+    /// On a VM guest with free page reporting at `order` ([`PageCacheConfig::page_reporting_order`]).
+    pub fn with_page_reporting(mut self, order: u32) -> Self {
+        self.page_reporting_order = Some(order);
         self
     }
 

@@ -31,6 +31,7 @@ use super::folio::Folio;
 pub use super::folio::FolioFlags;
 use super::gfp::GfpFlags;
 use super::memcontrol::MemCgroup;
+use super::page_reporting::FreePageReporting;
 use super::readahead::FileRaState;
 use super::swap::Lru;
 use crate::block::Bio;
@@ -196,6 +197,10 @@ pub struct PageCacheStats {
     pub dirty_throttled: u64,
     /// The jiffies of those pauses (`io_schedule_timeout(pause)`), summed.
     pub dirty_paused_jiffies: u64,
+    /// With [`PageCacheConfig::page_reporting_order`]: pages the folio allocations took from
+    /// free memory the guest had reported to the host (`PageReported` blocks and what splitting
+    /// them left), each one host fault when first touched ([`super::page_reporting`]).
+    pub reported_pages_allocated: u64,
     /// Times cgroup v1 reclaim made the charging task wait for writeback:
     /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` after a batch that was all unqueued dirty,
     /// or `folio_wait_writeback()` on a `PG_reclaim` folio met again (case 3, only for a charge
@@ -312,6 +317,7 @@ impl PageCacheStats {
             flusher_pages,
             dirty_throttled,
             dirty_paused_jiffies,
+            reported_pages_allocated,
             reclaim_throttled,
             reclaim_skipped_busy,
             reclaim_deactivated,
@@ -371,6 +377,8 @@ pub(crate) struct Mapping {
     pub(crate) folios: BTreeMap<u64, Folio>,
     pub(crate) lru: Lru,
     pub(crate) memcg: MemCgroup,
+    /// With [`PageCacheConfig::page_reporting_order`]: the guest's free memory.
+    pub(crate) page_reporting: Option<FreePageReporting>,
     pub(crate) ra: FileRaState,
     pub(crate) stats: PageCacheStats,
     /// With [`PageCacheConfig::track_unwritten`]: the blocks whose data reached the device.
@@ -444,6 +452,9 @@ impl Mapping {
         let f = self.folios.remove(&index)?;
         self.lru.del(f.lru_seq, f.flags.active);
         self.memcg.uncharge(1);
+        if let Some(r) = self.page_reporting.as_mut() {
+            r.free_pages(1, cx.kernel().jiffies());
+        }
         if f.flags.dirty {
             self.stats.nr_dirty -= 1;
         }
@@ -578,6 +589,10 @@ impl AddressSpace {
                 folios: BTreeMap::new(),
                 lru: Lru::default(),
                 memcg: MemCgroup::new(config.limit_pages),
+                page_reporting: config.page_reporting_order.map(|order| {
+                    let free = config.limit_pages.unwrap_or(config.dirtyable_pages);
+                    FreePageReporting::idle(free, order, u64::from(kernel.config().hz))
+                }),
                 ra: FileRaState::new(config.ra_pages),
                 stats: PageCacheStats::default(),
                 written: config.track_unwritten.then(BTreeSet::new),
@@ -1203,6 +1218,17 @@ impl AddressSpace {
     /// The counters, with the gauges filled in.
     pub fn stats(&self) -> PageCacheStats {
         self.inner.lock().snapshot()
+    }
+
+    /// With [`PageCacheConfig::page_reporting_order`]: the guest's free memory as free page
+    /// reporting sees it now.
+    /// The worker's passes due by now have run.
+    pub fn page_reporting(&self) -> Option<FreePageReporting> {
+        let now = self.kernel.jiffies();
+        let mut m = self.inner.lock();
+        let r = m.page_reporting.as_mut()?;
+        r.advance(now);
+        Some(r.clone())
     }
 
     /// The dropbehind outcome counters of the first model.

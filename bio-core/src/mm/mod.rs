@@ -10,6 +10,8 @@
 //! - [`swap`] (`mm/swap.c`): the LRU lists.
 //! - [`vmscan`] (`mm/vmscan.c`): memcg reclaim (no file pageout: it wakes the flusher).
 //! - [`memcontrol`] (`mm/memcontrol.c`): the memcg charge and limit.
+//! - [`page_reporting`] (`mm/page_reporting.c`): a VM guest's free page reporting, which makes
+//!   an allocation from memory the host discarded a host fault.
 //! - [`readahead`] (`mm/readahead.c`): the readahead window.
 //! - [`page_writeback`] (`mm/page-writeback.c`): writeback of a range, `fsync`, the dirty
 //!   limits and `balance_dirty_pages()`; the flusher is [`crate::fs::fs_writeback`].
@@ -58,6 +60,7 @@ pub mod folio;
 pub mod gfp;
 pub mod memcontrol;
 pub mod mempool;
+pub mod page_reporting;
 pub mod page_writeback;
 pub mod readahead;
 pub mod slab;

@@ -879,3 +879,71 @@ fn a_failed_writeback_bio_allocation_is_absorbed_by_the_bioset_reserve() {
         );
     }
 }
+
+/// On a VM guest with free page reporting ([`super::page_reporting`]) whose free memory starts
+/// reported, a folio allocation faults on the host only when it needs more memory than the guest
+/// ever had in use: reclaim's and the dropbehind invalidation's freed pages are allocated again
+/// first, until the reporting worker hands them to the host `2 * HZ` later. So a normal read over
+/// four times the memory pays for all of it once, a DONTCACHE read only for its peak (the
+/// readahead window and the read in flight), and memory freed and left alone pays again.
+/// Catches an allocation that prefers reported memory, a free that reports at once, and a
+/// worker that never runs.
+#[test]
+fn with_page_reporting_only_memory_the_host_took_back_faults() {
+    const LIMIT: u64 = 256;
+    let reporting = |flags: IocbFlags| {
+        let r = Rig::with(
+            DontcacheDesign::Bio(Variant::V7),
+            WritebackPath::Iomap,
+            |c| {
+                c.with_nr_pages(1024)
+                    .with_force_dontcache()
+                    .with_limit(LIMIT)
+                    .with_page_reporting(4)
+            },
+        );
+        let mut pos = 0;
+        while pos < 1024 * PAGE_SIZE {
+            assert_eq!(
+                r.pread(pos as u64, 64 * PAGE_SIZE, flags).unwrap().len(),
+                64 * PAGE_SIZE
+            );
+            pos += 64 * PAGE_SIZE;
+        }
+        r.settle();
+        r
+    };
+    let normal = reporting(NONE);
+    let s = normal.mapping.stats();
+    assert_eq!(
+        (s.peak_cached, s.reported_pages_allocated),
+        (LIMIT, LIMIT),
+        "{s:?}"
+    );
+    assert!(s.reclaim_evicted >= 1024 - LIMIT, "{s:?}");
+    let dc = reporting(DC);
+    let d = dc.mapping.stats();
+    assert!(d.peak_cached > 0 && d.peak_cached < LIMIT / 2, "{d:?}");
+    assert_eq!(d.reported_pages_allocated, d.peak_cached, "{d:?}");
+    // The free memory is the limit less the usage, split as the worker left it: nothing
+    // reported since (jiffies never moved).
+    let fr = dc.mapping.page_reporting().unwrap();
+    assert_eq!(fr.free().0 + fr.free().1, LIMIT - d.memcg_usage);
+    assert_eq!((fr.passes, fr.free().1), (0, LIMIT - d.peak_cached));
+
+    // Drop what is cached: a read at once reuses it; after the worker's 2 s it faults again.
+    for (wait, faults) in [(0, 0), (2 * 250, 1)] {
+        let r = reporting(NONE);
+        assert_eq!(r.drop_caches(), LIMIT);
+        r.kernel.advance_jiffies(wait);
+        let before = r.mapping.stats();
+        r.pread(0, 64 * PAGE_SIZE, NONE).unwrap();
+        let added = r.mapping.stats().folios_added - before.folios_added;
+        let got = r.mapping.stats().reported_pages_allocated - before.reported_pages_allocated;
+        let fr = r.mapping.page_reporting().unwrap();
+        assert_eq!(fr.passes, faults, "wait {wait}: {fr:?}");
+        // Every folio the read added came from reported memory after the wait, none before.
+        assert!(got == 0 || got == added, "wait {wait}: {got} of {added}");
+        assert_eq!(got > 0, faults == 1, "wait {wait}: {got}");
+    }
+}

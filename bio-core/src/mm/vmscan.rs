@@ -83,6 +83,9 @@ impl AddressSpace {
             None => nr,
         };
         m.memcg.charge(fits);
+        if let Some(r) = m.page_reporting.as_mut() {
+            m.stats.reported_pages_allocated += r.alloc(fits, self.kernel.jiffies());
+        }
         fits
     }
 

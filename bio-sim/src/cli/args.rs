@@ -465,6 +465,12 @@ pub struct BenchDontcacheArgs {
     /// balance_dirty_pages()'s pauses count in.
     #[arg(long, requires = "preset")]
     pub hz: Option<u32>,
+    /// With --preset: the machine is a VM guest with free page reporting (a virtio-balloon, as
+    /// this one): the cache limit's memory starts reported to the host, the reporting worker
+    /// hands what stays free 2 s to the host again, and each page allocated from reported memory
+    /// costs reported_touch_ns (its host fault). Deterministic runtime only.
+    #[arg(long, requires = "preset")]
+    pub page_reporting: bool,
     /// With --preset, one --design and one --path: instead of the tables, one 16 KiB
     /// pwritev2(RWF_DONTCACHE) (forced on a bdev that refuses it) until its folios are gone or
     /// left, traced in the kernel's ftrace format, written to FILE (`-`: stdout).

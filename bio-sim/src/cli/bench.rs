@@ -87,6 +87,7 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
             rounds: a.rounds as usize,
             limit,
             reclaim: true,
+            reporting_wait: crate::perf::dontcache_costs::PAGE_REPORTING_WAIT,
         };
         print!("{}", calibrate(&cfg)?);
         return Ok(());
@@ -194,7 +195,13 @@ fn seed_preset_bench(
         }
         cfg.limit_bytes = bytes;
     }
+    if a.page_reporting {
+        cfg.page_reporting_order = Some(bio_core::mm::page_reporting::PAGEBLOCK_ORDER);
+    }
     if threaded {
+        if a.page_reporting {
+            return Err("--page-reporting: needs --runtime deterministic (the threaded runtime's allocations are this machine's own, not priced)".into());
+        }
         if a.trace.is_some() {
             return Err("--trace: needs --runtime deterministic (the threaded runtime records no trace of a preset run)".into());
         }
@@ -215,6 +222,9 @@ fn seed_preset_bench(
         }
         if a.hz.is_some() {
             return Err("--trace: traces one write at the default CONFIG_HZ (without --hz)".into());
+        }
+        if a.page_reporting {
+            return Err("--trace: traces one write without --page-reporting".into());
         }
         let out = super::output::Output::check_with("--trace", out, &[], a.force)?;
         let (Ok([design]), Ok([path])) = (

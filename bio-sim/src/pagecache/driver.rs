@@ -37,6 +37,7 @@ use bio_core::mm::dontcache::{
     DontcacheDesign, DropbehindIrq, PageCacheConfig, WritebackPath, DEFAULT_MACHINE_MEMORY_BYTES,
 };
 use bio_core::mm::filemap::{AddressSpace, Blocked, PageCacheStats};
+use bio_core::mm::page_reporting::FreePageReporting;
 use bio_core::workqueue::PoolId;
 use bio_core::{Cpu, Kernel, KernelConfig};
 use std::collections::BTreeMap;
@@ -98,6 +99,11 @@ pub struct DriverConfig {
     pub cgroup_v2: bool,
     /// The simulated kernel's `CONFIG_HZ` ([`KernelConfig::hz`]; default 250).
     pub hz: u32,
+    /// A VM guest with free page reporting at this `page_reporting_order`
+    /// ([`PageCacheConfig::page_reporting_order`]): the memcg limit's memory starts reported to
+    /// the host, and each page allocated from it costs [`PageCosts::reported_touch_ns`]. `None`
+    /// (default): no reporting.
+    pub page_reporting_order: Option<u32>,
 }
 
 impl std::fmt::Debug for DriverConfig {
@@ -112,6 +118,7 @@ impl std::fmt::Debug for DriverConfig {
             .field("dropbehind_irq", &self.dropbehind_irq.is_some())
             .field("cgroup_v2", &self.cgroup_v2)
             .field("hz", &self.hz)
+            .field("page_reporting_order", &self.page_reporting_order)
             .finish_non_exhaustive()
     }
 }
@@ -141,6 +148,7 @@ impl DriverConfig {
             machine_memory_bytes: DEFAULT_MACHINE_MEMORY_BYTES,
             cgroup_v2: false,
             hz: KernelConfig::default().hz,
+            page_reporting_order: None,
         }
     }
 }
@@ -203,6 +211,8 @@ pub struct RunResult {
     pub ftrace: Option<String>,
     /// Whether the V3 design had its `folio_end_dropbehind_irq()` hook.
     pub v3_hook: bool,
+    /// With free page reporting: the guest's free memory at the end.
+    pub page_reporting: Option<FreePageReporting>,
 }
 
 impl RunResult {
@@ -343,7 +353,8 @@ impl Machine {
             + d.scanned as f64 * c.reclaim_scan_ns
             + d.evicted as f64 * c.reclaim_evict_ns
             + d.invalidated as f64 * c.invalidate_ns
-            + d.written_back as f64 * c.writeback_submit_ns;
+            + d.written_back as f64 * c.writeback_submit_ns
+            + d.reported as f64 * c.reported_touch_ns;
         ns.round() as u64
     }
 
@@ -735,6 +746,7 @@ impl Machine {
         res.stats = stats;
         res.cpu_time = self.clocks.time.clone();
         res.v3_hook = self.cfg.dropbehind_irq.is_some();
+        res.page_reporting = self.mapping.page_reporting();
         if self.cfg.capture {
             res.trace = Some(self.rt.trace_text());
             res.ftrace = Some(crate::report::ftrace::record::write_trace(
@@ -859,6 +871,9 @@ pub(super) fn page_cache_config(cfg: &DriverConfig) -> PageCacheConfig {
     if cfg.cgroup_v2 {
         pc = pc.with_cgroup_v2();
     }
+    if let Some(order) = cfg.page_reporting_order {
+        pc = pc.with_page_reporting(order);
+    }
     if let Some(hook) = &cfg.dropbehind_irq {
         pc = pc.with_dropbehind_irq(Arc::clone(hook));
     }
@@ -879,6 +894,7 @@ mod kernel_calls {
         pub evicted: u64,
         pub invalidated: u64,
         pub written_back: u64,
+        pub reported: u64,
     }
 
     /// The block device's own mapping (`bdev->bd_mapping`) of the run's design and path, sized to
@@ -903,6 +919,7 @@ mod kernel_calls {
             evicted: d.reclaim_evicted,
             invalidated: d.dropbehind_invalidated + d.invalidated_pages,
             written_back: d.writeback_pages,
+            reported: d.reported_pages_allocated,
         }
     }
 

@@ -30,6 +30,8 @@ pub struct SeedBenchConfig {
     pub cgroup_v2: bool,
     /// The simulated kernel's `CONFIG_HZ` (`--hz`).
     pub hz: u32,
+    /// A VM guest with free page reporting at this order (`--page-reporting`).
+    pub page_reporting_order: Option<u32>,
 }
 
 impl SeedBenchConfig {
@@ -44,6 +46,7 @@ impl SeedBenchConfig {
             costs: PageCosts::MEASURED,
             cgroup_v2: false,
             hz: bio_core::KernelConfig::default().hz,
+            page_reporting_order: None,
         }
     }
 }
@@ -59,6 +62,14 @@ pub(super) fn kernel_config_lines(cfg: &SeedBenchConfig, out: &mut String) {
     }
     if cfg.hz != bio_core::KernelConfig::default().hz {
         let _ = writeln!(out, "CONFIG_HZ={}", cfg.hz);
+    }
+    if let Some(order) = cfg.page_reporting_order {
+        let _ = writeln!(
+            out,
+            "free page reporting (a VM guest, page_reporting_order {order}): the limit's {} start \
+             reported to the host; a page allocated from reported memory costs reported_touch_ns",
+            mib(cfg.limit_bytes)
+        );
     }
 }
 
@@ -164,6 +175,7 @@ pub(super) fn driver_config(
     c.costs = cfg.costs;
     c.cgroup_v2 = cfg.cgroup_v2;
     c.hz = cfg.hz;
+    c.page_reporting_order = cfg.page_reporting_order;
     c
 }
 
@@ -311,6 +323,14 @@ pub(super) fn row_text(p: &SeedPreset, r: &DesignRow, title_extra: &str) -> Stri
             s.dirty_ratelimit,
             s.avg_write_bandwidth,
             s.dropbehind_invalidated
+        );
+    }
+    if r.normal.page_reporting.is_some() {
+        let (n, d) = (&r.normal.stats, &r.dontcache.stats);
+        let _ = writeln!(
+            out,
+            "pages allocated from reported memory (host faults): normal {}, dontcache {}",
+            n.reported_pages_allocated, d.reported_pages_allocated
         );
     }
     out

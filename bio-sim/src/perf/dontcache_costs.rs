@@ -29,6 +29,13 @@
 //! - `irq_ns`: not measurable from user space; taken from the deferral benchmark
 //!   (docs/performance.md "Task-context completion"): direct completion, 14.1 M bios/s on this
 //!   machine's threaded runtime = 71 ns per `bio_endio()` → `bi_end_io` in the interrupt.
+//! - `reported_touch_ns`: on a VM guest with free page reporting (mm/page_reporting.c under a
+//!   virtio-balloon, as this machine is), what a page allocated from memory the host took back
+//!   costs more than one allocated from memory just freed: a cold `pread()` of a sparse file
+//!   (holes: zeroed folios, no disk) whose cache was dropped [`PAGE_REPORTING_WAIT`] before (the
+//!   reporting worker runs `2 * HZ` after a free, then the host discards what it reported), minus
+//!   the same read right after the drop (the allocator hands the freed pages out again). The host
+//!   page fault of the first touch; about 0 on bare metal or without reporting.
 //! - `work_handoff_ns`: a futex wake-up (`thread::unpark` → the parked thread runs), half the
 //!   round trip of a two-thread ping-pong, wall time: what queueing a work on an idle worker adds.
 
@@ -60,6 +67,9 @@ pub struct PageCosts {
     pub irq_ns: f64,
     /// Handing work to another thread (a wake-up).
     pub work_handoff_ns: f64,
+    /// Allocating a page from free memory the guest reported to the host (its host fault);
+    /// charged only with free page reporting (`--page-reporting`).
+    pub reported_touch_ns: f64,
     /// Where the figures come from.
     pub source: &'static str,
 }
@@ -69,7 +79,7 @@ impl PageCosts {
     /// (2026-12-01, medians of 7 interleaved rounds; min-max in docs/performance.md): Linux
     /// 6.18.44 on a 2-vCPU VM with 24 GiB, ext4 on virtio-blk, a disk and cores shared with other
     /// jobs. `irq_ns` is the deferral benchmark's direct completion (14.1 M bios/s), not measured
-    /// by `--calibrate`.
+    /// by `--calibrate`; `reported_touch_ns` was measured on 2026-12-04 ([`REPORTED_TOUCH_NS`]).
     pub const MEASURED: PageCosts = PageCosts {
         copy_ns: 448.0,
         alloc_add_ns: 170.0,
@@ -79,14 +89,15 @@ impl PageCosts {
         writeback_submit_ns: 811.0,
         irq_ns: 71.0,
         work_handoff_ns: 3311.0,
+        reported_touch_ns: REPORTED_TOUCH_NS,
         source:
             "measured 2026-12-01 on Linux 6.18.44 (2-vCPU VM, 24 GiB, ext4 on virtio-blk) with \
                  `biosim bench dontcache --calibrate --rounds 7 --size 512M`, medians; irq_ns from \
-                 the deferral bench",
+                 the deferral bench; reported_touch_ns measured 2026-12-04",
     };
 
     /// The fields as `(name, value)`, in declaration order.
-    pub fn fields(&self) -> [(&'static str, f64); 8] {
+    pub fn fields(&self) -> [(&'static str, f64); 9] {
         [
             ("copy_ns", self.copy_ns),
             ("alloc_add_ns", self.alloc_add_ns),
@@ -96,6 +107,7 @@ impl PageCosts {
             ("writeback_submit_ns", self.writeback_submit_ns),
             ("irq_ns", self.irq_ns),
             ("work_handoff_ns", self.work_handoff_ns),
+            ("reported_touch_ns", self.reported_touch_ns),
         ]
     }
 }
@@ -113,6 +125,9 @@ pub struct CalibrateConfig {
     pub limit: u64,
     /// Whether to measure reclaim (a child cgroup on the live kernel; root only).
     pub reclaim: bool,
+    /// How long dropped pages stay free before the `reported_touch_ns` read
+    /// ([`PAGE_REPORTING_WAIT`] from the CLI).
+    pub reporting_wait: std::time::Duration,
 }
 
 /// What `--calibrate` measured: every round's value of each cost.
@@ -145,6 +160,7 @@ impl Calibration {
             writeback_submit_ns: get("writeback_submit_ns", m.writeback_submit_ns),
             irq_ns: get("irq_ns", m.irq_ns),
             work_handoff_ns: get("work_handoff_ns", m.work_handoff_ns),
+            reported_touch_ns: get("reported_touch_ns", m.reported_touch_ns),
             source: "this run",
         }
     }
@@ -226,6 +242,7 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, BenchError> {
     let mut chunk = AlignedBuf::new(1 << 20);
     chunk.fill(0x6b);
     let mut rbuf = AlignedBuf::new(1 << 20);
+    let mut rbuf2 = AlignedBuf::new(1 << 20);
     let write_all = |flags: RwFlags| -> Result<(), BenchError> {
         let mut off = 0;
         while off < cfg.size {
@@ -246,6 +263,8 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, BenchError> {
     };
     write_all(RwFlags::empty())?;
     file.sync_data().map_err(io_err("fdatasync", &path))?;
+    // Never written: its reads are zeroed folios, so only the page allocation differs.
+    let (holes_tmp, holes) = scratch_file(&cfg.dir, "biosim-dontcache-calibrate-holes", cfg.size)?;
     let reclaim_skipped = if cfg.reclaim {
         memcg::own_memcg().err()
     } else {
@@ -259,6 +278,7 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, BenchError> {
         "invalidate_ns",
         "writeback_submit_ns",
         "work_handoff_ns",
+        "reported_touch_ns",
     ];
     let mut vals: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for _ in 0..cfg.rounds {
@@ -288,6 +308,11 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, BenchError> {
         vals[4].push(inval);
         vals[5].push((wb - copy).max(0.0));
         vals[6].push(futex_handoff_ns());
+        vals[7].push(reported_touch_round(
+            &holes,
+            &mut rbuf2,
+            cfg.reporting_wait,
+        )?);
         if reclaim_skipped.is_none() {
             let (evict, scan) = reclaim_round(&file, cfg.limit)?;
             vals[2].push(evict);
@@ -296,13 +321,62 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, BenchError> {
     }
     let mut rounds: Vec<(&'static str, Vec<f64>)> = names.iter().copied().zip(vals).collect();
     rounds.insert(6, ("irq_ns", Vec::new()));
-    drop(file);
-    drop(tmp);
+    drop((file, holes));
+    drop((tmp, holes_tmp));
     Ok(Calibration {
         config: cfg.clone(),
         rounds,
         reclaim_skipped,
     })
+}
+
+/// How long `--calibrate` leaves dropped pages free before the read that should find them
+/// reported: the live companion's wait (the worker's `PAGE_REPORTING_DELAY` of 2 s, its passes,
+/// the host's discard; 4 s measured about 60% of the 12 s figure here).
+pub const PAGE_REPORTING_WAIT: std::time::Duration = super::dontcache_live::reported::REPORTED_WAIT;
+
+/// `reported_touch_ns`, measured later than the rest (2026-12-04, the same command, median of
+/// 7 rounds, min-max 7,175-7,843, pages left free 12 s). A per-page average over the file's
+/// pages: if some had not reached the host yet, the fault itself costs more. (Runs leaving the
+/// pages free only 4 s measured 4,942, 3,038-5,721.)
+const REPORTED_TOUCH_NS: f64 = 7555.0;
+
+/// One `reported_touch_ns` measurement on the never-written `holes`: wait `wait`
+/// ([`PAGE_REPORTING_WAIT`]) for the worker passes the round's earlier drops requested, populate,
+/// drop and read at once (pages reused: well inside the 2 s before the worker can report them),
+/// then drop, wait `wait` and read (pages the host took back); the difference per page, unclamped
+/// (about 0, either sign, on a machine that does not report).
+fn reported_touch_round(
+    holes: &BackingFile,
+    buf: &mut [u8],
+    wait: std::time::Duration,
+) -> Result<f64, BenchError> {
+    let path = holes.path().to_owned();
+    let pages = holes.size() / 4096;
+    let mut read_all = || -> Result<(), BenchError> {
+        let mut off = 0;
+        while off < holes.size() {
+            holes
+                .read_exact_at(buf, off, RwFlags::empty())
+                .map_err(io_err("reading", &path))?;
+            off += buf.len() as u64;
+        }
+        Ok(())
+    };
+    let drop_cache = || {
+        holes
+            .drop_cache()
+            .map_err(io_err("POSIX_FADV_DONTNEED", &path))
+    };
+    std::thread::sleep(wait);
+    read_all()?;
+    drop_cache()?;
+    let reused = per_page(pages, &mut read_all)?;
+    drop_cache()?;
+    std::thread::sleep(wait);
+    let reported = per_page(pages, &mut read_all)?;
+    drop_cache()?;
+    Ok(reported - reused)
 }
 
 /// One reclaim measurement: a child reads 2x `limit` from a cold cache into a cgroup whose limit

@@ -17,6 +17,7 @@
 
 pub mod bdev;
 pub mod memcg;
+pub mod reported;
 pub mod seed;
 pub mod xfs;
 
@@ -26,6 +27,7 @@ use bdev::{errno_name, parse_errno, BdevProbe};
 use bio_core::mm::dontcache::{DontcacheDesign, WritebackPath};
 use bio_core::mm::filemap::{IocbFlags, PAGE_SIZE};
 use bio_core::mm::testing::Rig;
+use reported::ReportedReads;
 use seed::{Leg, SeedRun};
 use serde_json::{json, Value};
 use std::fmt;
@@ -101,6 +103,9 @@ pub struct LiveReport {
     pub fs: Vec<Part<FsRows>>,
     /// The seed experiments.
     pub seed: Vec<Part<SeedRun>>,
+    /// The read experiment from memory the host took back ([`reported`]); `None` in a recording
+    /// made before it existed.
+    pub reported: Option<Part<ReportedReads>>,
 }
 
 /// Why 6.18 leaves what it leaves after a write + `fdatasync()`: the completion context of each
@@ -260,6 +265,12 @@ pub fn live_run(cfg: &LiveConfig) -> Result<LiveReport, BenchError> {
         }
         Err(why) => seed.push(Part::Skipped(format!("seed experiment: {why}"))),
     }
+    let reported = Some(
+        match reported::reported_reads(&cfg.dir, "ext4", cfg.seconds) {
+            Ok(r) => Part::Done(r),
+            Err(why) => Part::Skipped(format!("reads from reported memory: {why}")),
+        },
+    );
     let xfs_ok = root
         .clone()
         .map_or_else(xfs::mkfs_available, |w| Err(format!("{w} (mkfs, mount)")));
@@ -289,6 +300,7 @@ pub fn live_run(cfg: &LiveConfig) -> Result<LiveReport, BenchError> {
         bdev,
         fs,
         seed,
+        reported,
     })
 }
 
@@ -330,6 +342,26 @@ fn write_leg_table(f: &mut fmt::Formatter<'_>, r: &SeedRun) -> fmt::Result {
         mib(r.limit),
         mib(r.range)
     )?;
+    write_legs(f, r, true)
+}
+
+/// The reads from reported memory: the table, the legs, and how the guest reports.
+fn write_reported(f: &mut fmt::Formatter<'_>, r: &ReportedReads) -> fmt::Result {
+    writeln!(
+        f,
+        "===== {} ({} holes, no memcg, range {} MiB, pages free {} s before each leg) =====",
+        r.run.op.to_uppercase(),
+        r.run.fs,
+        mib(r.run.range),
+        r.wait_secs
+    )?;
+    write_legs(f, &r.run, false)?;
+    writeln!(f, "  free page reporting: {}", r.reporting)
+}
+
+/// The per-second table of `r` and its legs' lines (`memcg`: with the cgroup's peak and
+/// limit hits).
+fn write_legs(f: &mut fmt::Formatter<'_>, r: &SeedRun, memcg: bool) -> fmt::Result {
     writeln!(f, " sec   normal MB/s  dontcache MB/s")?;
     writeln!(f, "----  ------------  --------------")?;
     let n = r.normal.per_sec.len().max(r.dontcache.per_sec.len());
@@ -353,13 +385,20 @@ fn write_leg_table(f: &mut fmt::Formatter<'_>, r: &SeedRun) -> fmt::Result {
         r.ratio()
     )?;
     let leg = |l: &Leg| {
-        format!(
-            "{:.0} ns sys/page, peak {} MiB, limit hit {}x, {} pages cached after",
-            l.sys_ns_per_page,
-            mib(l.peak_bytes),
-            l.failcnt,
-            l.cached_after
-        )
+        if memcg {
+            format!(
+                "{:.0} ns sys/page, peak {} MiB, limit hit {}x, {} pages cached after",
+                l.sys_ns_per_page,
+                mib(l.peak_bytes),
+                l.failcnt,
+                l.cached_after
+            )
+        } else {
+            format!(
+                "{:.0} ns sys/page, {} pages read, {} pages cached after",
+                l.sys_ns_per_page, l.pages, l.cached_after
+            )
+        }
     };
     writeln!(f, "  normal:    {}", leg(&r.normal))?;
     writeln!(f, "  dontcache: {}", leg(&r.dontcache))?;
@@ -434,6 +473,11 @@ impl fmt::Display for LiveReport {
                 Part::Skipped(why) => writeln!(f, "skipped: {why}")?,
             }
         }
+        match &self.reported {
+            Some(Part::Done(r)) => write_reported(f, r)?,
+            Some(Part::Skipped(why)) => writeln!(f, "skipped: {why}")?,
+            None => {}
+        }
         Ok(())
     }
 }
@@ -460,6 +504,13 @@ fn leg_json(l: &Leg) -> Value {
     })
 }
 
+fn seed_json(r: &SeedRun) -> Value {
+    json!({
+        "fs": r.fs, "op": r.op, "limit": r.limit, "range": r.range,
+        "normal": leg_json(&r.normal), "dontcache": leg_json(&r.dontcache),
+    })
+}
+
 impl LiveReport {
     /// The recording: every figure the report prints.
     pub fn to_json(&self) -> Value {
@@ -478,10 +529,10 @@ impl LiveReport {
                     "mode": x.mode, "holes": x.holes, "mbps": x.mbps, "cached": x.cached,
                 })).collect::<Vec<_>>(),
             }))).collect::<Vec<_>>(),
-            "seed": self.seed.iter().map(|p| part_json(p, |r| json!({
-                "fs": r.fs, "op": r.op, "limit": r.limit, "range": r.range,
-                "normal": leg_json(&r.normal), "dontcache": leg_json(&r.dontcache),
-            }))).collect::<Vec<_>>(),
+            "seed": self.seed.iter().map(|p| part_json(p, seed_json)).collect::<Vec<_>>(),
+            "reported": self.reported.as_ref().map(|p| part_json(p, |r| json!({
+                "reporting": r.reporting, "wait_secs": r.wait_secs, "run": seed_json(&r.run),
+            }))),
         })
     }
 
@@ -535,6 +586,16 @@ impl LiveReport {
         let sub = |v: &Value, k: &str| -> Result<Value, String> {
             v.get(k).cloned().ok_or_else(|| format!("`{k}`: missing"))
         };
+        let seed_run = |r: &Value| -> Result<SeedRun, String> {
+            Ok(SeedRun {
+                fs: s(r, "fs")?,
+                op: s(r, "op")?,
+                limit: u(r, "limit")?,
+                range: u(r, "range")?,
+                normal: leg(&sub(r, "normal")?)?,
+                dontcache: leg(&sub(r, "dontcache")?)?,
+            })
+        };
         Ok(LiveReport {
             kernel: s(v, "kernel")?,
             machine: s(v, "machine")?,
@@ -574,19 +635,18 @@ impl LiveReport {
                 .collect::<Result<_, _>>()?,
             seed: arr(v, "seed")?
                 .iter()
-                .map(|p| {
-                    part(p, |r| {
-                        Ok(SeedRun {
-                            fs: s(r, "fs")?,
-                            op: s(r, "op")?,
-                            limit: u(r, "limit")?,
-                            range: u(r, "range")?,
-                            normal: leg(&sub(r, "normal")?)?,
-                            dontcache: leg(&sub(r, "dontcache")?)?,
-                        })
-                    })
-                })
+                .map(|p| part(p, seed_run))
                 .collect::<Result<_, _>>()?,
+            reported: match v.get("reported") {
+                None | Some(Value::Null) => None,
+                Some(p) => Some(part(p, |r| {
+                    Ok(ReportedReads {
+                        reporting: s(r, "reporting")?,
+                        wait_secs: u(r, "wait_secs")?,
+                        run: seed_run(&sub(r, "run")?)?,
+                    })
+                })?),
+            },
         })
     }
 

@@ -34,6 +34,24 @@ pub struct Leg {
 }
 
 impl Leg {
+    /// The leg a child's job measured, with its cgroup's peak and limit hits and what stayed
+    /// cached.
+    pub(super) fn of_job(r: &JobResult, peak_bytes: u64, failcnt: u64, cached_after: u64) -> Leg {
+        let pages = r.bytes / 4096;
+        Leg {
+            per_sec: r.per_sec.iter().map(|&b| b as f64 / 1e6).collect(),
+            pages,
+            sys_ns_per_page: if pages > 0 {
+                r.stime_ns as f64 / pages as f64
+            } else {
+                0.0
+            },
+            peak_bytes,
+            failcnt,
+            cached_after,
+        }
+    }
+
     /// The mean of the per-second MB/s.
     pub fn avg(&self) -> f64 {
         if self.per_sec.is_empty() {
@@ -109,33 +127,24 @@ fn leg(
     file.drop_cache()
         .map_err(|e| format!("drop the cache of {}: {e}", file.path().display()))?;
     drop(cg);
-    let pages = r.bytes / 4096;
-    Ok(Leg {
-        per_sec: r.per_sec.iter().map(|&b| b as f64 / 1e6).collect(),
-        pages,
-        sys_ns_per_page: if pages > 0 {
-            r.stime_ns as f64 / pages as f64
-        } else {
-            0.0
-        },
-        peak_bytes,
-        failcnt,
-        cached_after,
-    })
+    Ok(Leg::of_job(&r, peak_bytes, failcnt, cached_after))
 }
 
-/// Runs the write experiment (range 4x `limit`) and the read experiment (range 2x `limit`) on a
-/// file in `dir` (`fs` names its file system), `seconds` per leg.
-pub fn seed_runs(dir: &Path, fs: &str, limit: u64, seconds: u32) -> Result<Vec<SeedRun>, String> {
-    let wrange = 4 * limit;
-    crate::dev::space::ensure_fits(dir, wrange, "seed experiment file")?;
-    let tmp = TempFile::create_in(dir, "biosim-dontcache-seed").map_err(|e| e.to_string())?;
+/// A buffered scratch file of `size` bytes in `dir`, sparse (`ftruncate()`: no block allocated),
+/// removed on drop, error and signal; refused if its file system (`fs`) refuses `RWF_DONTCACHE`.
+pub(super) fn dontcache_file(
+    dir: &Path,
+    prefix: &str,
+    size: u64,
+    fs: &str,
+) -> Result<(TempFile, BackingFile), String> {
+    let tmp = TempFile::create_in(dir, prefix).map_err(|e| e.to_string())?;
     let file = BackingFile::open(
         tmp.path(),
         &OpenOptions {
             direct: false,
             read_only: false,
-            create_size: Some(wrange),
+            create_size: Some(size),
         },
     )
     .map_err(|e| e.to_string())?;
@@ -145,6 +154,15 @@ pub fn seed_runs(dir: &Path, fs: &str, limit: u64, seconds: u32) -> Result<Vec<S
             tmp.path().display()
         ));
     }
+    Ok((tmp, file))
+}
+
+/// Runs the write experiment (range 4x `limit`) and the read experiment (range 2x `limit`) on a
+/// file in `dir` (`fs` names its file system), `seconds` per leg.
+pub fn seed_runs(dir: &Path, fs: &str, limit: u64, seconds: u32) -> Result<Vec<SeedRun>, String> {
+    let wrange = 4 * limit;
+    crate::dev::space::ensure_fits(dir, wrange, "seed experiment file")?;
+    let (tmp, file) = dontcache_file(dir, "biosim-dontcache-seed", wrange, fs)?;
     // Allocate and write every block once, so the legs overwrite (as on a block device).
     let mut chunk = AlignedBuf::new(1 << 20);
     chunk.fill(0xa5);
