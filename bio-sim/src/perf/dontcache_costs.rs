@@ -332,7 +332,7 @@ pub fn calibrate(cfg: &CalibrateConfig) -> Result<Calibration, BenchError> {
 
 /// How long `--calibrate` leaves dropped pages free before the read that should find them
 /// reported: the live companion's wait (the worker's `PAGE_REPORTING_DELAY` of 2 s, its passes,
-/// the host's discard; 4 s measured about 60% of the 12 s figure here).
+/// the host's discard; 4 s measured about 65% of the 12 s figure here).
 pub const PAGE_REPORTING_WAIT: std::time::Duration = super::dontcache_live::reported::REPORTED_WAIT;
 
 /// `reported_touch_ns`, measured later than the rest (2026-12-04, the same command, median of
