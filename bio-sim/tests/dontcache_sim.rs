@@ -106,6 +106,51 @@ fn v7_writes_in_a_2mib_memcg(path: WritebackPath, v2: bool) -> DriverConfig {
     c
 }
 
+/// On cgroup v2 the dirty throttling is traced where the kernel traces it: the captured
+/// ftrace-format trace has a `writeback:balance_dirty_pages` line before every pause (and one for
+/// each pause too short to sleep), each matching the live kernel's `print fmt`
+/// (tests/data/tracefs-6.18/formats/balance_dirty_pages.format), and their `pause=` (ms) add up
+/// to the jiffies paused. Catches a pause without its line, a line in another format, and a pause
+/// printed in jiffies.
+#[test]
+fn on_cgroup_v2_each_pause_is_a_balance_dirty_pages_line_in_the_kernels_format() {
+    use bio_sim::report::ftrace::{check_trace, parse_trace, EventFormat};
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tracefs-6.18/formats");
+    let formats: Vec<EventFormat> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| EventFormat::read(&e.unwrap().path()).unwrap())
+        .collect();
+    assert!(formats.iter().any(|f| f.name == "balance_dirty_pages"));
+    let mut c = v7_writes_in_a_2mib_memcg(WritebackPath::Iomap, true);
+    c.capture = true;
+    c.max_ios = Some(256);
+    let r = run(c).expect("the run completes");
+    let text = r.ftrace.expect("captured");
+    let bad = check_trace(&text, &formats, &["lock_acquire", "lock_release"], &[]);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    let pauses: Vec<i64> = parse_trace(&text)
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.event == "balance_dirty_pages")
+        .map(|l| {
+            let w = l
+                .fields
+                .split_whitespace()
+                .find(|w| w.starts_with("pause="))
+                .unwrap();
+            w["pause=".len()..].parse().unwrap()
+        })
+        .collect();
+    let s = &r.stats;
+    assert!(s.dirty_throttled > 0, "{s:?}");
+    let slept: Vec<&i64> = pauses.iter().filter(|p| **p > 0).collect();
+    assert_eq!(slept.len() as u64, s.dirty_throttled, "{pauses:?}");
+    let hz = u64::from(bio_core::KernelConfig::default().hz);
+    let ms: i64 = slept.iter().copied().sum();
+    assert_eq!(ms as u64, s.dirty_paused_jiffies * 1000 / hz, "{pauses:?}");
+}
+
 /// `--cgroup v2` through the driver: normal writes over a 2 MiB memcg are paused past the
 /// memcg's freerun ceiling (15% of it), which cgroup v1 never does (its global limits are 20% of
 /// 24 GiB), reclaim then finds only clean folios, and the data is intact either way.

@@ -110,6 +110,9 @@ pub(crate) struct BdiWriteback {
     /// `pages_dirtied` of a `balance_dirty_pages()` loop that paused at the limit
     /// (`task_ratelimit == 0`) and goes round again after the pause.
     pub(crate) bdp_looping: Option<u64>,
+    /// `start_time` of the `balance_dirty_pages()` call in progress (jiffies at its entry; kept
+    /// across the limit loop's rounds): `balance_dirty_pages`'s `paused`.
+    pub(crate) bdp_start_time: u64,
     /// `wb->dirty_exceeded`: the dirtier polls every 8 pages while it is set.
     pub(crate) dirty_exceeded: bool,
     /// The bandwidth estimator's state ([`crate::mm::page_writeback`]).
@@ -175,6 +178,7 @@ impl Default for BdiWriteback {
             nr_dirtied_pause: crate::mm::dirty_ratelimit::DIRTY_POLL_THRESH,
             dirty_paused_when: None,
             bdp_looping: None,
+            bdp_start_time: 0,
             dirty_exceeded: false,
             bw: WbBandwidth::default(),
         }

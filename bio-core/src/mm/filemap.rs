@@ -874,7 +874,7 @@ impl AddressSpace {
             // balance_dirty_pages_ratelimited() after the previous folio (checked here, before
             // the next one, so that a pause after a syscall's last folio is kept for the next
             // call rather than lost).
-            if let Some(pause) = self.balance_dirty_pages_ratelimited(&mut m) {
+            if let Some(pause) = self.balance_dirty_pages_ratelimited(&mut m, cx) {
                 p.blocked = Some(Blocked::DirtyThrottle { pause });
                 break;
             }

@@ -39,8 +39,10 @@
 //! backstop is left out (`ratelimit_pages`, `dirty_thresh / (num_online_cpus() * 32)` pages:
 //! 19,660 on the model's 24 GiB machine with 2 CPUs, forces a check once a CPU dirtied that
 //! many; it would fire before `nr_dirtied_pause` only above about 10 GB/s of `dirty_ratelimit`
-//! with 2 CPUs, since `wb_min_pause()` sets about 10 ms of it); no `balance_dirty_pages`
-//! tracepoint.
+//! with 2 CPUs, since `wb_min_pause()` sets about 10 ms of it). `writeback:balance_dirty_pages`
+//! fires where the kernel fires it (a pause carried over, and before each pause) with the live
+//! 6.18 format's fields (`BdpTrace`); its `bdi` is the device's `MAJOR:MINOR` and its
+//! `cgroup_ino` the root cgroup's (1): the model's one wb is the root's.
 //!
 //! **The write-bandwidth estimator** (`wb->write_bandwidth`, `wb->avg_write_bandwidth`, which
 //! `writeback_chunk_size()` reads): `do_writepages()` calls [`AddressSpace::wb_bandwidth_estimate_start`]
@@ -71,7 +73,7 @@ use super::dirty_ratelimit::{
     dirty_poll_interval, wb_max_pause, wb_min_pause, wb_position_ratio, wb_stat_error,
     wb_update_dirty_ratelimit, DirtyThrottleControl, RATELIMIT_CALC_SHIFT,
 };
-use super::dontcache::WritebackPath;
+use super::dontcache::{PageCacheConfig, WritebackPath};
 use super::filemap::{AddressSpace, Blocked, Mapping, SyncProgress, PAGE_SIZE};
 use crate::block::Bio;
 use crate::errno::Errno;
@@ -165,6 +167,74 @@ pub fn mdtc_calc_avail(
     filepages + headroom.min(other_clean)
 }
 
+/// What `trace_balance_dirty_pages()` is given (include/trace/events/writeback.h, 6.18:
+/// `TP_PROTO(wb, sdtc, dirty_ratelimit, task_ratelimit, dirtied, period, pause, start_time)`,
+/// with `current`'s `nr_dirtied_pause` and `dirty_paused_when` as they are before the pause).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BdpTrace<'a> {
+    pub(crate) dtc: &'a DirtyThrottleControl,
+    pub(crate) dirty_ratelimit: u64,
+    pub(crate) task_ratelimit: u64,
+    pub(crate) dirtied: u64,
+    pub(crate) dirtied_pause: u64,
+    pub(crate) dirty_paused_when: Option<u64>,
+    pub(crate) period: u64,
+    pub(crate) pause: i64,
+    pub(crate) start_time: u64,
+    pub(crate) jiffies: u64,
+    pub(crate) hz: u64,
+}
+
+impl BdpTrace<'_> {
+    /// The event's fields as its `print fmt` prints them, computed as `TP_fast_assign()` does:
+    /// `setpoint = (limit + freerun) / 2`, `wb_setpoint = setpoint * wb_thresh / (thresh + 1)`,
+    /// the rate limits in KB/s (`KBps()`: pages << 2), times in ms (`* 1000 / HZ`), `think` 0
+    /// while `dirty_paused_when` was never set. `bdi` is the device's `MAJOR:MINOR`; `cgroup_ino`
+    /// is the root cgroup's, 1: the model has one wb, the root's (no cgroup writeback).
+    pub(crate) fn fields(&self, dev: (u32, u32)) -> String {
+        let d = self.dtc;
+        let setpoint = (d.limit + d.freerun()) / 2;
+        let wb_setpoint = setpoint * d.wb_thresh / (d.thresh + 1);
+        let ms = |j: i64| j * 1000 / self.hz as i64;
+        let think = self
+            .dirty_paused_when
+            .map_or(0, |w| ms(self.jiffies as i64 - w as i64));
+        format!(
+            "bdi {}:{}: limit={} setpoint={} dirty={} wb_setpoint={} wb_dirty={} \
+             dirty_ratelimit={} task_ratelimit={} dirtied={} dirtied_pause={} paused={} pause={} \
+             period={} think={} cgroup_ino={}",
+            dev.0,
+            dev.1,
+            d.limit,
+            setpoint,
+            d.dirty,
+            wb_setpoint,
+            d.wb_dirty,
+            self.dirty_ratelimit << 2,
+            self.task_ratelimit << 2,
+            self.dirtied,
+            self.dirtied_pause,
+            ms((self.jiffies - self.start_time) as i64),
+            ms(self.pause),
+            ms(self.period as i64),
+            think,
+            1
+        )
+    }
+}
+
+/// `trace_balance_dirty_pages()` (writeback:balance_dirty_pages), fired where the kernel fires
+/// it: when a pause too short to sleep is carried over, and before each pause.
+fn trace_balance_dirty_pages(cx: &Cpu, cfg: &PageCacheConfig, t: &BdpTrace<'_>) {
+    crate::ktrace!(
+        cx,
+        target: "writeback",
+        "balance_dirty_pages",
+        "{}",
+        t.fields(cfg.dev)
+    );
+}
+
 impl AddressSpace {
     /// `domain_dirty_limits()` of the global domain: `dirty_ratio` and `dirty_background_ratio`
     /// percent of `global_dirtyable_memory()` (the configured machine's memory; the kernel
@@ -191,9 +261,9 @@ impl AddressSpace {
     /// from clean to dirty since its last check (at most 8 while `wb->dirty_exceeded`), or while
     /// a loop paused at the limit goes on, `balance_dirty_pages()`. Returns the pause in
     /// jiffies if the dirtier must sleep ([`Blocked::DirtyThrottle`]).
-    pub(crate) fn balance_dirty_pages_ratelimited(&self, m: &mut Mapping) -> Option<u64> {
+    pub(crate) fn balance_dirty_pages_ratelimited(&self, m: &mut Mapping, cx: &Cpu) -> Option<u64> {
         if let Some(pages_dirtied) = m.wb.bdp_looping {
-            return self.balance_dirty_pages(m, pages_dirtied);
+            return self.balance_dirty_pages(m, cx, pages_dirtied);
         }
         let mut ratelimit = m.wb.nr_dirtied_pause;
         if m.wb.dirty_exceeded {
@@ -202,7 +272,7 @@ impl AddressSpace {
         if m.wb.nr_dirtied < ratelimit {
             return None;
         }
-        self.balance_dirty_pages(m, m.wb.nr_dirtied)
+        self.balance_dirty_pages(m, cx, m.wb.nr_dirtied)
     }
 
     /// The memcg's dirty domain (`mdtc`) on cgroup v2, `None` on cgroup v1 or without a limit,
@@ -267,9 +337,17 @@ impl AddressSpace {
     /// `NR_FILE_DIRTY + NR_WRITEBACK` against the global domain and, on cgroup v2, the
     /// memcg's ([`Self::memcg_domain`]). Returns the pause in jiffies, or `None` when the
     /// dirtier goes on (free running, or a pause under the minimum carried over).
-    pub(crate) fn balance_dirty_pages(&self, m: &mut Mapping, pages_dirtied: u64) -> Option<u64> {
+    pub(crate) fn balance_dirty_pages(
+        &self,
+        m: &mut Mapping,
+        cx: &Cpu,
+        pages_dirtied: u64,
+    ) -> Option<u64> {
         let now = self.kernel.jiffies();
         let hz = u64::from(self.kernel.config().hz);
+        if m.wb.bdp_looping.is_none() {
+            m.wb.bdp_start_time = now;
+        }
         let l = self.domain_dirty_limits();
         let ml = self.memcg_domain(m, true);
         let nr_dirty = m.stats.nr_dirty;
@@ -324,10 +402,27 @@ impl AddressSpace {
             task_ratelimit,
             hz,
         );
+        let jiffies = now;
         let mut now = now;
-        // At the limit (task_ratelimit 0) the pause is max_pause.
-        let pause = match (hz * pages_dirtied).checked_div(task_ratelimit) {
-            None => max_pause,
+        let trace = |m: &Mapping, period: u64, pause: i64| {
+            let t = BdpTrace {
+                dtc: &sdtc,
+                dirty_ratelimit,
+                task_ratelimit,
+                dirtied: pages_dirtied,
+                dirtied_pause: m.wb.nr_dirtied_pause,
+                dirty_paused_when: m.wb.dirty_paused_when,
+                period,
+                pause,
+                start_time: m.wb.bdp_start_time,
+                jiffies,
+                hz,
+            };
+            trace_balance_dirty_pages(cx, &self.config, &t);
+        };
+        // At the limit (task_ratelimit 0) the period and the pause are max_pause.
+        let (period, pause) = match (hz * pages_dirtied).checked_div(task_ratelimit) {
+            None => (max_pause, max_pause),
             Some(period) => {
                 let mut pause = period as i64;
                 if let Some(when) = m.wb.dirty_paused_when {
@@ -336,6 +431,7 @@ impl AddressSpace {
                     }
                 }
                 if pause < min_pause as i64 {
+                    trace(m, period, pause.min(0));
                     // Too short to sleep: carried over into the next period, or (more than a
                     // second behind: a light dirtier) forgotten.
                     if pause < -(hz as i64) {
@@ -358,12 +454,13 @@ impl AddressSpace {
                 if pause > max_pause {
                     // For an occasional dropped task_ratelimit.
                     now += (pause - max_pause).min(max_pause);
-                    max_pause
+                    (period, max_pause)
                 } else {
-                    pause
+                    (period, pause)
                 }
             }
         };
+        trace(m, period, pause as i64);
 
         // io_schedule_timeout(pause), then the state the kernel sets after it.
         m.stats.dirty_throttled += 1;

@@ -480,7 +480,7 @@ fn balance_dirty_pages_pauses_for_the_rate_less_the_time_since_the_last_pause() 
     let bdp = |m: &mut Mapping, paused_when: u64, pages: u64| {
         m.wb.dirty_paused_when = Some(paused_when);
         m.wb.nr_dirtied = pages;
-        let pause = r.mapping.balance_dirty_pages(m, pages);
+        let pause = r.mapping.balance_dirty_pages(m, &r.task(), pages);
         let when = m.wb.dirty_paused_when.expect("still set");
         (pause, when, m.wb.nr_dirtied, m.wb.nr_dirtied_pause)
     };
@@ -531,7 +531,7 @@ fn balance_dirty_pages_pauses_for_the_rate_less_the_time_since_the_last_pause() 
     let expect = (hz * 1000 / task).min(max);
     assert!(expect > 2, "{task} {expect}");
     assert_eq!(
-        r.mapping.balance_dirty_pages_ratelimited(&mut m),
+        r.mapping.balance_dirty_pages_ratelimited(&mut m, &r.task()),
         Some(expect)
     );
     assert_eq!(m.wb.bdp_looping, None, "under the limit the loop ends");
@@ -569,7 +569,7 @@ fn balance_dirty_pages_polls_exceeds_exits_and_updates_as_the_kernel() {
         ),
         (1024, 128)
     );
-    assert_eq!(r.mapping.balance_dirty_pages(&mut m, 32), None);
+    assert_eq!(r.mapping.balance_dirty_pages(&mut m, &r.task(), 32), None);
     assert_eq!(m.wb.nr_dirtied_pause, 128);
     drop(m);
 
@@ -581,7 +581,7 @@ fn balance_dirty_pages_polls_exceeds_exits_and_updates_as_the_kernel() {
         m.stats.nr_dirty = dirty;
         m.wb.wakeup_pending = busy;
         let before = m.stats.flusher_wakeups;
-        assert_eq!(r.mapping.balance_dirty_pages(&mut m, 32), None);
+        assert_eq!(r.mapping.balance_dirty_pages(&mut m, &r.task(), 32), None);
         let woke = m.stats.flusher_wakeups > before;
         assert_eq!(woke, wakes, "{dirty} dirty, busy {busy}");
     }
@@ -592,7 +592,7 @@ fn balance_dirty_pages_polls_exceeds_exits_and_updates_as_the_kernel() {
     let now = r.kernel.jiffies();
     m.wb.bw.bw_time_stamp = now - 50;
     m.wb.bw.dirtied = 30_000;
-    r.mapping.balance_dirty_pages(&mut m, 32);
+    r.mapping.balance_dirty_pages(&mut m, &r.task(), 32);
     assert_eq!(
         (m.wb.bw.bw_time_stamp, m.wb.bw.dirtied_stamp),
         (now - 50, 0),
@@ -604,14 +604,23 @@ fn balance_dirty_pages_polls_exceeds_exits_and_updates_as_the_kernel() {
     // nr_dirtied_pause.
     let r = state(100_000, 20_100);
     let mut m = r.mapping.inner.lock();
-    assert!(r.mapping.balance_dirty_pages(&mut m, 32).is_some());
+    assert!(r
+        .mapping
+        .balance_dirty_pages(&mut m, &r.task(), 32)
+        .is_some());
     assert!(m.wb.dirty_exceeded);
     m.wb.bdp_looping = None;
     m.wb.nr_dirtied_pause = 200;
     m.wb.nr_dirtied = 7;
-    assert_eq!(r.mapping.balance_dirty_pages_ratelimited(&mut m), None);
+    assert_eq!(
+        r.mapping.balance_dirty_pages_ratelimited(&mut m, &r.task()),
+        None
+    );
     m.wb.nr_dirtied = 8;
-    assert!(r.mapping.balance_dirty_pages_ratelimited(&mut m).is_some());
+    assert!(r
+        .mapping
+        .balance_dirty_pages_ratelimited(&mut m, &r.task())
+        .is_some());
     drop(m);
 
     // At the limit of a 150-page memcg (30) the wb's 30 dirty pages are within the counters'
@@ -622,7 +631,9 @@ fn balance_dirty_pages_polls_exceeds_exits_and_updates_as_the_kernel() {
         let r = state(limit, thresh);
         let mut m = r.mapping.inner.lock();
         assert!(
-            r.mapping.balance_dirty_pages(&mut m, 16).is_some(),
+            r.mapping
+                .balance_dirty_pages(&mut m, &r.task(), 16)
+                .is_some(),
             "{limit}"
         );
         assert_eq!(m.wb.bdp_looping, looping, "{limit}");
@@ -657,7 +668,7 @@ fn balance_dirty_pages_polls_exceeds_exits_and_updates_as_the_kernel() {
     let m_pos = wb_position_ratio(&md, 20_000);
     wb_update_dirty_ratelimit(&md, m_pos, &mut want, 30_000, 60, hz);
     assert!(want.dirty_ratelimit < INIT_BW, "the memcg's step: {want:?}");
-    r.mapping.balance_dirty_pages(&mut m, 32);
+    r.mapping.balance_dirty_pages(&mut m, &r.task(), 32);
     assert_eq!(
         (m.wb.bw.dirty_ratelimit, m.wb.bw.balanced_dirty_ratelimit),
         (want.dirty_ratelimit, want.balanced_dirty_ratelimit)
@@ -1473,4 +1484,54 @@ fn on_cgroup_v2_reclaim_meeting_dirty_folios_does_not_throttle() {
             assert_eq!((d.reclaim_throttled, must_wait), (1, true), "{d:?}");
         }
     }
+}
+
+/// `writeback:balance_dirty_pages`'s fields as `TP_fast_assign()` computes them (6.18's
+/// include/trace/events/writeback.h), by hand: the setpoints, the rate limits in KB/s, the times
+/// in ms, `think` from the last pause's end (0 when never set, negative when it is ahead), a
+/// carried-over pause as `min(pause, 0)`. Catches a field in pages where the kernel prints KB/s,
+/// jiffies where it prints ms, or a setpoint from `thresh` instead of the hard limit.
+#[test]
+fn the_balance_dirty_pages_tracepoint_prints_the_kernels_fields() {
+    use super::dirty_ratelimit::DirtyThrottleControl;
+    use super::page_writeback::BdpTrace;
+    let dtc = DirtyThrottleControl {
+        dirty: 3000,
+        thresh: 4000,
+        bg_thresh: 2000,
+        limit: 4100,
+        wb_dirty: 2900,
+        wb_thresh: 4000,
+    };
+    let t = |when: Option<u64>, pause: i64| {
+        BdpTrace {
+            dtc: &dtc,
+            dirty_ratelimit: 25_600,
+            task_ratelimit: 12_800,
+            dirtied: 32,
+            dirtied_pause: 16,
+            dirty_paused_when: when,
+            period: 3,
+            pause,
+            start_time: 100,
+            jiffies: 110,
+            hz: 250,
+        }
+        .fields((7, 0))
+    };
+    // freerun 3000, setpoint (4100 + 3000) / 2 = 3550, wb_setpoint 3550 * 4000 / 4001 = 3549.
+    let head = "bdi 7:0: limit=4100 setpoint=3550 dirty=3000 wb_setpoint=3549 wb_dirty=2900 \
+                dirty_ratelimit=102400 task_ratelimit=51200 dirtied=32 dirtied_pause=16 paused=40";
+    assert_eq!(
+        t(Some(105), 2),
+        format!("{head} pause=8 period=12 think=20 cgroup_ino=1")
+    );
+    assert_eq!(
+        t(None, 2),
+        format!("{head} pause=8 period=12 think=0 cgroup_ino=1")
+    );
+    assert_eq!(
+        t(Some(113), -3),
+        format!("{head} pause=-12 period=12 think=-12 cgroup_ino=1")
+    );
 }

@@ -7,9 +7,9 @@
 //! - ext4 (the `--dir` file system) and a scratch [`xfs`] on a loop device: DONTCACHE writes into
 //!   holes and over written blocks, pages left cached after `fdatasync()` (`cachestat(2)`).
 //! - [`seed`]: the seed's write and read experiments under a cgroup v1 memory limit ([`memcg`]).
-//! - the live tracepoint formats of `filemap:mm_filemap_add_to_page_cache`,
-//!   `filemap:mm_filemap_delete_from_page_cache` and `writeback:writeback_dirty_folio`, read (not
-//!   enabled) from tracefs.
+//! - [`reported`]: reads of a sparse file from memory the host took back (free page reporting).
+//! - the live tracepoint formats of [`FORMAT_EVENTS`] (filemap's, `writeback_dirty_folio`,
+//!   `balance_dirty_pages`), read (not enabled) from tracefs.
 //!
 //! A run is a [`LiveReport`]; [`LiveReport::to_json`] / [`LiveReport::from_json`] make and read the
 //! committed recording (`tests/recordings/dontcache-live-6.18.json`), and `--replay FILE` prints a
@@ -34,10 +34,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The tracepoints whose live formats a run reads: `(system, event)`.
-pub const FORMAT_EVENTS: [(&str, &str); 3] = [
+pub const FORMAT_EVENTS: [(&str, &str); 4] = [
     ("filemap", "mm_filemap_add_to_page_cache"),
     ("filemap", "mm_filemap_delete_from_page_cache"),
     ("writeback", "writeback_dirty_folio"),
+    ("writeback", "balance_dirty_pages"),
 ];
 
 /// `--live`'s parameters.
