@@ -41,8 +41,10 @@
 //! many; it would fire before `nr_dirtied_pause` only above about 10 GB/s of `dirty_ratelimit`
 //! with 2 CPUs, since `wb_min_pause()` sets about 10 ms of it). `writeback:balance_dirty_pages`
 //! fires where the kernel fires it (a pause carried over, and before each pause) with the live
-//! 6.18 format's fields (`BdpTrace`); its `bdi` is the device's `MAJOR:MINOR` and its
-//! `cgroup_ino` the root cgroup's (1): the model's one wb is the root's.
+//! 6.18 format's fields (`BdpTrace`); its `bdi` is the device's `MAJOR:MINOR`. `cgroup_ino` is
+//! always 1, the root cgroup's inode: right on cgroup v1, while on cgroup v2 (the only runs that
+//! throttle) the kernel's writes come from the memcg's own wb and it prints that memcg's kernfs
+//! inode, which the model's memcg does not have (a departure).
 //!
 //! **The write-bandwidth estimator** (`wb->write_bandwidth`, `wb->avg_write_bandwidth`, which
 //! `writeback_chunk_size()` reads): `do_writepages()` calls [`AddressSpace::wb_bandwidth_estimate_start`]
@@ -190,7 +192,8 @@ impl BdpTrace<'_> {
     /// `setpoint = (limit + freerun) / 2`, `wb_setpoint = setpoint * wb_thresh / (thresh + 1)`,
     /// the rate limits in KB/s (`KBps()`: pages << 2), times in ms (`* 1000 / HZ`), `think` 0
     /// while `dirty_paused_when` was never set. `bdi` is the device's `MAJOR:MINOR`; `cgroup_ino`
-    /// is the root cgroup's, 1: the model has one wb, the root's (no cgroup writeback).
+    /// is 1, the root cgroup's inode (on cgroup v2 the kernel prints the memcg's, which the model
+    /// does not have: see the module docs).
     pub(crate) fn fields(&self, dev: (u32, u32)) -> String {
         let d = self.dtc;
         let setpoint = (d.limit + d.freerun()) / 2;

@@ -1489,8 +1489,10 @@ fn on_cgroup_v2_reclaim_meeting_dirty_folios_does_not_throttle() {
 /// `writeback:balance_dirty_pages`'s fields as `TP_fast_assign()` computes them (6.18's
 /// include/trace/events/writeback.h), by hand: the setpoints, the rate limits in KB/s, the times
 /// in ms, `think` from the last pause's end (0 when never set, negative when it is ahead), a
-/// carried-over pause as `min(pause, 0)`. Catches a field in pages where the kernel prints KB/s,
-/// jiffies where it prints ms, or a setpoint from `thresh` instead of the hard limit.
+/// negative (carried-over) pause. Catches a field in pages where the kernel prints KB/s,
+/// jiffies where it prints ms, a setpoint from `thresh` instead of the hard limit, or a wb
+/// setpoint from `thresh` instead of `wb_thresh`. (`min(pause, 0)` is the caller's: here the
+/// pause is given as the call site passes it.)
 #[test]
 fn the_balance_dirty_pages_tracepoint_prints_the_kernels_fields() {
     use super::dirty_ratelimit::DirtyThrottleControl;
@@ -1501,7 +1503,7 @@ fn the_balance_dirty_pages_tracepoint_prints_the_kernels_fields() {
         bg_thresh: 2000,
         limit: 4100,
         wb_dirty: 2900,
-        wb_thresh: 4000,
+        wb_thresh: 3000,
     };
     let t = |when: Option<u64>, pause: i64| {
         BdpTrace {
@@ -1519,8 +1521,8 @@ fn the_balance_dirty_pages_tracepoint_prints_the_kernels_fields() {
         }
         .fields((7, 0))
     };
-    // freerun 3000, setpoint (4100 + 3000) / 2 = 3550, wb_setpoint 3550 * 4000 / 4001 = 3549.
-    let head = "bdi 7:0: limit=4100 setpoint=3550 dirty=3000 wb_setpoint=3549 wb_dirty=2900 \
+    // freerun 3000, setpoint (4100 + 3000) / 2 = 3550, wb_setpoint 3550 * 3000 / 4001 = 2661.
+    let head = "bdi 7:0: limit=4100 setpoint=3550 dirty=3000 wb_setpoint=2661 wb_dirty=2900 \
                 dirty_ratelimit=102400 task_ratelimit=51200 dirtied=32 dirtied_pause=16 paused=40";
     assert_eq!(
         t(Some(105), 2),
