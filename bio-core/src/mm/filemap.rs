@@ -1221,8 +1221,7 @@ impl AddressSpace {
     }
 
     /// With [`PageCacheConfig::page_reporting_order`]: the guest's free memory as free page
-    /// reporting sees it now.
-    /// The worker's passes due by now have run.
+    /// reporting sees it now, after the worker passes due by now.
     pub fn page_reporting(&self) -> Option<FreePageReporting> {
         let now = self.kernel.jiffies();
         let mut m = self.inner.lock();

@@ -7,7 +7,7 @@
 //! block, and the guest's next touch of any of its pages faults on the host, which allocates and
 //! zeroes a host page before the vCPU goes on. This machine is such a guest (Firecracker's
 //! balloon reports, `page_reporting_order` 9), and the fault is the dearest thing a page-cache
-//! read can meet there: about 7.3 µs per 4 KiB page against 0.45 µs for its copy
+//! read can meet there: about 7.6 µs per 4 KiB page against 0.45 µs for its copy
 //! (`PageCosts::reported_touch_ns` in bio-sim, measured by `biosim bench dontcache
 //! --calibrate`). Which reads pay it depends on reuse: a page freed and allocated again before
 //! the reporting worker runs never reaches the host.
