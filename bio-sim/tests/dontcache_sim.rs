@@ -440,6 +440,66 @@ fn with_page_reporting_a_read_pays_a_host_fault_per_page_it_takes_from_the_host(
     }
 }
 
+/// Normal writes under a cgroup v1 memcg, on a device that completes a busy period all at once
+/// (Firecracker's virtio-blk, `Sync` engine), alternate: the task fills the memcg while the
+/// device idles; reclaim meets only dirty folios, wakes the flusher and throttles; the first
+/// completion, and so the task's wake-up, comes only when the flusher's whole pass is written.
+/// Their time is the task's CPU time plus the device's, where on NVMe the two overlap. DONTCACHE
+/// writes, whose requests reach an idle device one by one, run the same on both. Catches a
+/// virtio-blk device that completes each request at its own end.
+#[test]
+fn on_virtio_blk_normal_writes_wait_for_the_flushers_whole_pass() {
+    use bio_sim::pagecache::nvme_device::{Completion, NvmeModel};
+    let design = DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7);
+    let go = |completion, dontcache| {
+        let mut c = small(design, WritebackPath::Iomap, Workload::Writes, 16 << 20);
+        c.io_bytes = 1 << 20;
+        c.limit_bytes = Some(4 << 20);
+        c.dontcache = dontcache;
+        c.max_ios = Some(64);
+        c.device.completion = completion;
+        run(c).expect("the run completes")
+    };
+    for dontcache in [false, true] {
+        let (nvme, virtio) = (
+            go(Completion::PerRequest, dontcache),
+            go(Completion::WhenQueueEmpty, dontcache),
+        );
+        for r in [&nvme, &virtio] {
+            assert_eq!(
+                (r.corrupt_bytes, r.bytes),
+                (0, 64 << 20),
+                "dontcache={dontcache}"
+            );
+        }
+        if dontcache {
+            assert_eq!(virtio.elapsed_ns, nvme.elapsed_ns, "DONTCACHE never queues");
+            assert_eq!(virtio.stats.flusher_pages, 0);
+            continue;
+        }
+        let dev = NvmeModel::DEFAULT;
+        let serial = |r: &RunResult| {
+            let flushed = r.stats.flusher_pages * 4096;
+            r.cpu_time[0].task_ns as f64 + dev.transfer_ns(flushed) as f64
+        };
+        let (tn, tv) = (nvme.elapsed_ns as f64, virtio.elapsed_ns as f64);
+        assert!(
+            tv >= 0.95 * serial(&virtio),
+            "virtio-blk: {tv} ns, the task's CPU and the device's time add to {}",
+            serial(&virtio)
+        );
+        assert!(
+            tn <= 0.8 * serial(&nvme),
+            "NVMe: {tn} ns, they overlap: {}",
+            serial(&nvme)
+        );
+        assert!(
+            virtio.stats.reclaim_throttled > 0
+                && virtio.stats.reclaim_throttled < nvme.stats.reclaim_throttled
+        );
+    }
+}
+
 #[test]
 fn bad_bench_input_is_exit_2_with_a_clear_message() {
     for (args, want) in [
@@ -484,6 +544,37 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
         ),
         (vec!["--hz", "1000"], "--preset"),
         (vec!["--page-reporting"], "--preset"),
+        (vec!["--device", "virtio-blk"], "--preset"),
+        (
+            vec!["--preset", "seed-writes", "--device", "virtio"],
+            "--device: unknown device 'virtio' (known: nvme, virtio-blk)",
+        ),
+        (
+            vec![
+                "--preset",
+                "seed-writes",
+                "--runtime",
+                "threaded",
+                "--device",
+                "virtio-blk",
+            ],
+            "--device virtio-blk: needs --runtime deterministic",
+        ),
+        (
+            vec![
+                "--preset",
+                "seed-writes",
+                "--design",
+                "v7",
+                "--path",
+                "iomap",
+                "--trace",
+                "-",
+                "--device",
+                "virtio-blk",
+            ],
+            "--trace: traces one write on the nvme device (without --device)",
+        ),
         (
             vec![
                 "--preset",

@@ -198,7 +198,13 @@ fn seed_preset_bench(
     if a.page_reporting {
         cfg.page_reporting_order = Some(bio_core::mm::page_reporting::PAGEBLOCK_ORDER);
     }
+    cfg.device.completion = crate::pagecache::nvme_device::Completion::parse(&a.device)
+        .map_err(|e| format!("--device: {e}"))?;
+    let virtio = a.device != "nvme";
     if threaded {
+        if virtio {
+            return Err("--device virtio-blk: needs --runtime deterministic (the threaded runtime's device is null_blk)".into());
+        }
         if a.page_reporting {
             return Err("--page-reporting: needs --runtime deterministic (the threaded runtime's allocations are this machine's own, not priced)".into());
         }
@@ -225,6 +231,9 @@ fn seed_preset_bench(
         }
         if a.page_reporting {
             return Err("--trace: traces one write without --page-reporting".into());
+        }
+        if virtio {
+            return Err("--trace: traces one write on the nvme device (without --device)".into());
         }
         let out = super::output::Output::check_with("--trace", out, &[], a.force)?;
         let (Ok([design]), Ok([path])) = (

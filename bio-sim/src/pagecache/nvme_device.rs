@@ -16,6 +16,38 @@ use std::collections::{BTreeMap, HashMap};
 /// Bytes per sector (`SECTOR_SIZE`).
 pub const SECTOR_SIZE: u64 = 512;
 
+/// When the guest sees a request's completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// NVMe: each request's completion-queue entry is posted, and its interrupt raised, as soon
+    /// as its transfer ends.
+    PerRequest,
+    /// A virtio-blk device emulated by Firecracker's `Sync` engine (the VMM this machine runs
+    /// under): `process_queue()` pops and executes every available request, including those the
+    /// guest adds while it works, and only when the avail ring is empty advances the used ring
+    /// and triggers one interrupt. Every request of a busy period completes at its end.
+    WhenQueueEmpty,
+}
+
+impl Completion {
+    /// The `--device` name: `nvme` or `virtio-blk`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Completion::PerRequest => "nvme",
+            Completion::WhenQueueEmpty => "virtio-blk",
+        }
+    }
+
+    /// `--device NAME`.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "nvme" => Ok(Completion::PerRequest),
+            "virtio-blk" => Ok(Completion::WhenQueueEmpty),
+            _ => Err(format!("unknown device '{name}' (known: nvme, virtio-blk)")),
+        }
+    }
+}
+
 /// The device's speed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NvmeModel {
@@ -26,6 +58,8 @@ pub struct NvmeModel {
     pub latency_ns: u64,
     /// The largest request a merge builds (`max_sectors_kb`).
     pub max_request_bytes: u64,
+    /// When completions reach the guest.
+    pub completion: Completion,
 }
 
 impl NvmeModel {
@@ -34,6 +68,7 @@ impl NvmeModel {
         bandwidth: 3.2e9,
         latency_ns: 20_000,
         max_request_bytes: 512 << 10,
+        completion: Completion::PerRequest,
     };
 
     /// ns to transfer `bytes`.
@@ -130,6 +165,15 @@ impl NvmeDevice {
             .saturating_add(self.model().latency_ns)
             .max(self.busy_until);
         let done = start + self.model().transfer_ns(bytes);
+        if self.model().completion == Completion::WhenQueueEmpty && start == self.busy_until {
+            // Popped in the same pass (the device was still busy when it arrived): the pass,
+            // and the completion of every request still in it, moves to this one's end.
+            let pending = self.inflight.split_off(&(now_ns + 1, 0));
+            for ((_, seq), mut f) in pending {
+                f.done_ns = done;
+                self.inflight.insert((done, seq), f);
+            }
+        }
         self.busy_until = done;
         for bio in bios.iter_mut() {
             self.transfer(bio);
@@ -241,6 +285,7 @@ mod tests {
             bandwidth: 4096.0 * 1e6, // one page per µs
             latency_ns: 10_000,
             max_request_bytes: 8192,
+            completion: Completion::PerRequest,
         });
         let w = Bio::new(1, ReqOp::Write, 8).with_data(vec![7; 8192]);
         assert_eq!(d.submit(w, CpuId(0), 0), 10_000 + 2_000);
@@ -274,5 +319,55 @@ mod tests {
             done.iter().map(|r| r.bios.len()).collect::<Vec<_>>(),
             vec![2, 1]
         );
+    }
+
+    /// Firecracker's `Sync` engine: a request popped while the device works joins the pass, and
+    /// the pass's requests all complete when it ends; one arriving after it is a pass of its own.
+    /// The same requests on NVMe complete one by one.
+    #[test]
+    fn on_virtio_blk_a_pass_completes_when_the_queue_is_empty() {
+        let model = |completion| NvmeModel {
+            bandwidth: 4096.0 * 1e6, // one page per µs
+            latency_ns: 1_000,
+            max_request_bytes: 4096,
+            completion,
+        };
+        let write = |id, block: u64| Bio::new(id, ReqOp::Write, block * 8).with_data(vec![1; 4096]);
+        let times = |d: &mut NvmeDevice| {
+            let mut t = Vec::new();
+            while let Some(n) = d.next_completion() {
+                t.extend(d.complete_until(n).iter().map(|f| f.done_ns));
+            }
+            t
+        };
+        let mut nvme = NvmeDevice::new(model(Completion::PerRequest));
+        let mut virtio = NvmeDevice::new(model(Completion::WhenQueueEmpty));
+        for d in [&mut nvme, &mut virtio] {
+            // Two at 0 (transfers 1-2 µs and 2-3 µs); one at 2.5 µs, whose command latency
+            // ends at 3.5 µs, after the media went idle at 3 µs: a new pass (3.5-4.5 µs); one
+            // at 3.4 µs, ready at 4.4 µs while the media is busy: it joins that pass.
+            d.submit(write(1, 0), CpuId(0), 0);
+            d.submit(write(2, 1), CpuId(0), 0);
+            d.submit(write(3, 2), CpuId(1), 2_500);
+            d.submit(write(4, 3), CpuId(1), 3_400);
+        }
+        assert_eq!(times(&mut nvme), vec![2_000, 3_000, 4_500, 5_500]);
+        assert_eq!(times(&mut virtio), vec![3_000, 3_000, 5_500, 5_500]);
+        assert_eq!(
+            virtio.read_media(3 * 4096, 4),
+            vec![1; 4],
+            "the data is there"
+        );
+        assert_eq!(
+            Completion::parse("virtio-blk"),
+            Ok(Completion::WhenQueueEmpty)
+        );
+        assert_eq!(
+            Completion::parse(Completion::PerRequest.name()),
+            Ok(Completion::PerRequest)
+        );
+        assert!(Completion::parse("virtio")
+            .unwrap_err()
+            .contains("unknown device 'virtio'"));
     }
 }

@@ -5,6 +5,7 @@
 //! that priced it all.
 
 use super::driver::{run, DriverConfig, DriverError, RunResult};
+use super::nvme_device::{Completion, NvmeModel};
 use super::seed_presets::{SeedPreset, Workload};
 use super::seed_table::{average_mb, ratio, seed_table};
 use crate::perf::dontcache_costs::PageCosts;
@@ -32,6 +33,9 @@ pub struct SeedBenchConfig {
     pub hz: u32,
     /// A VM guest with free page reporting at this order (`--page-reporting`).
     pub page_reporting_order: Option<u32>,
+    /// The device (`--device`): [`NvmeModel::DEFAULT`], or the same speed completing as
+    /// [`Completion::WhenQueueEmpty`].
+    pub device: NvmeModel,
 }
 
 impl SeedBenchConfig {
@@ -47,12 +51,14 @@ impl SeedBenchConfig {
             cgroup_v2: false,
             hz: bio_core::KernelConfig::default().hz,
             page_reporting_order: None,
+            device: NvmeModel::DEFAULT,
         }
     }
 }
 
-/// The report's lines for what differs from the default kernel: the memcg on cgroup v2 and a
-/// `CONFIG_HZ` other than 250 (none on the default run, whose output the docs quote).
+/// The report's lines for what differs from the default machine: the memcg on cgroup v2, a
+/// `CONFIG_HZ` other than 250, free page reporting, the virtio-blk device (none on the default
+/// run, whose output the docs quote).
 pub(super) fn kernel_config_lines(cfg: &SeedBenchConfig, out: &mut String) {
     if cfg.cgroup_v2 {
         let _ = writeln!(
@@ -69,6 +75,13 @@ pub(super) fn kernel_config_lines(cfg: &SeedBenchConfig, out: &mut String) {
             "free page reporting (a VM guest, page_reporting_order {order}): the limit's {} start \
              reported to the host; a page allocated from reported memory costs reported_touch_ns",
             mib(cfg.limit_bytes)
+        );
+    }
+    if cfg.device.completion == Completion::WhenQueueEmpty {
+        let _ = writeln!(
+            out,
+            "device: virtio-blk (Firecracker's Sync engine): a busy period's requests complete \
+             together, with one interrupt, when its queue is empty"
         );
     }
 }
@@ -176,6 +189,7 @@ pub(super) fn driver_config(
     c.cgroup_v2 = cfg.cgroup_v2;
     c.hz = cfg.hz;
     c.page_reporting_order = cfg.page_reporting_order;
+    c.device = cfg.device;
     c
 }
 
@@ -221,12 +235,16 @@ impl std::fmt::Display for SeedBenchReport {
         let _ = writeln!(
             out,
             "{}: {} over {} with a cache limit of {}, {} simulated s per run, \
-             normal vs RWF_DONTCACHE (simulation: deterministic runtime, NVMe-like device)",
+             normal vs RWF_DONTCACHE (simulation: deterministic runtime, {} device)",
             p.name,
             syscall_name(p),
             mib(cfg.limit_bytes * p.range_limits),
             mib(cfg.limit_bytes),
-            cfg.seconds
+            cfg.seconds,
+            match cfg.device.completion {
+                Completion::PerRequest => "NVMe-like",
+                Completion::WhenQueueEmpty => "virtio-blk",
+            }
         );
         kernel_config_lines(cfg, &mut out);
         let _ = writeln!(out, "per-page costs:");
