@@ -82,14 +82,15 @@ fn check_shape_on(r: &LiveReport, need_reported: bool) -> Result<(), String> {
                 }
             }
             // No reclaim: normal reads keep every page they read (and the readahead window past
-            // it); DONTCACHE keeps what is in flight, under 1% of that.
+            // it); DONTCACHE keeps what is in flight, under 5% of that (none at the end of the
+            // recording's 5 s legs; 3.1% in a live test's 1 s legs, 2,816 of 90,112 pages).
             if s.normal.cached_after < s.normal.pages.min(s.range / 4096) {
                 return Err(format!(
                     "reported reads: normal kept {} of {} pages read (reclaim ran?)",
                     s.normal.cached_after, s.normal.pages
                 ));
             }
-            if s.dontcache.cached_after * 100 > s.normal.cached_after {
+            if s.dontcache.cached_after * 20 > s.normal.cached_after {
                 return Err(format!(
                     "reported reads: DONTCACHE kept {} pages, normal {}",
                     s.dontcache.cached_after, s.normal.cached_after
@@ -127,7 +128,45 @@ fn check_shape_on(r: &LiveReport, need_reported: bool) -> Result<(), String> {
                     s.fs, s.op, l.peak_bytes
                 ));
             }
+            if s.op == "writes" && l.trace.is_none() {
+                return Err(format!("{} writes: a leg without its trace", s.fs));
+            }
         }
+        if s.fs == "ext4" && s.op == "writes" {
+            check_writes_wait_for_the_device(s)?;
+        }
+    }
+    Ok(())
+}
+
+/// ext4's writes go to this machine's virtio-blk disk: the normal writer sleeps in
+/// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` for at least a fifth of its leg, the DONTCACHE
+/// writer a tenth of that at most, and the normal leg's completions come several per interrupt
+/// (the device ends a busy period's requests together; one that ended each at its own end would
+/// report the flusher's 4 MiB requests one by one, a transfer apart). What
+/// `--device virtio-blk` models.
+fn check_writes_wait_for_the_device(s: &SeedRun) -> Result<(), String> {
+    let (Some(n), Some(d)) = (&s.normal.trace, &s.dontcache.trace) else {
+        return Err("ext4 writes: no trace".into());
+    };
+    let leg_ms = s.normal.per_sec.len() as f64 * 1e3;
+    if n.throttled == 0 || n.throttled_ms < 0.2 * leg_ms {
+        return Err(format!(
+            "ext4 writes: the normal writer was throttled {}x for {:.0} ms of {leg_ms:.0}",
+            n.throttled, n.throttled_ms
+        ));
+    }
+    if d.throttled_ms * 10.0 > n.throttled_ms {
+        return Err(format!(
+            "ext4 writes: DONTCACHE throttled {:.0} ms, normal {:.0}",
+            d.throttled_ms, n.throttled_ms
+        ));
+    }
+    if n.median_per_interrupt < 2.0 {
+        return Err(format!(
+            "ext4 writes: the normal leg's completions came {} per interrupt",
+            n.median_per_interrupt
+        ));
     }
     Ok(())
 }
@@ -194,6 +233,28 @@ fn a_recording_that_departs_from_6_18_is_caught() {
         x.run.normal.sys_ns_per_page = 2.0 * x.run.dontcache.sys_ns_per_page;
     }
     assert!(check_shape(&cheap).unwrap_err().contains("not 3x"));
+    let ext4_writes = good
+        .seed
+        .iter()
+        .position(|p| matches!(p, Part::Done(s) if s.fs == "ext4" && s.op == "writes"))
+        .unwrap();
+    let tamper = |f: &dyn Fn(&mut SeedRun)| {
+        let mut r = good.clone();
+        if let Part::Done(s) = &mut r.seed[ext4_writes] {
+            f(s);
+        }
+        check_shape(&r).unwrap_err()
+    };
+    assert!(
+        tamper(&|s| s.normal.trace.as_mut().unwrap().throttled_ms = 0.0)
+            .contains("the normal writer was throttled")
+    );
+    assert!(tamper(&|s| s.dontcache.trace = s.normal.trace.clone()).contains("DONTCACHE throttled"));
+    assert!(
+        tamper(&|s| s.normal.trace.as_mut().unwrap().median_per_interrupt = 1.0)
+            .contains("per interrupt")
+    );
+    assert!(tamper(&|s| s.normal.trace = None).contains("without its trace"));
     let mut missing = good;
     missing.reported = None;
     assert!(check_shape(&missing).unwrap_err().contains("not run"));

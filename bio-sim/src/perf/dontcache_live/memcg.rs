@@ -194,6 +194,8 @@ pub struct JobResult {
     pub utime_ns: u64,
     /// Wall time of the job, ns.
     pub wall_ns: u64,
+    /// The child's pid (the `TASK-PID` its tracepoint lines carry).
+    pub pid: u32,
 }
 
 /// The fixed-size record the child writes to the pipe.
@@ -455,5 +457,6 @@ pub fn run_in_child(
         stime_ns: out.stime_ns,
         utime_ns: out.utime_ns,
         wall_ns: out.wall_ns,
+        pid: pid as u32,
     })
 }

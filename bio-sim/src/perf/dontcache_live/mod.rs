@@ -17,6 +17,7 @@
 
 pub mod bdev;
 pub mod memcg;
+pub mod reclaim_throttle;
 pub mod reported;
 pub mod seed;
 pub mod xfs;
@@ -27,6 +28,7 @@ use bdev::{errno_name, parse_errno, BdevProbe};
 use bio_core::mm::dontcache::{DontcacheDesign, WritebackPath};
 use bio_core::mm::filemap::{IocbFlags, PAGE_SIZE};
 use bio_core::mm::testing::Rig;
+use reclaim_throttle::LegTrace;
 use reported::ReportedReads;
 use seed::{Leg, SeedRun};
 use serde_json::{json, Value};
@@ -224,20 +226,23 @@ pub fn live_run(cfg: &LiveConfig) -> Result<LiveReport, BenchError> {
         )));
     }
     let root = why_not_root();
-    // One live session at a time (tracefs, loop devices, cgroups): the lock the calibrations use.
-    let _lock = match root {
-        None => Some(
-            crate::calibrate::tracefs::lock_live().map_err(|e| BenchError::Io {
-                what: "take the live lock".into(),
-                path: crate::calibrate::tracefs::LIVE_LOCK.into(),
-                source: e,
-            })?,
-        ),
-        Some(_) => None,
-    };
     let fail = |what: &str| {
         let what = what.to_owned();
         move |e: String| BenchError::Machine(format!("{what}: {e}"))
+    };
+    // One live session at a time (tracefs, loop devices, cgroups): the tracing session holds the
+    // lock the calibrations use, and traces the seed's write legs in its own instance.
+    let session = match root {
+        None => {
+            let mut t = crate::calibrate::tracefs::Tracefs::open().map_err(|e| BenchError::Io {
+                what: "open a tracing session (and take the live lock)".into(),
+                path: crate::calibrate::tracefs::LIVE_LOCK.into(),
+                source: e,
+            })?;
+            reclaim_throttle::prepare(&mut t).map_err(fail("tracing session"))?;
+            Some(t)
+        }
+        Some(_) => None,
     };
     let bdev = match &root {
         Some(why) => Part::Skipped(format!("block device: {why} (loop devices)")),
@@ -258,7 +263,7 @@ pub fn live_run(cfg: &LiveConfig) -> Result<LiveReport, BenchError> {
     let memcg_ok = memcg::own_memcg();
     match &memcg_ok {
         Ok(_) => {
-            for r in seed::seed_runs(&cfg.dir, "ext4", cfg.limit, cfg.seconds)
+            for r in seed::seed_runs(&cfg.dir, "ext4", cfg.limit, cfg.seconds, session.as_ref())
                 .map_err(fail("seed experiment on ext4"))?
             {
                 seed.push(Part::Done(r));
@@ -284,7 +289,7 @@ pub fn live_run(cfg: &LiveConfig) -> Result<LiveReport, BenchError> {
             let r = dontcache_bench(&fcfg(x.dir().to_owned()))?;
             fs.push(Part::Done(fs_rows("xfs", format!("{dev} (mkfs.xfs)"), &r)));
             if memcg_ok.is_ok() {
-                for r in seed::seed_runs(x.dir(), "xfs", cfg.limit, cfg.seconds)
+                for r in seed::seed_runs(x.dir(), "xfs", cfg.limit, cfg.seconds, session.as_ref())
                     .map_err(fail("seed experiment on XFS"))?
                 {
                     seed.push(Part::Done(r));
@@ -403,6 +408,23 @@ fn write_legs(f: &mut fmt::Formatter<'_>, r: &SeedRun, memcg: bool) -> fmt::Resu
     };
     writeln!(f, "  normal:    {}", leg(&r.normal))?;
     writeln!(f, "  dontcache: {}", leg(&r.dontcache))?;
+    for (name, l) in [("normal", &r.normal), ("dontcache", &r.dontcache)] {
+        if let Some(t) = &l.trace {
+            let secs = l.per_sec.len().max(1);
+            writeln!(
+                f,
+                "  {:<10} reclaim_throttle(WRITEBACK) {}x, {:.0} ms asleep ({:.0}% of {secs} s); \
+                 {} completions in {} interrupts (median {:.0} each)",
+                format!("{name}:"),
+                t.throttled,
+                t.throttled_ms,
+                t.throttled_ms / 10.0 / secs as f64,
+                t.completions,
+                t.interrupts,
+                t.median_per_interrupt
+            )?;
+        }
+    }
     let sys = if r.normal.sys_ns_per_page > 0.0 {
         r.dontcache.sys_ns_per_page / r.normal.sys_ns_per_page
     } else {
@@ -495,14 +517,24 @@ fn part_json<T>(p: &Part<T>, f: impl Fn(&T) -> Value) -> Value {
 }
 
 fn leg_json(l: &Leg) -> Value {
-    json!({
+    let mut v = json!({
         "per_sec_mbps": l.per_sec,
         "pages": l.pages,
         "sys_ns_per_page": l.sys_ns_per_page,
         "peak_bytes": l.peak_bytes,
         "failcnt": l.failcnt,
         "cached_after": l.cached_after,
-    })
+    });
+    if let Some(t) = &l.trace {
+        v["trace"] = json!({
+            "throttled": t.throttled,
+            "throttled_ms": t.throttled_ms,
+            "completions": t.completions,
+            "interrupts": t.interrupts,
+            "median_per_interrupt": t.median_per_interrupt,
+        });
+    }
+    v
 }
 
 fn seed_json(r: &SeedRun) -> Value {
@@ -582,6 +614,16 @@ impl LiveReport {
                 peak_bytes: u(v, "peak_bytes")?,
                 failcnt: u(v, "failcnt")?,
                 cached_after: u(v, "cached_after")?,
+                trace: match v.get("trace") {
+                    None => None,
+                    Some(t) => Some(LegTrace {
+                        throttled: u(t, "throttled")?,
+                        throttled_ms: fl(t, "throttled_ms")?,
+                        completions: u(t, "completions")?,
+                        interrupts: u(t, "interrupts")?,
+                        median_per_interrupt: fl(t, "median_per_interrupt")?,
+                    }),
+                },
             })
         };
         let sub = |v: &Value, k: &str| -> Result<Value, String> {

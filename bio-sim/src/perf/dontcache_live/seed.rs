@@ -10,6 +10,8 @@
 //! block device; its cache is dropped (`POSIX_FADV_DONTNEED`) before each leg.
 
 use super::memcg::{run_in_child, Job, JobOp, JobResult, Memcg, Stop};
+use super::reclaim_throttle::{self, LegTrace};
+use crate::calibrate::tracefs::Tracefs;
 use crate::dev::aligned::AlignedBuf;
 use crate::dev::backing::{BackingFile, OpenOptions, RwFlags};
 use crate::dev::cleanup::TempFile;
@@ -31,6 +33,9 @@ pub struct Leg {
     pub failcnt: u64,
     /// Pages of the file still cached when the leg ended (`cachestat(2)`).
     pub cached_after: u64,
+    /// What the writer waited for (traced write legs: root with tracefs; `None` otherwise and
+    /// in recordings made before it was traced).
+    pub trace: Option<LegTrace>,
 }
 
 impl Leg {
@@ -49,6 +54,7 @@ impl Leg {
             peak_bytes,
             failcnt,
             cached_after,
+            trace: None,
         }
     }
 
@@ -91,6 +97,16 @@ impl SeedRun {
     }
 }
 
+/// `(major, minor)` of the device `path`'s file system is on.
+fn device_of(path: &Path) -> Result<(u32, u32), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = std::fs::metadata(path)
+        .map_err(|e| format!("stat {}: {e}", path.display()))?
+        .dev();
+    Ok((libc::major(dev), libc::minor(dev)))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn leg(
     file: &BackingFile,
     op: JobOp,
@@ -98,6 +114,7 @@ fn leg(
     limit: u64,
     range: u64,
     seconds: u32,
+    trace: Option<&Tracefs>,
 ) -> Result<Leg, String> {
     file.drop_cache()
         .map_err(|e| format!("drop the cache of {}: {e}", file.path().display()))?;
@@ -107,16 +124,27 @@ fn leg(
         .write(true)
         .open(file.path())
         .map_err(|e| format!("open {}: {e}", file.path().display()))?;
-    let r: JobResult = run_in_child(
-        Some(&cg),
-        &raw,
-        Job {
-            op,
-            flags,
-            range,
-            stop: Stop::Seconds(seconds),
-        },
-    )?;
+    let job = || {
+        run_in_child(
+            Some(&cg),
+            &raw,
+            Job {
+                op,
+                flags,
+                range,
+                stop: Stop::Seconds(seconds),
+            },
+        )
+    };
+    // Only writes are traced: their writer is what reclaim throttles.
+    let (r, traced): (JobResult, Option<LegTrace>) = match trace {
+        Some(t) if op == JobOp::Write => {
+            let dev = device_of(file.path())?;
+            let (r, lt) = reclaim_throttle::traced(t, dev, job, |r: &JobResult| r.pid)?;
+            (r, Some(lt))
+        }
+        _ => (job()?, None),
+    };
     let cached_after = file
         .cachestat(0, range)
         .map_err(|e| format!("cachestat: {e}"))?
@@ -127,7 +155,10 @@ fn leg(
     file.drop_cache()
         .map_err(|e| format!("drop the cache of {}: {e}", file.path().display()))?;
     drop(cg);
-    Ok(Leg::of_job(&r, peak_bytes, failcnt, cached_after))
+    Ok(Leg {
+        trace: traced,
+        ..Leg::of_job(&r, peak_bytes, failcnt, cached_after)
+    })
 }
 
 /// A buffered scratch file of `size` bytes in `dir`, sparse (`ftruncate()`: no block allocated),
@@ -158,8 +189,15 @@ pub(super) fn dontcache_file(
 }
 
 /// Runs the write experiment (range 4x `limit`) and the read experiment (range 2x `limit`) on a
-/// file in `dir` (`fs` names its file system), `seconds` per leg.
-pub fn seed_runs(dir: &Path, fs: &str, limit: u64, seconds: u32) -> Result<Vec<SeedRun>, String> {
+/// file in `dir` (`fs` names its file system), `seconds` per leg; with a tracing session, the
+/// write legs are traced ([`reclaim_throttle`]).
+pub fn seed_runs(
+    dir: &Path,
+    fs: &str,
+    limit: u64,
+    seconds: u32,
+    trace: Option<&Tracefs>,
+) -> Result<Vec<SeedRun>, String> {
     let wrange = 4 * limit;
     crate::dev::space::ensure_fits(dir, wrange, "seed experiment file")?;
     let (tmp, file) = dontcache_file(dir, "biosim-dontcache-seed", wrange, fs)?;
@@ -177,8 +215,8 @@ pub fn seed_runs(dir: &Path, fs: &str, limit: u64, seconds: u32) -> Result<Vec<S
         (JobOp::Write, "writes", wrange),
         (JobOp::Read, "reads", 2 * limit),
     ] {
-        let normal = leg(&file, op, RwFlags::empty(), limit, range, seconds)?;
-        let dontcache = leg(&file, op, RwFlags::DONTCACHE, limit, range, seconds)?;
+        let normal = leg(&file, op, RwFlags::empty(), limit, range, seconds, trace)?;
+        let dontcache = leg(&file, op, RwFlags::DONTCACHE, limit, range, seconds, trace)?;
         runs.push(SeedRun {
             fs: fs.into(),
             op: name.into(),
