@@ -133,7 +133,7 @@ fn check_shape_on(r: &LiveReport, need_reported: bool) -> Result<(), String> {
             }
         }
         if s.fs == "ext4" && s.op == "writes" {
-            check_writes_wait_for_the_device(s)?;
+            check_writes_wait_for_the_device(s, need_reported)?;
         }
     }
     Ok(())
@@ -141,14 +141,21 @@ fn check_shape_on(r: &LiveReport, need_reported: bool) -> Result<(), String> {
 
 /// ext4's writes go to this machine's virtio-blk disk: the normal writer sleeps in
 /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` for at least a fifth of its leg, the DONTCACHE
-/// writer a tenth of that at most, and the normal leg's completions come several per interrupt
-/// (the device ends a busy period's requests together; one that ended each at its own end would
-/// report the flusher's 4 MiB requests one by one, a transfer apart). What
-/// `--device virtio-blk` models.
-fn check_writes_wait_for_the_device(s: &SeedRun) -> Result<(), String> {
+/// writer a tenth of that at most, and the normal leg's completions come at least two per
+/// interrupt of the disk on average (the device ends a busy period's requests together; one that ended each at its
+/// own end would report the flusher's 4 MiB requests one by one, a transfer apart). What
+/// `--device virtio-blk` models. A live run on a machine whose disk is not virtio (`recorded`
+/// false) skips the check with the reason.
+fn check_writes_wait_for_the_device(s: &SeedRun, recorded: bool) -> Result<(), String> {
     let (Some(n), Some(d)) = (&s.normal.trace, &s.dontcache.trace) else {
         return Err("ext4 writes: no trace".into());
     };
+    if !recorded && n.interrupts.is_none() {
+        eprintln!(
+            "skipped: ext4 writes: the disk is not virtio-blk, the device check is this machine's"
+        );
+        return Ok(());
+    }
     let leg_ms = s.normal.per_sec.len() as f64 * 1e3;
     if n.throttled == 0 || n.throttled_ms < 0.2 * leg_ms {
         return Err(format!(
@@ -162,10 +169,18 @@ fn check_writes_wait_for_the_device(s: &SeedRun) -> Result<(), String> {
             d.throttled_ms, n.throttled_ms
         ));
     }
-    if n.median_per_interrupt < 2.0 {
+    let Some(irqs) = &n.interrupts else {
+        return Err("ext4 writes: no interrupts of the disk traced".into());
+    };
+    // On average: a small memcg's passes are short, and the median interrupt may end one
+    // request (the live test's 32 MiB legs: 906 in 191, median 1; the recording: 4,491 in 143,
+    // median 23).
+    let inside = n.completions.saturating_sub(irqs.outside);
+    if irqs.count == 0 || inside < 2 * irqs.count || irqs.outside * 10 > n.completions {
         return Err(format!(
-            "ext4 writes: the normal leg's completions came {} per interrupt",
-            n.median_per_interrupt
+            "ext4 writes: the normal leg's completions came {inside} in {} interrupts ({} of {} \
+             outside the disk's handler)",
+            irqs.count, irqs.outside, n.completions
         ));
     }
     Ok(())
@@ -250,9 +265,27 @@ fn a_recording_that_departs_from_6_18_is_caught() {
             .contains("the normal writer was throttled")
     );
     assert!(tamper(&|s| s.dontcache.trace = s.normal.trace.clone()).contains("DONTCACHE throttled"));
+    fn irqs(s: &mut SeedRun) -> &mut bio_sim::perf::dontcache_live::reclaim_throttle::Interrupts {
+        s.normal
+            .trace
+            .as_mut()
+            .unwrap()
+            .interrupts
+            .as_mut()
+            .unwrap()
+    }
+    assert!(tamper(&|s| {
+        let all = s.normal.trace.as_ref().unwrap().completions;
+        irqs(s).count = all;
+    })
+    .contains("interrupts ("));
+    assert!(tamper(&|s| {
+        let all = s.normal.trace.as_ref().unwrap().completions;
+        irqs(s).outside = all;
+    })
+    .contains("outside"));
     assert!(
-        tamper(&|s| s.normal.trace.as_mut().unwrap().median_per_interrupt = 1.0)
-            .contains("per interrupt")
+        tamper(&|s| s.normal.trace.as_mut().unwrap().interrupts = None).contains("no interrupts")
     );
     assert!(tamper(&|s| s.normal.trace = None).contains("without its trace"));
     let mut missing = good;

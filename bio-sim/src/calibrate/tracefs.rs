@@ -133,18 +133,20 @@ impl Tracefs {
         self.write("buffer_size_kb", &kb.to_string())
     }
 
-    /// Events lost since the buffer was last cleared: the `overrun:` lines of every CPU's
-    /// `per_cpu/cpuN/stats` summed.
+    /// Events lost since the buffer was last cleared: the `overrun:` (overwritten) and
+    /// `dropped events:` (refused, in no-overwrite mode) lines of every CPU's
+    /// `per_cpu/cpuN/stats`, summed.
     pub fn overrun(&self) -> io::Result<u64> {
         let mut lost = 0;
         for e in std::fs::read_dir(self.root.join("per_cpu"))? {
             let stats = std::fs::read_to_string(e?.path().join("stats"))?;
-            let n = stats
-                .lines()
-                .find_map(|l| l.strip_prefix("overrun:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or_else(|| io::Error::other("per_cpu stats without an `overrun:` line"))?;
-            lost += n;
+            for key in ["overrun:", "dropped events:"] {
+                lost += stats
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .ok_or_else(|| io::Error::other(format!("per_cpu stats without `{key}`")))?;
+            }
         }
         Ok(lost)
     }

@@ -28,7 +28,7 @@ use bdev::{errno_name, parse_errno, BdevProbe};
 use bio_core::mm::dontcache::{DontcacheDesign, WritebackPath};
 use bio_core::mm::filemap::{IocbFlags, PAGE_SIZE};
 use bio_core::mm::testing::Rig;
-use reclaim_throttle::LegTrace;
+use reclaim_throttle::{Interrupts, LegTrace};
 use reported::ReportedReads;
 use seed::{Leg, SeedRun};
 use serde_json::{json, Value};
@@ -231,18 +231,31 @@ pub fn live_run(cfg: &LiveConfig) -> Result<LiveReport, BenchError> {
         move |e: String| BenchError::Machine(format!("{what}: {e}"))
     };
     // One live session at a time (tracefs, loop devices, cgroups): the tracing session holds the
-    // lock the calibrations use, and traces the seed's write legs in its own instance.
-    let session = match root {
-        None => {
-            let mut t = crate::calibrate::tracefs::Tracefs::open().map_err(|e| BenchError::Io {
-                what: "open a tracing session (and take the live lock)".into(),
-                path: crate::calibrate::tracefs::LIVE_LOCK.into(),
-                source: e,
-            })?;
-            reclaim_throttle::prepare(&mut t).map_err(fail("tracing session"))?;
-            Some(t)
-        }
-        Some(_) => None,
+    // lock the calibrations use, and traces the seed's write legs in its own instance. Without
+    // tracefs the run goes on untraced, under the lock alone.
+    let live_lock = || {
+        crate::calibrate::tracefs::lock_live().map_err(|e| BenchError::Io {
+            what: "take the live lock".into(),
+            path: crate::calibrate::tracefs::LIVE_LOCK.into(),
+            source: e,
+        })
+    };
+    let (session, _lock) = match root {
+        None => match crate::calibrate::tracefs::Tracefs::open().map_err(|e| e.to_string()) {
+            Ok(mut t) => match reclaim_throttle::prepare(&mut t, cfg.seconds) {
+                Ok(()) => (Some(t), None),
+                Err(why) => {
+                    drop(t);
+                    eprintln!("skipped: tracing the seed's write legs: {why}");
+                    (None, Some(live_lock()?))
+                }
+            },
+            Err(why) => {
+                eprintln!("skipped: tracing the seed's write legs: {why}");
+                (None, Some(live_lock()?))
+            }
+        },
+        Some(_) => (None, None),
     };
     let bdev = match &root {
         Some(why) => Part::Skipped(format!("block device: {why} (loop devices)")),
@@ -411,17 +424,22 @@ fn write_legs(f: &mut fmt::Formatter<'_>, r: &SeedRun, memcg: bool) -> fmt::Resu
     for (name, l) in [("normal", &r.normal), ("dontcache", &r.dontcache)] {
         if let Some(t) = &l.trace {
             let secs = l.per_sec.len().max(1);
+            let irqs = match &t.interrupts {
+                Some(i) => format!(
+                    "in {} interrupts of {} (median {:.1} each; {} outside them)",
+                    i.count, i.irq, i.median_per_interrupt, i.outside
+                ),
+                None => "(not a virtio disk: not attributed to interrupts)".into(),
+            };
             writeln!(
                 f,
                 "  {:<10} reclaim_throttle(WRITEBACK) {}x, {:.0} ms asleep ({:.0}% of {secs} s); \
-                 {} completions in {} interrupts (median {:.0} each)",
+                 {} completions {irqs}",
                 format!("{name}:"),
                 t.throttled,
                 t.throttled_ms,
                 t.throttled_ms / 10.0 / secs as f64,
                 t.completions,
-                t.interrupts,
-                t.median_per_interrupt
             )?;
         }
     }
@@ -530,8 +548,12 @@ fn leg_json(l: &Leg) -> Value {
             "throttled": t.throttled,
             "throttled_ms": t.throttled_ms,
             "completions": t.completions,
-            "interrupts": t.interrupts,
-            "median_per_interrupt": t.median_per_interrupt,
+            "interrupts": t.interrupts.as_ref().map(|i| json!({
+                "irq": i.irq,
+                "count": i.count,
+                "median_per_interrupt": i.median_per_interrupt,
+                "outside": i.outside,
+            })),
         });
     }
     v
@@ -620,8 +642,16 @@ impl LiveReport {
                         throttled: u(t, "throttled")?,
                         throttled_ms: fl(t, "throttled_ms")?,
                         completions: u(t, "completions")?,
-                        interrupts: u(t, "interrupts")?,
-                        median_per_interrupt: fl(t, "median_per_interrupt")?,
+                        interrupts: match t.get("interrupts") {
+                            None => return Err("`interrupts`: missing".into()),
+                            Some(Value::Null) => None,
+                            Some(i) => Some(Interrupts {
+                                irq: s(i, "irq")?,
+                                count: u(i, "count")?,
+                                median_per_interrupt: fl(i, "median_per_interrupt")?,
+                                outside: u(i, "outside")?,
+                            }),
+                        },
                     }),
                 },
             })

@@ -1,30 +1,51 @@
 //! What a live write leg waited for, read from the kernel's own tracepoints: mm/vmscan.c's
 //! `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` (`vmscan:mm_vmscan_throttled`, one line per sleep
 //! with the time actually slept, `usect_delayed`, as the kernel spells it), and when the device's
-//! completions reached the guest (`block:block_rq_complete`, grouped into interrupts).
+//! completions reached the guest: `block:block_rq_complete` lines in interrupt context (the
+//! handler's own, or the `BLOCK_SOFTIRQ` that follows it), each attributed to the latest
+//! `irq:irq_handler_entry` of the disk's virtio interrupt (`virtioN-req.0` on PCI, `virtioN` on
+//! MMIO) on its CPU.
 //!
-//! Why: on cgroup v1 a buffered writer whose memcg is full of dirty folios is throttled in
-//! reclaim (`shrink_inactive_list()` wakes the flusher and sleeps up to `HZ/10`, or until 32 pages
-//! per sleeper end their writeback). How long it sleeps depends on when the device reports the
-//! flusher's first completions. On this machine's virtio-blk (Firecracker's `Sync` engine) they
-//! come only when the whole queue is done, so the writer sleeps through the flusher's pass:
-//! `biosim bench dontcache --preset seed-writes --device virtio-blk` models that, and these
-//! figures are the live kernel's side of it.
+//! Why: on cgroup v1, when memcg reclaim isolates a batch of folios that are all dirty and not
+//! yet under writeback, `shrink_inactive_list()` wakes the flusher and sleeps in
+//! `reclaim_throttle()` up to `HZ/10`, or until more than 32 folios per sleeper have ended their
+//! writeback on the node since the first sleeper came (`__acct_reclaim_writeback()`). How long it
+//! sleeps depends on when the device reports the flusher's completions. `usect_delayed` is
+//! `jiffies_to_usecs()` of the jiffies slept: 4 ms steps at HZ=250, so short sleeps round to 0 or
+//! 4 ms; and a writer waiting in `shrink_folio_list()` for one folio's writeback (case 3) is not
+//! seen here, so the total is a lower bound of its waits. Only the classic LRU throttles this way
+//! (this kernel is built without MGLRU). On this machine's virtio-blk they come many to an interrupt:
+//! `biosim bench dontcache --preset seed-writes --device virtio-blk` models a device that reports
+//! a busy period's completions at its end, and these figures are the live kernel's side of it.
 
 use crate::calibrate::tracefs::Tracefs;
 use hotplug::tracefs::TraceLine;
 
 /// The events a traced write leg enables.
-pub const EVENTS: [&str; 2] = ["vmscan/mm_vmscan_throttled", "block/block_rq_complete"];
+pub const EVENTS: [&str; 3] = [
+    "vmscan/mm_vmscan_throttled",
+    "block/block_rq_complete",
+    "irq/irq_handler_entry",
+];
 
-/// Completions on one CPU less than this apart (µs) came in with the same interrupt: the guest's
-/// handler ends the requests it finds one after another, microseconds apart, while the device's
-/// transfer of one request (1 MiB at a few GB/s) takes hundreds of µs.
-pub const SAME_INTERRUPT_US: u64 = 100;
+/// Per-CPU ring buffer of the session's instance, KiB per second of a leg (at least 4 MiB): a
+/// second of a write leg traced about 0.5 MiB here (some 5,000 completions of 1 MiB requests,
+/// their interrupts, the throttles). An overrun is an error, never a short count.
+pub const BUFFER_KB_PER_SEC: u64 = 1 << 10;
 
-/// Per-CPU ring buffer of the session's instance while a leg is traced, KiB: a leg's completions
-/// (up to ~4,500 a second with 1 MiB requests) and throttles fit many times over.
-pub const BUFFER_KB: u64 = 32 << 10;
+/// The disk's interrupts during a leg.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interrupts {
+    /// The handler's name (`/proc/interrupts`: `virtio1-req.0`).
+    pub irq: String,
+    /// Its handler runs that ended at least one request.
+    pub count: u64,
+    /// The median number of requests one of them ended.
+    pub median_per_interrupt: f64,
+    /// Completions of the device outside its interrupts (task context, or after another
+    /// handler on that CPU).
+    pub outside: u64,
+}
 
 /// One traced write leg.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,25 +56,55 @@ pub struct LegTrace {
     pub throttled_ms: f64,
     /// `block_rq_complete` lines of the file's device.
     pub completions: u64,
-    /// The interrupts they came in with (runs on one CPU under [`SAME_INTERRUPT_US`] apart).
-    pub interrupts: u64,
-    /// The median number of completions per interrupt.
-    pub median_per_interrupt: f64,
+    /// The interrupts they came in with; `None` when the device is not a virtio disk (a loop
+    /// device ends its requests from its worker; other disks are not attributed).
+    pub interrupts: Option<Interrupts>,
 }
 
-/// The session's instance set up for traced legs: [`EVENTS`] enabled, tracing off,
-/// [`BUFFER_KB`] per CPU.
-pub fn prepare(t: &mut Tracefs) -> Result<(), String> {
-    t.set_buffer_kb(BUFFER_KB).map_err(|e| e.to_string())?;
+/// The session's instance set up for traced legs of `seconds`: [`EVENTS`] enabled, tracing off,
+/// [`BUFFER_KB_PER_SEC`] per second per CPU.
+pub fn prepare(t: &mut Tracefs, seconds: u32) -> Result<(), String> {
+    t.set_buffer_kb((BUFFER_KB_PER_SEC * u64::from(seconds)).max(4 << 10))
+        .map_err(|e| e.to_string())?;
     for e in EVENTS {
         t.enable(e).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
+/// The disk `(major, minor)` a block device is on: itself, or a partition's parent
+/// (`/sys/dev/block/MAJ:MIN/partition` exists; the parent directory's `dev`), which is the device
+/// `block_rq_complete` names.
+pub fn disk_of(dev: (u32, u32)) -> (u32, u32) {
+    let sys = std::path::PathBuf::from(format!("/sys/dev/block/{}:{}", dev.0, dev.1));
+    if !sys.join("partition").exists() {
+        return dev;
+    }
+    let parent = std::fs::canonicalize(&sys)
+        .ok()
+        .and_then(|p| std::fs::read_to_string(p.parent()?.join("dev")).ok());
+    parent
+        .and_then(|d| {
+            let (ma, mi) = d.trim().split_once(':')?;
+            Some((ma.parse().ok()?, mi.parse().ok()?))
+        })
+        .unwrap_or(dev)
+}
+
+/// The virtio device (`virtioN`) under the block device `dev` (`(major, minor)`), from its sysfs
+/// path (`/sys/dev/block/MAJ:MIN` → `.../virtio1/block/vda`); `None` for another kind.
+pub fn virtio_of(dev: (u32, u32)) -> Option<String> {
+    let path = std::fs::canonicalize(format!("/sys/dev/block/{}:{}", dev.0, dev.1)).ok()?;
+    path.components().find_map(|c| {
+        let name = c.as_os_str().to_str()?;
+        let n = name.strip_prefix("virtio")?;
+        (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| name.to_owned())
+    })
+}
+
 /// Runs `job` with tracing on (from an empty buffer) and sums up what the trace shows for the
-/// writer `pid` of `job`'s result and the device `dev` (`(major, minor)`). A buffer that overran
-/// is an error: the figures would be short.
+/// writer `pid_of(result)` and the device `dev` (`(major, minor)`). A buffer that overran is an
+/// error: the figures would be short.
 pub fn traced<R>(
     t: &Tracefs,
     dev: (u32, u32),
@@ -63,76 +114,110 @@ pub fn traced<R>(
     t.clear().map_err(|e| e.to_string())?;
     t.set_on(true).map_err(|e| e.to_string())?;
     let r = job();
-    t.set_on(false).map_err(|e| e.to_string())?;
+    let off = t.set_on(false).map_err(|e| e.to_string());
+    // The job's own error first: it says more than a tracefs write after it.
     let r = r?;
+    off?;
     let lost = t.overrun().map_err(|e| e.to_string())?;
     if lost > 0 {
         return Err(format!(
-            "the trace buffer overran: {lost} events lost ({} KiB per CPU)",
-            BUFFER_KB
+            "the trace buffer lost {lost} events (overrun or dropped): the figures would be short"
         ));
     }
     let text = t.read().map_err(|e| e.to_string())?;
-    let lt = summarize(&text, dev, pid_of(&r))?;
+    let disk = disk_of(dev);
+    let lt = summarize(&text, disk, pid_of(&r), virtio_of(disk).as_deref())?;
     Ok((r, lt))
 }
 
-/// Sums up a `trace` file: the throttles of `pid`, the completions of `dev` and their interrupts.
-/// A line that does not parse, or a throttle line without its fields, is an error naming it.
-pub fn summarize(text: &str, dev: (u32, u32), pid: u32) -> Result<LegTrace, String> {
+/// Sums up a `trace` file: the throttles of `pid`, the completions of `dev` and, for a virtio
+/// disk (`virtio`: `virtioN`), the interrupts of its request queue they ran in. A line that does
+/// not parse, or a throttle or handler line without its fields, is an error naming it.
+pub fn summarize(
+    text: &str,
+    dev: (u32, u32),
+    pid: u32,
+    virtio: Option<&str>,
+) -> Result<LegTrace, String> {
     let want_dev = format!("{},{} ", dev.0, dev.1);
-    let (mut throttled, mut delayed_us) = (0u64, 0u64);
-    let mut done: Vec<(u32, u64)> = Vec::new();
+    // PCI names the request queue's vector `virtioN-req.0`; MMIO names the one IRQ `virtioN`.
+    let is_disk_irq = |name: &str| {
+        virtio.is_some_and(|v| {
+            name == v
+                || name
+                    .strip_prefix(v)
+                    .is_some_and(|rest| rest.starts_with("-req"))
+        })
+    };
+    let (mut throttled, mut delayed_us, mut completions) = (0u64, 0u64, 0u64);
+    // The disk's interrupt each CPU last entered (its index in `ended`), from its
+    // irq_handler_entry until the CPU enters another handler or runs a line in task context.
+    let mut current: std::collections::HashMap<u32, usize> = Default::default();
+    let mut ended: Vec<u64> = Vec::new();
+    let (mut outside, mut irq_name) = (0u64, None::<String>);
+    let field = |l: &TraceLine, key: &str, i: usize| {
+        l.fields
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(key))
+            .map(str::to_owned)
+            .ok_or_else(|| format!("trace line {}: no {key}", i + 1))
+    };
     for (i, line) in text.lines().enumerate() {
         if line.starts_with('#') || line.trim().is_empty() {
             continue;
         }
         let l = TraceLine::parse(line).map_err(|e| format!("trace line {}: {e}", i + 1))?;
+        // The third flag: `h` hardirq, `s` softirq, `H` hardirq in a softirq, `.` neither.
+        let in_irq = matches!(l.flags.as_bytes().get(2), Some(b'h' | b'H' | b's'));
+        if !in_irq {
+            current.remove(&l.cpu);
+        }
         match l.event.as_str() {
             "mm_vmscan_throttled" if l.pid == pid => {
                 if !l.fields.contains("reason=VMSCAN_THROTTLE_WRITEBACK") {
                     continue;
                 }
-                let us = l
-                    .fields
-                    .split_whitespace()
-                    .find_map(|f| f.strip_prefix("usect_delayed="))
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .ok_or_else(|| format!("trace line {}: no usect_delayed=N", i + 1))?;
+                let us = field(&l, "usect_delayed=", i)?
+                    .parse::<u64>()
+                    .map_err(|_| format!("trace line {}: usect_delayed is not a number", i + 1))?;
                 throttled += 1;
                 delayed_us += us;
             }
+            "irq_handler_entry" => {
+                let name = field(&l, "name=", i)?;
+                if is_disk_irq(&name) {
+                    current.insert(l.cpu, ended.len());
+                    ended.push(0);
+                    irq_name.get_or_insert(name);
+                } else {
+                    current.remove(&l.cpu);
+                }
+            }
             "block_rq_complete" if l.fields.trim_start().starts_with(&want_dev) => {
-                done.push((l.cpu, l.micros()));
+                completions += 1;
+                match current.get(&l.cpu) {
+                    Some(&run) if in_irq => ended[run] += 1,
+                    _ => outside += 1,
+                }
             }
             _ => {}
         }
     }
-    let (interrupts, sizes) = interrupts(&mut done);
+    let interrupts = virtio.map(|v| {
+        let runs: Vec<u64> = ended.into_iter().filter(|&n| n > 0).collect();
+        Interrupts {
+            irq: irq_name.unwrap_or(format!("{v} (no interrupt seen)")),
+            count: runs.len() as u64,
+            median_per_interrupt: median(&runs),
+            outside,
+        }
+    });
     Ok(LegTrace {
         throttled,
         throttled_ms: delayed_us as f64 / 1e3,
-        completions: done.len() as u64,
+        completions,
         interrupts,
-        median_per_interrupt: median(&sizes),
     })
-}
-
-/// Groups completions `(cpu, µs)` into interrupts; returns their number and sizes.
-fn interrupts(done: &mut [(u32, u64)]) -> (u64, Vec<u64>) {
-    done.sort_unstable();
-    let mut sizes: Vec<u64> = Vec::new();
-    let mut prev: Option<(u32, u64)> = None;
-    for &(cpu, us) in done.iter() {
-        match prev {
-            Some((c, t)) if c == cpu && us - t < SAME_INTERRUPT_US => {
-                *sizes.last_mut().expect("a run is open") += 1;
-            }
-            _ => sizes.push(1),
-        }
-        prev = Some((cpu, us));
-    }
-    (sizes.len() as u64, sizes)
 }
 
 fn median(v: &[u64]) -> f64 {
@@ -153,46 +238,80 @@ fn median(v: &[u64]) -> f64 {
 mod tests {
     use super::*;
 
-    /// Lines as this machine's 6.18 printed them in a normal write leg (ext4 on /dev/vda, 254:0;
-    /// the writer was pid 32553), trimmed to a few.
+    /// Lines as this machine's 6.18 printed them in a normal write leg (ext4 on /dev/vda, 254:0,
+    /// virtio1; the writer was pid 32553), trimmed to a few, with one other IRQ and one
+    /// completion outside an interrupt added.
     const LIVE: &str = "\
 # tracer: nop
 #
+          <idle>-0       [001] d.h1. 34569.541840: irq_handler_entry: irq=36 name=virtio1-req.0
           <idle>-0       [001] d.h1. 34569.541847: block_rq_complete: 254,0 W () 531234816 + 8192 be,0,4 [0]
-          <idle>-0       [001] d.h1. 34569.541857: block_rq_complete: 254,0 W () 531243008 + 8192 be,0,4 [0]
-          <idle>-0       [001] d.h1. 34569.541867: block_rq_complete: 254,0 W () 531251200 + 8192 be,0,4 [0]
+          <idle>-0       [001] d.h1. 34569.541957: block_rq_complete: 254,0 W () 531243008 + 8192 be,0,4 [0]
+          <idle>-0       [001] d.h1. 34569.542067: block_rq_complete: 254,0 W () 531251200 + 8192 be,0,4 [0]
          python3-32553   [000] ..... 34569.542024: mm_vmscan_throttled: nid=0 usec_timeout=100000 usect_delayed=36000 reason=VMSCAN_THROTTLE_WRITEBACK
+          <idle>-0       [001] d.h1. 34569.543640: irq_handler_entry: irq=36 name=virtio1-req.0
           <idle>-0       [001] d.h1. 34569.543647: block_rq_complete: 254,0 W () 531382272 + 8192 be,0,4 [0]
           <idle>-0       [001] d.h1. 34569.543657: block_rq_complete: 254,0 W () 531390464 + 8192 be,0,4 [0]
           <idle>-0       [000] d.h1. 34569.543660: block_rq_complete: 7,0 W () 1024 + 8 be,0,4 [0]
          python3-40000   [000] ..... 34569.600000: mm_vmscan_throttled: nid=0 usec_timeout=100000 usect_delayed=8000 reason=VMSCAN_THROTTLE_WRITEBACK
          python3-32553   [000] ..... 34569.634099: mm_vmscan_throttled: nid=0 usec_timeout=100000 usect_delayed=40000 reason=VMSCAN_THROTTLE_WRITEBACK
          python3-32553   [000] ..... 34569.640000: mm_vmscan_throttled: nid=0 usec_timeout=20000 usect_delayed=4000 reason=VMSCAN_THROTTLE_ISOLATED
+          <idle>-0       [001] d.h1. 34569.669990: irq_handler_entry: irq=34 name=virtio4-input
           <idle>-0       [001] d.h1. 34569.670000: block_rq_complete: 254,0 W () 531398656 + 8192 be,0,4 [0]
+          <idle>-0       [001] d.h1. 34569.680000: irq_handler_entry: irq=36 name=virtio1-req.0
+          <idle>-0       [001] d.h1. 34569.680010: block_rq_complete: 254,0 W () 531406848 + 8192 be,0,4 [0]
+    kworker/1:1H-46      [001] ..... 34569.690000: block_rq_complete: 254,0 W () 531415040 + 8192 be,0,4 [0]
+          <idle>-0       [000] d.h1. 34569.700000: irq_handler_entry: irq=36 name=virtio1-req.0
+          <idle>-0       [000] ..s1. 34569.700020: block_rq_complete: 254,0 W () 531423232 + 8192 be,0,4 [0]
+          <idle>-0       [000] ..s1. 34569.700030: block_rq_complete: 254,0 W () 531431424 + 8192 be,0,4 [0]
 ";
 
     #[test]
-    fn the_writers_writeback_throttles_and_the_devices_interrupts_are_counted() {
-        let t = summarize(LIVE, (254, 0), 32553).unwrap();
+    fn the_writers_throttles_and_the_disks_interrupts_are_counted() {
+        let t = summarize(LIVE, (254, 0), 32553, Some("virtio1")).unwrap();
         // Two WRITEBACK sleeps of the writer (another task's and an ISOLATED one left out).
         assert_eq!((t.throttled, t.throttled_ms), (2, 76.0));
-        // 254,0's six completions (7,0's left out) in three interrupts: 3, 2, 1.
-        assert_eq!((t.completions, t.interrupts), (6, 3));
-        assert_eq!(t.median_per_interrupt, 2.0);
-        let other = summarize(LIVE, (7, 0), 32553).unwrap();
-        assert_eq!((other.completions, other.interrupts), (1, 1));
+        // 254,0's ten completions (7,0's left out): three, two, one in virtio1-req.0's handler
+        // on CPU1, two in the BLOCK softirq after it on CPU0; one under another IRQ's handler and
+        // one from a kworker are outside.
+        assert_eq!(t.completions, 10);
+        assert_eq!(
+            t.interrupts,
+            Some(Interrupts {
+                irq: "virtio1-req.0".into(),
+                count: 4,
+                median_per_interrupt: 2.0,
+                outside: 2,
+            })
+        );
+        // On MMIO the one IRQ is named after the device.
+        let mmio = LIVE.replace("name=virtio1-req.0", "name=virtio1");
+        let m = summarize(&mmio, (254, 0), 32553, Some("virtio1")).unwrap();
+        assert_eq!(
+            m.interrupts.map(|i| (i.irq, i.count)),
+            Some(("virtio1".into(), 4))
+        );
+        // virtio10 is another device.
+        let other = summarize(LIVE, (254, 0), 32553, Some("virtio")).unwrap();
+        assert_eq!(other.interrupts.map(|i| i.count), Some(0));
+        let loop_dev = summarize(LIVE, (7, 0), 32553, None).unwrap();
+        assert_eq!((loop_dev.completions, loop_dev.interrupts), (1, None));
     }
 
     #[test]
     fn a_bad_line_is_an_error_naming_it() {
         let bad = LIVE.replace("usect_delayed=36000 ", "");
-        assert!(summarize(&bad, (254, 0), 32553)
+        assert!(summarize(&bad, (254, 0), 32553, None)
             .unwrap_err()
-            .contains("trace line 6: no usect_delayed=N"));
+            .contains("trace line 7: no usect_delayed="));
+        let nameless = LIVE.replace("irq=34 name=virtio4-input", "irq=34");
+        assert!(summarize(&nameless, (254, 0), 1, Some("virtio1"))
+            .unwrap_err()
+            .contains("trace line 15: no name="));
         let garbled = format!("{LIVE}not a trace line\n");
-        assert!(summarize(&garbled, (254, 0), 1)
+        assert!(summarize(&garbled, (254, 0), 1, None)
             .unwrap_err()
-            .starts_with("trace line 14:"));
+            .starts_with("trace line 23:"));
     }
 
     #[test]
@@ -200,8 +319,5 @@ mod tests {
         assert_eq!(median(&[]), 0.0);
         assert_eq!(median(&[5, 1, 3]), 3.0);
         assert_eq!(median(&[4, 1, 3, 8]), 3.5);
-        let mut d = vec![(1, 100), (0, 10), (0, 50), (0, 200), (1, 150)];
-        // CPU0: 10, 50 (40 apart: one), 200 (150 later: another); CPU1: 100, 150 (one).
-        assert_eq!(interrupts(&mut d), (3, vec![2, 1, 2]));
     }
 }
