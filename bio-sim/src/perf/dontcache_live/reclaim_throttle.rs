@@ -8,7 +8,7 @@
 //!
 //! Why: on cgroup v1, when memcg reclaim isolates a batch of folios that are all dirty and not
 //! yet under writeback, `shrink_inactive_list()` wakes the flusher and sleeps in
-//! `reclaim_throttle()` up to `HZ/10`, or until more than 32 folios per sleeper have ended their
+//! `reclaim_throttle()` up to `HZ/10`, or until more than 32 pages per sleeper have ended their
 //! writeback on the node since the first sleeper came (`__acct_reclaim_writeback()`). How long it
 //! sleeps depends on when the device reports the flusher's completions. `usect_delayed` is
 //! `jiffies_to_usecs()` of the jiffies slept: 4 ms steps at HZ=250, so short sleeps round to 0 or
