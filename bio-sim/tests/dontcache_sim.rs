@@ -503,6 +503,21 @@ fn on_virtio_blk_normal_writes_wait_for_the_flushers_whole_pass() {
 
 #[test]
 fn bad_bench_input_is_exit_2_with_a_clear_message() {
+    // `--trace` of one v7/iomap seed write, with `extra` options.
+    let one_traced_write = |extra: &[&'static str]| {
+        let mut v = vec![
+            "--preset",
+            "seed-writes",
+            "--design",
+            "v7",
+            "--path",
+            "iomap",
+            "--trace",
+            "-",
+        ];
+        v.extend_from_slice(extra);
+        v
+    };
     for (args, want) in [
         (
             vec!["--preset", "seed-x"],
@@ -562,18 +577,7 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
             "--device virtio-blk: needs --runtime deterministic",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--design",
-                "v7",
-                "--path",
-                "iomap",
-                "--trace",
-                "-",
-                "--device",
-                "virtio-blk",
-            ],
+            one_traced_write(&["--device", "virtio-blk"]),
             "--trace: traces one write on the nvme device (without --device)",
         ),
         (
@@ -587,32 +591,11 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
             "--page-reporting: needs --runtime deterministic",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--design",
-                "v7",
-                "--path",
-                "iomap",
-                "--trace",
-                "-",
-                "--page-reporting",
-            ],
+            one_traced_write(&["--page-reporting"]),
             "--trace: traces one write without --page-reporting",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--design",
-                "v7",
-                "--path",
-                "iomap",
-                "--trace",
-                "-",
-                "--hz",
-                "1000",
-            ],
+            one_traced_write(&["--hz", "1000"]),
             "--trace: traces one write at the default CONFIG_HZ (without --hz)",
         ),
         (
@@ -644,18 +627,7 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
             "more than the host's MemAvailable of",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--runtime",
-                "threaded",
-                "--design",
-                "v7",
-                "--path",
-                "iomap",
-                "--trace",
-                "-",
-            ],
+            one_traced_write(&["--runtime", "threaded"]),
             "--trace: needs --runtime deterministic",
         ),
     ] {
