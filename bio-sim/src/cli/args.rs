@@ -472,9 +472,10 @@ pub struct BenchDontcacheArgs {
     #[arg(long, requires = "preset")]
     pub page_reporting: bool,
     /// With --preset: the simulated device, nvme (each request completes, with its interrupt,
-    /// when its transfer ends) or virtio-blk (as this machine's Firecracker VMM emulates it, Sync
-    /// engine: the requests of a busy period all complete, with one interrupt, when the queue is
-    /// empty). Both at 3.2 GB/s and 20 us per command. Deterministic runtime only.
+    /// when its transfer ends) or virtio-blk (as, we infer, this machine's Firecracker VMM
+    /// emulates it with its Sync engine: a request posted while the device works joins its busy
+    /// period, whose requests all complete, with one interrupt, when the queue is empty). Both
+    /// at 3.2 GB/s, 20 us to start on an idle device. Deterministic runtime only.
     #[arg(long, default_value = "nvme", requires = "preset")]
     pub device: String,
     /// With --preset, one --design and one --path: instead of the tables, one 16 KiB

@@ -106,7 +106,6 @@ fn device_of(path: &Path) -> Result<(u32, u32), String> {
     Ok((libc::major(dev), libc::minor(dev)))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn leg(
     file: &BackingFile,
     op: JobOp,
