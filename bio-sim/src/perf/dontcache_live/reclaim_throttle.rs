@@ -83,18 +83,23 @@ pub fn disk_of(dev: (u32, u32)) -> (u32, u32) {
     let parent = std::fs::canonicalize(&sys)
         .ok()
         .and_then(|p| std::fs::read_to_string(p.parent()?.join("dev")).ok());
-    parent
-        .and_then(|d| {
-            let (ma, mi) = d.trim().split_once(':')?;
-            Some((ma.parse().ok()?, mi.parse().ok()?))
-        })
-        .unwrap_or(dev)
+    parent.and_then(|d| parse_dev(&d)).unwrap_or(dev)
+}
+
+/// A sysfs `dev` file's `MAJ:MIN`.
+fn parse_dev(text: &str) -> Option<(u32, u32)> {
+    let (ma, mi) = text.trim().split_once(':')?;
+    Some((ma.parse().ok()?, mi.parse().ok()?))
 }
 
 /// The virtio device (`virtioN`) under the block device `dev` (`(major, minor)`), from its sysfs
 /// path (`/sys/dev/block/MAJ:MIN` → `.../virtio1/block/vda`); `None` for another kind.
 pub fn virtio_of(dev: (u32, u32)) -> Option<String> {
-    let path = std::fs::canonicalize(format!("/sys/dev/block/{}:{}", dev.0, dev.1)).ok()?;
+    virtio_in(&std::fs::canonicalize(format!("/sys/dev/block/{}:{}", dev.0, dev.1)).ok()?)
+}
+
+/// The `virtioN` component of a sysfs device path.
+fn virtio_in(path: &std::path::Path) -> Option<String> {
     path.components().find_map(|c| {
         let name = c.as_os_str().to_str()?;
         let n = name.strip_prefix("virtio")?;
@@ -196,7 +201,8 @@ pub fn summarize(
             "block_rq_complete" if l.fields.trim_start().starts_with(&want_dev) => {
                 completions += 1;
                 match current.get(&l.cpu) {
-                    Some(&run) if in_irq => ended[run] += 1,
+                    // Only a CPU in interrupt context still has one (task lines end it above).
+                    Some(&run) => ended[run] += 1,
                     _ => outside += 1,
                 }
             }
@@ -258,6 +264,7 @@ mod tests {
          python3-32553   [000] ..... 34569.640000: mm_vmscan_throttled: nid=0 usec_timeout=20000 usect_delayed=4000 reason=VMSCAN_THROTTLE_ISOLATED
           <idle>-0       [001] d.h1. 34569.669990: irq_handler_entry: irq=34 name=virtio4-input
           <idle>-0       [001] d.h1. 34569.670000: block_rq_complete: 254,0 W () 531398656 + 8192 be,0,4 [0]
+          <idle>-0       [001] d.h1. 34569.675000: irq_handler_entry: irq=36 name=virtio1-req.0
           <idle>-0       [001] d.h1. 34569.680000: irq_handler_entry: irq=36 name=virtio1-req.0
           <idle>-0       [001] d.h1. 34569.680010: block_rq_complete: 254,0 W () 531406848 + 8192 be,0,4 [0]
     kworker/1:1H-46      [001] ..... 34569.690000: block_rq_complete: 254,0 W () 531415040 + 8192 be,0,4 [0]
@@ -272,6 +279,7 @@ mod tests {
         // Two WRITEBACK sleeps of the writer (another task's and an ISOLATED one left out).
         assert_eq!((t.throttled, t.throttled_ms), (2, 76.0));
         // 254,0's ten completions (7,0's left out): three, two, one in virtio1-req.0's handler
+        // (a run that ended none is not an interrupt of its completions)
         // on CPU1, two in the BLOCK softirq after it on CPU0; one under another IRQ's handler and
         // one from a kworker are outside.
         assert_eq!(t.completions, 10);
@@ -311,13 +319,37 @@ mod tests {
         let garbled = format!("{LIVE}not a trace line\n");
         assert!(summarize(&garbled, (254, 0), 1, None)
             .unwrap_err()
-            .starts_with("trace line 23:"));
+            .starts_with("trace line 24:"));
+    }
+
+    #[test]
+    fn a_disk_is_found_in_its_sysfs_path() {
+        use std::path::Path;
+        let vda = Path::new("/sys/devices/pci0000:00/0000:00:02.0/virtio1/block/vda/vda1");
+        assert_eq!(virtio_in(vda).as_deref(), Some("virtio1"));
+        assert_eq!(
+            virtio_in(Path::new("/sys/devices/virtual/block/loop0")),
+            None
+        );
+        assert_eq!(
+            virtio_in(Path::new("/sys/devices/x/virtio/block/vdb")),
+            None
+        );
+        assert_eq!(
+            virtio_in(Path::new("/sys/devices/x/virtio2a/block/vdb")),
+            None
+        );
+        assert_eq!(parse_dev("254:0\n"), Some((254, 0)));
+        assert_eq!(parse_dev("254"), None);
+        assert_eq!(parse_dev("a:0"), None);
     }
 
     #[test]
     fn the_median_of_odd_and_even_runs() {
         assert_eq!(median(&[]), 0.0);
+        assert_eq!(median(&[7]), 7.0);
         assert_eq!(median(&[5, 1, 3]), 3.0);
+        assert_eq!(median(&[9, 1, 5, 3, 7]), 5.0);
         assert_eq!(median(&[4, 1, 3, 8]), 3.5);
     }
 }
