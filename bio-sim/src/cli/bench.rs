@@ -198,9 +198,9 @@ fn seed_preset_bench(
     if a.page_reporting {
         cfg.page_reporting_order = Some(bio_core::mm::page_reporting::PAGEBLOCK_ORDER);
     }
-    cfg.device.completion = crate::pagecache::nvme_device::Completion::parse(&a.device)
-        .map_err(|e| format!("--device: {e}"))?;
-    let virtio = a.device != "nvme";
+    use crate::pagecache::nvme_device::Completion;
+    cfg.device.completion = Completion::parse(&a.device).map_err(|e| format!("--device: {e}"))?;
+    let virtio = cfg.device.completion == Completion::WhenQueueEmpty;
     if threaded {
         if virtio {
             return Err("--device virtio-blk: needs --runtime deterministic (the threaded runtime's device is null_blk)".into());

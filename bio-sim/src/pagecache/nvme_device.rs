@@ -30,9 +30,10 @@ pub enum Completion {
     /// as its transfer ends.
     PerRequest,
     /// A virtio-blk device emulated by Firecracker's `Sync` engine (the VMM this machine runs
-    /// under): `process_queue()` pops and executes every available request, including those the
-    /// guest adds while it works, and only when the avail ring is empty advances the used ring
-    /// and triggers one interrupt. Every request of a busy period completes at its end.
+    /// under, by inference): `process_queue()` pops and executes every available request,
+    /// including those the guest adds while it works, and only when the avail ring is empty
+    /// advances the used ring and signals at most one interrupt. Every request of a busy period
+    /// completes at its end.
     WhenQueueEmpty,
 }
 
