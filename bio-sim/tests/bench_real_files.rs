@@ -203,6 +203,11 @@ fn the_calibration_measures_every_cost_it_prints() {
         "{text}"
     );
     assert_eq!(c.medians().irq_ns, PageCosts::MEASURED.irq_ns);
+    // What --save-costs writes is what --costs reads: the medians, to the ns.
+    let saved = PageCosts::parse_file(&c.costs_file("test run"), "saved").unwrap();
+    for ((name, got), (_, want)) in saved.fields().into_iter().zip(c.medians().fields()) {
+        assert_eq!(got, want.round().max(0.0), "{name}");
+    }
     assert_eq!(
         std::fs::read_dir(d.path()).unwrap().count(),
         0,

@@ -368,6 +368,87 @@ fn the_bench_prints_the_seed_tables() {
     );
 }
 
+/// The "avg" row's two MB/s of a one-design seed table.
+fn avg_mb(out: &str) -> (f64, f64) {
+    let row = out
+        .lines()
+        .find(|l| l.starts_with(" avg  "))
+        .unwrap_or_else(|| panic!("no avg row:\n{out}"));
+    let mut w = row.split_whitespace().skip(1).map(|x| x.parse::<f64>());
+    match (w.next(), w.next()) {
+        (Some(Ok(n)), Some(Ok(d))) => (n, d),
+        _ => panic!("avg row {row:?}"),
+    }
+}
+
+/// `--costs FILE` and `--device-gbps` reach the driver. DONTCACHE writes on the NVMe-like device
+/// are CPU-bound on the writer's CPU: with every committed cost times 10 they run twice as fast
+/// as with every cost times 20 (costs this high keep the runs short). And a 0.05 GB/s device
+/// binds both runs to its 50 MB/s and a 4 MiB cache's worth. The header prints the file's costs and names it and the bandwidth.
+/// Catches a file parsed but not used, a bandwidth not passed to the device, or either not shown.
+#[test]
+fn a_costs_file_and_a_device_bandwidth_price_the_run() {
+    use bio_sim::perf::dontcache_costs::PageCosts;
+    let dir = tempfile::tempdir().unwrap();
+    let costs_times = |k: f64| {
+        let file = dir.path().join(format!("x{k}.txt"));
+        let text: String = PageCosts::MEASURED
+            .fields()
+            .iter()
+            .map(|(n, v)| format!("{n} {}\n", v * k))
+            .collect();
+        std::fs::write(&file, format!("# every committed cost times {k}\n{text}")).unwrap();
+        file.display().to_string()
+    };
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "dontcache",
+            "--preset",
+            "seed-writes",
+            "--design",
+            "v7",
+            "--path",
+            "iomap",
+            "--seconds",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = biosim(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out
+    };
+    let (x20, x10) = (costs_times(20.0), costs_times(10.0));
+    let slow_cpu = run(&["--costs", &x20]);
+    let fast_cpu = run(&["--costs", &x10]);
+    for want in [
+        format!("  source: {x10} (--costs)"),
+        "  copy_ns                 4480 ns".to_owned(),
+        "  writeback_submit_ns     8110 ns".to_owned(),
+    ] {
+        assert!(fast_cpu.contains(&want), "missing {want:?}:\n{fast_cpu}");
+    }
+    assert!(!fast_cpu.contains("device bandwidth"), "{fast_cpu}");
+    let ((_, d20), (_, d10)) = (avg_mb(&slow_cpu), avg_mb(&fast_cpu));
+    assert!(
+        (1.8..=2.2).contains(&(d10 / d20)),
+        "DONTCACHE {d20} -> {d10} MB/s with the costs halved"
+    );
+    // A 4 MiB cache: the second's writes are the device's 50 MB and what the cache holds.
+    let slow_dev = run(&["--device-gbps", "0.05", "--limit", "4M"]);
+    assert!(
+        slow_dev.contains("device bandwidth: 0.05 GB/s (--device-gbps; the default is 3.2 GB/s)"),
+        "{slow_dev}"
+    );
+    let (n, d) = avg_mb(&slow_dev);
+    for mb in [n, d] {
+        assert!(
+            (45.0..=50.0 + 4.2).contains(&mb),
+            "{mb} MB/s on a 50 MB/s device under a 4 MiB cache"
+        );
+    }
+}
+
 /// `--runtime threaded`: the same tables, per wall-clock second, on null_blk, with the oracle's
 /// verdicts (no figure is checked).
 #[test]
@@ -578,7 +659,59 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
         ),
         (
             one_traced_write(&["--device", "virtio-blk"]),
-            "--trace: traces one write on the nvme device (without --device)",
+            "--trace: traces one write on the default nvme device (without --device or --device-gbps)",
+        ),
+        (
+            one_traced_write(&["--device-gbps", "5.7"]),
+            "--trace: traces one write on the default nvme device (without --device or --device-gbps)",
+        ),
+        (vec!["--device-gbps", "5.7"], "--preset"),
+        (
+            vec!["--preset", "seed-writes", "--device-gbps", "0"],
+            "--device-gbps 0: not a bandwidth in GB/s from 0.01 to 1000",
+        ),
+        (
+            vec!["--preset", "seed-writes", "--device-gbps", "5.7GB"],
+            "--device-gbps 5.7GB: not a bandwidth",
+        ),
+        (
+            vec![
+                "--preset",
+                "seed-writes",
+                "--runtime",
+                "threaded",
+                "--device-gbps",
+                "5.7",
+            ],
+            "--device-gbps: needs --runtime deterministic",
+        ),
+        (vec!["--costs", "Cargo.toml"], "--preset"),
+        (
+            vec!["--preset", "seed-writes", "--costs", "no-such-costs.txt"],
+            "--costs no-such-costs.txt: No such file",
+        ),
+        (
+            vec!["--preset", "seed-writes", "--costs", "Cargo.toml"],
+            "--costs: Cargo.toml:1: `[package]`: expected `NAME NS`",
+        ),
+        (
+            vec![
+                "--preset",
+                "seed-writes",
+                "--runtime",
+                "threaded",
+                "--costs",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../tests/recordings/page-costs-6.18.txt"
+                ),
+            ],
+            "--costs: needs --runtime deterministic",
+        ),
+        (vec!["--save-costs", "x.txt"], "--calibrate"),
+        (
+            vec!["--calibrate", "--save-costs", "Cargo.toml"],
+            "--save-costs Cargo.toml: the file exists",
         ),
         (
             vec![

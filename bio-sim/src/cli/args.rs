@@ -270,7 +270,7 @@ pub enum BenchCommand {
     /// file, against raw pread/pwrite from as many threads.
     Loop(BenchLoopArgs),
     /// Buffered writes with and without RWF_DONTCACHE: MB/s and pages left cached (cachestat).
-    Dontcache(BenchDontcacheArgs),
+    Dontcache(Box<BenchDontcacheArgs>),
     /// `biosim explore`'s speed: cases/s on v7 with 1 and 2 jobs side by side, with the kernel's detectors on and off, the time to find
     /// and shrink finding 1 on v6, and the long clean campaigns on v7 and v6-review.
     Explore(BenchExploreArgs),
@@ -475,9 +475,24 @@ pub struct BenchDontcacheArgs {
     /// when its transfer ends) or virtio-blk (as, we infer, this machine's Firecracker VMM
     /// emulates it with its Sync engine: a request posted while the device works joins its busy
     /// period, whose requests all complete, with one interrupt, when the queue is empty). Both
-    /// at 3.2 GB/s, 20 us to start on an idle device. Deterministic runtime only.
+    /// at 3.2 GB/s (see --device-gbps), 20 us to start on an idle device. Deterministic runtime
+    /// only.
     #[arg(long, default_value = "nvme", requires = "preset")]
     pub device: String,
+    /// With --preset: the simulated device's transfer bandwidth in GB/s (10^9 bytes per second,
+    /// reads and writes alike; default 3.2), e.g. a disk measured with O_DIRECT writes.
+    /// Deterministic runtime only.
+    #[arg(long, value_name = "GBPS", requires = "preset")]
+    pub device_gbps: Option<String>,
+    /// With --preset: price the simulation with the per-page costs of FILE (what
+    /// --calibrate --save-costs wrote: `NAME NS` lines, every cost once) instead of
+    /// PageCosts::MEASURED. Deterministic runtime only.
+    #[arg(long, value_name = "FILE", requires = "preset")]
+    pub costs: Option<std::path::PathBuf>,
+    /// With --calibrate: also write the measured medians as a costs file for --costs (never over
+    /// an existing file without --force).
+    #[arg(long, value_name = "FILE", requires = "calibrate")]
+    pub save_costs: Option<std::path::PathBuf>,
     /// With --preset, one --design and one --path: instead of the tables, one 16 KiB
     /// pwritev2(RWF_DONTCACHE) (forced on a bdev that refuses it) until its folios are gone or
     /// left, traced in the kernel's ftrace format, written to FILE (`-`: stdout).

@@ -20,7 +20,7 @@ pub fn bench(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             print!("{}", loop_bench(&cfg)?);
         }
         BenchCommand::Dontcache(a) if a.preset.is_some() => seed_preset_bench(&a)?,
-        BenchCommand::Dontcache(a) => dontcache(a)?,
+        BenchCommand::Dontcache(a) => dontcache(*a)?,
         BenchCommand::Job(argv) => job_bench(argv)?,
         BenchCommand::NullBlk(a) => null_blk(a)?,
         BenchCommand::Explore(a) => {
@@ -81,6 +81,11 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
         None => 256 << 20,
     };
     if a.calibrate {
+        let save = a
+            .save_costs
+            .as_deref()
+            .map(|p| super::output::Output::check_with("--save-costs", p, &[], a.force))
+            .transpose()?;
         let cfg = CalibrateConfig {
             dir: a.dir,
             size,
@@ -89,7 +94,19 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
             reclaim: true,
             reporting_wait: crate::perf::dontcache_costs::PAGE_REPORTING_WAIT,
         };
-        print!("{}", calibrate(&cfg)?);
+        let c = calibrate(&cfg)?;
+        print!("{c}");
+        if let (Some(out), Some(path)) = (save, &a.save_costs) {
+            let header = format!(
+                "measured {} on Linux {} with `biosim bench dontcache --calibrate --rounds {} --size {}M`",
+                today_utc(),
+                kernel_release(),
+                c.config.rounds,
+                c.config.size >> 20
+            );
+            out.write(&c.costs_file(&header))?;
+            println!("costs saved: {} (--costs {0})", path.display());
+        }
         return Ok(());
     }
     if a.live {
@@ -134,6 +151,48 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
     };
     print!("{}", dontcache_bench(&cfg)?);
     Ok(())
+}
+
+/// `--device-gbps`: a decimal number of GB/s (10^9 bytes/s), from 0.01 to 1000.
+fn parse_gbps(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|g| g.is_finite() && (0.01..=1000.0).contains(g))
+        .map(|g| g * 1e9)
+        .ok_or_else(|| {
+            format!("--device-gbps {text}: not a bandwidth in GB/s from 0.01 to 1000 (e.g. 5.7)")
+        })
+}
+
+/// This machine's kernel release (`uname -r`), for a costs file's header.
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "(unknown kernel)".into())
+}
+
+/// Today's date in UTC, `YYYY-MM-DD`.
+fn today_utc() -> String {
+    civil_date(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    )
+}
+
+/// The UTC date of `secs` since the epoch (days to civil date, the proleptic Gregorian
+/// calendar's 400-year eras starting in March).
+fn civil_date(secs: u64) -> String {
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// `6.18.44-fc` -> `6.18`: the series a recording is named after.
@@ -201,9 +260,25 @@ fn seed_preset_bench(
     use crate::pagecache::nvme_device::Completion;
     cfg.device.completion = Completion::parse(&a.device).map_err(|e| format!("--device: {e}"))?;
     let virtio = cfg.device.completion == Completion::WhenQueueEmpty;
+    if let Some(g) = &a.device_gbps {
+        cfg.device.bandwidth = parse_gbps(g)?;
+    }
+    if let Some(path) = &a.costs {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--costs {}: {e}", path.display()))?;
+        cfg.costs =
+            crate::perf::dontcache_costs::PageCosts::parse_file(&text, &path.display().to_string())
+                .map_err(|e| format!("--costs: {e}"))?;
+    }
     if threaded {
         if virtio {
             return Err("--device virtio-blk: needs --runtime deterministic (the threaded runtime's device is null_blk)".into());
+        }
+        if a.device_gbps.is_some() {
+            return Err("--device-gbps: needs --runtime deterministic (the threaded runtime's device is null_blk)".into());
+        }
+        if a.costs.is_some() {
+            return Err("--costs: needs --runtime deterministic (the threaded runtime does real work, it prices nothing)".into());
         }
         if a.page_reporting {
             return Err("--page-reporting: needs --runtime deterministic (the threaded runtime's allocations are this machine's own, not priced)".into());
@@ -232,8 +307,11 @@ fn seed_preset_bench(
         if a.page_reporting {
             return Err("--trace: traces one write without --page-reporting".into());
         }
-        if virtio {
-            return Err("--trace: traces one write on the nvme device (without --device)".into());
+        if virtio || a.device_gbps.is_some() {
+            return Err(
+                "--trace: traces one write on the default nvme device (without --device or --device-gbps)"
+                    .into(),
+            );
         }
         let out = super::output::Output::check_with("--trace", out, &[], a.force)?;
         let (Ok([design]), Ok([path])) = (
@@ -365,4 +443,33 @@ fn job_failed(e: crate::perf::job::JobError) -> Result<(), Box<dyn std::error::E
         std::process::exit(1);
     }
     Err(e.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{civil_date, parse_gbps};
+
+    #[test]
+    fn civil_date_counts_leap_days_and_eras() {
+        assert_eq!(civil_date(0), "1970-01-01");
+        assert_eq!(civil_date(951_782_400), "2000-02-29");
+        assert_eq!(civil_date(951_868_800), "2000-03-01");
+        assert_eq!(civil_date(4_107_456_000), "2100-02-28");
+        assert_eq!(civil_date(4_107_542_400), "2100-03-01");
+        assert_eq!(civil_date(1_796_515_199), "2026-12-05");
+        assert_eq!(civil_date(1_796_515_200), "2026-12-06");
+    }
+
+    #[test]
+    fn device_gbps_is_a_finite_bandwidth_in_range() {
+        assert_eq!(parse_gbps("5.7"), Ok(5.7e9));
+        assert_eq!(parse_gbps("0.01"), Ok(1e7));
+        assert_eq!(parse_gbps("1000"), Ok(1e12));
+        for bad in [
+            "0", "0.009", "1000.5", "-3", "NaN", "inf", "3.2GB", "", "5,7",
+        ] {
+            let e = parse_gbps(bad).unwrap_err();
+            assert!(e.starts_with(&format!("--device-gbps {bad}:")), "{e}");
+        }
+    }
 }

@@ -84,6 +84,14 @@ pub(super) fn kernel_config_lines(cfg: &SeedBenchConfig, out: &mut String) {
              together, with one interrupt, when its queue is empty"
         );
     }
+    if cfg.device.bandwidth != NvmeModel::DEFAULT.bandwidth {
+        let _ = writeln!(
+            out,
+            "device bandwidth: {} GB/s (--device-gbps; the default is {} GB/s)",
+            cfg.device.bandwidth / 1e9,
+            NvmeModel::DEFAULT.bandwidth / 1e9
+        );
+    }
 }
 
 /// The name the CLI and the tables use for `d` ([`DontcacheDesign::name`]).
@@ -185,7 +193,7 @@ pub(super) fn driver_config(
     c.range_bytes = cfg.limit_bytes * cfg.preset.range_limits;
     c.io_bytes = cfg.preset.io_bytes;
     c.duration_ns = cfg.seconds * 1_000_000_000;
-    c.costs = cfg.costs;
+    c.costs = cfg.costs.clone();
     c.cgroup_v2 = cfg.cgroup_v2;
     c.hz = cfg.hz;
     c.page_reporting_order = cfg.page_reporting_order;
@@ -396,7 +404,7 @@ pub fn traced_write(
     c.dontcache = true;
     c.force_dontcache = true;
     c.capture = true;
-    c.costs = *costs;
+    c.costs = costs.clone();
     let r = run(c)?;
     Ok(r.ftrace.unwrap_or_default())
 }

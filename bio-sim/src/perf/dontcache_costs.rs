@@ -45,11 +45,12 @@ use super::dontcache_live::memcg::{self, run_in_child, Job, JobOp, Memcg, Stop};
 use super::stats::median;
 use crate::dev::aligned::AlignedBuf;
 use crate::dev::backing::{BackingFile, RwFlags};
+use std::borrow::Cow;
 use std::fmt;
 use std::path::PathBuf;
 
 /// Per-page costs in ns (see the module docs for how each is measured).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PageCosts {
     /// Copying one cached page to or from the user (`copy_folio_to_iter()`).
     pub copy_ns: f64,
@@ -71,7 +72,7 @@ pub struct PageCosts {
     /// charged only with free page reporting (`--page-reporting`).
     pub reported_touch_ns: f64,
     /// Where the figures come from.
-    pub source: &'static str,
+    pub source: Cow<'static, str>,
 }
 
 impl PageCosts {
@@ -90,10 +91,11 @@ impl PageCosts {
         irq_ns: 71.0,
         work_handoff_ns: 3311.0,
         reported_touch_ns: REPORTED_TOUCH_NS,
-        source:
+        source: Cow::Borrowed(
             "measured 2026-12-01 on Linux 6.18.44 (2-vCPU VM, 24 GiB, ext4 on virtio-blk) with \
                  `biosim bench dontcache --calibrate --rounds 7 --size 512M`, medians; irq_ns from \
                  the deferral bench; reported_touch_ns measured 2026-12-04",
+        ),
     };
 
     /// The fields as `(name, value)`, in declaration order.
@@ -109,6 +111,77 @@ impl PageCosts {
             ("work_handoff_ns", self.work_handoff_ns),
             ("reported_touch_ns", self.reported_touch_ns),
         ]
+    }
+
+    /// A costs file (`--costs FILE`, what `--calibrate --save-costs FILE` writes): one
+    /// `NAME NS` line per field of [`PageCosts::fields`], each exactly once, in any order; blank
+    /// lines and lines starting with `#` are comments. Anything else (an unknown name, a repeated
+    /// or missing one, an extra word, a value that is not a finite number of ns from 0 to 1 s) is
+    /// an error naming `origin` and the line. `source` says the file.
+    pub fn parse_file(text: &str, origin: &str) -> Result<PageCosts, String> {
+        let mut costs = PageCosts::MEASURED;
+        let known = costs.fields().map(|(n, _)| n);
+        let mut seen: Vec<(&str, usize)> = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let at = format!("{origin}:{}", i + 1);
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let [name, value] = words[..] else {
+                return Err(format!(
+                    "{at}: `{line}`: expected `NAME NS` (two words; comments start a line with #)"
+                ));
+            };
+            let Some(&name) = known.iter().find(|k| **k == name) else {
+                return Err(format!(
+                    "{at}: unknown cost `{name}` (known: {})",
+                    known.join(", ")
+                ));
+            };
+            if let Some((_, first)) = seen.iter().find(|(n, _)| *n == name) {
+                return Err(format!("{at}: `{name}` repeated (first on line {first})"));
+            }
+            seen.push((name, i + 1));
+            let ns: f64 = value
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite() && (0.0..=1e9).contains(v))
+                .ok_or_else(|| {
+                    format!("{at}: {name} `{value}`: not a number of ns from 0 to 1000000000")
+                })?;
+            *costs.field_mut(name) = ns;
+        }
+        let missing: Vec<&str> = known
+            .iter()
+            .copied()
+            .filter(|k| !seen.iter().any(|(n, _)| n == k))
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "{origin}: missing {} (a costs file names every cost once)",
+                missing.join(", ")
+            ));
+        }
+        costs.source = Cow::Owned(format!("{origin} (--costs)"));
+        Ok(costs)
+    }
+
+    /// The field called `name` (one of [`PageCosts::fields`]'s names).
+    fn field_mut(&mut self, name: &str) -> &mut f64 {
+        match name {
+            "copy_ns" => &mut self.copy_ns,
+            "alloc_add_ns" => &mut self.alloc_add_ns,
+            "reclaim_evict_ns" => &mut self.reclaim_evict_ns,
+            "reclaim_scan_ns" => &mut self.reclaim_scan_ns,
+            "invalidate_ns" => &mut self.invalidate_ns,
+            "writeback_submit_ns" => &mut self.writeback_submit_ns,
+            "irq_ns" => &mut self.irq_ns,
+            "work_handoff_ns" => &mut self.work_handoff_ns,
+            "reported_touch_ns" => &mut self.reported_touch_ns,
+            other => unreachable!("not a PageCosts field: {other}"),
+        }
     }
 }
 
@@ -161,8 +234,37 @@ impl Calibration {
             irq_ns: get("irq_ns", m.irq_ns),
             work_handoff_ns: get("work_handoff_ns", m.work_handoff_ns),
             reported_touch_ns: get("reported_touch_ns", m.reported_touch_ns),
-            source: "this run",
+            source: Cow::Borrowed("this run"),
         }
+    }
+
+    /// The medians as a costs file ([`PageCosts::parse_file`]), headed by `header` (the kernel
+    /// and the command, as comments); a cost not measured here carries the committed value and
+    /// a comment saying so.
+    pub fn costs_file(&self, header: &str) -> String {
+        let mut out = String::new();
+        for line in header.lines() {
+            out.push_str(&format!("# {line}\n"));
+        }
+        out.push_str("# ns per 4 KiB page, medians of the rounds (biosim bench dontcache --preset ... --costs FILE)\n");
+        for (name, ns) in self.medians().fields() {
+            let measured = self.rounds.iter().any(|(k, v)| *k == name && !v.is_empty());
+            if !measured {
+                out.push_str(&format!(
+                    "# {name}: not measured by this run: PageCosts::MEASURED's\n"
+                ));
+            }
+            // reported_touch_ns is a difference of two reads: noise around 0 can be negative
+            // where no page was reported, and no cost is.
+            let ns = ns.round();
+            if ns < 0.0 {
+                out.push_str(&format!(
+                    "# {name}: measured {ns:.0} (noise around 0), saved as 0\n"
+                ));
+            }
+            out.push_str(&format!("{name} {:.0}\n", ns.max(0.0)));
+        }
+        out
     }
 }
 
@@ -477,5 +579,131 @@ impl fmt::Display for Calibration {
             writeln!(f, "  reclaim not measured: {why}")?;
         }
         writeln!(f, "  committed: {}", committed.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CalibrateConfig, Calibration, PageCosts};
+
+    fn file_of(costs: &PageCosts) -> String {
+        costs
+            .fields()
+            .iter()
+            .map(|(n, v)| format!("{n} {v}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn a_costs_file_sets_every_field_and_names_itself() {
+        let mut want = PageCosts::MEASURED;
+        for (i, (name, _)) in PageCosts::MEASURED.fields().into_iter().enumerate() {
+            *want.field_mut(name) = 100.0 + i as f64 + 0.5;
+        }
+        let text = format!(
+            "# a comment\n\n{}",
+            file_of(&want).replace("copy_ns", "  copy_ns")
+        );
+        let got = PageCosts::parse_file(&text, "c.txt").unwrap();
+        assert_eq!(got.fields(), want.fields());
+        assert_eq!(got.source, "c.txt (--costs)");
+        // Order does not matter.
+        let reversed: String = file_of(&want)
+            .lines()
+            .rev()
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            PageCosts::parse_file(&reversed, "r").unwrap().fields(),
+            want.fields()
+        );
+    }
+
+    #[test]
+    fn a_costs_file_refuses_what_it_does_not_understand_naming_the_line() {
+        let good = file_of(&PageCosts::MEASURED);
+        let cases: [(String, &str); 9] = [
+            (
+                format!("{good}copy_ns 1\n"),
+                "c:10: `copy_ns` repeated (first on line 1)",
+            ),
+            (
+                format!("{good}dirty_ns 1\n"),
+                "c:10: unknown cost `dirty_ns`",
+            ),
+            (
+                good.replacen("copy_ns 448", "copy_ns 448 ns", 1),
+                "c:1: `copy_ns 448 ns`: expected `NAME NS`",
+            ),
+            (
+                good.replacen("copy_ns 448", "copy_ns", 1),
+                "c:1: `copy_ns`: expected `NAME NS`",
+            ),
+            (
+                good.replacen("copy_ns 448", "copy_ns -1", 1),
+                "c:1: copy_ns `-1`: not a number",
+            ),
+            (
+                good.replacen("copy_ns 448", "copy_ns NaN", 1),
+                "c:1: copy_ns `NaN`: not a number",
+            ),
+            (
+                good.replacen("copy_ns 448", "copy_ns 1e10", 1),
+                "c:1: copy_ns `1e10`: not a number",
+            ),
+            (good.replacen("copy_ns 448\n", "", 1), "c: missing copy_ns"),
+            (
+                String::new(),
+                "c: missing copy_ns, alloc_add_ns, reclaim_evict_ns",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = PageCosts::parse_file(&text, "c").unwrap_err();
+            assert!(e.starts_with(want), "{e:?} should start with {want:?}");
+        }
+        // The bounds themselves are costs.
+        let edge = good.replacen("copy_ns 448", "copy_ns 0", 1).replacen(
+            "irq_ns 71",
+            "irq_ns 1000000000",
+            1,
+        );
+        let c = PageCosts::parse_file(&edge, "c").unwrap();
+        assert_eq!((c.copy_ns, c.irq_ns), (0.0, 1e9));
+    }
+
+    #[test]
+    fn a_calibration_saves_a_file_the_parser_reads_back() {
+        let cal = Calibration {
+            config: CalibrateConfig {
+                dir: "/tmp".into(),
+                size: 4 << 20,
+                rounds: 3,
+                limit: 16 << 20,
+                reclaim: false,
+                reporting_wait: std::time::Duration::ZERO,
+            },
+            rounds: vec![
+                ("copy_ns", vec![200.0, 213.4, 230.0]),
+                ("invalidate_ns", vec![180.0]),
+                ("irq_ns", Vec::new()),
+                ("reported_touch_ns", vec![-3.0, -2.0]),
+            ],
+            reclaim_skipped: Some("test".into()),
+        };
+        let text = cal.costs_file("measured today\non a test");
+        assert!(
+            text.starts_with("# measured today\n# on a test\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# irq_ns: not measured by this run: PageCosts::MEASURED's\nirq_ns 71\n"),
+            "{text}"
+        );
+        assert!(!text.contains("# copy_ns"), "{text}");
+        let back = PageCosts::parse_file(&text, "saved").unwrap();
+        assert_eq!((back.copy_ns, back.invalidate_ns), (213.0, 180.0));
+        assert_eq!(back.reclaim_evict_ns, PageCosts::MEASURED.reclaim_evict_ns);
+        assert!(text.contains("# reported_touch_ns: measured -3 (noise around 0), saved as 0\nreported_touch_ns 0\n"), "{text}");
+        assert_eq!(back.reported_touch_ns, 0.0);
     }
 }
