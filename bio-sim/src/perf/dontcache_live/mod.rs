@@ -28,7 +28,7 @@ use bdev::{errno_name, parse_errno, BdevProbe};
 use bio_core::mm::dontcache::{DontcacheDesign, WritebackPath};
 use bio_core::mm::filemap::{IocbFlags, PAGE_SIZE};
 use bio_core::mm::testing::Rig;
-use reclaim_throttle::{Interrupts, LegTrace};
+use reclaim_throttle::{DiskBusy, Interrupts, LegTrace};
 use reported::ReportedReads;
 use seed::{Leg, SeedRun};
 use serde_json::{json, Value};
@@ -441,6 +441,19 @@ fn write_legs(f: &mut fmt::Formatter<'_>, r: &SeedRun, memcg: bool) -> fmt::Resu
                 t.throttled_ms / 10.0 / secs as f64,
                 t.completions,
             )?;
+            if let Some(d) = &t.disk {
+                writeln!(
+                    f,
+                    "  {:<10} disk busy {:.0} ms ({:.0}% of {secs} s) for {} MiB in {} requests: \
+                     {:.2} GB/s while busy",
+                    "",
+                    d.busy_ms,
+                    d.busy_ms / 10.0 / secs as f64,
+                    d.bytes >> 20,
+                    d.requests,
+                    d.gbps()
+                )?;
+            }
         }
     }
     let sys = if r.normal.sys_ns_per_page > 0.0 {
@@ -555,6 +568,13 @@ fn leg_json(l: &Leg) -> Value {
                 "outside": i.outside,
             })),
         });
+        if let Some(d) = &t.disk {
+            v["trace"]["disk"] = json!({
+                "busy_ms": d.busy_ms,
+                "bytes": d.bytes,
+                "requests": d.requests,
+            });
+        }
     }
     v
 }
@@ -650,6 +670,15 @@ impl LiveReport {
                                 count: u(i, "count")?,
                                 median_per_interrupt: fl(i, "median_per_interrupt")?,
                                 outside: u(i, "outside")?,
+                            }),
+                        },
+                        // Recordings before 2026-12-05 did not trace the disk's busy time.
+                        disk: match t.get("disk") {
+                            None => None,
+                            Some(d) => Some(DiskBusy {
+                                busy_ms: fl(d, "busy_ms")?,
+                                bytes: u(d, "bytes")?,
+                                requests: u(d, "requests")?,
                             }),
                         },
                     }),

@@ -4,7 +4,9 @@
 //! completions reached the guest: `block:block_rq_complete` lines in interrupt context (the
 //! handler's own, or the `BLOCK_SOFTIRQ` that follows it), each attributed to the latest
 //! `irq:irq_handler_entry` of the disk's virtio interrupt (`virtioN-req.0` on PCI, `virtioN` on
-//! MMIO) on its CPU.
+//! MMIO) on its CPU. And how fast the disk moved data while it had work:
+//! `block:block_rq_issue` to `block:block_rq_complete` of each request (matched by start sector),
+//! the time at least one was in flight, against the bytes of the requests that completed.
 //!
 //! Why: on cgroup v1, when memcg reclaim isolates a batch of folios that are all dirty and not
 //! yet under writeback, `shrink_inactive_list()` wakes the flusher and sleeps in
@@ -22,8 +24,9 @@ use crate::calibrate::tracefs::Tracefs;
 use hotplug::tracefs::TraceLine;
 
 /// The events a traced write leg enables.
-pub const EVENTS: [&str; 3] = [
+pub const EVENTS: [&str; 4] = [
     "vmscan/mm_vmscan_throttled",
+    "block/block_rq_issue",
     "block/block_rq_complete",
     "irq/irq_handler_entry",
 ];
@@ -47,6 +50,31 @@ pub struct Interrupts {
     pub outside: u64,
 }
 
+/// How long the disk had work during a leg, and what it moved: the device's speed while busy,
+/// which `--preset`'s `--device-gbps` takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiskBusy {
+    /// Time with at least one of the disk's requests issued (`block_rq_issue`) and not yet
+    /// completed (`block_rq_complete`), ms: the device's busy time as the guest sees it (its
+    /// interrupt latency included).
+    pub busy_ms: f64,
+    /// Bytes of the requests whose issue and completion were both traced.
+    pub bytes: u64,
+    /// How many such requests.
+    pub requests: u64,
+}
+
+impl DiskBusy {
+    /// GB/s (10^9 bytes) while busy; 0 when it never was.
+    pub fn gbps(&self) -> f64 {
+        if self.busy_ms > 0.0 {
+            self.bytes as f64 / (self.busy_ms * 1e6)
+        } else {
+            0.0
+        }
+    }
+}
+
 /// One traced write leg.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LegTrace {
@@ -59,6 +87,8 @@ pub struct LegTrace {
     /// The interrupts they came in with; `None` when the device is not a virtio disk (a loop
     /// device ends its requests from its worker; other disks are not attributed).
     pub interrupts: Option<Interrupts>,
+    /// The disk's busy time and bytes (`None` in recordings made before it was traced).
+    pub disk: Option<DiskBusy>,
 }
 
 /// The session's instance set up for traced legs of `seconds`: [`EVENTS`] enabled, tracing off,
@@ -160,6 +190,16 @@ pub fn summarize(
     let mut current: std::collections::HashMap<u32, usize> = Default::default();
     let mut ended: Vec<u64> = Vec::new();
     let (mut outside, mut irq_name) = (0u64, None::<String>);
+    // The disk's requests in flight by start sector (issued, not yet completed), since when it
+    // has had one (µs), and the last completion of that busy period.
+    let mut in_flight: std::collections::HashMap<u64, u32> = Default::default();
+    let (mut n_in_flight, mut busy_since, mut last_end) = (0u64, 0u64, None::<u64>);
+    let mut busy = DiskBusy {
+        busy_ms: 0.0,
+        bytes: 0,
+        requests: 0,
+    };
+    let mut busy_us = 0u64;
     let field = |l: &TraceLine, key: &str, i: usize| {
         l.fields
             .split_whitespace()
@@ -198,6 +238,16 @@ pub fn summarize(
                     current.remove(&l.cpu);
                 }
             }
+            "block_rq_issue" if l.fields.trim_start().starts_with(&want_dev) => {
+                let (sector, _) = rq_extent(&l.fields)
+                    .ok_or_else(|| format!("trace line {}: no `SECTOR + NR`", i + 1))?;
+                if n_in_flight == 0 {
+                    busy_since = now_us(&l);
+                    last_end = None;
+                }
+                *in_flight.entry(sector).or_default() += 1;
+                n_in_flight += 1;
+            }
             "block_rq_complete" if l.fields.trim_start().starts_with(&want_dev) => {
                 completions += 1;
                 match current.get(&l.cpu) {
@@ -205,10 +255,32 @@ pub fn summarize(
                     Some(&run) => ended[run] += 1,
                     _ => outside += 1,
                 }
+                let (sector, nr) = rq_extent(&l.fields)
+                    .ok_or_else(|| format!("trace line {}: no `SECTOR + NR`", i + 1))?;
+                // A request issued before the trace began is not timed.
+                if let Some(n) = in_flight.get_mut(&sector) {
+                    *n -= 1;
+                    if *n == 0 {
+                        in_flight.remove(&sector);
+                    }
+                    n_in_flight -= 1;
+                    busy.bytes += nr * 512;
+                    busy.requests += 1;
+                    last_end = Some(now_us(&l));
+                    if n_in_flight == 0 {
+                        busy_us += now_us(&l).saturating_sub(busy_since);
+                    }
+                }
             }
             _ => {}
         }
     }
+    // Requests still in flight when tracing stopped: the period counts up to its last
+    // completion, whose bytes it holds.
+    if n_in_flight > 0 {
+        busy_us += last_end.map_or(0, |e| e.saturating_sub(busy_since));
+    }
+    busy.busy_ms = busy_us as f64 / 1e3;
     let interrupts = virtio.map(|v| {
         let runs: Vec<u64> = ended.into_iter().filter(|&n| n > 0).collect();
         Interrupts {
@@ -223,7 +295,22 @@ pub fn summarize(
         throttled_ms: delayed_us as f64 / 1e3,
         completions,
         interrupts,
+        disk: Some(busy),
     })
+}
+
+/// A trace line's timestamp in µs.
+fn now_us(l: &TraceLine) -> u64 {
+    l.secs * 1_000_000 + u64::from(l.usecs)
+}
+
+/// `SECTOR + NR` of a `block_rq_issue` or `block_rq_complete` line: what follows the `(CMD)`
+/// (`254,0 W 4194304 () 531234816 + 8192 be,0,4 [dd]`).
+fn rq_extent(fields: &str) -> Option<(u64, u64)> {
+    let mut w = fields.split_once(") ")?.1.split_whitespace();
+    let sector = w.next()?.parse().ok()?;
+    (w.next()? == "+").then_some(())?;
+    Some((sector, w.next()?.parse().ok()?))
 }
 
 fn median(v: &[u64]) -> f64 {
@@ -246,10 +333,16 @@ mod tests {
 
     /// Lines as this machine's 6.18 printed them in a normal write leg (ext4 on /dev/vda, 254:0,
     /// virtio1; the writer was pid 32553), trimmed to a few, with one other IRQ and one
-    /// completion outside an interrupt added.
+    /// completion outside an interrupt added, and the requests' issues (made up in the live
+    /// format; one request issued before the trace began, one still in flight at its end).
     const LIVE: &str = "\
 # tracer: nop
 #
+    kworker/u8:2-15869   [000] ..... 34569.540000: block_rq_issue: 254,0 W 4194304 () 531234816 + 8192 be,0,4 [kworker/u8:2]
+    kworker/u8:2-15869   [000] ..... 34569.540000: block_rq_issue: 254,0 W 4194304 () 531243008 + 8192 be,0,4 [kworker/u8:2]
+    kworker/u8:2-15869   [000] ..... 34569.540000: block_rq_issue: 254,0 W 4194304 () 531251200 + 8192 be,0,4 [kworker/u8:2]
+    kworker/u8:2-15869   [000] ..... 34569.541000: block_rq_issue: 254,0 W 4194304 () 531382272 + 8192 be,0,4 [kworker/u8:2]
+    kworker/u8:2-15869   [000] ..... 34569.541000: block_rq_issue: 254,0 W 4194304 () 531390464 + 8192 be,0,4 [kworker/u8:2]
           <idle>-0       [001] d.h1. 34569.541840: irq_handler_entry: irq=36 name=virtio1-req.0
           <idle>-0       [001] d.h1. 34569.541847: block_rq_complete: 254,0 W () 531234816 + 8192 be,0,4 [0]
           <idle>-0       [001] d.h1. 34569.541957: block_rq_complete: 254,0 W () 531243008 + 8192 be,0,4 [0]
@@ -264,13 +357,18 @@ mod tests {
          python3-32553   [000] ..... 34569.640000: mm_vmscan_throttled: nid=0 usec_timeout=20000 usect_delayed=4000 reason=VMSCAN_THROTTLE_ISOLATED
           <idle>-0       [001] d.h1. 34569.669990: irq_handler_entry: irq=34 name=virtio4-input
           <idle>-0       [001] d.h1. 34569.670000: block_rq_complete: 254,0 W () 531398656 + 8192 be,0,4 [0]
+    kworker/u8:2-15869   [000] ..... 34569.675000: block_rq_issue: 254,0 W 4194304 () 531406848 + 8192 be,0,4 [kworker/u8:2]
           <idle>-0       [001] d.h1. 34569.675000: irq_handler_entry: irq=36 name=virtio1-req.0
           <idle>-0       [001] d.h1. 34569.680000: irq_handler_entry: irq=36 name=virtio1-req.0
           <idle>-0       [001] d.h1. 34569.680010: block_rq_complete: 254,0 W () 531406848 + 8192 be,0,4 [0]
+    kworker/u8:2-15869   [000] ..... 34569.685000: block_rq_issue: 254,0 W 4194304 () 531415040 + 8192 be,0,4 [kworker/u8:2]
+    kworker/u8:2-15869   [000] ..... 34569.685000: block_rq_issue: 254,0 W 4194304 () 531423232 + 8192 be,0,4 [kworker/u8:2]
     kworker/1:1H-46      [001] ..... 34569.690000: block_rq_complete: 254,0 W () 531415040 + 8192 be,0,4 [0]
           <idle>-0       [000] d.h1. 34569.700000: irq_handler_entry: irq=36 name=virtio1-req.0
           <idle>-0       [000] ..s1. 34569.700020: block_rq_complete: 254,0 W () 531423232 + 8192 be,0,4 [0]
+    kworker/u8:2-15869   [001] ..... 34569.700025: block_rq_issue: 254,0 W 4194304 () 531431424 + 8192 be,0,4 [kworker/u8:2]
           <idle>-0       [000] ..s1. 34569.700030: block_rq_complete: 254,0 W () 531431424 + 8192 be,0,4 [0]
+    kworker/u8:2-15869   [000] ..... 34569.710000: block_rq_issue: 254,0 W 4194304 () 531439616 + 8192 be,0,4 [kworker/u8:2]
 ";
 
     #[test]
@@ -307,19 +405,55 @@ mod tests {
     }
 
     #[test]
+    fn the_disks_busy_time_runs_from_an_issue_until_nothing_is_in_flight() {
+        let t = summarize(LIVE, (254, 0), 32553, Some("virtio1")).unwrap();
+        // Busy .540000-.543657 (five requests), .675000-.680010, .685000-.700020 (two),
+        // .700025-.700030; the completion at .670000 was issued before the trace (not timed), the
+        // issue at .710000 never completes (its period adds nothing).
+        let d = t.disk.unwrap();
+        assert_eq!((d.requests, d.bytes), (9, 9 * 4 << 20));
+        assert!((d.busy_ms - 23.692).abs() < 1e-9, "{d:?}");
+        assert!((d.gbps() - 9.0 * 4194304.0 / 23.692e6).abs() < 1e-9);
+        // A period still open at the end counts up to its last completion: a second request
+        // issued at .700025 keeps the last period open past .700030.
+        let issue = "34569.700025: block_rq_issue: 254,0 W 4194304 () 531431424 + 8192 be,0,4 [kworker/u8:2]\n";
+        let second = issue.replace("531431424", "531447808");
+        let open = LIVE.replace(issue, &format!("{issue}    kworker/u8:2-15869   [001] ..... {second}"));
+        let o = summarize(&open, (254, 0), 32553, Some("virtio1")).unwrap().disk.unwrap();
+        assert_eq!(o.requests, 9);
+        assert!((o.busy_ms - 23.692).abs() < 1e-9, "{o:?}");
+        // Without the .700030 completion that period has none: it adds nothing.
+        let none = open.replace("34569.700030: block_rq_complete: 254,0 W () 531431424", "34569.700030: block_rq_complete: 254,0 W () 999");
+        let n = summarize(&none, (254, 0), 32553, Some("virtio1")).unwrap().disk.unwrap();
+        assert_eq!(n.requests, 8);
+        assert!((n.busy_ms - 23.687).abs() < 1e-9, "{n:?}");
+        // Another disk's requests are not this one's.
+        let other = summarize(LIVE, (7, 0), 32553, None).unwrap().disk.unwrap();
+        assert_eq!((other.requests, other.busy_ms, other.gbps()), (0, 0.0, 0.0));
+        assert_eq!(rq_extent("254,0 W 4096 () 8 + 8 be,0,4 [dd]"), Some((8, 8)));
+        assert_eq!(rq_extent("254,0 FF () 0 + 0 be,0,4 [0]"), Some((0, 0)));
+        assert_eq!(rq_extent("254,0 W () 8 - 8 be,0,4 [0]"), None);
+        assert_eq!(rq_extent("254,0 W 8 + 8"), None);
+    }
+
+    #[test]
     fn a_bad_line_is_an_error_naming_it() {
         let bad = LIVE.replace("usect_delayed=36000 ", "");
         assert!(summarize(&bad, (254, 0), 32553, None)
             .unwrap_err()
-            .contains("trace line 7: no usect_delayed="));
+            .contains("trace line 12: no usect_delayed="));
         let nameless = LIVE.replace("irq=34 name=virtio4-input", "irq=34");
         assert!(summarize(&nameless, (254, 0), 1, Some("virtio1"))
             .unwrap_err()
-            .contains("trace line 15: no name="));
+            .contains("trace line 20: no name="));
         let garbled = format!("{LIVE}not a trace line\n");
         assert!(summarize(&garbled, (254, 0), 1, None)
             .unwrap_err()
-            .starts_with("trace line 24:"));
+            .starts_with("trace line 34:"));
+        let extentless = LIVE.replace("() 531406848 + 8192", "() 531406848");
+        assert!(summarize(&extentless, (254, 0), 1, None)
+            .unwrap_err()
+            .contains("trace line 22: no `SECTOR + NR`"));
     }
 
     #[test]
