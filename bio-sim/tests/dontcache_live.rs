@@ -336,13 +336,29 @@ fn a_recording_that_departs_from_6_18_is_caught() {
     assert!(tamper(&|s| disk(s).bytes *= 2).contains("the disk moved"));
     assert!(tamper(&|s| disk(s).busy_ms *= 2.0).contains("the disk was busy"));
     assert!(tamper(&|s| disk(s).requests = 0).contains("the disk was busy"));
-    assert!(
-        tamper(&|s| s.dontcache.trace.as_mut().unwrap().disk = None)
-            .contains("no disk busy time traced")
-    );
+    assert!(tamper(&|s| s.dontcache.trace.as_mut().unwrap().disk = None)
+        .contains("no disk busy time traced"));
     let mut missing = good;
     missing.reported = None;
     assert!(check_shape(&missing).unwrap_err().contains("not run"));
+}
+
+#[test]
+fn a_recording_with_a_key_the_reader_does_not_know_is_refused() {
+    let text = std::fs::read_to_string(recording()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(LiveReport::from_json(&v).is_ok());
+    v["seed"][0]["normal"]["trace"]["disk_busy"] = serde_json::json!(1);
+    assert_eq!(
+        LiveReport::from_json(&v).unwrap_err(),
+        "`seed[0].normal.trace.disk_busy`: unknown key (not read by this biosim)"
+    );
+    let mut top: serde_json::Value = serde_json::from_str(&text).unwrap();
+    top["kernal"] = serde_json::json!("6.18");
+    assert_eq!(
+        LiveReport::from_json(&top).unwrap_err(),
+        "`kernal`: unknown key (not read by this biosim)"
+    );
 }
 
 #[test]

@@ -547,6 +547,30 @@ fn part_json<T>(p: &Part<T>, f: impl Fn(&T) -> Value) -> Value {
     }
 }
 
+/// The first key of `input` (an object's key, at any depth; arrays element by element) that
+/// `known` does not have at the same place, as a path (`seed[0].normal.trace.disk_busy`).
+fn unknown_key(input: &Value, known: &Value, path: &str) -> Option<String> {
+    match (input, known) {
+        (Value::Object(a), Value::Object(b)) => a.iter().find_map(|(k, v)| {
+            let here = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            match b.get(k) {
+                None => Some(here),
+                Some(w) => unknown_key(v, w, &here),
+            }
+        }),
+        (Value::Array(a), Value::Array(b)) => a
+            .iter()
+            .zip(b)
+            .enumerate()
+            .find_map(|(i, (v, w))| unknown_key(v, w, &format!("{path}[{i}]"))),
+        _ => None,
+    }
+}
+
 fn leg_json(l: &Leg) -> Value {
     let mut v = json!({
         "per_sec_mbps": l.per_sec,
@@ -698,7 +722,7 @@ impl LiveReport {
                 dontcache: leg(&sub(r, "dontcache")?)?,
             })
         };
-        Ok(LiveReport {
+        let report = LiveReport {
             kernel: s(v, "kernel")?,
             machine: s(v, "machine")?,
             bdev: part(&sub(v, "bdev")?, |b| {
@@ -749,7 +773,13 @@ impl LiveReport {
                     })
                 })?),
             },
-        })
+        };
+        // A key this reader does not know (a typo, or a newer biosim's) is an error, not
+        // ignored: what the report writes back is every key it read.
+        match unknown_key(v, &report.to_json(), "") {
+            Some(path) => Err(format!("`{path}`: unknown key (not read by this biosim)")),
+            None => Ok(report),
+        }
     }
 
     /// Reads a recording file; errors name the file.

@@ -418,13 +418,25 @@ mod tests {
         // issued at .700025 keeps the last period open past .700030.
         let issue = "34569.700025: block_rq_issue: 254,0 W 4194304 () 531431424 + 8192 be,0,4 [kworker/u8:2]\n";
         let second = issue.replace("531431424", "531447808");
-        let open = LIVE.replace(issue, &format!("{issue}    kworker/u8:2-15869   [001] ..... {second}"));
-        let o = summarize(&open, (254, 0), 32553, Some("virtio1")).unwrap().disk.unwrap();
+        let open = LIVE.replace(
+            issue,
+            &format!("{issue}    kworker/u8:2-15869   [001] ..... {second}"),
+        );
+        let o = summarize(&open, (254, 0), 32553, Some("virtio1"))
+            .unwrap()
+            .disk
+            .unwrap();
         assert_eq!(o.requests, 9);
         assert!((o.busy_ms - 23.692).abs() < 1e-9, "{o:?}");
         // Without the .700030 completion that period has none: it adds nothing.
-        let none = open.replace("34569.700030: block_rq_complete: 254,0 W () 531431424", "34569.700030: block_rq_complete: 254,0 W () 999");
-        let n = summarize(&none, (254, 0), 32553, Some("virtio1")).unwrap().disk.unwrap();
+        let none = open.replace(
+            "34569.700030: block_rq_complete: 254,0 W () 531431424",
+            "34569.700030: block_rq_complete: 254,0 W () 999",
+        );
+        let n = summarize(&none, (254, 0), 32553, Some("virtio1"))
+            .unwrap()
+            .disk
+            .unwrap();
         assert_eq!(n.requests, 8);
         assert!((n.busy_ms - 23.687).abs() < 1e-9, "{n:?}");
         // Another disk's requests are not this one's.
