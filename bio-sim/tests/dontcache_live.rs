@@ -166,10 +166,23 @@ fn check_the_disk_moved_what_was_written(
         ));
     }
     let leg_ms = l.per_sec.len() as f64 * 1e3;
-    if d.requests == 0 || d.busy_ms > 1.1 * leg_ms + 100.0 {
+    // From below: no disk of this machine kind moves 25 GB/s (a busy time cut short would).
+    if d.requests == 0 || d.busy_ms > 1.1 * leg_ms + 100.0 || d.gbps() > 25.0 {
         return Err(format!(
-            "{} writes: the disk was busy {:.0} ms of a {leg_ms:.0} ms leg ({} requests)",
-            s.fs, d.busy_ms, d.requests
+            "{} writes: the disk was busy {:.0} ms of a {leg_ms:.0} ms leg ({} requests, {:.1} GB/s)",
+            s.fs,
+            d.busy_ms,
+            d.requests,
+            d.gbps()
+        ));
+    }
+    // Only the trace's edges leave a request half seen: at most a queue's worth (virtio-blk's
+    // 256) and 1% at each end. More means issues and completions that do not pair up.
+    let edge = 256 + d.requests / 100;
+    if d.unmatched_issues > edge || d.unmatched_completions > edge {
+        return Err(format!(
+            "{} writes: {} issues and {} completions unmatched of {} requests",
+            s.fs, d.unmatched_issues, d.unmatched_completions, d.requests
         ));
     }
     Ok(())
@@ -336,6 +349,9 @@ fn a_recording_that_departs_from_6_18_is_caught() {
     assert!(tamper(&|s| disk(s).bytes *= 2).contains("the disk moved"));
     assert!(tamper(&|s| disk(s).busy_ms *= 2.0).contains("the disk was busy"));
     assert!(tamper(&|s| disk(s).requests = 0).contains("the disk was busy"));
+    assert!(tamper(&|s| disk(s).busy_ms /= 10.0).contains("the disk was busy"));
+    assert!(tamper(&|s| disk(s).unmatched_issues = disk(s).requests).contains("unmatched"));
+    assert!(tamper(&|s| disk(s).unmatched_completions = disk(s).requests).contains("unmatched"));
     assert!(tamper(&|s| s.dontcache.trace.as_mut().unwrap().disk = None)
         .contains("no disk busy time traced"));
     let mut missing = good;

@@ -701,10 +701,7 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
                 "--runtime",
                 "threaded",
                 "--costs",
-                concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/../tests/recordings/page-costs-6.18.txt"
-                ),
+                "no-such-costs.txt",
             ],
             "--costs: needs --runtime deterministic",
         ),
@@ -712,6 +709,10 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
         (
             vec!["--calibrate", "--save-costs", "Cargo.toml"],
             "--save-costs Cargo.toml: the file exists",
+        ),
+        (
+            vec!["--calibrate", "--save-costs", "-"],
+            "--save-costs -: name a file",
         ),
         (
             vec![

@@ -81,6 +81,15 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
         None => 256 << 20,
     };
     if a.calibrate {
+        if a.save_costs
+            .as_deref()
+            .is_some_and(|p| p.as_os_str() == "-")
+        {
+            // The table already goes to standard output.
+            return Err(
+                "--save-costs -: name a file (the table is printed on standard output)".into(),
+            );
+        }
         let save = a
             .save_costs
             .as_deref()
@@ -263,7 +272,7 @@ fn seed_preset_bench(
     if let Some(g) = &a.device_gbps {
         cfg.device.bandwidth = parse_gbps(g)?;
     }
-    if let Some(path) = &a.costs {
+    if let (Some(path), false) = (&a.costs, threaded) {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("--costs {}: {e}", path.display()))?;
         cfg.costs =

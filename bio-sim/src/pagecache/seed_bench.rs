@@ -88,10 +88,16 @@ pub(super) fn kernel_config_lines(cfg: &SeedBenchConfig, out: &mut String) {
         let _ = writeln!(
             out,
             "device bandwidth: {} GB/s (--device-gbps; the default is {} GB/s)",
-            cfg.device.bandwidth / 1e9,
-            NvmeModel::DEFAULT.bandwidth / 1e9
+            gbps_text(cfg.device.bandwidth),
+            gbps_text(NvmeModel::DEFAULT.bandwidth)
         );
     }
+}
+
+/// Bytes per second as GB/s with at most three decimals (`5.7`, `0.05`, `20`).
+fn gbps_text(bandwidth: f64) -> String {
+    let t = format!("{:.3}", bandwidth / 1e9);
+    t.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// The name the CLI and the tables use for `d` ([`DontcacheDesign::name`]).

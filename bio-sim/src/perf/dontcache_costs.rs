@@ -147,7 +147,9 @@ impl PageCosts {
             let ns: f64 = value
                 .parse()
                 .ok()
-                .filter(|v: &f64| v.is_finite() && (0.0..=1e9).contains(v))
+                .filter(|v: &f64| {
+                    !value.starts_with('-') && v.is_finite() && (0.0..=1e9).contains(v)
+                })
                 .ok_or_else(|| {
                     format!("{at}: {name} `{value}`: not a number of ns from 0 to 1000000000")
                 })?;
@@ -262,7 +264,7 @@ impl Calibration {
                     "# {name}: measured {ns:.0} (noise around 0), saved as 0\n"
                 ));
             }
-            out.push_str(&format!("{name} {:.0}\n", ns.max(0.0)));
+            out.push_str(&format!("{name} {:.0}\n", if ns > 0.0 { ns } else { 0.0 }));
         }
         out
     }
@@ -622,7 +624,7 @@ mod tests {
     #[test]
     fn a_costs_file_refuses_what_it_does_not_understand_naming_the_line() {
         let good = file_of(&PageCosts::MEASURED);
-        let cases: [(String, &str); 9] = [
+        let cases: [(String, &str); 10] = [
             (
                 format!("{good}copy_ns 1\n"),
                 "c:10: `copy_ns` repeated (first on line 1)",
@@ -642,6 +644,10 @@ mod tests {
             (
                 good.replacen("copy_ns 448", "copy_ns -1", 1),
                 "c:1: copy_ns `-1`: not a number",
+            ),
+            (
+                good.replacen("copy_ns 448", "copy_ns -0", 1),
+                "c:1: copy_ns `-0`: not a number",
             ),
             (
                 good.replacen("copy_ns 448", "copy_ns NaN", 1),

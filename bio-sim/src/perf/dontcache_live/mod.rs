@@ -445,13 +445,15 @@ fn write_legs(f: &mut fmt::Formatter<'_>, r: &SeedRun, memcg: bool) -> fmt::Resu
                 writeln!(
                     f,
                     "  {:<10} disk busy {:.0} ms ({:.0}% of {secs} s) for {} MiB in {} requests: \
-                     {:.2} GB/s while busy",
+                     {:.2} GB/s while busy ({} issued before the trace, {} still in flight after it)",
                     "",
                     d.busy_ms,
                     d.busy_ms / 10.0 / secs as f64,
                     d.bytes >> 20,
                     d.requests,
-                    d.gbps()
+                    d.gbps(),
+                    d.unmatched_completions,
+                    d.unmatched_issues
                 )?;
             }
         }
@@ -597,6 +599,8 @@ fn leg_json(l: &Leg) -> Value {
                 "busy_ms": d.busy_ms,
                 "bytes": d.bytes,
                 "requests": d.requests,
+                "unmatched_issues": d.unmatched_issues,
+                "unmatched_completions": d.unmatched_completions,
             });
         }
     }
@@ -703,6 +707,8 @@ impl LiveReport {
                                 busy_ms: fl(d, "busy_ms")?,
                                 bytes: u(d, "bytes")?,
                                 requests: u(d, "requests")?,
+                                unmatched_issues: u(d, "unmatched_issues")?,
+                                unmatched_completions: u(d, "unmatched_completions")?,
                             }),
                         },
                     }),

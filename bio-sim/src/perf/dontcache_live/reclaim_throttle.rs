@@ -4,9 +4,10 @@
 //! completions reached the guest: `block:block_rq_complete` lines in interrupt context (the
 //! handler's own, or the `BLOCK_SOFTIRQ` that follows it), each attributed to the latest
 //! `irq:irq_handler_entry` of the disk's virtio interrupt (`virtioN-req.0` on PCI, `virtioN` on
-//! MMIO) on its CPU. And how fast the disk moved data while it had work:
-//! `block:block_rq_issue` to `block:block_rq_complete` of each request (matched by start sector),
-//! the time at least one was in flight, against the bytes of the requests that completed.
+//! MMIO) on its CPU. And how fast the disk moved data while it had work: the union of the
+//! `block:block_rq_issue` to `block:block_rq_complete` intervals of the requests whose both ends
+//! were traced (matched by start sector, oldest issue first; `block:block_rq_requeue` drops an
+//! issue that will be made again), against those requests' bytes.
 //!
 //! Why: on cgroup v1, when memcg reclaim isolates a batch of folios that are all dirty and not
 //! yet under writeback, `shrink_inactive_list()` wakes the flusher and sleeps in
@@ -24,16 +25,18 @@ use crate::calibrate::tracefs::Tracefs;
 use hotplug::tracefs::TraceLine;
 
 /// The events a traced write leg enables.
-pub const EVENTS: [&str; 4] = [
+pub const EVENTS: [&str; 5] = [
     "vmscan/mm_vmscan_throttled",
     "block/block_rq_issue",
+    "block/block_rq_requeue",
     "block/block_rq_complete",
     "irq/irq_handler_entry",
 ];
 
 /// Per-CPU ring buffer of the session's instance, KiB per second of a leg (at least 4 MiB): a
 /// second of a write leg traced about 0.5 MiB here (some 5,000 completions of 1 MiB requests,
-/// their interrupts, the throttles). An overrun is an error, never a short count.
+/// their interrupts, the throttles; the issues add about as many lines as the completions). An
+/// overrun is an error, never a short count.
 pub const BUFFER_KB_PER_SEC: u64 = 1 << 10;
 
 /// The disk's interrupts during a leg.
@@ -54,14 +57,20 @@ pub struct Interrupts {
 /// which `--preset`'s `--device-gbps` takes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DiskBusy {
-    /// Time with at least one of the disk's requests issued (`block_rq_issue`) and not yet
-    /// completed (`block_rq_complete`), ms: the device's busy time as the guest sees it (its
-    /// interrupt latency included).
+    /// The union of the matched requests' intervals from `block_rq_issue` to `block_rq_complete`,
+    /// ms: the time the disk had at least one of them outstanding, as iostat's `%util` counts
+    /// (not a saturated device). The guest's share is in it: the issue is traced before the
+    /// virtqueue is kicked, and the completions of one interrupt are traced one after another,
+    /// each after the end-I/O work of the ones before it.
     pub busy_ms: f64,
     /// Bytes of the requests whose issue and completion were both traced.
     pub bytes: u64,
     /// How many such requests.
     pub requests: u64,
+    /// Issues with no completion in the trace (in flight when tracing stopped).
+    pub unmatched_issues: u64,
+    /// Completions with no issue in the trace (issued before tracing began).
+    pub unmatched_completions: u64,
 }
 
 impl DiskBusy {
@@ -190,16 +199,21 @@ pub fn summarize(
     let mut current: std::collections::HashMap<u32, usize> = Default::default();
     let mut ended: Vec<u64> = Vec::new();
     let (mut outside, mut irq_name) = (0u64, None::<String>);
-    // The disk's requests in flight by start sector (issued, not yet completed), since when it
-    // has had one (µs), and the last completion of that busy period.
-    let mut in_flight: std::collections::HashMap<u64, u32> = Default::default();
-    let (mut n_in_flight, mut busy_since, mut last_end) = (0u64, 0u64, None::<u64>);
+    // The disk's requests issued and not yet completed, by start sector, oldest issue first (µs),
+    // and the [issue, completion] interval of each request whose both ends were traced.
+    let mut issued: std::collections::HashMap<u64, std::collections::VecDeque<u64>> =
+        Default::default();
+    let mut spans: Vec<(u64, u64)> = Vec::new();
     let mut busy = DiskBusy {
         busy_ms: 0.0,
         bytes: 0,
         requests: 0,
+        unmatched_issues: 0,
+        unmatched_completions: 0,
     };
-    let mut busy_us = 0u64;
+    let extent = |l: &TraceLine, i: usize| {
+        rq_extent(&l.fields).ok_or_else(|| format!("trace line {}: no `SECTOR + NR`", i + 1))
+    };
     let field = |l: &TraceLine, key: &str, i: usize| {
         l.fields
             .split_whitespace()
@@ -239,14 +253,13 @@ pub fn summarize(
                 }
             }
             "block_rq_issue" if l.fields.trim_start().starts_with(&want_dev) => {
-                let (sector, _) = rq_extent(&l.fields)
-                    .ok_or_else(|| format!("trace line {}: no `SECTOR + NR`", i + 1))?;
-                if n_in_flight == 0 {
-                    busy_since = now_us(&l);
-                    last_end = None;
-                }
-                *in_flight.entry(sector).or_default() += 1;
-                n_in_flight += 1;
+                let (sector, _) = extent(&l, i)?;
+                issued.entry(sector).or_default().push_back(now_us(&l));
+            }
+            // Requeued: it will be issued again; the wait in between is not the device's.
+            "block_rq_requeue" if l.fields.trim_start().starts_with(&want_dev) => {
+                let (sector, _) = extent(&l, i)?;
+                issued.get_mut(&sector).and_then(|q| q.pop_front());
             }
             "block_rq_complete" if l.fields.trim_start().starts_with(&want_dev) => {
                 completions += 1;
@@ -255,32 +268,23 @@ pub fn summarize(
                     Some(&run) => ended[run] += 1,
                     _ => outside += 1,
                 }
-                let (sector, nr) = rq_extent(&l.fields)
-                    .ok_or_else(|| format!("trace line {}: no `SECTOR + NR`", i + 1))?;
-                // A request issued before the trace began is not timed.
-                if let Some(n) = in_flight.get_mut(&sector) {
-                    *n -= 1;
-                    if *n == 0 {
-                        in_flight.remove(&sector);
+                let (sector, nr) = extent(&l, i)?;
+                match issued.get_mut(&sector).and_then(|q| q.pop_front()) {
+                    Some(t0) => {
+                        spans.push((t0, now_us(&l)));
+                        busy.bytes += nr * 512;
+                        busy.requests += 1;
                     }
-                    n_in_flight -= 1;
-                    busy.bytes += nr * 512;
-                    busy.requests += 1;
-                    last_end = Some(now_us(&l));
-                    if n_in_flight == 0 {
-                        busy_us += now_us(&l).saturating_sub(busy_since);
-                    }
+                    // Issued before the trace began: not timed.
+                    None => busy.unmatched_completions += 1,
                 }
             }
             _ => {}
         }
     }
-    // Requests still in flight when tracing stopped: the period counts up to its last
-    // completion, whose bytes it holds.
-    if n_in_flight > 0 {
-        busy_us += last_end.map_or(0, |e| e.saturating_sub(busy_since));
-    }
-    busy.busy_ms = busy_us as f64 / 1e3;
+    // Still in flight when tracing stopped: not timed (an interval needs both ends).
+    busy.unmatched_issues = issued.values().map(|q| q.len() as u64).sum();
+    busy.busy_ms = union_us(spans) as f64 / 1e3;
     let interrupts = virtio.map(|v| {
         let runs: Vec<u64> = ended.into_iter().filter(|&n| n > 0).collect();
         Interrupts {
@@ -304,13 +308,35 @@ fn now_us(l: &TraceLine) -> u64 {
     l.secs * 1_000_000 + u64::from(l.usecs)
 }
 
-/// `SECTOR + NR` of a `block_rq_issue` or `block_rq_complete` line: what follows the `(CMD)`
-/// (`254,0 W 4194304 () 531234816 + 8192 be,0,4 [dd]`).
+/// `SECTOR + NR` of a `block_rq_issue`, `block_rq_requeue` or `block_rq_complete` line: what
+/// follows the `(CMD)` (`254,0 W 4194304 () 531234816 + 8192 be,0,4 [dd]`). A request with no
+/// position (a flush) is issued as sector 0 (`blk_rq_trace_sector()`) but completes as the raw
+/// `blk_rq_pos()`, `(sector_t)-1`: both read as 0.
 fn rq_extent(fields: &str) -> Option<(u64, u64)> {
     let mut w = fields.split_once(") ")?.1.split_whitespace();
-    let sector = w.next()?.parse().ok()?;
+    let sector: u64 = w.next()?.parse().ok()?;
     (w.next()? == "+").then_some(())?;
+    let sector = if sector == u64::MAX { 0 } else { sector };
     Some((sector, w.next()?.parse().ok()?))
+}
+
+/// The total length of the union of `spans` (`[start, end]`, any order; an end before its start,
+/// from CPUs' clocks apart, counts as empty).
+fn union_us(mut spans: Vec<(u64, u64)>) -> u64 {
+    spans.sort_unstable();
+    let (mut total, mut cur) = (0u64, None::<(u64, u64)>);
+    for (a, b) in spans {
+        let b = b.max(a);
+        cur = match cur {
+            Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
+            Some((ca, cb)) => {
+                total += cb - ca;
+                Some((a, b))
+            }
+            None => Some((a, b)),
+        };
+    }
+    total + cur.map_or(0, |(a, b)| b - a)
 }
 
 fn median(v: &[u64]) -> f64 {
@@ -405,30 +431,36 @@ mod tests {
     }
 
     #[test]
-    fn the_disks_busy_time_runs_from_an_issue_until_nothing_is_in_flight() {
+    fn the_disks_busy_time_is_the_union_of_its_matched_requests() {
         let t = summarize(LIVE, (254, 0), 32553, Some("virtio1")).unwrap();
         // Busy .540000-.543657 (five requests), .675000-.680010, .685000-.700020 (two),
-        // .700025-.700030; the completion at .670000 was issued before the trace (not timed), the
-        // issue at .710000 never completes (its period adds nothing).
+        // .700025-.700030; the completion at .670000 was issued before the trace, the issue at
+        // .710000 never completes: neither is timed.
         let d = t.disk.unwrap();
-        assert_eq!((d.requests, d.bytes), (9, 9 * 4 << 20));
+        assert_eq!((d.requests, d.bytes), (9, 9 * (4 << 20)));
+        assert_eq!((d.unmatched_issues, d.unmatched_completions), (1, 1));
         assert!((d.busy_ms - 23.692).abs() < 1e-9, "{d:?}");
         assert!((d.gbps() - 9.0 * 4194304.0 / 23.692e6).abs() < 1e-9);
-        // A period still open at the end counts up to its last completion: a second request
-        // issued at .700025 keeps the last period open past .700030.
+        // An issue that never completes adds no time, even inside another request's interval
+        // (a count of requests in flight would stay above 0 from then on).
         let issue = "34569.700025: block_rq_issue: 254,0 W 4194304 () 531431424 + 8192 be,0,4 [kworker/u8:2]\n";
         let second = issue.replace("531431424", "531447808");
-        let open = LIVE.replace(
-            issue,
-            &format!("{issue}    kworker/u8:2-15869   [001] ..... {second}"),
-        );
+        let early = issue
+            .replace("34569.700025", "34569.541500")
+            .replace("531431424", "1");
+        let open = LIVE
+            .replace(issue, &format!("{issue}    kworker/u8:2-15869   [001] ..... {second}"))
+            .replace(
+                "          <idle>-0       [001] d.h1. 34569.541840",
+                &format!("    kworker/u8:2-15869   [000] ..... {early}          <idle>-0       [001] d.h1. 34569.541840"),
+            );
         let o = summarize(&open, (254, 0), 32553, Some("virtio1"))
             .unwrap()
             .disk
             .unwrap();
-        assert_eq!(o.requests, 9);
+        assert_eq!((o.requests, o.unmatched_issues), (9, 3));
         assert!((o.busy_ms - 23.692).abs() < 1e-9, "{o:?}");
-        // Without the .700030 completion that period has none: it adds nothing.
+        // A completion of another sector is not this request's.
         let none = open.replace(
             "34569.700030: block_rq_complete: 254,0 W () 531431424",
             "34569.700030: block_rq_complete: 254,0 W () 999",
@@ -437,15 +469,61 @@ mod tests {
             .unwrap()
             .disk
             .unwrap();
-        assert_eq!(n.requests, 8);
+        assert_eq!((n.requests, n.unmatched_completions), (8, 2));
         assert!((n.busy_ms - 23.687).abs() < 1e-9, "{n:?}");
+        // A requeued request is timed from its last issue: .677000-.680010 instead of .675000.
+        let requeued = LIVE.replace(
+            "          <idle>-0       [001] d.h1. 34569.675000: irq_handler_entry",
+            "    kworker/1:1H-46      [001] ..... 34569.676000: block_rq_requeue: 254,0 W () 531406848 + 8192 be,0,4 [0]\n    kworker/1:1H-46      [001] ..... 34569.677000: block_rq_issue: 254,0 W 4194304 () 531406848 + 8192 be,0,4 [kworker/1:1H]\n          <idle>-0       [001] d.h1. 34569.675000: irq_handler_entry",
+        );
+        let r = summarize(&requeued, (254, 0), 32553, Some("virtio1"))
+            .unwrap()
+            .disk
+            .unwrap();
+        assert_eq!((r.requests, r.unmatched_issues), (9, 1));
+        assert!((r.busy_ms - 21.692).abs() < 1e-9, "{r:?}");
+        // A flush issues as sector 0 and completes as (sector_t)-1: one request, no bytes.
+        let flush = format!(
+            "{LIVE}    kworker/u8:2-15869   [000] ..... 34569.720000: block_rq_issue: 254,0 FF 0 () 0 + 0 be,0,4 [kworker/u8:2]\n          <idle>-0       [001] d.h1. 34569.720100: block_rq_complete: 254,0 FF () 18446744073709551615 + 0 be,0,4 [0]\n"
+        );
+        let f = summarize(&flush, (254, 0), 32553, Some("virtio1"))
+            .unwrap()
+            .disk
+            .unwrap();
+        assert_eq!(
+            (f.requests, f.bytes, f.unmatched_issues),
+            (10, 9 * (4 << 20), 1)
+        );
+        assert!((f.busy_ms - 23.792).abs() < 1e-9, "{f:?}");
         // Another disk's requests are not this one's.
         let other = summarize(LIVE, (7, 0), 32553, None).unwrap().disk.unwrap();
         assert_eq!((other.requests, other.busy_ms, other.gbps()), (0, 0.0, 0.0));
         assert_eq!(rq_extent("254,0 W 4096 () 8 + 8 be,0,4 [dd]"), Some((8, 8)));
-        assert_eq!(rq_extent("254,0 FF () 0 + 0 be,0,4 [0]"), Some((0, 0)));
+        assert_eq!(
+            rq_extent("254,0 FF () 18446744073709551615 + 0 be,0,4 [0]"),
+            Some((0, 0))
+        );
         assert_eq!(rq_extent("254,0 W () 8 - 8 be,0,4 [0]"), None);
         assert_eq!(rq_extent("254,0 W 8 + 8"), None);
+    }
+
+    #[test]
+    fn the_union_of_spans_counts_overlaps_once() {
+        assert_eq!(union_us(vec![]), 0);
+        assert_eq!(union_us(vec![(10, 20)]), 10);
+        // Overlapping, nested, touching, apart, out of order; an end before its start is empty.
+        assert_eq!(
+            union_us(vec![
+                (30, 40),
+                (10, 20),
+                (15, 25),
+                (12, 13),
+                (25, 27),
+                (50, 45),
+                (60, 61)
+            ]),
+            17 + 10 + 1
+        );
     }
 
     #[test]
