@@ -495,6 +495,16 @@ mod tests {
             (10, 9 * (4 << 20), 1)
         );
         assert!((f.busy_ms - 23.792).abs() < 1e-9, "{f:?}");
+        // Another disk's issue and requeue of the same sector are not this disk's.
+        let mixed = LIVE.replace(
+            "          <idle>-0       [001] d.h1. 34569.675000: irq_handler_entry",
+            "         loop0-900     [000] ..... 34569.674000: block_rq_issue: 7,0 W 4194304 () 531406848 + 8192 be,0,4 [loop0]\n         loop0-900     [000] ..... 34569.676000: block_rq_requeue: 7,0 W () 531406848 + 8192 be,0,4 [0]\n          <idle>-0       [001] d.h1. 34569.675000: irq_handler_entry",
+        );
+        let m = summarize(&mixed, (254, 0), 32553, Some("virtio1"))
+            .unwrap()
+            .disk
+            .unwrap();
+        assert_eq!(m, d, "7,0's lines changed 254,0's figures");
         // Another disk's requests are not this one's.
         let other = summarize(LIVE, (7, 0), 32553, None).unwrap().disk.unwrap();
         assert_eq!((other.requests, other.busy_ms, other.gbps()), (0, 0.0, 0.0));
