@@ -430,6 +430,14 @@ mod tests {
         assert_eq!((loop_dev.completions, loop_dev.interrupts), (1, None));
     }
 
+    /// The disk figures of a trace of vda (254,0) on virtio1, writer pid 32553.
+    fn vda_disk(text: &str) -> DiskBusy {
+        summarize(text, (254, 0), 32553, Some("virtio1"))
+            .unwrap()
+            .disk
+            .unwrap()
+    }
+
     #[test]
     fn the_disks_busy_time_is_the_union_of_its_matched_requests() {
         let t = summarize(LIVE, (254, 0), 32553, Some("virtio1")).unwrap();
@@ -454,10 +462,7 @@ mod tests {
                 "          <idle>-0       [001] d.h1. 34569.541840",
                 &format!("    kworker/u8:2-15869   [000] ..... {early}          <idle>-0       [001] d.h1. 34569.541840"),
             );
-        let o = summarize(&open, (254, 0), 32553, Some("virtio1"))
-            .unwrap()
-            .disk
-            .unwrap();
+        let o = vda_disk(&open);
         assert_eq!((o.requests, o.unmatched_issues), (9, 3));
         assert!((o.busy_ms - 23.692).abs() < 1e-9, "{o:?}");
         // A completion of another sector is not this request's.
@@ -465,10 +470,7 @@ mod tests {
             "34569.700030: block_rq_complete: 254,0 W () 531431424",
             "34569.700030: block_rq_complete: 254,0 W () 999",
         );
-        let n = summarize(&none, (254, 0), 32553, Some("virtio1"))
-            .unwrap()
-            .disk
-            .unwrap();
+        let n = vda_disk(&none);
         assert_eq!((n.requests, n.unmatched_completions), (8, 2));
         assert!((n.busy_ms - 23.687).abs() < 1e-9, "{n:?}");
         // A requeued request is timed from its last issue: .677000-.680010 instead of .675000.
@@ -476,20 +478,14 @@ mod tests {
             "          <idle>-0       [001] d.h1. 34569.675000: irq_handler_entry",
             "    kworker/1:1H-46      [001] ..... 34569.676000: block_rq_requeue: 254,0 W () 531406848 + 8192 be,0,4 [0]\n    kworker/1:1H-46      [001] ..... 34569.677000: block_rq_issue: 254,0 W 4194304 () 531406848 + 8192 be,0,4 [kworker/1:1H]\n          <idle>-0       [001] d.h1. 34569.675000: irq_handler_entry",
         );
-        let r = summarize(&requeued, (254, 0), 32553, Some("virtio1"))
-            .unwrap()
-            .disk
-            .unwrap();
+        let r = vda_disk(&requeued);
         assert_eq!((r.requests, r.unmatched_issues), (9, 1));
         assert!((r.busy_ms - 21.692).abs() < 1e-9, "{r:?}");
         // A flush issues as sector 0 and completes as (sector_t)-1: one request, no bytes.
         let flush = format!(
             "{LIVE}    kworker/u8:2-15869   [000] ..... 34569.720000: block_rq_issue: 254,0 FF 0 () 0 + 0 be,0,4 [kworker/u8:2]\n          <idle>-0       [001] d.h1. 34569.720100: block_rq_complete: 254,0 FF () 18446744073709551615 + 0 be,0,4 [0]\n"
         );
-        let f = summarize(&flush, (254, 0), 32553, Some("virtio1"))
-            .unwrap()
-            .disk
-            .unwrap();
+        let f = vda_disk(&flush);
         assert_eq!(
             (f.requests, f.bytes, f.unmatched_issues),
             (10, 9 * (4 << 20), 1)
@@ -500,10 +496,7 @@ mod tests {
             "          <idle>-0       [001] d.h1. 34569.675000: irq_handler_entry",
             "         loop0-900     [000] ..... 34569.674000: block_rq_issue: 7,0 W 4194304 () 531406848 + 8192 be,0,4 [loop0]\n         loop0-900     [000] ..... 34569.676000: block_rq_requeue: 7,0 W () 531406848 + 8192 be,0,4 [0]\n          <idle>-0       [001] d.h1. 34569.675000: irq_handler_entry",
         );
-        let m = summarize(&mixed, (254, 0), 32553, Some("virtio1"))
-            .unwrap()
-            .disk
-            .unwrap();
+        let m = vda_disk(&mixed);
         assert_eq!(m, d, "7,0's lines changed 254,0's figures");
         // Another disk's requests are not this one's.
         let other = summarize(LIVE, (7, 0), 32553, None).unwrap().disk.unwrap();
