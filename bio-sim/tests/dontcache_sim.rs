@@ -422,7 +422,7 @@ fn a_costs_file_and_a_device_bandwidth_price_the_run() {
     let slow_cpu = run(&["--costs", &x20]);
     let fast_cpu = run(&["--costs", &x10]);
     for want in [
-        format!("  source: {x10} (--costs)"),
+        format!("  source: {x10} (--costs): every committed cost times 10"),
         "  copy_ns                 4480 ns".to_owned(),
         "  writeback_submit_ns     8110 ns".to_owned(),
     ] {

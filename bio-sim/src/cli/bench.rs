@@ -269,7 +269,7 @@ fn seed_preset_bench(
     use crate::pagecache::nvme_device::Completion;
     cfg.device.completion = Completion::parse(&a.device).map_err(|e| format!("--device: {e}"))?;
     let virtio = cfg.device.completion == Completion::WhenQueueEmpty;
-    if let Some(g) = &a.device_gbps {
+    if let (Some(g), false) = (&a.device_gbps, threaded) {
         cfg.device.bandwidth = parse_gbps(g)?;
     }
     if let (Some(path), false) = (&a.costs, threaded) {

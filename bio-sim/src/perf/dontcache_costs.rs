@@ -166,7 +166,13 @@ impl PageCosts {
                 missing.join(", ")
             ));
         }
-        costs.source = Cow::Owned(format!("{origin} (--costs)"));
+        // The file's first comment says where its figures come from (what --save-costs wrote).
+        let first = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix('#'))
+            .map(|c| format!(": {}", c.trim()))
+            .unwrap_or_default();
+        costs.source = Cow::Owned(format!("{origin} (--costs){first}"));
         Ok(costs)
     }
 
@@ -608,7 +614,7 @@ mod tests {
         );
         let got = PageCosts::parse_file(&text, "c.txt").unwrap();
         assert_eq!(got.fields(), want.fields());
-        assert_eq!(got.source, "c.txt (--costs)");
+        assert_eq!(got.source, "c.txt (--costs): a comment");
         // Order does not matter.
         let reversed: String = file_of(&want)
             .lines()

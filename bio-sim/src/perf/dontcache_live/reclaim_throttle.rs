@@ -35,8 +35,8 @@ pub const EVENTS: [&str; 5] = [
 
 /// Per-CPU ring buffer of the session's instance, KiB per second of a leg (at least 4 MiB): a
 /// second of a write leg traced about 0.5 MiB here (some 5,000 completions of 1 MiB requests,
-/// their interrupts, the throttles; the issues add about as many lines as the completions). An
-/// overrun is an error, never a short count.
+/// their interrupts, the throttles; the issues add about as many lines as the completions, and
+/// the recorded legs fit: no overrun). An overrun is an error, never a short count.
 pub const BUFFER_KB_PER_SEC: u64 = 1 << 10;
 
 /// The disk's interrupts during a leg.
@@ -59,7 +59,9 @@ pub struct Interrupts {
 pub struct DiskBusy {
     /// The union of the matched requests' intervals from `block_rq_issue` to `block_rq_complete`,
     /// ms: the time the disk had at least one of them outstanding, as iostat's `%util` counts
-    /// (not a saturated device). The guest's share is in it: the issue is traced before the
+    /// (not a saturated device; the kernel's own counter, `io_ticks` from `update_io_ticks()`,
+    /// counts in jiffies from `blk_account_io_start()`, when the request is allocated, not
+    /// issued). The guest's share is in it: the issue is traced before the
     /// virtqueue is kicked, and the completions of one interrupt are traced one after another,
     /// each after the end-I/O work of the ones before it.
     pub busy_ms: f64,
@@ -256,10 +258,12 @@ pub fn summarize(
                 let (sector, _) = extent(&l, i)?;
                 issued.entry(sector).or_default().push_back(now_us(&l));
             }
-            // Requeued: it will be issued again; the wait in between is not the device's.
+            // Requeued: it will be issued again; the wait in between is not the device's. The
+            // requeue undoes the latest issue of that sector (a driver refusing a request it has
+            // just started: virtio_queue_rq() returning BLK_STS_DEV_RESOURCE).
             "block_rq_requeue" if l.fields.trim_start().starts_with(&want_dev) => {
                 let (sector, _) = extent(&l, i)?;
-                issued.get_mut(&sector).and_then(|q| q.pop_front());
+                issued.get_mut(&sector).and_then(|q| q.pop_back());
             }
             "block_rq_complete" if l.fields.trim_start().starts_with(&want_dev) => {
                 completions += 1;
