@@ -109,7 +109,7 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
             let header = format!(
                 "measured {} on Linux {} with `biosim bench dontcache --calibrate --rounds {} --size {}M`",
                 today_utc(),
-                kernel_release(),
+                crate::perf::dontcache_live::kernel_release(),
                 c.config.rounds,
                 c.config.size >> 20
             );
@@ -171,13 +171,6 @@ fn parse_gbps(text: &str) -> Result<f64, String> {
         .ok_or_else(|| {
             format!("--device-gbps {text}: not a bandwidth in GB/s from 0.01 to 1000 (e.g. 5.7)")
         })
-}
-
-/// This machine's kernel release (`uname -r`), for a costs file's header.
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "(unknown kernel)".into())
 }
 
 /// Today's date in UTC, `YYYY-MM-DD`.

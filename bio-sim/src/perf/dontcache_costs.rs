@@ -225,25 +225,12 @@ pub struct Calibration {
 impl Calibration {
     /// The medians as a [`PageCosts`] (unmeasured fields: the committed value).
     pub fn medians(&self) -> PageCosts {
-        let m = PageCosts::MEASURED;
-        let get = |n: &str, dflt: f64| {
-            self.rounds
-                .iter()
-                .find(|(k, v)| *k == n && !v.is_empty())
-                .map_or(dflt, |(_, v)| median(v))
-        };
-        PageCosts {
-            copy_ns: get("copy_ns", m.copy_ns),
-            alloc_add_ns: get("alloc_add_ns", m.alloc_add_ns),
-            reclaim_evict_ns: get("reclaim_evict_ns", m.reclaim_evict_ns),
-            reclaim_scan_ns: get("reclaim_scan_ns", m.reclaim_scan_ns),
-            invalidate_ns: get("invalidate_ns", m.invalidate_ns),
-            writeback_submit_ns: get("writeback_submit_ns", m.writeback_submit_ns),
-            irq_ns: get("irq_ns", m.irq_ns),
-            work_handoff_ns: get("work_handoff_ns", m.work_handoff_ns),
-            reported_touch_ns: get("reported_touch_ns", m.reported_touch_ns),
-            source: Cow::Borrowed("this run"),
+        let mut costs = PageCosts::MEASURED;
+        for (name, v) in self.rounds.iter().filter(|(_, v)| !v.is_empty()) {
+            *costs.field_mut(name) = median(v);
         }
+        costs.source = Cow::Borrowed("this run");
+        costs
     }
 
     /// The medians as a costs file ([`PageCosts::parse_file`]), headed by `header` (the kernel

@@ -313,8 +313,7 @@ pub fn live_run(cfg: &LiveConfig) -> Result<LiveReport, BenchError> {
         Err(why) => fs.push(Part::Skipped(format!("xfs: {why}"))),
     }
     Ok(LiveReport {
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map_or_else(|_| "?".into(), |s| s.trim().to_owned()),
+        kernel: kernel_release(),
         machine: machine(),
         bdev,
         fs,
@@ -571,6 +570,13 @@ fn unknown_key(input: &Value, known: &Value, path: &str) -> Option<String> {
             .find_map(|(i, (v, w))| unknown_key(v, w, &format!("{path}[{i}]"))),
         _ => None,
     }
+}
+
+/// This machine's kernel release (`uname -r`, from `/proc/sys/kernel/osrelease`; `?` if
+/// unreadable): what a recording and a saved costs file are labelled with.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or_else(|_| "?".into(), |s| s.trim().to_owned())
 }
 
 fn leg_json(l: &Leg) -> Value {
