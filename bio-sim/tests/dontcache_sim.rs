@@ -582,6 +582,106 @@ fn on_virtio_blk_normal_writes_wait_for_the_flushers_whole_pass() {
     }
 }
 
+/// The `mm_vmscan_throttled` lines of a captured run and their `usect_delayed` (us).
+fn throttle_lines(r: &RunResult) -> Vec<(u64, u64)> {
+    use bio_sim::report::ftrace::{check_trace, parse_trace, EventFormat};
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tracefs-6.18/formats");
+    let formats: Vec<EventFormat> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| EventFormat::read(&e.unwrap().path()).unwrap())
+        .collect();
+    assert!(formats.iter().any(|f| f.name == "mm_vmscan_throttled"));
+    let text = r.ftrace.as_deref().expect("captured");
+    let bad = check_trace(text, &formats, &["lock_acquire", "lock_release"], &[]);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    let field = |fields: &str, name: &str| -> u64 {
+        let w = fields
+            .split_whitespace()
+            .find(|w| w.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {fields}"));
+        w[name.len()..].parse().unwrap()
+    };
+    parse_trace(text)
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.event == "mm_vmscan_throttled")
+        .map(|l| {
+            assert!(
+                l.fields.ends_with(" reason=VMSCAN_THROTTLE_WRITEBACK"),
+                "{l}"
+            );
+            (
+                field(&l.fields, "usec_timeout="),
+                field(&l.fields, "usect_delayed="),
+            )
+        })
+        .collect()
+}
+
+/// On cgroup v1 each `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` sleep of the writer ends with
+/// one `vmscan:mm_vmscan_throttled` line in the live kernel's format
+/// (tests/data/tracefs-6.18/formats/mm_vmscan_throttled.format), `usec_timeout=100000` (HZ/10 at
+/// HZ=250), and the `usect_delayed` of the lines add up to the jiffies slept. On virtio-blk the
+/// writer sleeps through the flusher's pass (jiffies, not microseconds) and writeback wakes it;
+/// on a device that writes 33 pages in more than 100 ms, the timeout ends the sleep first; no
+/// sleeper is left at the end. Catches a sleep without its line, a line in another format, a
+/// delay in jiffies, and a driver that ignores the timeout (every sleep would end woken).
+#[test]
+fn each_reclaim_throttle_sleep_is_an_mm_vmscan_throttled_line_and_the_timeout_ends_slow_ones() {
+    use bio_sim::pagecache::nvme_device::Completion;
+    let design = DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7);
+    let go = |bandwidth: Option<f64>| {
+        let mut c = small(design, WritebackPath::Iomap, Workload::Writes, 16 << 20);
+        c.io_bytes = 1 << 20;
+        c.limit_bytes = Some(4 << 20);
+        c.max_ios = Some(if bandwidth.is_some() { 8 } else { 32 });
+        c.device.completion = Completion::WhenQueueEmpty;
+        if let Some(b) = bandwidth {
+            c.device.bandwidth = b;
+        }
+        c.capture = true;
+        run(c).expect("the run completes")
+    };
+    for (what, bandwidth) in [("virtio-blk", None), ("a 1 MB/s disk", Some(1e6))] {
+        let r = go(bandwidth);
+        let s = &r.stats;
+        let lines = throttle_lines(&r);
+        assert!(s.reclaim_throttle_sleeps > 0, "{what}: {s:?}");
+        assert_eq!(lines.len() as u64, s.reclaim_throttle_sleeps, "{what}");
+        assert_eq!(
+            s.reclaim_throttle_sleeps, s.reclaim_throttled,
+            "{what}: writers only sleep here"
+        );
+        assert!(
+            lines.iter().all(|(t, d)| *t == 100_000 && *d <= 100_000),
+            "{what}: {lines:?}"
+        );
+        let us: u64 = lines.iter().map(|(_, d)| d).sum();
+        assert_eq!(us, s.reclaim_throttle_jiffies * 4000, "{what}");
+        assert_eq!(s.nr_writeback_throttled, 0, "{what}: every sleep ended");
+        if bandwidth.is_none() {
+            assert_eq!(
+                s.reclaim_throttle_woken, s.reclaim_throttle_sleeps,
+                "{what}: {lines:?}"
+            );
+            assert!(
+                us > 0,
+                "{what}: the writer sleeps through the pass: {lines:?}"
+            );
+        } else {
+            let timed_out = s.reclaim_throttle_sleeps - s.reclaim_throttle_woken;
+            assert!(timed_out > 0, "{what}: {s:?}");
+            // A timed-out sleep prints the whole timeout (a woken one may too, at its last
+            // jiffy).
+            assert!(
+                lines.iter().filter(|(_, d)| *d == 100_000).count() as u64 >= timed_out,
+                "{what}: {lines:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_bench_input_is_exit_2_with_a_clear_message() {
     // `--trace` of one v7/iomap seed write, with `extra` options.

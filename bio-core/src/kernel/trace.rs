@@ -395,6 +395,7 @@ pub(crate) mod tests {
         ("ipi_send_cpu", "cpu=%u callsite=%s callback=%s"),
         ("call_function_single_entry", "vector=%d"),
         ("call_function_single_exit", "vector=%d"),
+        ("mm_vmscan_throttled", "nid=%d usec_timeout=%d usect_delayed=%d reason=%s"),
     ];
 
     /// Checks every captured event: a kernel tracepoint's message is `"<event>: "` and its print

@@ -34,6 +34,7 @@ use super::memcontrol::MemCgroup;
 use super::page_reporting::FreePageReporting;
 use super::readahead::FileRaState;
 use super::swap::Lru;
+pub use super::vmscan::ReclaimSleep;
 use crate::block::Bio;
 use crate::errno::Errno;
 use crate::kernel::{Cpu, Kernel};
@@ -83,11 +84,18 @@ pub enum Blocked {
     /// `fsync` waits for this folio's writeback (`folio_wait_writeback()`).
     Writeback(u64),
     /// The memcg is at its limit and reclaim found nothing it can free now (only dirty, writeback,
-    /// locked or referenced folios), or reclaim waits for writeback (cgroup v1's
-    /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` after waking the flusher, or, for a charge
-    /// with `__GFP_FS` only, `folio_wait_writeback()` on a `PG_reclaim` folio). Wait for any completion of this mapping's I/O (the flusher's
-    /// included, or the work holding folio references) and call again.
+    /// locked or referenced folios), or, for a charge with `__GFP_FS` only, cgroup v1's
+    /// `folio_wait_writeback()` on a `PG_reclaim` folio (case 3). Wait for any completion of this
+    /// mapping's I/O (the flusher's included, or the work holding folio references) and call
+    /// again.
     Memcg,
+    /// cgroup v1 reclaim found a batch all dirty and unqueued, woke the flusher and sleeps in
+    /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` until `__acct_reclaim_writeback()` wakes it
+    /// or its `HZ/10` timeout passes ([`super::vmscan`]). At the call's end take a
+    /// [`ReclaimSleep`] ([`AddressSpace::reclaim_throttle_begin`]), sleep until
+    /// [`AddressSpace::reclaim_throttle_woken`] or the jiffy [`ReclaimSleep::fires_at`], then call
+    /// [`AddressSpace::reclaim_throttle_end`] and call again.
+    ReclaimThrottle,
     /// `balance_dirty_pages()` pauses the dirtier for `pause` jiffies (`io_schedule_timeout()`):
     /// the dirty and writeback pages are past the freerun ceiling of the machine's domain or, on
     /// cgroup v2, the memcg's (see [`super::dirty_ratelimit`]). Sleep that long, whatever
@@ -202,10 +210,18 @@ pub struct PageCacheStats {
     /// them left), each one host fault when first touched ([`super::page_reporting`]).
     pub reported_pages_allocated: u64,
     /// Times cgroup v1 reclaim made the charging task wait for writeback:
-    /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` after a batch that was all unqueued dirty,
-    /// or `folio_wait_writeback()` on a `PG_reclaim` folio met again (case 3, only for a charge
-    /// with `__GFP_FS`: the read path's `filemap_create_folio()`, never a writer's).
+    /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` after a batch that was all unqueued dirty
+    /// ([`Blocked::ReclaimThrottle`]), or `folio_wait_writeback()` on a `PG_reclaim` folio met
+    /// again (case 3, only for a charge with `__GFP_FS`: the read path's
+    /// `filemap_create_folio()`, never a writer's).
     pub reclaim_throttled: u64,
+    /// Of those, the `reclaim_throttle()` sleeps that ended
+    /// ([`AddressSpace::reclaim_throttle_end`]: one `vmscan:mm_vmscan_throttled` line each).
+    pub reclaim_throttle_sleeps: u64,
+    /// ... woken by `__acct_reclaim_writeback()` before their timeout.
+    pub reclaim_throttle_woken: u64,
+    /// The jiffies they lasted (`timeout - ret`, the tracepoint's `usec_delayed`), summed.
+    pub reclaim_throttle_jiffies: u64,
     /// Folios reclaim skipped: locked or with extra references.
     pub reclaim_skipped_busy: u64,
     /// Folios `shrink_active_list()` moved to the inactive list.
@@ -278,6 +294,9 @@ pub struct PageCacheStats {
     pub dirty_ratelimit: u64,
     /// `wb->avg_write_bandwidth` now, pages per second.
     pub avg_write_bandwidth: u64,
+    /// `pgdat->nr_writeback_throttled` now: tasks asleep in `reclaim_throttle()` (0 once every
+    /// sleep has ended).
+    pub nr_writeback_throttled: u64,
 }
 
 impl PageCacheStats {
@@ -319,6 +338,9 @@ impl PageCacheStats {
             dirty_paused_jiffies,
             reported_pages_allocated,
             reclaim_throttled,
+            reclaim_throttle_sleeps,
+            reclaim_throttle_woken,
+            reclaim_throttle_jiffies,
             reclaim_skipped_busy,
             reclaim_deactivated,
             memcg_blocked,
@@ -396,6 +418,11 @@ pub(crate) struct Mapping {
     pub(crate) wb: crate::fs::fs_writeback::BdiWriteback,
     /// The last reclaim must wait for writeback before the charge can go on (cgroup v1).
     pub(crate) reclaim_must_wait: bool,
+    /// `pgdat`'s `reclaim_throttle()` state (one node; this mapping is all its page cache).
+    pub(crate) reclaim_wait: super::vmscan::ReclaimWait,
+    /// This call's reclaim reached `reclaim_throttle()`: the syscall stops and returns
+    /// [`Blocked::ReclaimThrottle`].
+    pub(crate) reclaim_throttle_pending: bool,
 }
 
 /// `struct address_space`: one block device's page cache, with its memcg and readahead state
@@ -500,6 +527,7 @@ impl Mapping {
         s.memcg_usage = self.memcg.usage_pages;
         s.dirty_ratelimit = self.wb.bw.dirty_ratelimit;
         s.avg_write_bandwidth = self.wb.bw.avg_write_bandwidth;
+        s.nr_writeback_throttled = self.reclaim_wait.nr_writeback_throttled;
         s
     }
 }
@@ -603,6 +631,8 @@ impl AddressSpace {
                 as_eio: false,
                 wb: Default::default(),
                 reclaim_must_wait: false,
+                reclaim_wait: Default::default(),
+                reclaim_throttle_pending: false,
             }),
             config,
             kernel: UntrackedArc::clone(kernel),
@@ -670,10 +700,20 @@ impl AddressSpace {
         buf: &mut [u8],
         flags: IocbFlags,
     ) -> Result<ReadProgress, Errno> {
-        let r = self.filemap_read_locked(cx, pos, buf, flags);
+        let mut r = self.filemap_read_locked(cx, pos, buf, flags);
+        if self.take_reclaim_throttle() {
+            if let Ok(p) = &mut r {
+                p.blocked = Some(Blocked::ReclaimThrottle);
+            }
+        }
         // Reclaim's flusher wakeup, queued once the mapping's lock is dropped.
         self.wb_kick(cx);
         r
+    }
+
+    /// Whether the call just made reached `reclaim_throttle()` (and clears it).
+    fn take_reclaim_throttle(&self) -> bool {
+        std::mem::take(&mut self.inner.lock().reclaim_throttle_pending)
     }
 
     fn filemap_read_locked(
@@ -711,6 +751,11 @@ impl AddressSpace {
                         &mut p.submit,
                     )
                 };
+                if m.reclaim_throttle_pending {
+                    // reclaim_throttle() in the readahead's charge: filemap_read() returns
+                    // the sleep; the folios created are there when it calls again.
+                    break;
+                }
                 if created == 0 {
                     if m.io_in_flight() || !p.submit.is_empty() {
                         m.stats.memcg_blocked += 1;
@@ -775,6 +820,11 @@ impl AddressSpace {
             cur += n as u64;
             m.ra.prev_pos = Some(cur);
             self.filemap_end_dropbehind_read(&mut m, cx, index);
+            if m.reclaim_throttle_pending {
+                // The async readahead's charge reached reclaim_throttle(): this folio is
+                // copied, the sleep comes before the next.
+                break;
+            }
         }
         p.copied = (cur - pos) as usize;
         Ok(p)
@@ -842,7 +892,14 @@ impl AddressSpace {
         data: &[u8],
         flags: IocbFlags,
     ) -> Result<WriteProgress, Errno> {
-        let r = self.generic_perform_write_locked(cx, pos, data, flags);
+        let mut r = self.generic_perform_write_locked(cx, pos, data, flags);
+        if self.take_reclaim_throttle() {
+            // reclaim_throttle() sleeps inside the charge: whatever the call did before it
+            // stands, and it goes on once the sleep ends.
+            if let Ok(p) = &mut r {
+                p.blocked = Some(Blocked::ReclaimThrottle);
+            }
+        }
         // The flusher wakeups of reclaim, balance_dirty_pages() and the inode's first
         // dirtying, queued once the mapping's lock is dropped.
         self.wb_kick(cx);
@@ -913,7 +970,9 @@ impl AddressSpace {
                     // so __filemap_get_folio() charges without __GFP_FS.
                     let gfp = GfpFlags::GFP_KERNEL.without(GfpFlags::__GFP_FS);
                     if self.try_charge(&mut m, cx, 1, gfp, &mut p.submit) == 0 {
-                        if m.io_in_flight() || !p.submit.is_empty() {
+                        if m.reclaim_throttle_pending {
+                            // reclaim_throttle(): generic_perform_write() returns the sleep.
+                        } else if m.io_in_flight() || !p.submit.is_empty() {
                             m.stats.memcg_blocked += 1;
                             p.blocked = Some(Blocked::Memcg);
                         } else if cur == pos {
@@ -1023,6 +1082,7 @@ impl AddressSpace {
             m.stats.nr_writeback -= 1;
             // __folio_end_writeback(): __wb_writeout_add() (WB_WRITTEN, the estimator's count).
             m.wb.bw.written += 1;
+            Self::acct_reclaim_writeback(&mut m, 1);
             if reclaim {
                 self.folio_rotate_reclaimable(&mut m, index);
             }

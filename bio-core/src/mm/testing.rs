@@ -259,10 +259,19 @@ impl Rig {
                     buf.truncate(done);
                     return Ok(buf);
                 }
+                Some(Blocked::ReclaimThrottle) => self.reclaim_throttle(&cx),
                 Some(_) => self.settle(),
             }
         }
         panic!("pread did not finish");
+    }
+
+    /// A `reclaim_throttle()` sleep: what is in flight completes (the rig has no clock, so the
+    /// sleep lasts no jiffy), then the sleep ends.
+    fn reclaim_throttle(&self, cx: &Cpu) {
+        let sleep = self.mapping.reclaim_throttle_begin();
+        self.settle();
+        self.mapping.reclaim_throttle_end(cx, sleep);
     }
 
     /// `pwrite()` of `data` at `pos` with `flags`, driven to the end. The bios it starts
@@ -278,6 +287,7 @@ impl Rig {
             self.disk.submit(p.submit);
             match p.blocked {
                 None => return Ok(done),
+                Some(Blocked::ReclaimThrottle) => self.reclaim_throttle(&cx),
                 Some(
                     Blocked::FolioLocked(_)
                     | Blocked::Memcg

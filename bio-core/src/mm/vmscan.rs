@@ -21,18 +21,28 @@
 //!
 //! When every folio of a batch was dirty and unqueued (`nr_unqueued_dirty == nr_taken`),
 //! `shrink_inactive_list()` wakes the flusher (`wakeup_flusher_threads(WB_REASON_VMSCAN)`,
-//! [`crate::fs::fs_writeback`]) and, on cgroup v1, `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`:
-//! the caller waits for writeback ([`Blocked::Memcg`]). That is the only throttle a writer meets. When the inactive list is smaller than the
-//! active one, `shrink_active_list()` first moves active folios to it (`inactive_is_low()`, the
-//! ratio 1 of a memcg under 1 GB).
+//! [`crate::fs::fs_writeback`]) and, on cgroup v1, `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`
+//! ([`Blocked::ReclaimThrottle`]). That is the only throttle a writer meets on cgroup v1, and it
+//! is 6.18's: the first sleeper records the node's `NR_THROTTLED_WRITTEN` (`nr_reclaim_start`);
+//! every `folio_end_writeback()` while someone sleeps adds its pages to it
+//! (`acct_reclaim_writeback()`), and once more than `SWAP_CLUSTER_MAX` pages per sleeper ended
+//! writeback since then, `__acct_reclaim_writeback()` wakes them all; otherwise the
+//! `schedule_timeout(HZ/10)` ends the sleep. Each sleep ends with a `vmscan:mm_vmscan_throttled`
+//! line, the jiffies slept in microseconds (`usect_delayed`, 6.18's spelling).
+//!
+//! When the inactive list is smaller than the active one, `shrink_active_list()` first moves
+//! active folios to it (`inactive_is_low()`, the ratio 1 of a memcg under 1 GB).
 //!
 //! **Simplifications.** One memcg with a hard limit (cgroup v1's `memory.limit_in_bytes`, v2's
 //! `memory.max`; no `memory.high`, no ancestors); there is no kswapd
 //! (global reclaim: the configured machine is large and only this memcg is under pressure), so no
-//! reclaim writes a file folio itself. `reclaim_throttle()` sleeps up to `HZ/10` or until enough
-//! reclaim-marked writeback completes; here the caller waits for the next completion of the
-//! mapping's I/O (or the flusher's first bios) and retries the charge, which reclaims again. The
-//! `VMSCAN_THROTTLE_CONGESTED`/`ISOLATED` throttles, MGLRU and the anon lists are not modelled.
+//! reclaim writes a file folio itself. After a `reclaim_throttle()` sleep the caller retries the
+//! charge, which reclaims again (the kernel goes on with the same reclaim pass); the node is this
+//! mapping, so `NR_THROTTLED_WRITTEN` counts its writeback only, and exactly: the kernel's is a
+//! vmstat counter whose per-CPU deltas fold into the global value `node_page_state()` reads only
+//! past a threshold, so its wake-up can come some pages later than the 33rd. The
+//! `VMSCAN_THROTTLE_CONGESTED`/`ISOLATED`/`NOPROGRESS` throttles, MGLRU and the anon lists are not
+//! modelled.
 //! `folio_wait_writeback()` (case 3) waits for any completion, not that folio's.
 
 // Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to driver to
@@ -57,7 +67,136 @@ pub(crate) fn may_enter_fs(gfp: GfpFlags) -> bool {
 /// `SWAP_CLUSTER_MAX`: reclaim frees at least this many pages per call.
 pub const SWAP_CLUSTER_MAX: u64 = 32;
 
+/// `pgdat`'s state for `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` (mm/vmscan.c, 6.18): the
+/// sleepers (`nr_writeback_throttled`), the node's `NR_THROTTLED_WRITTEN` when the first of them
+/// began (`nr_reclaim_start`), that counter, and the wake-ups of
+/// `reclaim_wait[VMSCAN_THROTTLE_WRITEBACK]` so far.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ReclaimWait {
+    pub(crate) nr_writeback_throttled: u64,
+    pub(crate) nr_reclaim_start: u64,
+    /// `NR_THROTTLED_WRITTEN`: pages that ended writeback while someone slept here.
+    pub(crate) nr_throttled_written: u64,
+    pub(crate) wakeups: u64,
+}
+
+/// One task's sleep in `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`: `schedule_timeout(HZ/10)`
+/// on `pgdat->reclaim_wait[VMSCAN_THROTTLE_WRITEBACK]`, from
+/// [`AddressSpace::reclaim_throttle_begin`] to [`AddressSpace::reclaim_throttle_end`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReclaimSleep {
+    /// `jiffies` when the sleep began.
+    pub start_jiffies: u64,
+    /// `HZ/10` jiffies.
+    pub timeout: u64,
+    /// The jiffy the timeout's timer fires at: `calc_index()` rounds a timer's expiry up to the
+    /// next jiffy, so a sleep nothing wakes lasts `timeout + 1` ticks (and prints `timeout`).
+    pub fires_at: u64,
+    /// The wait queue's wake-ups when the sleep began: a later one wakes it.
+    wake_seq: u64,
+}
+
+impl ReclaimSleep {
+    /// `expires` of `schedule_timeout()`'s timer: `start_jiffies + timeout`.
+    pub fn expires(&self) -> u64 {
+        self.start_jiffies + self.timeout
+    }
+}
+
+/// `reclaim_throttle()`'s timeout for `VMSCAN_THROTTLE_WRITEBACK`: `HZ/10` jiffies.
+pub fn reclaim_throttle_timeout(hz: u64) -> u64 {
+    hz / 10
+}
+
+/// `jiffies_to_usecs()`.
+fn jiffies_to_usecs(j: u64, hz: u64) -> u64 {
+    j * 1_000_000 / hz
+}
+
 impl AddressSpace {
+    /// Where `shrink_inactive_list()` calls `reclaim_throttle(pgdat, VMSCAN_THROTTLE_WRITEBACK)`:
+    /// the charging call stops there and returns [`Blocked::ReclaimThrottle`]; its caller sleeps
+    /// ([`AddressSpace::reclaim_throttle_begin`] when its clock reaches the call's end). Counted
+    /// once per call. The kernel's exemption of kthreads and workers does not arise: only
+    /// syscalls charge here.
+    pub(crate) fn reclaim_throttle(&self, m: &mut Mapping) {
+        if !std::mem::replace(&mut m.reclaim_throttle_pending, true) {
+            m.stats.reclaim_throttled += 1;
+        }
+    }
+
+    /// `reclaim_throttle()` up to its `schedule_timeout()`, at the moment the caller goes to
+    /// sleep: `nr_writeback_throttled` rises, and the first sleeper records `NR_THROTTLED_WRITTEN`
+    /// as `nr_reclaim_start`, so only writeback that ends from now on counts towards its wake-up.
+    pub fn reclaim_throttle_begin(&self) -> ReclaimSleep {
+        let hz = self.kernel.config().hz;
+        let start = self.kernel.jiffies();
+        let timeout = reclaim_throttle_timeout(u64::from(hz));
+        let mut m = self.inner.lock();
+        let w = &mut m.reclaim_wait;
+        w.nr_writeback_throttled += 1;
+        if w.nr_writeback_throttled == 1 {
+            w.nr_reclaim_start = w.nr_throttled_written;
+        }
+        ReclaimSleep {
+            start_jiffies: start,
+            timeout,
+            fires_at: crate::time::calc_wheel_index(start + timeout, start, hz).1,
+            wake_seq: w.wakeups,
+        }
+    }
+
+    /// Whether `__acct_reclaim_writeback()` has woken the wait queue since `sleep` began.
+    pub fn reclaim_throttle_woken(&self, sleep: &ReclaimSleep) -> bool {
+        self.inner.lock().reclaim_wait.wakeups != sleep.wake_seq
+    }
+
+    /// The end of a `reclaim_throttle()` sleep, on the sleeper's CPU at the jiffy it runs again
+    /// (woken, or when the timer fires at [`ReclaimSleep::fires_at`]): `nr_writeback_throttled`
+    /// drops and `vmscan:mm_vmscan_throttled` fires with the jiffies slept (`timeout - ret`, at
+    /// most the timeout) in microseconds, as 6.18 prints it (`usect_delayed`, its own spelling).
+    pub fn reclaim_throttle_end(&self, cx: &Cpu, sleep: ReclaimSleep) {
+        let hz = u64::from(self.kernel.config().hz);
+        let now = self.kernel.jiffies();
+        let ret = sleep.expires().saturating_sub(now).min(sleep.timeout);
+        let delayed = sleep.timeout - ret;
+        {
+            let mut m = self.inner.lock();
+            let woken = m.reclaim_wait.wakeups != sleep.wake_seq;
+            m.reclaim_wait.nr_writeback_throttled =
+                m.reclaim_wait.nr_writeback_throttled.saturating_sub(1);
+            m.stats.reclaim_throttle_sleeps += 1;
+            m.stats.reclaim_throttle_woken += u64::from(woken);
+            m.stats.reclaim_throttle_jiffies += delayed;
+        }
+        crate::ktrace!(
+            cx,
+            target: "vmscan",
+            "mm_vmscan_throttled",
+            "nid=0 usec_timeout={} usect_delayed={} reason=VMSCAN_THROTTLE_WRITEBACK",
+            jiffies_to_usecs(sleep.timeout, hz),
+            jiffies_to_usecs(delayed, hz)
+        );
+    }
+
+    /// `acct_reclaim_writeback()` from `folio_end_writeback()`: while anyone sleeps in
+    /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`, the folio's pages count in
+    /// `NR_THROTTLED_WRITTEN`, and once more than `SWAP_CLUSTER_MAX` per sleeper ended writeback
+    /// since the first sleeper began, every sleeper is woken (`wake_up()`, at each such folio).
+    pub(crate) fn acct_reclaim_writeback(m: &mut Mapping, nr_pages: u64) {
+        let w = &mut m.reclaim_wait;
+        if w.nr_writeback_throttled == 0 {
+            return;
+        }
+        w.nr_throttled_written += nr_pages;
+        let written = w.nr_throttled_written - w.nr_reclaim_start;
+        if written > SWAP_CLUSTER_MAX * w.nr_writeback_throttled
+            || cfg!(feature = "bug-reclaim-throttle-any-completion")
+        {
+            w.wakeups += 1;
+        }
+    }
+
     /// `mem_cgroup_charge()` of up to `nr` new folios under the allocation's `gfp`: charges what
     /// fits under the limit, after `try_to_free_mem_cgroup_pages()` when over it. Returns the
     /// pages charged (0: no room now, or reclaim must wait for writeback first). Only the
@@ -196,7 +335,7 @@ impl AddressSpace {
                 // The flushers are not keeping up: wake them; cgroup v1 throttles here.
                 self.wakeup_flusher_threads(m, WbReason::Vmscan);
                 if !self.writeback_throttling_sane() {
-                    m.stats.reclaim_throttled += 1;
+                    self.reclaim_throttle(m);
                     m.reclaim_must_wait = true;
                     break;
                 }

@@ -9,10 +9,11 @@ use super::dirty_ratelimit::{
     wb_update_dirty_ratelimit, DirtyThrottleControl, RATELIMIT_CALC_SHIFT,
 };
 use super::dontcache::{DontcacheDesign, WritebackPath};
-use super::filemap::{Blocked, IocbFlags, Mapping, PAGE_SECTORS, PAGE_SIZE};
+use super::filemap::{AddressSpace, Blocked, IocbFlags, Mapping, PAGE_SECTORS, PAGE_SIZE};
 use super::gfp::GfpFlags;
 use super::testing::{run_deferred, Rig};
 use super::tests::{pattern, write_fsync_drop_read};
+use super::vmscan::SWAP_CLUSTER_MAX;
 use crate::block::complete_in_task::Variant;
 use crate::fs::fs_writeback::WbReason;
 use crate::fs::fs_writeback::INIT_BW;
@@ -33,6 +34,19 @@ fn rig_with(limit: Option<u64>, machine_pages: Option<u64>) -> Rig {
         }
         c
     })
+}
+
+/// The charge of a write over a memcg full of dirty folios sleeps in cgroup v1's
+/// `reclaim_throttle()`: the sleep begins and ends at once (the test drives completions itself).
+fn end_reclaim_throttle(
+    mapping: &AddressSpace,
+    cx: &crate::kernel::Cpu,
+    blocked: Option<Blocked>,
+    what: &str,
+) {
+    assert_eq!(blocked, Some(Blocked::ReclaimThrottle), "{what}");
+    let sleep = mapping.reclaim_throttle_begin();
+    mapping.reclaim_throttle_end(cx, sleep);
 }
 
 /// The first page index of each bio, in submission order.
@@ -57,11 +71,7 @@ fn direct_reclaim_never_starts_writeback_the_flusher_does() {
         .generic_perform_write(&cx, 0, &data, NONE)
         .unwrap();
     assert_eq!(p.written, 32 * PAGE_SIZE, "the limit's worth is copied");
-    assert_eq!(
-        p.blocked,
-        Some(Blocked::Memcg),
-        "the charge waits for writeback"
-    );
+    end_reclaim_throttle(&r.mapping, &cx, p.blocked, "the charge waits for writeback");
     assert!(
         p.submit.is_empty(),
         "direct reclaim submitted {} writeback bios itself",
@@ -120,7 +130,12 @@ fn pg_reclaim_folios_rotate_to_the_inactive_tail_when_writeback_ends() {
         .mapping
         .generic_perform_write(&cx, 0, &data, NONE)
         .unwrap();
-    assert_eq!(p.blocked, Some(Blocked::Memcg));
+    end_reclaim_throttle(
+        &r.mapping,
+        &cx,
+        p.blocked,
+        "the memcg is full of dirty folios",
+    );
     run_deferred(&r.kernel);
     r.disk.submit(r.mapping.wb_take_submitted());
     let irq = r.kernel.cpu(r.irq_cpu).unwrap();
@@ -168,7 +183,12 @@ fn reclaim_meets_pg_reclaim_writeback(gfp: GfpFlags) -> (u64, bool, usize) {
         .mapping
         .generic_perform_write(&cx, 0, &pattern(64, 5), NONE)
         .unwrap();
-    assert_eq!(p.blocked, Some(Blocked::Memcg));
+    end_reclaim_throttle(
+        &r.mapping,
+        &cx,
+        p.blocked,
+        "the memcg is full of dirty folios",
+    );
     run_deferred(&r.kernel);
     let _bios = r.mapping.wb_take_submitted();
     for i in 0..32 {
@@ -819,11 +839,7 @@ fn the_flusher_submits_its_bios_to_the_mappings_device() {
     let cx = kernel.cpu(CpuId(0)).unwrap();
     let data = pattern(64, 3);
     let p = mapping.generic_perform_write(&cx, 0, &data, NONE).unwrap();
-    assert_eq!(
-        p.blocked,
-        Some(Blocked::Memcg),
-        "the limit's worth is dirty"
-    );
+    end_reclaim_throttle(&mapping, &cx, p.blocked, "the limit's worth is dirty");
     run_deferred(&kernel);
     assert!(
         mapping.wb_take_submitted().is_empty(),
@@ -878,11 +894,7 @@ fn the_flusher_plugs_its_chunk_so_contiguous_bios_merge() {
     let p = mapping
         .generic_perform_write(&cx, 0, &pattern(64, 5), NONE)
         .unwrap();
-    assert_eq!(
-        p.blocked,
-        Some(Blocked::Memcg),
-        "the limit's worth is dirty"
-    );
+    end_reclaim_throttle(&mapping, &cx, p.blocked, "the limit's worth is dirty");
     run_deferred(&kernel);
     let s = mapping.stats();
     assert_eq!(
@@ -1535,5 +1547,108 @@ fn the_balance_dirty_pages_tracepoint_prints_the_kernels_fields() {
     assert_eq!(
         t(Some(113), -3),
         format!("{head} pause=-12 period=12 think=-12 cgroup_ino=1")
+    );
+}
+
+/// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` is woken as 6.18's `__acct_reclaim_writeback()`
+/// wakes it: by the page that takes `NR_THROTTLED_WRITTEN` past `SWAP_CLUSTER_MAX` per sleeper
+/// since the first sleeper began (the 33rd with one sleeper, the 65th with two), not by an
+/// earlier completion; pages that ended writeback while nobody slept do not count. Catches a
+/// sleep woken by any completion (the `bug-reclaim-throttle-any-completion` twin, the model
+/// before this rule) and a count that starts before the sleep.
+#[test]
+#[cfg_attr(feature = "bug-reclaim-throttle-any-completion", should_panic)]
+fn reclaim_throttle_wakes_past_swap_cluster_max_pages_per_sleeper() {
+    let r = rig_with(Some(32), None);
+    let begin = || r.mapping.reclaim_throttle_begin();
+    let end_writeback = |n: u64| {
+        let mut m = r.mapping.inner.lock();
+        for _ in 0..n {
+            AddressSpace::acct_reclaim_writeback(&mut m, 1);
+        }
+    };
+    // Nobody asleep: nothing counts.
+    end_writeback(100);
+    let a = begin();
+    end_writeback(SWAP_CLUSTER_MAX);
+    assert!(
+        !r.mapping.reclaim_throttle_woken(&a),
+        "32 pages do not wake it"
+    );
+    end_writeback(1);
+    assert!(
+        r.mapping.reclaim_throttle_woken(&a),
+        "the 33rd page wakes it"
+    );
+    let cx = r.task();
+    r.mapping.reclaim_throttle_end(&cx, a);
+    // Two sleepers, the second while the first sleeps: 64 pages since the first began are not
+    // enough, the 65th wakes both.
+    let b = begin();
+    end_writeback(10);
+    let c = begin();
+    end_writeback(2 * SWAP_CLUSTER_MAX - 10);
+    assert!(!r.mapping.reclaim_throttle_woken(&b) && !r.mapping.reclaim_throttle_woken(&c));
+    end_writeback(1);
+    assert!(r.mapping.reclaim_throttle_woken(&b) && r.mapping.reclaim_throttle_woken(&c));
+    r.mapping.reclaim_throttle_end(&cx, b);
+    r.mapping.reclaim_throttle_end(&cx, c);
+    let s = r.mapping.stats();
+    assert_eq!(s.nr_writeback_throttled, 0, "every sleeper left");
+    assert_eq!(
+        (s.reclaim_throttle_sleeps, s.reclaim_throttle_woken),
+        (3, 3)
+    );
+}
+
+/// A `reclaim_throttle()` sleep ends with one `vmscan:mm_vmscan_throttled` line in 6.18's
+/// format, its `usect_delayed` the jiffies slept (`timeout - ret`) in microseconds and never more
+/// than the `HZ/10` timeout: 7 jiffies for a sleep ended after 7, the whole 25 (100 ms at
+/// HZ=250) for one ended after 40, however late the sleeper ran again. Catches a delay in
+/// jiffies, one not capped at the timeout, and a sleep ended without its line.
+#[test]
+fn a_reclaim_throttle_sleep_ends_with_its_mm_vmscan_throttled_line() {
+    use crate::kernel::trace::tests::{capture, check_formats};
+    let r = rig_with(Some(32), None);
+    let cx = r.task();
+    let hz = u64::from(r.kernel.config().hz);
+    assert_eq!(hz, 250, "the default CONFIG_HZ");
+    let begin = || r.mapping.reclaim_throttle_begin();
+    let events = capture(|| {
+        let a = begin();
+        assert_eq!(a.timeout, 25);
+        // calc_index() rounds the timer's expiry up a jiffy: it fires at the 26th tick.
+        assert_eq!(
+            (a.expires(), a.fires_at),
+            (a.start_jiffies + 25, a.start_jiffies + 26)
+        );
+        r.kernel.advance_jiffies(7);
+        r.mapping.reclaim_throttle_end(&cx, a);
+        let b = begin();
+        r.kernel.advance_jiffies(40);
+        r.mapping.reclaim_throttle_end(&cx, b);
+    });
+    let lines: Vec<&str> = events
+        .iter()
+        .filter(|e| e.tracepoint == "mm_vmscan_throttled")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "mm_vmscan_throttled: nid=0 usec_timeout=100000 usect_delayed=28000 reason=VMSCAN_THROTTLE_WRITEBACK",
+            "mm_vmscan_throttled: nid=0 usec_timeout=100000 usect_delayed=100000 reason=VMSCAN_THROTTLE_WRITEBACK",
+        ]
+    );
+    let bad = check_formats(&events);
+    assert!(bad.is_empty(), "{bad:?}");
+    let s = r.mapping.stats();
+    assert_eq!(
+        (
+            s.reclaim_throttle_sleeps,
+            s.reclaim_throttle_woken,
+            s.reclaim_throttle_jiffies
+        ),
+        (2, 0, 32)
     );
 }

@@ -10,5 +10,5 @@ mod jiffies;
 mod timer;
 
 pub use jiffies::{jiffies_to_msecs, msecs_to_jiffies};
-pub(crate) use timer::{register_hotplug_states, TimerAction, Timers};
+pub(crate) use timer::{calc_wheel_index, register_hotplug_states, TimerAction, Timers};
 pub use timer::{TimerFn, TimerList};

@@ -36,7 +36,7 @@ use bio_core::kernel::CpuId;
 use bio_core::mm::dontcache::{
     DontcacheDesign, DropbehindIrq, PageCacheConfig, WritebackPath, DEFAULT_MACHINE_MEMORY_BYTES,
 };
-use bio_core::mm::filemap::{AddressSpace, Blocked, PageCacheStats};
+use bio_core::mm::filemap::{AddressSpace, Blocked, PageCacheStats, ReclaimSleep};
 use bio_core::mm::page_reporting::FreePageReporting;
 use bio_core::workqueue::PoolId;
 use bio_core::{Cpu, Kernel, KernelConfig};
@@ -213,6 +213,8 @@ pub struct RunResult {
     pub v3_hook: bool,
     /// With free page reporting: the guest's free memory at the end.
     pub page_reporting: Option<FreePageReporting>,
+    /// The simulated kernel's `CONFIG_HZ` (the stats' jiffies are of this rate).
+    pub hz: u32,
 }
 
 impl RunResult {
@@ -509,6 +511,15 @@ impl Machine {
         true
     }
 
+    /// The time of the tick that makes `jiffies` reach `j` (now, if it already has).
+    fn jiffy_time(&self, j: u64) -> u64 {
+        let now = self.rt.kernel().jiffies();
+        if j <= now {
+            return self.now;
+        }
+        self.next_tick + (j - now - 1) * self.jiffy_ns
+    }
+
     /// Advances jiffies to cover `now`, firing what is due.
     fn tick_until(&mut self, t: u64) {
         while self.next_tick <= t {
@@ -542,9 +553,14 @@ impl Machine {
         let mut this_second = 0u64;
         let mut ios = 0u64;
         let mut idle_steps = 0u32;
+        // The task's reclaim_throttle() sleep: it begins when the syscall that reached it ends
+        // (`sleep_at`), and ends when __acct_reclaim_writeback() wakes it or its timer fires.
+        let mut sleep_at: Option<u64> = None;
+        let mut throttle: Option<ReclaimSleep> = None;
         loop {
             let stop = self.now >= ph.until_ns || ph.max_ios.is_some_and(|m| ios >= m);
-            if stop && call.is_none() {
+            // A reclaim_throttle() sleep the last call reached is slept before the phase ends.
+            if stop && call.is_none() && sleep_at.is_none() && throttle.is_none() {
                 break;
             }
             let t_task = task_at.map(|t| t.max(self.clocks.free_at(cpu as usize)));
@@ -553,7 +569,12 @@ impl Machine {
             // one-jiffy batch): the next tick fires it.
             let t_tick = (task_at.is_none() && t_dev.is_none() && self.timers_pending() > 0)
                 .then_some(self.next_tick);
-            let Some(t) = [t_task, t_dev, t_tick].into_iter().flatten().min() else {
+            let t_wake = throttle.as_ref().map(|s| self.jiffy_time(s.fires_at));
+            let Some(t) = [t_task, t_dev, t_tick, sleep_at, t_wake]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
                 return Err(DriverError::Stuck { at_ns: self.now });
             };
             while second_end <= t {
@@ -564,8 +585,34 @@ impl Machine {
             }
             self.tick_until(t);
             self.now = self.now.max(t);
-            if t_dev == Some(t) || (t_tick == Some(t) && t_task.is_none()) {
+            let completions = t_dev == Some(t) || (t_tick == Some(t) && t_task.is_none());
+            if completions {
                 self.complete_due();
+            }
+            if let Some(at) = sleep_at {
+                // What completed while the syscall still ran does not count towards the wake-up.
+                if self.now >= at {
+                    throttle = Some(self.mapping.reclaim_throttle_begin());
+                    sleep_at = None;
+                }
+                continue;
+            }
+            if let Some(s) = &throttle {
+                if self.mapping.reclaim_throttle_woken(s)
+                    || self.rt.kernel().jiffies() >= s.fires_at
+                {
+                    let s = throttle.take().expect("asleep");
+                    let mapping = Arc::clone(&self.mapping);
+                    self.rt
+                        .on_cpu(CpuId(cpu), "reclaim_throttle", |cx| {
+                            mapping.reclaim_throttle_end(cx, s)
+                        })
+                        .expect("the task's CPU exists");
+                    task_at = Some(self.now);
+                }
+                continue;
+            }
+            if completions {
                 if task_at.is_none() {
                     task_at = Some(self.now);
                 }
@@ -669,7 +716,14 @@ impl Machine {
                 });
             }
             idle_steps = if progress == 0 { idle_steps + 1 } else { 0 };
-            task_at = if let Some(Blocked::DirtyThrottle { pause }) = blocked {
+            task_at = if let Some(Blocked::ReclaimThrottle) = blocked {
+                // schedule_timeout(HZ/10) from the syscall's end, whatever it did before.
+                if idle_steps > 10_000 {
+                    return Err(DriverError::Stuck { at_ns: end });
+                }
+                sleep_at = Some(end);
+                None
+            } else if let Some(Blocked::DirtyThrottle { pause }) = blocked {
                 // balance_dirty_pages()'s io_schedule_timeout(pause): asleep that long,
                 // whatever completes meanwhile. Pauses without progress count as idle steps:
                 // at the limit with writeback that cannot move, the loop never ends.
@@ -746,6 +800,7 @@ impl Machine {
         res.stats = stats;
         res.cpu_time = self.clocks.time.clone();
         res.v3_hook = self.cfg.dropbehind_irq.is_some();
+        res.hz = self.cfg.hz;
         res.page_reporting = self.mapping.page_reporting();
         if self.cfg.capture {
             res.trace = Some(self.rt.trace_text());

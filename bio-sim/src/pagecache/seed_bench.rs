@@ -10,6 +10,7 @@ use super::seed_presets::{SeedPreset, Workload};
 use super::seed_table::{average_mb, ratio, seed_table};
 use crate::perf::dontcache_costs::PageCosts;
 use bio_core::mm::dontcache::{DontcacheDesign, WritebackPath};
+use bio_core::mm::filemap::PageCacheStats;
 use std::fmt::Write as _;
 
 /// The bench's parameters.
@@ -343,11 +344,12 @@ pub(super) fn row_text(p: &SeedPreset, r: &DesignRow, title_extra: &str) -> Stri
         let s = &x.stats;
         let _ = writeln!(
             out,
-            "reclaim ({label}): scanned {} evicted {} marked PG_reclaim {} throttled {}; flusher wrote {} pages in {} runs; dirty throttled {} ({} jiffies paused; at the end dirty_ratelimit {} and avg_write_bandwidth {} pages/s); invalidated {}",
+            "reclaim ({label}): scanned {} evicted {} marked PG_reclaim {} throttled {}{}; flusher wrote {} pages in {} runs; dirty throttled {} ({} jiffies paused; at the end dirty_ratelimit {} and avg_write_bandwidth {} pages/s); invalidated {}",
             s.reclaim_scanned,
             s.reclaim_evicted,
             s.reclaim_dirty_marked,
             s.reclaim_throttled,
+            throttle_sleeps(s, x.hz),
             s.flusher_pages,
             s.flusher_runs,
             s.dirty_throttled,
@@ -366,6 +368,21 @@ pub(super) fn row_text(p: &SeedPreset, r: &DesignRow, title_extra: &str) -> Stri
         );
     }
     out
+}
+
+/// The `reclaim_throttle()` sleeps of a run, as the live bench prints its traced ones: how many,
+/// how long in all (the `usect_delayed` of their `mm_vmscan_throttled` lines), how many
+/// `__acct_reclaim_writeback()` woke before the timeout. Empty when there were none.
+fn throttle_sleeps(s: &PageCacheStats, hz: u32) -> String {
+    if s.reclaim_throttle_sleeps == 0 {
+        return String::new();
+    }
+    format!(
+        " (reclaim_throttle(WRITEBACK) {}x, {} ms asleep, {} woken by writeback)",
+        s.reclaim_throttle_sleeps,
+        s.reclaim_throttle_jiffies * 1000 / u64::from(hz.max(1)),
+        s.reclaim_throttle_woken
+    )
 }
 
 /// The summary table of a seed bench: averages, ratio, DONTCACHE's peak footprint and the

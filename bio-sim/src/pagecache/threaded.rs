@@ -24,11 +24,13 @@
 //!   the task at the next tick). Without that a task that never sleeps would starve its CPU's
 //!   completions, which the runtime's CPU thread takes only between events.
 //! - A task that waits (`folio_wait_locked()`, `folio_wait_writeback()`, reclaim's throttle,
-//!   `balance_dirty_pages()`) sleeps in `wait_until`, its CPU running other events meanwhile; a
-//!   throttled task retries after a completion or a millisecond, whichever comes first. This is
-//!   a simplification: the kernel's `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` sleeps up to
-//!   `HZ/10` and is woken early by `__acct_reclaim_writeback()`, while `balance_dirty_pages()`
-//!   pauses in `io_schedule_timeout()` and only its timeout ends the pause.
+//!   `balance_dirty_pages()`) sleeps in `wait_until`, its CPU running other events meanwhile.
+//!   `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)` sleeps as the kernel's does, until
+//!   `__acct_reclaim_writeback()` wakes it or `HZ/10` jiffies pass; `balance_dirty_pages()`
+//!   pauses in `io_schedule_timeout()` and only its timeout ends the pause. A charge that found
+//!   the memcg full with nothing to free (or, with `__GFP_FS`, a `PG_reclaim` folio under
+//!   writeback) retries after a completion or a millisecond, whichever comes first: a
+//!   simplification of the kernel's reclaim retries and `folio_wait_writeback()`.
 //!
 //! Measured: bytes per wall-clock second (the table's rows), the process's CPU time over the
 //! timed part (`getrusage(RUSAGE_SELF)`: every thread, the simulated CPUs, kworkers and the ticker
@@ -259,9 +261,18 @@ fn wait_blocked(cx: &Cpu, mapping: &AddressSpace, b: Blocked, before: [u64; 4]) 
             let target = k.jiffies() + pause;
             cx.wait_until("balance_dirty_pages", &|| k.jiffies() >= target);
         }
+        Blocked::ReclaimThrottle => {
+            // schedule_timeout(HZ/10) on the reclaim wait queue.
+            let sleep = mapping.reclaim_throttle_begin();
+            let k = cx.kernel();
+            cx.wait_until("reclaim_throttle", &|| {
+                mapping.reclaim_throttle_woken(&sleep) || k.jiffies() >= sleep.fires_at
+            });
+            mapping.reclaim_throttle_end(cx, sleep);
+        }
         Blocked::Memcg => {
             let until = Instant::now() + THROTTLE_RETRY;
-            cx.wait_until("reclaim_throttle", &|| {
+            cx.wait_until("mem_cgroup_charge", &|| {
                 completions(&mapping.stats()) != before || Instant::now() >= until
             });
         }
@@ -367,6 +378,11 @@ fn task_phase(cx: &Cpu, t: &TaskCtx, ph: &Phase) -> PhaseOut {
             }
             out.bytes += progress as u64;
             if done >= io {
+                // A call that finished its bytes may still have reached reclaim_throttle()
+                // (a read's async readahead): it sleeps before the syscall returns.
+                if blocked == Some(Blocked::ReclaimThrottle) {
+                    wait_blocked(cx, &t.mapping, Blocked::ReclaimThrottle, before);
+                }
                 break;
             }
             if progress > 0 {
@@ -650,6 +666,7 @@ impl Machine {
         res.stats = stats;
         res.limit_pages = self.cfg.limit_bytes.map(|b| b / PAGE as u64);
         res.v3_hook = self.cfg.dropbehind_irq.is_some();
+        res.hz = self.cfg.hz;
     }
 
     /// Stops the machine: anything left but the flusher's kupdate timer (dirty folios stay

@@ -9,7 +9,7 @@
 //! - [`seed`]: the seed's write and read experiments under a cgroup v1 memory limit ([`memcg`]).
 //! - [`reported`]: reads of a sparse file from memory the host took back (free page reporting).
 //! - the live tracepoint formats of [`FORMAT_EVENTS`] (filemap's, `writeback_dirty_folio`,
-//!   `balance_dirty_pages`), read (not enabled) from tracefs.
+//!   `balance_dirty_pages`, `mm_vmscan_throttled`), read (not enabled) from tracefs.
 //!
 //! A run is a [`LiveReport`]; [`LiveReport::to_json`] / [`LiveReport::from_json`] make and read the
 //! committed recording (`tests/recordings/dontcache-live-6.18.json`), and `--replay FILE` prints a
@@ -36,11 +36,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The tracepoints whose live formats a run reads: `(system, event)`.
-pub const FORMAT_EVENTS: [(&str, &str); 4] = [
+pub const FORMAT_EVENTS: [(&str, &str); 5] = [
     ("filemap", "mm_filemap_add_to_page_cache"),
     ("filemap", "mm_filemap_delete_from_page_cache"),
     ("writeback", "writeback_dirty_folio"),
     ("writeback", "balance_dirty_pages"),
+    ("vmscan", "mm_vmscan_throttled"),
 ];
 
 /// `--live`'s parameters.
