@@ -352,10 +352,23 @@ fn dontcache_leaves_less_in_the_page_cache_than_plain_io() {
     f.write_all_at(&data, mib, RwFlags::empty()).unwrap();
     f.sync_data().unwrap();
     let plain = f.cachestat(mib, mib).unwrap();
-    f.write_all_at(&data, 4 * mib, RwFlags::DONTCACHE).unwrap();
-    f.sync_data().unwrap();
-    let dontcache = f.cachestat(4 * mib, mib).unwrap();
-    println!("after write + fdatasync, pages cached: plain {plain:?}, DONTCACHE {dontcache:?}");
+    // folio_end_dropbehind() keeps, silently, a folio whose writeback ends outside task context
+    // or that it cannot trylock. Once (a CI run on 2026-12-05, both cores busy) a whole MiB of
+    // holes stayed cached; what the kernel does is not in the test's hands, so a second MiB of
+    // holes gets one more try. At least one must drop its pages.
+    let mut dontcache = None;
+    for at in [4 * mib, 8 * mib] {
+        f.write_all_at(&data, at, RwFlags::DONTCACHE).unwrap();
+        f.sync_data().unwrap();
+        let c = f.cachestat(at, mib).unwrap();
+        println!("after write + fdatasync at {at}, pages cached: plain {plain:?}, DONTCACHE {c:?}");
+        let dropped = c.nr_cache < plain.nr_cache;
+        dontcache = Some(c);
+        if dropped {
+            break;
+        }
+    }
+    let dontcache = dontcache.expect("one attempt ran");
     assert_eq!(plain.nr_cache, mib / PAGE, "a plain write stays cached");
     assert!(
         dontcache.nr_cache < plain.nr_cache,
