@@ -114,25 +114,13 @@ fn v7_writes_in_a_2mib_memcg(path: WritebackPath, v2: bool) -> DriverConfig {
 /// printed in jiffies.
 #[test]
 fn on_cgroup_v2_each_pause_is_a_balance_dirty_pages_line_in_the_kernels_format() {
-    use bio_sim::report::ftrace::{check_trace, parse_trace, EventFormat};
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tracefs-6.18/formats");
-    let formats: Vec<EventFormat> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| EventFormat::read(&e.unwrap().path()).unwrap())
-        .collect();
-    assert!(formats.iter().any(|f| f.name == "balance_dirty_pages"));
     let mut c = v7_writes_in_a_2mib_memcg(WritebackPath::Iomap, true);
     c.capture = true;
     c.max_ios = Some(256);
     let r = run(c).expect("the run completes");
     let text = r.ftrace.expect("captured");
-    let bad = check_trace(&text, &formats, &["lock_acquire", "lock_release"], &[]);
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
-    let pauses: Vec<i64> = parse_trace(&text)
-        .unwrap()
+    let pauses: Vec<i64> = checked_lines(&text, "balance_dirty_pages")
         .into_iter()
-        .filter(|l| l.event == "balance_dirty_pages")
         .map(|l| {
             let w = l
                 .fields
@@ -582,8 +570,9 @@ fn on_virtio_blk_normal_writes_wait_for_the_flushers_whole_pass() {
     }
 }
 
-/// The `mm_vmscan_throttled` lines of a captured run and their `usect_delayed` (us).
-fn throttle_lines(r: &RunResult) -> Vec<(u64, u64)> {
+/// The lines of `event` in a captured ftrace-format trace, once the whole trace has matched the
+/// live kernel's formats (tests/data/tracefs-6.18/formats), which must have `event`'s.
+fn checked_lines(text: &str, event: &str) -> Vec<bio_sim::report::ftrace::TraceLine> {
     use bio_sim::report::ftrace::{check_trace, parse_trace, EventFormat};
     let dir =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tracefs-6.18/formats");
@@ -591,10 +580,22 @@ fn throttle_lines(r: &RunResult) -> Vec<(u64, u64)> {
         .unwrap()
         .map(|e| EventFormat::read(&e.unwrap().path()).unwrap())
         .collect();
-    assert!(formats.iter().any(|f| f.name == "mm_vmscan_throttled"));
-    let text = r.ftrace.as_deref().expect("captured");
+    assert!(
+        formats.iter().any(|f| f.name == event),
+        "no format for {event}"
+    );
     let bad = check_trace(text, &formats, &["lock_acquire", "lock_release"], &[]);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+    parse_trace(text)
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.event == event)
+        .collect()
+}
+
+/// The `mm_vmscan_throttled` lines of a captured run: `usec_timeout` and `usect_delayed` (us).
+fn throttle_lines(r: &RunResult) -> Vec<(u64, u64)> {
+    let text = r.ftrace.as_deref().expect("captured");
     let field = |fields: &str, name: &str| -> u64 {
         let w = fields
             .split_whitespace()
@@ -602,10 +603,8 @@ fn throttle_lines(r: &RunResult) -> Vec<(u64, u64)> {
             .unwrap_or_else(|| panic!("no {name} in {fields}"));
         w[name.len()..].parse().unwrap()
     };
-    parse_trace(text)
-        .unwrap()
+    checked_lines(text, "mm_vmscan_throttled")
         .into_iter()
-        .filter(|l| l.event == "mm_vmscan_throttled")
         .map(|l| {
             assert!(
                 l.fields.ends_with(" reason=VMSCAN_THROTTLE_WRITEBACK"),
