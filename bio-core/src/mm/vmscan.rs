@@ -56,6 +56,7 @@ use super::gfp::GfpFlags;
 use crate::block::Bio;
 use crate::fs::fs_writeback::WbReason;
 use crate::kernel::Cpu;
+use crate::time::jiffies_to_usecs;
 
 /// `may_enter_fs()` for a page cache folio: whether reclaim under `gfp` (`sc->gfp_mask`) may wait
 /// on it, i.e. whether the charge has `__GFP_FS` (a block device folio is not swap-backed, so only
@@ -108,11 +109,6 @@ pub fn reclaim_throttle_timeout(hz: u64) -> u64 {
     hz / 10
 }
 
-/// `jiffies_to_usecs()`.
-fn jiffies_to_usecs(j: u64, hz: u64) -> u64 {
-    j * 1_000_000 / hz
-}
-
 impl AddressSpace {
     /// Where `shrink_inactive_list()` calls `reclaim_throttle(pgdat, VMSCAN_THROTTLE_WRITEBACK)`:
     /// the charging call stops there and returns [`Blocked::ReclaimThrottle`]; its caller sleeps
@@ -156,7 +152,7 @@ impl AddressSpace {
     /// drops and `vmscan:mm_vmscan_throttled` fires with the jiffies slept (`timeout - ret`, at
     /// most the timeout) in microseconds, as 6.18 prints it (`usect_delayed`, its own spelling).
     pub fn reclaim_throttle_end(&self, cx: &Cpu, sleep: ReclaimSleep) {
-        let hz = u64::from(self.kernel.config().hz);
+        let hz = self.kernel.config().hz;
         let now = self.kernel.jiffies();
         let ret = sleep.expires().saturating_sub(now).min(sleep.timeout);
         let delayed = sleep.timeout - ret;

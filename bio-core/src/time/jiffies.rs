@@ -32,6 +32,11 @@ pub fn jiffies_to_msecs(j: u64, hz: u32) -> u64 {
     j * 1000 / u64::from(hz)
 }
 
+/// `jiffies_to_usecs()`.
+pub fn jiffies_to_usecs(j: u64, hz: u32) -> u64 {
+    j * 1_000_000 / u64::from(hz)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

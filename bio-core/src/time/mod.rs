@@ -9,6 +9,6 @@
 mod jiffies;
 mod timer;
 
-pub use jiffies::{jiffies_to_msecs, msecs_to_jiffies};
+pub use jiffies::{jiffies_to_msecs, jiffies_to_usecs, msecs_to_jiffies};
 pub(crate) use timer::{calc_wheel_index, register_hotplug_states, TimerAction, Timers};
 pub use timer::{TimerFn, TimerList};

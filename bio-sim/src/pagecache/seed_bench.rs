@@ -380,7 +380,7 @@ fn throttle_sleeps(s: &PageCacheStats, hz: u32) -> String {
     format!(
         " (reclaim_throttle(WRITEBACK) {}x, {} ms asleep, {} woken by writeback)",
         s.reclaim_throttle_sleeps,
-        s.reclaim_throttle_jiffies * 1000 / u64::from(hz.max(1)),
+        bio_core::time::jiffies_to_msecs(s.reclaim_throttle_jiffies, hz.max(1)),
         s.reclaim_throttle_woken
     )
 }
