@@ -514,12 +514,14 @@ fn with_page_reporting_a_read_pays_a_host_fault_per_page_it_takes_from_the_host(
 /// device idles; reclaim meets only dirty folios, wakes the flusher and throttles; the first
 /// completion, and so the task's wake-up, comes only when the flusher's whole pass is written.
 /// Their time is the task's CPU time plus the device's, where on NVMe the two overlap. DONTCACHE
-/// writes, whose two requests a call reach an idle device, run the same on both. Catches a
+/// writes, whose two requests a call reach an idle device, run the same on both once their
+/// completions come on the same CPU (the task's; where virtio-blk's vector puts them is
+/// `on_virtio_blk_the_vectors_cpu_takes_the_completion_work`). Catches a
 /// virtio-blk device that completes each request at its own end.
 #[test]
 #[cfg_attr(feature = "bug-virtio-blk-completes-per-request", should_panic)]
 fn on_virtio_blk_normal_writes_wait_for_the_flushers_whole_pass() {
-    use bio_sim::pagecache::nvme_device::{Completion, NvmeModel};
+    use bio_sim::pagecache::nvme_device::{Completion, CompletionIrq, NvmeModel};
     let design = DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7);
     let go = |completion, dontcache| {
         let mut c = small(design, WritebackPath::Iomap, Workload::Writes, 16 << 20);
@@ -527,7 +529,11 @@ fn on_virtio_blk_normal_writes_wait_for_the_flushers_whole_pass() {
         c.limit_bytes = Some(4 << 20);
         c.dontcache = dontcache;
         c.max_ios = Some(64);
-        c.device.completion = completion;
+        c.device = NvmeModel::for_device(completion);
+        if completion == Completion::WhenQueueEmpty && dontcache {
+            // Its completions on the task's CPU, as NVMe's: only the queueing could differ.
+            c.device.irq = CompletionIrq::OneVector(bio_core::kernel::CpuId(0));
+        }
         run(c).expect("the run completes")
     };
     for dontcache in [false, true] {
@@ -568,6 +574,242 @@ fn on_virtio_blk_normal_writes_wait_for_the_flushers_whole_pass() {
                 && virtio.stats.reclaim_throttled < nvme.stats.reclaim_throttled
         );
     }
+}
+
+/// A captured page-cache run is stamped with the driver's simulated clock: in order, the first
+/// completion no sooner than the device's command latency after the first write, and the last
+/// invalidation within its last write's completion, though the run fires more events than it
+/// lasts microseconds (a stamp per event, the runtime's rule without a driver clock, would run
+/// past it).
+#[test]
+fn a_captured_run_is_stamped_with_the_simulated_clock() {
+    use bio_sim::pagecache::nvme_device::NvmeModel;
+    use bio_sim::report::ftrace::parse_trace;
+    let v7 = DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7);
+    let mut c = small(v7, WritebackPath::Iomap, Workload::Writes, 8 << 20);
+    c.dontcache = true;
+    c.max_ios = Some(128);
+    c.capture = true;
+    let r = run(c).expect("the run completes");
+    let lines = parse_trace(r.ftrace.as_deref().expect("captured")).unwrap();
+    let us = |l: &bio_sim::report::ftrace::TraceLine| l.secs * 1_000_000 + u64::from(l.usecs);
+    assert!(lines.windows(2).all(|w| us(&w[0]) <= us(&w[1])), "in order");
+    let first_write = lines
+        .iter()
+        .find(|l| l.fields.contains("biosim_on_cpu: pwritev2"))
+        .map(us)
+        .unwrap();
+    let first_irq = lines
+        .iter()
+        .find(|l| l.event == "irq_handler_entry")
+        .map(us)
+        .unwrap();
+    assert!(
+        first_irq >= first_write + NvmeModel::DEFAULT.latency_ns / 1_000,
+        "write at {first_write} us, completion at {first_irq} us"
+    );
+    let last_delete = lines
+        .iter()
+        .rev()
+        .find(|l| l.event == "mm_filemap_delete_from_page_cache")
+        .map(us)
+        .unwrap();
+    let run_us = r.elapsed_ns / 1_000;
+    assert!(
+        lines.len() as u64 > run_us + 1_000,
+        "{} events in {run_us} us",
+        lines.len()
+    );
+    // The last write's completion: the device's latency and transfer, the kworker.
+    assert!(
+        last_delete <= run_us + 200,
+        "last invalidation at {last_delete} us, the run {run_us} us"
+    );
+}
+
+/// Where a trace's requests complete: for each `block_rq_complete`, its CPU, its context (the
+/// hardirq/softirq column: `h`, `s`, or `.` in a task), the name in the last `irq_handler_entry`
+/// on that CPU before it (`-` if none), and whether it is in the `BLOCK_SOFTIRQ` that interrupt's
+/// exit ran (`softirq_entry: vec=4` the next event on that CPU after the interrupt's own
+/// `softirq_raise` and `irq_handler_exit`), not one run later.
+fn completion_sites(
+    lines: &[bio_sim::report::ftrace::TraceLine],
+) -> std::collections::BTreeSet<(u32, char, String, bool)> {
+    use std::collections::HashMap;
+    let mut last_irq: HashMap<u32, String> = HashMap::new();
+    // Per CPU: 0 nothing, 1 in an interrupt, 2 in the BLOCK_SOFTIRQ its exit ran.
+    let mut state: HashMap<u32, u8> = HashMap::new();
+    let mut sites = std::collections::BTreeSet::new();
+    for l in lines {
+        let st = state.entry(l.cpu).or_default();
+        match l.event.as_str() {
+            "irq_handler_entry" => {
+                let name = l.fields.split("name=").nth(1).unwrap_or("?");
+                last_irq.insert(l.cpu, name.to_owned());
+                *st = 1;
+            }
+            "softirq_raise" | "irq_handler_exit" if *st == 1 => {}
+            "softirq_entry" => {
+                *st = if *st == 1 && l.fields.starts_with("vec=4 ") {
+                    2
+                } else {
+                    0
+                }
+            }
+            "block_rq_complete" => {
+                let ctx = l.flags.chars().nth(2).unwrap();
+                let irq = last_irq.get(&l.cpu).cloned().unwrap_or_else(|| "-".into());
+                sites.insert((l.cpu, ctx, irq, *st == 2));
+            }
+            // The softirq's own work (v7's hand-off to the batch) keeps it in the softirq.
+            _ if *st == 2 && l.flags.chars().nth(2) == Some('s') => {}
+            _ => *st = 0,
+        }
+    }
+    sites
+}
+
+/// The live kernel of this machine (tests/data/tracefs-6.18/virtio-blk-irq-cpu.trace: `dd
+/// oflag=direct` pinned to CPU0 writing to ext4 on `vda`): every request, whichever CPU issued
+/// it, completes in `BLOCK_SOFTIRQ` on CPU1 after `virtio1-req.0`'s interrupt there. The model's
+/// `--device virtio-blk` completes a DONTCACHE write its task on CPU0 issued at the same site, and
+/// v7's deferred completion runs in CPU1's kworker. The same check tells apart the model with the
+/// vector on the task's CPU (`--irq-cpu 0`) and the NVMe-like device (the submitter's vector,
+/// the hardirq).
+#[test]
+fn virtio_blk_completions_come_where_the_live_kernels_do() {
+    use bio_core::kernel::CpuId;
+    use bio_sim::pagecache::nvme_device::{Completion, CompletionIrq, NvmeModel};
+    use bio_sim::pagecache::seed_bench::traced_write;
+    use bio_sim::perf::dontcache_costs::PageCosts;
+    use bio_sim::report::ftrace::parse_trace;
+    let live = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/data/tracefs-6.18/virtio-blk-irq-cpu.trace"),
+    )
+    .unwrap();
+    // docs/dontcache.md quotes an excerpt of it: every line of the excerpt is the recording's.
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/dontcache.md"),
+    )
+    .unwrap();
+    let excerpt = doc
+        .split("virtio-blk-irq-cpu.trace`):\n\n```text\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("docs/dontcache.md quotes the live trace");
+    assert!(excerpt.lines().count() >= 4);
+    for line in excerpt.lines() {
+        assert!(
+            live.lines().any(|l| l == line),
+            "not in the recording: {line}"
+        );
+    }
+    let live = parse_trace(&live).unwrap();
+    assert!(
+        live.iter().any(|l| l.event == "block_rq_issue"
+            && l.cpu == 0
+            && l.fields.starts_with("254,0 WS 1048576")),
+        "the live trace has a 1 MiB write issued on CPU0"
+    );
+    let want = completion_sites(&live);
+    assert_eq!(
+        want,
+        [(1, 's', "virtio1-req.0".to_owned(), true)].into(),
+        "the live kernel: CPU1, BLOCK_SOFTIRQ"
+    );
+    let v7 = DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7);
+    let model = |device: NvmeModel| {
+        let text = traced_write(v7, WritebackPath::Iomap, &PageCosts::MEASURED, device).unwrap();
+        let lines = checked_lines(&text, "block_rq_complete");
+        assert!(!lines.is_empty());
+        parse_trace(&text).unwrap()
+    };
+    let virtio = model(NvmeModel::for_device(Completion::WhenQueueEmpty));
+    assert_eq!(completion_sites(&virtio), want);
+    assert!(virtio
+        .iter()
+        .any(|l| l.cpu == 0 && l.comm == "biosim/0" && l.fields.contains("pwritev2")));
+    let deletes: Vec<_> = virtio
+        .iter()
+        .filter(|l| l.event == "mm_filemap_delete_from_page_cache")
+        .collect();
+    assert_eq!(deletes.len(), 4);
+    assert!(deletes
+        .iter()
+        .all(|l| l.cpu == 1 && l.comm.starts_with("kworker/1:")));
+    // A BLOCK_SOFTIRQ run later than the interrupt's exit (here after a context switch on that
+    // CPU) is told apart.
+    let mut later = virtio.clone();
+    let exit = later
+        .iter()
+        .position(|l| l.event == "irq_handler_exit")
+        .unwrap();
+    let mut switch = later[exit].clone();
+    switch.event = "sched_switch".into();
+    switch.flags = "d..3.".into();
+    later.insert(exit + 1, switch);
+    assert_eq!(
+        completion_sites(&later),
+        [(1, 's', "virtio1-req.0".to_owned(), false)].into()
+    );
+    // The same check fails the model with the vector on the task's CPU, and the NVMe-like device.
+    let on_cpu0 = model(NvmeModel {
+        irq: CompletionIrq::OneVector(CpuId(0)),
+        ..NvmeModel::for_device(Completion::WhenQueueEmpty)
+    });
+    assert_eq!(
+        completion_sites(&on_cpu0),
+        [(0, 's', "virtio1-req.0".to_owned(), true)].into()
+    );
+    assert_eq!(
+        completion_sites(&model(NvmeModel::DEFAULT)),
+        [(0, 'h', "nvme0q1".to_owned(), false)].into()
+    );
+}
+
+/// Where the vector's CPU puts the completion work: with `virtio1-req.0` on CPU1 a DONTCACHE
+/// writer on CPU0 pays no interrupt and no completion work (v7's kworker invalidates on CPU1),
+/// and the same writes end sooner than with the vector on CPU0, where both land on the writer's
+/// CPU.
+#[test]
+fn on_virtio_blk_the_vectors_cpu_takes_the_completion_work() {
+    use bio_core::kernel::CpuId;
+    use bio_sim::pagecache::nvme_device::{Completion, CompletionIrq, NvmeModel};
+    let v7 = DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7);
+    let go = |irq_cpu: u32| {
+        let mut c = small(v7, WritebackPath::Iomap, Workload::Writes, 16 << 20);
+        c.io_bytes = 1 << 20;
+        c.dontcache = true;
+        c.max_ios = Some(32);
+        c.device = NvmeModel {
+            irq: CompletionIrq::OneVector(CpuId(irq_cpu)),
+            ..NvmeModel::for_device(Completion::WhenQueueEmpty)
+        };
+        let r = run(c).expect("the run completes");
+        assert_eq!((r.corrupt_bytes, r.bytes), (0, 32 << 20));
+        assert_eq!(
+            r.stats.dropbehind_invalidated,
+            32 * 256,
+            "irq on CPU{irq_cpu}"
+        );
+        r
+    };
+    let (apart, together) = (go(1), go(0));
+    assert_eq!(
+        (apart.cpu_time[0].irq_ns, apart.cpu_time[0].worker_ns),
+        (0, 0)
+    );
+    assert_eq!(apart.stats.flusher_pages, 0);
+    assert!(apart.cpu_time[1].irq_ns > 0 && apart.cpu_time[1].worker_ns > 0);
+    assert_eq!(together.cpu_time[1].irq_ns, 0);
+    assert!(together.cpu_time[0].irq_ns > 0 && together.cpu_time[0].worker_ns > 0);
+    assert!(
+        apart.elapsed_ns < together.elapsed_ns,
+        "{} ns apart, {} ns together",
+        apart.elapsed_ns,
+        together.elapsed_ns
+    );
 }
 
 /// The lines of `event` in a captured ftrace-format trace, once the whole trace has matched the
@@ -628,14 +870,14 @@ fn throttle_lines(r: &RunResult) -> Vec<(u64, u64)> {
 /// delay in jiffies, and a driver that ignores the timeout (every sleep would end woken).
 #[test]
 fn each_reclaim_throttle_sleep_is_an_mm_vmscan_throttled_line_and_the_timeout_ends_slow_ones() {
-    use bio_sim::pagecache::nvme_device::Completion;
+    use bio_sim::pagecache::nvme_device::{Completion, NvmeModel};
     let design = DontcacheDesign::Bio(bio_core::block::complete_in_task::Variant::V7);
     let go = |bandwidth: Option<f64>| {
         let mut c = small(design, WritebackPath::Iomap, Workload::Writes, 16 << 20);
         c.io_bytes = 1 << 20;
         c.limit_bytes = Some(4 << 20);
         c.max_ios = Some(if bandwidth.is_some() { 8 } else { 32 });
-        c.device.completion = Completion::WhenQueueEmpty;
+        c.device = NvmeModel::for_device(Completion::WhenQueueEmpty);
         if let Some(b) = bandwidth {
             c.device.bandwidth = b;
         }
@@ -679,6 +921,44 @@ fn each_reclaim_throttle_sleep_is_an_mm_vmscan_throttled_line_and_the_timeout_en
             );
         }
     }
+}
+
+/// `--trace` takes the device options: a traced write on virtio-blk at 5.7 GB/s with its vector
+/// on CPU0 completes there, in the softirq of `virtio1-req.0`, at the faster device's time.
+#[test]
+fn trace_follows_the_device_options() {
+    let trace = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_biosim"))
+            .args([
+                "bench",
+                "dontcache",
+                "--preset",
+                "seed-writes",
+                "--design",
+                "v7",
+            ])
+            .args(["--path", "iomap", "--trace", "-", "--device", "virtio-blk"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        bio_sim::report::ftrace::parse_trace(&text).unwrap()
+    };
+    let at = |lines: &[bio_sim::report::ftrace::TraceLine], event: &str| {
+        let l = lines.iter().find(|l| l.event == event).unwrap();
+        (l.cpu, l.secs * 1_000_000 + u64::from(l.usecs))
+    };
+    let slow = trace(&[]);
+    let fast = trace(&["--device-gbps", "5.7", "--irq-cpu", "0"]);
+    assert_eq!(at(&slow, "softirq_entry").0, 1);
+    let (cpu, fast_us) = at(&fast, "block_rq_complete");
+    assert_eq!(cpu, 0);
+    assert!(fast_us < at(&slow, "block_rq_complete").1);
 }
 
 #[test]
@@ -756,13 +1036,21 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
             ],
             "--device virtio-blk: needs --runtime deterministic",
         ),
+        (vec!["--irq-cpu", "1"], "--preset"),
         (
-            one_traced_write(&["--device", "virtio-blk"]),
-            "--trace: traces one write on the default nvme device (without --device or --device-gbps)",
+            vec!["--preset", "seed-writes", "--irq-cpu", "0"],
+            "--irq-cpu 0: needs --device virtio-blk",
         ),
         (
-            one_traced_write(&["--device-gbps", "5.7"]),
-            "--trace: traces one write on the default nvme device (without --device or --device-gbps)",
+            vec![
+                "--preset",
+                "seed-writes",
+                "--device",
+                "virtio-blk",
+                "--irq-cpu",
+                "2",
+            ],
+            "--irq-cpu 2: not a CPU of the simulated machine (0 to 1: it has 2 CPUs)",
         ),
         (vec!["--device-gbps", "5.7"], "--preset"),
         (

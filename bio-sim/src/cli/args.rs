@@ -474,11 +474,16 @@ pub struct BenchDontcacheArgs {
     /// With --preset: the simulated device, nvme (each request completes, with its interrupt,
     /// when its transfer ends) or virtio-blk (as, we infer, this machine's Firecracker VMM
     /// emulates it with its Sync engine: a request posted while the device works joins its busy
-    /// period, whose requests all complete, with one interrupt, when the queue is empty). Both
-    /// at 3.2 GB/s (see --device-gbps), 20 us to start on an idle device. Deterministic runtime
-    /// only.
+    /// period, whose requests all complete, with one interrupt, when the queue is empty; the
+    /// interrupt comes in on one CPU, see --irq-cpu). Both at 3.2 GB/s (see --device-gbps), 20
+    /// us to start on an idle device. Deterministic runtime only.
     #[arg(long, default_value = "nvme", requires = "preset")]
     pub device: String,
+    /// With --device virtio-blk: the CPU its one request queue's interrupt (virtio1-req.0) comes
+    /// in on, and where BLOCK_SOFTIRQ ends every request, whichever CPU submitted it (default 1,
+    /// as /proc/interrupts of this machine shows; the task runs on CPU0).
+    #[arg(long, value_name = "CPU", requires = "preset")]
+    pub irq_cpu: Option<String>,
     /// With --preset: the simulated device's transfer bandwidth in GB/s (10^9 bytes per second,
     /// reads and writes alike; default 3.2), e.g. a disk measured with O_DIRECT writes.
     /// Deterministic runtime only.

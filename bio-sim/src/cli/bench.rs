@@ -162,6 +162,18 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
     Ok(())
 }
 
+/// `--irq-cpu`: a CPU of the preset's machine, as sysfs numbers it (`1`, not `+1` or `01`).
+fn parse_irq_cpu(text: &str) -> Result<u32, String> {
+    let n = crate::pagecache::driver::DEFAULT_NR_CPUS;
+    match text.parse::<u32>() {
+        Ok(cpu) if cpu < n && cpu.to_string() == text => Ok(cpu),
+        _ => Err(format!(
+            "--irq-cpu {text}: not a CPU of the simulated machine (0 to {}: it has {n} CPUs)",
+            n - 1
+        )),
+    }
+}
+
 /// `--device-gbps`: a decimal number of GB/s (10^9 bytes/s), from 0.01 to 1000.
 fn parse_gbps(text: &str) -> Result<f64, String> {
     text.parse::<f64>()
@@ -259,9 +271,20 @@ fn seed_preset_bench(
     if a.page_reporting {
         cfg.page_reporting_order = Some(bio_core::mm::page_reporting::PAGEBLOCK_ORDER);
     }
-    use crate::pagecache::nvme_device::Completion;
-    cfg.device.completion = Completion::parse(&a.device).map_err(|e| format!("--device: {e}"))?;
+    use crate::pagecache::nvme_device::{Completion, CompletionIrq, NvmeModel};
+    use bio_core::kernel::CpuId;
+    cfg.device =
+        NvmeModel::for_device(Completion::parse(&a.device).map_err(|e| format!("--device: {e}"))?);
     let virtio = cfg.device.completion == Completion::WhenQueueEmpty;
+    if let Some(text) = &a.irq_cpu {
+        if !virtio {
+            return Err(format!(
+                "--irq-cpu {text}: needs --device virtio-blk (NVMe completes on the submitting CPU's own vector)"
+            )
+            .into());
+        }
+        cfg.device.irq = CompletionIrq::OneVector(CpuId(parse_irq_cpu(text)?));
+    }
     if let (Some(g), false) = (&a.device_gbps, threaded) {
         cfg.device.bandwidth = parse_gbps(g)?;
     }
@@ -309,12 +332,6 @@ fn seed_preset_bench(
         if a.page_reporting {
             return Err("--trace: traces one write without --page-reporting".into());
         }
-        if virtio || a.device_gbps.is_some() {
-            return Err(
-                "--trace: traces one write on the default nvme device (without --device or --device-gbps)"
-                    .into(),
-            );
-        }
         let out = super::output::Output::check_with("--trace", out, &[], a.force)?;
         let (Ok([design]), Ok([path])) = (
             <[_; 1]>::try_from(cfg.designs.clone()),
@@ -322,7 +339,8 @@ fn seed_preset_bench(
         ) else {
             return Err("--trace: needs one --design and one --path".into());
         };
-        let trace = crate::pagecache::seed_bench::traced_write(design, path, &cfg.costs)?;
+        let trace =
+            crate::pagecache::seed_bench::traced_write(design, path, &cfg.costs, cfg.device)?;
         out.write(&trace.to_string())?;
         return Ok(());
     }
@@ -449,7 +467,7 @@ fn job_failed(e: crate::perf::job::JobError) -> Result<(), Box<dyn std::error::E
 
 #[cfg(test)]
 mod tests {
-    use super::{civil_date, parse_gbps};
+    use super::{civil_date, parse_gbps, parse_irq_cpu};
 
     #[test]
     fn civil_date_counts_leap_days_and_eras() {
@@ -460,6 +478,16 @@ mod tests {
         assert_eq!(civil_date(4_107_542_400), "2100-03-01");
         assert_eq!(civil_date(1_796_515_199), "2026-12-05");
         assert_eq!(civil_date(1_796_515_200), "2026-12-06");
+    }
+
+    #[test]
+    fn irq_cpu_is_a_cpu_of_the_machine() {
+        assert_eq!(parse_irq_cpu("0"), Ok(0));
+        assert_eq!(parse_irq_cpu("1"), Ok(1));
+        for bad in ["2", "-1", "cpu1", "", "1 ", "+1", "01"] {
+            let e = parse_irq_cpu(bad).unwrap_err();
+            assert!(e.starts_with(&format!("--irq-cpu {bad}: not a CPU")), "{e}");
+        }
     }
 
     #[test]

@@ -7,9 +7,11 @@
 //! counted (bio-core's `PageCacheStats` deltas) priced by [`PageCosts`]; each runs on a CPU
 //! ([`CpuClocks`]): an interrupt or kworker on the task's CPU delays it. jiffies advance with the
 //! clock (`Event::Tick` at every `1/HZ`), so the posted versions' one-jiffy delayed work fires
-//! when it would. Completions come in as hard interrupts on the submitting CPU
-//! (`Kernel::raise_irq` + `Event::Irq`), and `bio_endio()` runs in them; deferred completions
-//! run in `Event::Worker` steps.
+//! when it would. Completions come in as hard interrupts (`Kernel::raise_irq` + `Event::Irq`) on
+//! the CPU the device's [`CompletionIrq`] names: the NVMe-like device's on the submitting CPU,
+//! where `bio_endio()` runs in the hardirq; virtio-blk's on its one vector's CPU, where it runs
+//! in the `BLOCK_SOFTIRQ` the interrupt raises. Each request fires `block_rq_complete` before its
+//! bios end; deferred completions run in `Event::Worker` steps.
 //!
 //! The flusher (`wb_workfn`, bio-core's `fs/fs_writeback.rs`) is a kworker of the unbound
 //! `writeback` workqueue: the driver runs it on the CPU that is free first (the other CPU of the
@@ -23,7 +25,7 @@
 #![allow(clippy::vec_box)]
 
 use super::cpu_time::{CpuClocks, CpuTime, Runner};
-use super::nvme_device::{NvmeDevice, NvmeModel};
+use super::nvme_device::{CompletionIrq, NvmeDevice, NvmeModel};
 use super::seed_presets::Workload;
 use super::workload_pattern::{range_pattern, PAGE};
 use crate::perf::dontcache_costs::PageCosts;
@@ -31,7 +33,9 @@ use crate::runtime::deterministic::{DetConfig, DetRuntime};
 use crate::runtime::Event;
 use bio_core::block::complete_in_task::{bio_complete_init, BatcherObserver};
 use bio_core::block::{bio_endio, Bio, BioFlag};
+use bio_core::drivers::block::blk_mq_trace::{block_rq_complete, RqTrace};
 use bio_core::errno::Errno;
+use bio_core::irq::SoftirqVec;
 use bio_core::kernel::CpuId;
 use bio_core::mm::dontcache::{
     DontcacheDesign, DropbehindIrq, PageCacheConfig, WritebackPath, DEFAULT_MACHINE_MEMORY_BYTES,
@@ -123,6 +127,9 @@ impl std::fmt::Debug for DriverConfig {
     }
 }
 
+/// The simulated machine's CPUs unless a run says otherwise: this machine's two.
+pub const DEFAULT_NR_CPUS: u32 = 2;
+
 impl DriverConfig {
     /// A run of `workload` on `design` x `path` with the defaults: 2 CPUs, the task on CPU0,
     /// [`NvmeModel::DEFAULT`], [`PageCosts::MEASURED`], 1 MiB syscalls, one simulated second.
@@ -141,7 +148,7 @@ impl DriverConfig {
             device: NvmeModel::DEFAULT,
             costs: PageCosts::MEASURED,
             capture: false,
-            nr_cpus: 2,
+            nr_cpus: DEFAULT_NR_CPUS,
             task_cpu: 0,
             twin: None,
             dropbehind_irq: None,
@@ -305,6 +312,14 @@ impl Machine {
                 cfg.task_cpu, cfg.nr_cpus
             )));
         }
+        if let CompletionIrq::OneVector(c) = cfg.device.irq {
+            if c.0 >= cfg.nr_cpus {
+                return Err(DriverError::Config(format!(
+                    "the device's interrupt CPU{} does not exist ({} CPUs)",
+                    c.0, cfg.nr_cpus
+                )));
+            }
+        }
         let kconfig = KernelConfig {
             hz: cfg.hz,
             ..KernelConfig::default()
@@ -431,6 +446,13 @@ impl Machine {
                 _ => self.cfg.task_cpu,
             };
             let before = self.stats();
+            // The trace's clock: a bound kworker or softirq preempts its CPU at `at`; an
+            // unbound kworker starts when its CPU is free.
+            self.rt.set_trace_clock(if unbound {
+                self.clocks.free_at(on as usize).max(at)
+            } else {
+                at
+            });
             if self.rt.step(ev).is_err() {
                 return;
             }
@@ -461,7 +483,7 @@ impl Machine {
         let mut group: Vec<Box<Bio>> = Vec::new();
         let (mut group_pages, mut pages) = (0u64, 0u64);
         for bio in bios {
-            let bytes = |b: &Bio| u64::from(b.bi_iter.bi_size).max(b.data_len() as u64);
+            let bytes = NvmeDevice::bio_bytes;
             let n = bytes(&bio).div_ceil(PAGE as u64).max(1);
             let contiguous = group.last().is_some_and(|last| {
                 last.bi_iter.bi_sector + bytes(last) / 512 == bio.bi_iter.bi_sector
@@ -489,18 +511,38 @@ impl Machine {
         }
         // One interrupt per CPU per instant (what completed together shares the vector's
         // interrupt, as NVMe's completion-queue processing reaps every posted entry).
-        let mut by_cpu: BTreeMap<u32, Vec<Box<Bio>>> = BTreeMap::new();
+        let mut by_cpu: BTreeMap<u32, Vec<Vec<Box<Bio>>>> = BTreeMap::new();
         for f in done {
-            by_cpu.entry(f.cpu.0).or_default().extend(f.bios);
+            by_cpu.entry(f.cpu.0).or_default().push(f.bios);
         }
-        for (cpu, bios) in by_cpu {
-            let handler = Box::new(move |cx: &Cpu| {
-                for bio in bios {
-                    bio_endio(bio, cx);
+        let irq = self.cfg.device.irq;
+        let dev = self.mapping.config().dev;
+        for (cpu, requests) in by_cpu {
+            // blk_mq_end_request() → blk_update_request(): the request's block_rq_complete,
+            // then each of its bios ends.
+            let end = move |cx: &Cpu| {
+                for bios in requests {
+                    if let Some(rq) = request_trace(dev, &bios) {
+                        block_rq_complete(&rq, 0, cx);
+                    }
+                    for bio in bios {
+                        bio_endio(bio, cx);
+                    }
                 }
-            });
+            };
+            let handler: Box<dyn FnOnce(&Cpu) + Send> = match irq {
+                // nvme_irq() → nvme_pci_complete_rq(): ended in the hardirq.
+                CompletionIrq::SubmittingCpu => Box::new(end),
+                // virtblk_done() → blk_mq_complete_request(): BLOCK_SOFTIRQ on this CPU, run at
+                // irq_exit(), where blk_done_softirq() → virtblk_request_done() ends them.
+                CompletionIrq::OneVector(_) => Box::new(move |cx: &Cpu| {
+                    cx.kernel()
+                        .raise_softirq(cx, SoftirqVec::Block, Box::new(end))
+                }),
+            };
             let before = self.stats();
-            if let Ok(target) = self.rt.kernel().raise_irq(CpuId(cpu), "nvme0q1", handler) {
+            self.rt.set_trace_clock(self.now);
+            if let Ok(target) = self.rt.kernel().raise_irq(CpuId(cpu), irq.name(), handler) {
                 while self.rt.step(Event::Irq(target)).is_ok() {}
             }
             let after = self.stats();
@@ -524,6 +566,7 @@ impl Machine {
     fn tick_until(&mut self, t: u64) {
         while self.next_tick <= t {
             self.now = self.now.max(self.next_tick);
+            self.rt.set_trace_clock(self.now);
             if self.rt.step(Event::Tick).is_err() {
                 // No timer armed: jiffies still advance (the tick runs whether or not anything
                 // is due), so a later one-jiffy delayed work counts from the right jiffy.
@@ -585,6 +628,7 @@ impl Machine {
             }
             self.tick_until(t);
             self.now = self.now.max(t);
+            self.rt.set_trace_clock(self.now);
             let completions = t_dev == Some(t) || (t_tick == Some(t) && t_task.is_none());
             if completions {
                 self.complete_due();
@@ -765,6 +809,7 @@ impl Machine {
         let mapping = Arc::clone(&self.mapping);
         for _ in 0..1000 {
             let before = self.stats();
+            self.rt.set_trace_clock(self.now);
             let (bios, waiting) = self
                 .rt
                 .on_cpu(CpuId(cpu), "fsync", |cx| kernel_calls::fsync(&mapping, cx))
@@ -785,6 +830,7 @@ impl Machine {
     pub fn drop_caches(&mut self) {
         let cpu = self.cfg.task_cpu;
         let mapping = Arc::clone(&self.mapping);
+        self.rt.set_trace_clock(self.now);
         self.rt.on_cpu(CpuId(cpu), "drop_caches", |cx| {
             kernel_calls::drop_caches(&mapping, cx)
         });
@@ -1031,4 +1077,17 @@ mod kernel_calls {
     pub fn left_behind(m: &AddressSpace) -> u64 {
         m.dropbehind_left().len() as u64
     }
+}
+
+/// A request of the simulated device as the block tracepoints print it: its first bio's sector
+/// and `bi_opf`, and every bio's sectors (the plug merged them, contiguous).
+fn request_trace(dev: (u32, u32), bios: &[Box<Bio>]) -> Option<RqTrace> {
+    let first = bios.first()?;
+    let bytes: u64 = bios.iter().map(|b| NvmeDevice::bio_bytes(b)).sum();
+    Some(RqTrace {
+        dev,
+        rwbs: first.bi_opf.rwbs_buf(),
+        sector: first.bi_iter.bi_sector,
+        nr_sector: bytes / 512,
+    })
 }

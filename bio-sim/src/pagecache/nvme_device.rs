@@ -11,9 +11,10 @@
 //! With [`Completion::WhenQueueEmpty`] the same queue behaves as a virtio-blk disk that
 //! Firecracker emulates with its `Sync` engine (this machine's, by inference): a request posted
 //! while the device works is executed right after the one before it, and the busy period's
-//! requests all complete when it ends. The interrupts keep the NVMe-like vectors (one per
-//! submitting CPU); `VIRTIO_RING_F_EVENT_IDX` suppression and the VMM's rate limiter are not
-//! modelled.
+//! requests all complete when it ends. Its interrupts come as this machine's do
+//! ([`CompletionIrq::OneVector`]): one request queue, one vector (`virtio1-req.0`) on one CPU,
+//! the request ended in `BLOCK_SOFTIRQ` there whichever CPU submitted it.
+//! `VIRTIO_RING_F_EVENT_IDX` suppression and the VMM's rate limiter are not modelled.
 
 use super::workload_pattern::page_pattern;
 use bio_core::block::{Bio, ReqOp};
@@ -56,6 +57,47 @@ impl Completion {
     }
 }
 
+/// Where a request's completion interrupt comes in, and in which context blk-mq ends it
+/// (`blk_mq_complete_request()` → `blk_mq_complete_request_remote()`, block/blk-mq.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionIrq {
+    /// NVMe: a queue and an MSI-X vector per CPU (`nvme_pci_map_queues()`), so the completion
+    /// interrupt comes in on the submitting CPU, whose queue has one software context: the driver
+    /// ends the request in the hardirq (`rq->mq_hctx->nr_ctx == 1` on this CPU).
+    SubmittingCpu,
+    /// One request queue whose vector (`virtio1-req.0`) has one CPU as its effective affinity,
+    /// as `/proc/interrupts` of this machine shows (every `virtio1-req.0` interrupt on CPU1):
+    /// the interrupt comes in on that CPU for every submitter, and
+    /// `blk_mq_complete_request_remote()` finds a queue of two software contexts, no IPI to send
+    /// (`rq_affinity` 1: the CPUs share their last-level cache) and one hardware queue, so it
+    /// raises `BLOCK_SOFTIRQ` there (`blk_mq_raise_softirq()`), where `blk_done_softirq()` ends
+    /// the request. Traced on the live kernel: tests/data/tracefs-6.18/virtio-blk-irq-cpu.trace.
+    /// `rq_affinity` 2 (an IPI back to the submitter) is not modelled.
+    OneVector(CpuId),
+}
+
+impl CompletionIrq {
+    /// `virtio1-req.0`'s CPU on this machine (`/proc/interrupts`): the `--irq-cpu` default.
+    pub const VIRTIO_BLK_IRQ_CPU: CpuId = CpuId(1);
+
+    /// The CPU a request submitted from `submitter` completes on.
+    pub fn cpu(self, submitter: CpuId) -> CpuId {
+        match self {
+            CompletionIrq::SubmittingCpu => submitter,
+            CompletionIrq::OneVector(cpu) => cpu,
+        }
+    }
+
+    /// The vector's name in `irq_handler_entry` (`name=`): NVMe's first I/O queue (the name the
+    /// model has always given every CPU's vector), or the virtio-blk request queue's.
+    pub fn name(self) -> &'static str {
+        match self {
+            CompletionIrq::SubmittingCpu => "nvme0q1",
+            CompletionIrq::OneVector(_) => "virtio1-req.0",
+        }
+    }
+}
+
 /// The device's speed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NvmeModel {
@@ -68,6 +110,8 @@ pub struct NvmeModel {
     pub max_request_bytes: u64,
     /// When completions reach the guest.
     pub completion: Completion,
+    /// Where they come in.
+    pub irq: CompletionIrq,
 }
 
 impl NvmeModel {
@@ -77,7 +121,27 @@ impl NvmeModel {
         latency_ns: 20_000,
         max_request_bytes: 512 << 10,
         completion: Completion::PerRequest,
+        irq: CompletionIrq::SubmittingCpu,
     };
+
+    /// `max_sectors_kb` of this machine's virtio-blk disk (`/sys/block/vda/queue`: 4096): the
+    /// live traces show the flusher's 4 MiB requests and a 1 MiB `O_DIRECT` write as one request.
+    pub const VIRTIO_BLK_MAX_REQUEST_BYTES: u64 = 4 << 20;
+
+    /// The device `--device NAME` names at the default speed: NVMe-like, or virtio-blk with its
+    /// interrupt on [`CompletionIrq::VIRTIO_BLK_IRQ_CPU`] and this machine's request size.
+    /// (Other combinations are devices too: a multi-queue virtio-blk has a vector per CPU.)
+    pub fn for_device(completion: Completion) -> Self {
+        match completion {
+            Completion::PerRequest => Self::DEFAULT,
+            Completion::WhenQueueEmpty => Self {
+                completion,
+                irq: CompletionIrq::OneVector(CompletionIrq::VIRTIO_BLK_IRQ_CPU),
+                max_request_bytes: Self::VIRTIO_BLK_MAX_REQUEST_BYTES,
+                ..Self::DEFAULT
+            },
+        }
+    }
 
     /// ns to transfer `bytes`.
     pub fn transfer_ns(&self, bytes: u64) -> u64 {
@@ -90,7 +154,7 @@ impl NvmeModel {
 pub struct InFlight {
     /// Completion time (ns).
     pub done_ns: u64,
-    /// The submitting CPU, whose vector the completion interrupt comes in on.
+    /// The CPU the completion interrupt comes in on ([`CompletionIrq::cpu`] of the submitter).
     pub cpu: CpuId,
     /// The request's bios, their data already transferred (a read's pages filled).
     #[allow(clippy::vec_box)]
@@ -163,7 +227,8 @@ impl NvmeDevice {
         self.issue(vec![bio], bytes, cpu, now_ns)
     }
 
-    fn bio_bytes(bio: &Bio) -> u64 {
+    /// The bytes `bio` moves: its `bi_size`, or its data for a bio built with buffers only.
+    pub fn bio_bytes(bio: &Bio) -> u64 {
         u64::from(bio.bi_iter.bi_size).max(bio.data_len() as u64)
     }
 
@@ -206,7 +271,7 @@ impl NvmeDevice {
             (done, self.submitted),
             InFlight {
                 done_ns: done,
-                cpu,
+                cpu: self.model().irq.cpu(cpu),
                 bios,
             },
         );
@@ -309,6 +374,7 @@ mod tests {
             latency_ns: 10_000,
             max_request_bytes: 8192,
             completion: Completion::PerRequest,
+            irq: CompletionIrq::SubmittingCpu,
         });
         let w = Bio::new(1, ReqOp::Write, 8).with_data(vec![7; 8192]);
         assert_eq!(d.submit(w, CpuId(0), 0), 10_000 + 2_000);
@@ -356,7 +422,7 @@ mod tests {
             bandwidth: 4096.0 * 1e6, // one page per µs
             latency_ns: 1_000,
             max_request_bytes: 4096,
-            completion,
+            ..NvmeModel::for_device(completion)
         };
         let write = |id, block: u64| Bio::new(id, ReqOp::Write, block * 8).with_data(vec![1; 4096]);
         let times = |d: &mut NvmeDevice| {
@@ -401,5 +467,40 @@ mod tests {
         assert!(Completion::parse("virtio")
             .unwrap_err()
             .contains("unknown device 'virtio'"));
+    }
+
+    /// NVMe's completion comes in on the submitter's vector; virtio-blk's on its one vector's
+    /// CPU, whoever submitted, as the live trace shows (`dd` on CPU0, `virtio1-req.0` on CPU1).
+    #[test]
+    fn virtio_blk_completes_on_its_vectors_cpu_nvme_on_the_submitters() {
+        let write = |id, block: u64| Bio::new(id, ReqOp::Write, block * 8).with_data(vec![1; 4096]);
+        for (model, want) in [
+            (NvmeModel::DEFAULT, [CpuId(0), CpuId(1)]),
+            (
+                NvmeModel::for_device(Completion::WhenQueueEmpty),
+                [CpuId(1), CpuId(1)],
+            ),
+            (
+                NvmeModel {
+                    irq: CompletionIrq::OneVector(CpuId(0)),
+                    ..NvmeModel::for_device(Completion::WhenQueueEmpty)
+                },
+                [CpuId(0), CpuId(0)],
+            ),
+        ] {
+            let mut d = NvmeDevice::new(model);
+            d.submit(write(1, 0), CpuId(0), 0);
+            d.submit(write(2, 100), CpuId(1), 1_000_000);
+            let cpus: Vec<CpuId> = d
+                .complete_until(1_000_000_000)
+                .iter()
+                .map(|f| f.cpu)
+                .collect();
+            assert_eq!(cpus, want, "{model:?}");
+        }
+        assert_eq!(
+            NvmeModel::for_device(Completion::WhenQueueEmpty).irq.name(),
+            "virtio1-req.0"
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! that priced it all.
 
 use super::driver::{run, DriverConfig, DriverError, RunResult};
-use super::nvme_device::{Completion, NvmeModel};
+use super::nvme_device::{Completion, CompletionIrq, NvmeModel};
 use super::seed_presets::{SeedPreset, Workload};
 use super::seed_table::{average_mb, ratio, seed_table};
 use crate::perf::dontcache_costs::PageCosts;
@@ -82,7 +82,16 @@ pub(super) fn kernel_config_lines(cfg: &SeedBenchConfig, out: &mut String) {
         let _ = writeln!(
             out,
             "device: virtio-blk (Firecracker's Sync engine): a busy period's requests complete \
-             together, with one interrupt, when its queue is empty"
+             together, with one interrupt, when its queue is empty{}",
+            match cfg.device.irq {
+                CompletionIrq::OneVector(cpu) => format!(
+                    "; the interrupt ({}) on CPU{}, the requests ended in BLOCK_SOFTIRQ there \
+                     (--irq-cpu)",
+                    cfg.device.irq.name(),
+                    cpu.0
+                ),
+                CompletionIrq::SubmittingCpu => String::new(),
+            }
         );
     }
     if cfg.device.bandwidth != NvmeModel::DEFAULT.bandwidth {
@@ -413,14 +422,16 @@ pub(super) fn summary_text(rows: &[DesignRow]) -> String {
 }
 
 /// One 16 KiB `pwritev2(RWF_DONTCACHE)` (4 folios; forced on a design whose bdev refuses it) on
-/// `design` x `path`, run until its writeback completed and every deferred completion ran, as an
-/// ftrace-format trace (docs/dontcache.md quotes these).
+/// `design` x `path` on `device`, run until its writeback completed and every deferred
+/// completion ran, as an ftrace-format trace (docs/dontcache.md quotes these).
 pub fn traced_write(
     design: DontcacheDesign,
     path: WritebackPath,
     costs: &PageCosts,
+    device: NvmeModel,
 ) -> Result<String, DriverError> {
     let mut c = DriverConfig::new(design, path, Workload::Writes);
+    c.device = device;
     c.io_bytes = 16 << 10;
     c.range_bytes = 16 << 10;
     c.max_ios = Some(1);

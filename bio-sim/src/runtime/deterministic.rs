@@ -189,6 +189,9 @@ struct Inner {
     records: RefCell<Vec<TraceRecord>>,
     /// The last timestamp given, in µs.
     last_ts: Cell<Option<u64>>,
+    /// A driver's own clock, in ns ([`DetRuntime::set_trace_clock`]): when set, events are
+    /// stamped with it instead of `jiffies / HZ`.
+    trace_clock_ns: Cell<Option<u64>>,
     /// What the runtime runs on each CPU (`None`: the idle task).
     shown: RefCell<Vec<Option<Task>>>,
     /// `current` of each CPU as the runtime left it: a different `current` is a task bio-core
@@ -346,6 +349,7 @@ impl DetRuntime {
                 trace: RefCell::new(Vec::new()),
                 records: RefCell::new(Vec::new()),
                 last_ts: Cell::new(None),
+                trace_clock_ns: Cell::new(None),
                 context: Rc::new(DetContext {
                     inner: weak.clone(),
                 }),
@@ -576,6 +580,14 @@ impl DetRuntime {
     pub fn steps(&self) -> u64 {
         self.inner.steps.get()
     }
+
+    /// Stamps the events of the steps that follow at `ns` on a driver's own clock (the
+    /// page-cache driver's simulated nanoseconds), as the kernel's trace clock would: events of
+    /// one step share its start time, and a time before the last stamp given is printed as that
+    /// stamp, so the trace stays in order. Without it, `jiffies / HZ` plus one µs per event.
+    pub fn set_trace_clock(&self, ns: u64) {
+        self.inner.trace_clock_ns.set(Some(ns));
+    }
 }
 
 /// Restores what the runtime showed on a CPU when dropped.
@@ -607,12 +619,18 @@ impl Drop for ExecGuard<'_> {
 }
 
 impl Inner {
-    /// The next timestamp: `jiffies / HZ` in µs, or 1 µs after the last one if that is later
-    /// (the sub-jiffy order of events).
+    /// The next timestamp: the driver's clock if it set one, never before the last stamp;
+    /// otherwise `jiffies / HZ` in µs, or 1 µs after the last one if that is later (the
+    /// sub-jiffy order of events).
     fn stamp(&self) -> u64 {
-        let hz = u64::from(self.kernel.config().hz.max(1));
-        let base = self.kernel.jiffies() * 1_000_000 / hz;
-        let ts = self.last_ts.get().map_or(base, |l| base.max(l + 1));
+        let ts = if let Some(ns) = self.trace_clock_ns.get() {
+            let base = ns / 1_000;
+            self.last_ts.get().map_or(base, |l| base.max(l))
+        } else {
+            let hz = u64::from(self.kernel.config().hz.max(1));
+            let base = self.kernel.jiffies() * 1_000_000 / hz;
+            self.last_ts.get().map_or(base, |l| base.max(l + 1))
+        };
         self.last_ts.set(Some(ts));
         ts
     }
