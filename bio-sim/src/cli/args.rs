@@ -481,7 +481,8 @@ pub struct BenchDontcacheArgs {
     pub device: String,
     /// With --device virtio-blk: the CPU its one request queue's interrupt (virtio1-req.0) comes
     /// in on, and where BLOCK_SOFTIRQ ends every request, whichever CPU submitted it (default 1,
-    /// as /proc/interrupts of this machine shows; the task runs on CPU0).
+    /// as /proc/interrupts of this machine showed on 2026-12-05: the kernel picks it at boot;
+    /// the task runs on CPU0).
     #[arg(long, value_name = "CPU", requires = "preset")]
     pub irq_cpu: Option<String>,
     /// With --preset: the simulated device's transfer bandwidth in GB/s (10^9 bytes per second,

@@ -18,7 +18,7 @@
 //! 2-CPU machine while the task runs, as the scheduler would place an unbound kworker), after what
 //! that CPU already has to do, and sends its bios to the device as it builds them: each
 //! request-sized group of contiguous bios at the time its last page's `writeback submit` cost is
-//! paid, from that CPU (whose queue's interrupt then completes them).
+//! paid, from that CPU (on NVMe, whose queue's interrupt then completes them).
 
 // Bios travel boxed everywhere in bio-core (`Box<Bio>` moves from submitter to device to
 // `bio_endio()`); a list of them is a `Vec<Box<Bio>>`.
@@ -522,7 +522,13 @@ impl Machine {
             // then each of its bios ends.
             let end = move |cx: &Cpu| {
                 for bios in requests {
-                    if let Some(rq) = request_trace(dev, &bios) {
+                    // The tracepoint's arguments only behind its static key, as the kernel's
+                    // TP_fast_assign computes them.
+                    if let Some(rq) = cx
+                        .tracepoints_enabled()
+                        .then(|| request_trace(dev, &bios))
+                        .flatten()
+                    {
                         block_rq_complete(&rq, 0, cx);
                     }
                     for bio in bios {

@@ -66,7 +66,8 @@ pub enum CompletionIrq {
     /// ends the request in the hardirq (`rq->mq_hctx->nr_ctx == 1` on this CPU).
     SubmittingCpu,
     /// One request queue whose vector (`virtio1-req.0`) has one CPU as its effective affinity,
-    /// as `/proc/interrupts` of this machine shows (every `virtio1-req.0` interrupt on CPU1):
+    /// chosen at boot from all CPUs, as `/proc/interrupts` of this machine shows (every
+    /// `virtio1-req.0` interrupt on CPU1 on the boot of 2026-12-05; CPU0 on an earlier one):
     /// the interrupt comes in on that CPU for every submitter, and
     /// `blk_mq_complete_request_remote()` finds a queue of two software contexts, no IPI to send
     /// (`rq_affinity` 1: the CPUs share their last-level cache) and one hardware queue, so it
@@ -77,7 +78,8 @@ pub enum CompletionIrq {
 }
 
 impl CompletionIrq {
-    /// `virtio1-req.0`'s CPU on this machine (`/proc/interrupts`): the `--irq-cpu` default.
+    /// `virtio1-req.0`'s CPU on this machine's boot of 2026-12-05 (`/proc/interrupts`): the
+    /// `--irq-cpu` default, the other CPU than the model's writer.
     pub const VIRTIO_BLK_IRQ_CPU: CpuId = CpuId(1);
 
     /// The CPU a request submitted from `submitter` completes on.
