@@ -15,8 +15,9 @@
 //! Besides its human-readable trace (one line per step, the captured events under it) a run keeps
 //! the same events as [`TraceRecord`]s for the ftrace writer: timestamps from the simulated clock
 //! (`jiffies / HZ` seconds plus 1 µs per event within a jiffy, so the same seed gives the same
-//! bytes; a driver with its own clock sets it instead, [`DetRuntime::set_trace_clock`]), the task each CPU runs (`<idle>` unless something runs there: the submitter `biosim/N`
-//! for scenario code run on a CPU, the kworker or cpuhp thread bio-core switches `current` to),
+//! bytes; a driver with its own clock sets it instead, [`DetRuntime::set_trace_clock`]), the
+//! task each CPU runs (`<idle>` unless something runs there: the submitter `biosim/N` for
+//! scenario code run on a CPU, the kworker or cpuhp thread bio-core switches `current` to),
 //! `sched_switch`/`sched_wakeup` for the switches the runtime makes, and the scenario's notes as
 //! `biosim_*` markers from the writer task `biosim` on the control CPU.
 
