@@ -479,6 +479,18 @@ pub struct BenchDontcacheArgs {
     /// us to start on an idle device. Deterministic runtime only.
     #[arg(long, default_value = "nvme", requires = "preset")]
     pub device: String,
+    /// With --preset: the machine to simulate, instead of --device, --page-reporting, --cgroup
+    /// and --hz: fc-guest (the Firecracker guest the live companion ran on, as measured on
+    /// 2026-12-05: virtio-blk with its vector on CPU1, free page reporting, cgroup v1, HZ 250,
+    /// 24105 MiB of RAM, which seed-reads takes as its cache limit, as the seed read twice its
+    /// VM's RAM). Deterministic runtime only.
+    #[arg(
+        long,
+        value_name = "MACHINE",
+        requires = "preset",
+        conflicts_with_all = ["device", "page_reporting", "cgroup", "hz"]
+    )]
+    pub machine: Option<String>,
     /// With --device virtio-blk: the CPU its one request queue's interrupt (virtio1-req.0) comes
     /// in on, and where BLOCK_SOFTIRQ ends every request, whichever CPU submitted it (default 1,
     /// as /proc/interrupts of this machine showed on 2026-12-05: the kernel picks it at boot;

@@ -255,6 +255,17 @@ fn seed_preset_bench(
         }
         cfg.hz = hz;
     }
+    if let Some(name) = &a.machine {
+        if threaded {
+            return Err(format!(
+                "--machine {name}: needs --runtime deterministic (the threaded runtime runs on this host's own hardware)"
+            )
+            .into());
+        }
+        crate::pagecache::seed_machine::SeedMachine::by_name(name)
+            .map_err(|e| format!("--machine: {e}"))?
+            .apply(&mut cfg);
+    }
     if let Some(l) = &a.limit {
         let bytes = parse_size(l).map_err(|e| format!("--limit: {e}"))?;
         if bytes < 4 << 20 {
@@ -273,8 +284,11 @@ fn seed_preset_bench(
     }
     use crate::pagecache::nvme_device::{Completion, CompletionIrq, NvmeModel};
     use bio_core::kernel::CpuId;
-    cfg.device =
-        NvmeModel::for_device(Completion::parse(&a.device).map_err(|e| format!("--device: {e}"))?);
+    if cfg.machine.is_none() {
+        cfg.device = NvmeModel::for_device(
+            Completion::parse(&a.device).map_err(|e| format!("--device: {e}"))?,
+        );
+    }
     let virtio = cfg.device.completion == Completion::WhenQueueEmpty;
     if let Some(text) = &a.irq_cpu {
         if !virtio {
@@ -329,6 +343,13 @@ fn seed_preset_bench(
         if a.hz.is_some() {
             return Err("--trace: traces one write at the default CONFIG_HZ (without --hz)".into());
         }
+        if let Some(m) = &cfg.machine {
+            return Err(format!(
+                "--trace: traces one write without --machine ({} reports free pages; trace its disk with --device virtio-blk)",
+                m.name
+            )
+            .into());
+        }
         if a.page_reporting {
             return Err("--trace: traces one write without --page-reporting".into());
         }
@@ -344,7 +365,13 @@ fn seed_preset_bench(
         out.write(&trace.to_string())?;
         return Ok(());
     }
-    print!("{}", seed_bench(&cfg)?);
+    let report = seed_bench(&cfg)?;
+    print!("{report}");
+    if !report.oracle_ok() {
+        // As on the threaded runtime: the model's result, not a usage error (exit 1, not 2).
+        eprintln!("biosim: the oracle failed on a run (see the FAILED lines above)");
+        std::process::exit(1);
+    }
     Ok(())
 }
 

@@ -11,6 +11,7 @@ pub mod driver;
 pub mod dropbehind_oracle;
 pub mod nvme_device;
 pub mod seed_bench;
+pub mod seed_machine;
 pub mod seed_presets;
 pub mod seed_table;
 pub mod threaded;

@@ -5,7 +5,9 @@
 //! that priced it all.
 
 use super::driver::{run, DriverConfig, DriverError, RunResult};
+use super::dropbehind_oracle::{check_dropbehind, Verdict};
 use super::nvme_device::{Completion, CompletionIrq, NvmeModel};
+use super::seed_machine::SeedMachine;
 use super::seed_presets::{SeedPreset, Workload};
 use super::seed_table::{average_mb, ratio, seed_table};
 use crate::perf::dontcache_costs::PageCosts;
@@ -37,6 +39,8 @@ pub struct SeedBenchConfig {
     /// The device (`--device`): [`NvmeModel::DEFAULT`], or the same speed completing as
     /// [`Completion::WhenQueueEmpty`].
     pub device: NvmeModel,
+    /// The machine that set the device, memory and kernel (`--machine`), if one did.
+    pub machine: Option<SeedMachine>,
 }
 
 impl SeedBenchConfig {
@@ -53,14 +57,18 @@ impl SeedBenchConfig {
             hz: bio_core::KernelConfig::default().hz,
             page_reporting_order: None,
             device: NvmeModel::DEFAULT,
+            machine: None,
         }
     }
 }
 
-/// The report's lines for what differs from the default machine: the memcg on cgroup v2, a
-/// `CONFIG_HZ` other than 250, free page reporting, the virtio-blk device (none on the default
-/// run, whose output the docs quote).
+/// The report's lines for what differs from the default machine: the machine `--machine` named,
+/// the memcg on cgroup v2, a `CONFIG_HZ` other than 250, free page reporting, the virtio-blk
+/// device (none on the default run, whose output the docs quote).
 pub(super) fn kernel_config_lines(cfg: &SeedBenchConfig, out: &mut String) {
+    if let Some(m) = &cfg.machine {
+        let _ = writeln!(out, "machine {}: {}", m.name, m.description);
+    }
     if cfg.cgroup_v2 {
         let _ = writeln!(
             out,
@@ -199,6 +207,33 @@ pub struct SeedBenchReport {
     pub rows: Vec<DesignRow>,
 }
 
+impl SeedBenchReport {
+    /// The oracle's verdicts on `row`: on writes, what the DONTCACHE run left and where its
+    /// folios ended ([`check_dropbehind`]: the fixed designs leave nothing and end nothing in
+    /// atomic context, `baseline` leaves its IRQ-completed folios, v3 what its batch skipped);
+    /// on reads, that every byte each run read was what the device holds (the driver compares
+    /// each read; a write run does not read back, its integrity is `integrity_run`'s, tested).
+    pub fn verdicts(&self, row: &DesignRow) -> Vec<(&'static str, Verdict)> {
+        match self.config.preset.workload {
+            Workload::Writes => check_dropbehind(&row.design, row.path, &row.dontcache),
+            Workload::Reads => vec![(
+                "every byte read is the device's",
+                match row.normal.corrupt_bytes + row.dontcache.corrupt_bytes {
+                    0 => Ok(()),
+                    n => Err(format!("{n} bytes read differ from the device")),
+                },
+            )],
+        }
+    }
+
+    /// Whether every verdict on every row passed.
+    pub fn oracle_ok(&self) -> bool {
+        self.rows
+            .iter()
+            .all(|r| self.verdicts(r).iter().all(|(_, v)| v.is_ok()))
+    }
+}
+
 pub(super) fn driver_config(
     cfg: &SeedBenchConfig,
     d: DontcacheDesign,
@@ -217,8 +252,78 @@ pub(super) fn driver_config(
     c
 }
 
+/// The most memory one discrete-event run of `cfg` can hold, in bytes: each cached folio's
+/// bytes about twice (its data and what is kept beside it: a `seed-reads` run on `fc-guest`
+/// peaked at 11.9 GB with 6.1 GB cached), and on writes three times each page of the range
+/// written (the device's media and what checks it; a 244 MiB `seed-writes` run peaked at 3.0 GB),
+/// plus 128 MiB. No run caches faster than its task copies and adds pages (`copy_ns +
+/// alloc_add_ns`, and `reported_touch_ns` on a guest with page reporting, whose first fill of
+/// the limit takes every page from the host), so a short run of a large limit needs far less
+/// than the limit: one second of `seed-reads` on `fc-guest` can cache about 0.5 GB of its
+/// 24105 MiB.
+pub fn deterministic_memory_need(cfg: &SeedBenchConfig) -> u64 {
+    let (cached, written) = cached_and_written_at_most(cfg);
+    cached
+        .saturating_mul(2)
+        .saturating_add(written.saturating_mul(3))
+        .saturating_add(128 << 20)
+}
+
+/// The bytes a run of `cfg` can have cached at once, and write to the device, at most
+/// ([`deterministic_memory_need`]).
+fn cached_and_written_at_most(cfg: &SeedBenchConfig) -> (u64, u64) {
+    let page = bio_core::mm::filemap::PAGE_SIZE as f64;
+    let ns = cfg.seconds as f64 * 1e9;
+    let (copy_add, touch) = (
+        cfg.costs.copy_ns + cfg.costs.alloc_add_ns,
+        cfg.page_reporting_order
+            .map_or(0.0, |_| cfg.costs.reported_touch_ns),
+    );
+    let moved = |per_page_ns: f64| (ns / per_page_ns.max(1.0) * page).min(u64::MAX as f64) as u64;
+    let cached = cfg.limit_bytes.min(moved(copy_add + touch));
+    let written = match cfg.preset.workload {
+        Workload::Writes => cfg
+            .limit_bytes
+            .saturating_mul(cfg.preset.range_limits)
+            .min(moved(copy_add)),
+        Workload::Reads => 0,
+    };
+    (cached, written)
+}
+
+/// Refuses a run that could hold more than the host's `MemAvailable` (`None`: unknown, nothing
+/// refused): it would make the machine swap or the OOM killer pick a process, perhaps another's.
+pub fn check_deterministic_size_on(
+    cfg: &SeedBenchConfig,
+    mem_available: Option<u64>,
+) -> Result<(), String> {
+    let need = deterministic_memory_need(cfg);
+    let (cached, written) = cached_and_written_at_most(cfg);
+    match mem_available {
+        Some(avail) if need > avail => Err(format!(
+            "--limit {} --seconds {}: {} could cache up to {}{} in that time, and the \
+             simulation keeps the bytes: up to {} of host memory, more than the host's \
+             MemAvailable of {}; lower --seconds or --limit",
+            mib(cfg.limit_bytes),
+            cfg.seconds,
+            cfg.preset.name,
+            mib(cached),
+            if written > 0 {
+                format!(" and write {} of its range", mib(written))
+            } else {
+                String::new()
+            },
+            mib(need),
+            mib(avail)
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Runs the bench.
 pub fn seed_bench(cfg: &SeedBenchConfig) -> Result<SeedBenchReport, DriverError> {
+    check_deterministic_size_on(cfg, super::threaded_seed_bench::host_mem_available())
+        .map_err(DriverError::Config)?;
     let mut rows = Vec::new();
     for &design in &cfg.designs {
         for &path in &cfg.paths {
@@ -279,6 +384,12 @@ impl std::fmt::Display for SeedBenchReport {
         for r in &self.rows {
             let _ = writeln!(out);
             out.push_str(&row_text(p, r, ""));
+            for (name, v) in self.verdicts(r) {
+                let _ = match v {
+                    Ok(()) => writeln!(out, "oracle: {name}: ok"),
+                    Err(e) => writeln!(out, "oracle: {name}: FAILED: {e}"),
+                };
+            }
         }
         let _ = writeln!(out);
         out.push_str(&summary_text(&self.rows));
@@ -331,6 +442,13 @@ pub(super) fn row_text(p: &SeedPreset, r: &DesignRow, title_extra: &str) -> Stri
         r.dontcache.peak_cached,
         r.dontcache.final_cached,
         r.dontcache_footprint() * 100.0
+    );
+    let seconds = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
+    let _ = writeln!(
+        out,
+        "footprint at each second's end (folios): normal {}; dontcache {}",
+        seconds(&r.normal.footprint),
+        seconds(&r.dontcache.footprint)
     );
     let _ = writeln!(
         out,
@@ -441,4 +559,138 @@ pub fn traced_write(
     c.costs = costs.clone();
     let r = run(c)?;
     Ok(r.ftrace.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pagecache::seed_presets::{SEED_READS, SEED_WRITES};
+    use bio_core::block::complete_in_task::Variant;
+
+    fn report(
+        preset: SeedPreset,
+        design: DontcacheDesign,
+        dontcache: RunResult,
+    ) -> SeedBenchReport {
+        let mut config = SeedBenchConfig::new(preset);
+        config.designs = vec![design];
+        config.paths = vec![WritebackPath::Iomap];
+        SeedBenchReport {
+            config,
+            rows: vec![DesignRow {
+                design,
+                path: WritebackPath::Iomap,
+                normal: RunResult::default(),
+                dontcache,
+                refused: None,
+            }],
+        }
+    }
+
+    /// The memory bound holds what runs held (peaks measured with `/usr/bin/time -f %M` on
+    /// release builds: `seed-reads --machine fc-guest --seconds 14` 11.9 GB, `--seconds 1`
+    /// 0.87 GB; `seed-reads --limit 1G --seconds 1` 2.2 GB; `seed-writes --limit 244M
+    /// --seconds 1` 3.0 GB) without refusing them on this 24 GiB machine, and refuses a run that
+    /// could fill a 24105 MiB cache. Catches a bound that ignores the time, the page reporting
+    /// or the writes.
+    #[test]
+    fn the_memory_bound_covers_measured_runs_and_refuses_a_cache_past_the_host() {
+        use crate::pagecache::seed_machine::SeedMachine;
+        let gb = 1e9;
+        let need = |preset: SeedPreset, machine: bool, limit: Option<u64>, seconds: u64| {
+            let mut cfg = SeedBenchConfig::new(preset);
+            if machine {
+                SeedMachine::fc_guest().apply(&mut cfg);
+            }
+            if let Some(l) = limit {
+                cfg.limit_bytes = l;
+            }
+            cfg.seconds = seconds;
+            (deterministic_memory_need(&cfg) as f64 / gb, cfg)
+        };
+        for (preset, machine, limit, seconds, peak_gb) in [
+            (SEED_READS, true, None, 14, 11.9),
+            (SEED_READS, true, None, 1, 0.87),
+            (SEED_READS, false, Some(1 << 30), 1, 2.2),
+            (SEED_WRITES, true, Some(244 << 20), 1, 3.0),
+        ] {
+            let (n, cfg) = need(preset, machine, limit, seconds);
+            assert!(
+                n >= peak_gb && n < 1.5 * peak_gb + 0.2,
+                "{} {seconds} s: bound {n:.2} GB, measured {peak_gb}",
+                preset.name
+            );
+            // This machine's MemAvailable at the time: 22.9 GB.
+            assert_eq!(
+                check_deterministic_size_on(&cfg, Some(22_900_000_000)),
+                Ok(())
+            );
+        }
+        let (n, cfg) = need(SEED_READS, true, None, 120);
+        assert!(n > 2.0 * 24.0, "{n}");
+        let e = check_deterministic_size_on(&cfg, Some(22_900_000_000)).unwrap_err();
+        assert!(
+            e.starts_with("--limit 24105 MiB --seconds 120: seed-reads could cache up to 24105 MiB in that time")
+                && e.ends_with("more than the host's MemAvailable of 21839 MiB; lower --seconds or --limit"),
+            "{e}"
+        );
+        assert_eq!(check_deterministic_size_on(&cfg, None), Ok(()));
+    }
+
+    /// The report runs the oracle on every row and prints each verdict: a v7 write run that
+    /// left a dropbehind folio fails (and `oracle_ok()` says so, for the CLI's exit status), the
+    /// same run on `baseline` passes only if the folio was an interrupt's skip, and a read run is
+    /// judged on its bytes. Catches a report that prints no verdict, always "ok", or the wrong
+    /// checks for the workload.
+    #[test]
+    fn the_report_prints_the_oracles_verdict_on_every_row() {
+        let clean = report(
+            SEED_WRITES,
+            DontcacheDesign::Bio(Variant::V7),
+            RunResult::default(),
+        );
+        let text = clean.to_string();
+        assert!(clean.oracle_ok(), "{text}");
+        assert!(
+            text.contains("oracle: no dropbehind folio survives writeback: ok\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("oracle: folio_end_dropbehind in task context only: ok\n"),
+            "{text}"
+        );
+        let mut left = RunResult {
+            left_behind: 3,
+            ..RunResult::default()
+        };
+        let v7 = report(SEED_WRITES, DontcacheDesign::Bio(Variant::V7), left.clone());
+        assert!(!v7.oracle_ok());
+        assert!(
+            v7.to_string().contains(
+                "oracle: no dropbehind folio survives writeback: FAILED: 3 dropbehind folios"
+            ),
+            "{v7}"
+        );
+        left.stats.skipped_not_in_task = 3;
+        let baseline = report(SEED_WRITES, DontcacheDesign::Baseline, left);
+        assert!(baseline.oracle_ok(), "{baseline}");
+        assert!(
+            baseline
+                .to_string()
+                .contains("oracle: IRQ-completed folios stay, as the kernel leaves them: ok\n"),
+            "{baseline}"
+        );
+        let torn = RunResult {
+            corrupt_bytes: 5,
+            ..RunResult::default()
+        };
+        let reads = report(SEED_READS, DontcacheDesign::Bio(Variant::V7), torn);
+        assert!(!reads.oracle_ok());
+        assert!(
+            reads
+                .to_string()
+                .contains("oracle: every byte read is the device's: FAILED: 5 bytes read differ"),
+            "{reads}"
+        );
+    }
 }

@@ -13,7 +13,12 @@
 //! The limits are scaled down from the seed's RAM and memcg so that a simulated second costs a
 //! real second or less; the ratios do not depend on the scale once the limit is reached in the
 //! first simulated second (they depend on the per-page costs and the device, see
-//! docs/performance.md).
+//! docs/performance.md), except where filling the limit costs more than reusing it (free page
+//! reporting: the first fill faults in host memory, so the ratio depends on how much of the run
+//! it is). The footprint in percent of the limit does depend on the scale: what a design holds
+//! for a fixed time (v5's and v6's one-jiffy delayed work) is a fixed number of folios, four
+//! times the percentage in `seed-writes`' 61 MiB that it is in the seed's 244 MB. A named
+//! machine ([`super::seed_machine`]) runs `seed-reads` over twice its RAM, as the seed did.
 
 /// What the task does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
