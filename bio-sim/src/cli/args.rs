@@ -482,8 +482,8 @@ pub struct BenchDontcacheArgs {
     /// With --preset: the machine to simulate, instead of --device, --page-reporting, --cgroup
     /// and --hz: fc-guest (the Firecracker guest the live companion ran on, as measured on
     /// 2026-12-05: virtio-blk with its vector on CPU1, free page reporting, cgroup v1, HZ 250,
-    /// 24105 MiB of RAM, which seed-reads takes as its cache limit, as the seed read twice its
-    /// VM's RAM). Deterministic runtime only.
+    /// 24105 MiB of RAM, which seed-reads takes as its cache limit: the seed read a range twice
+    /// its VM's RAM and names no memcg for the reads). Deterministic runtime only.
     #[arg(
         long,
         value_name = "MACHINE",

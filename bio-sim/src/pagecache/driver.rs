@@ -924,7 +924,8 @@ pub fn run(cfg: DriverConfig) -> Result<RunResult, DriverError> {
 
 /// Data integrity through the cache: `cfg.workload`'s writes (`cfg.max_ios` syscalls, or twice
 /// over the range), `fsync()`, drop the cache, read the range back with plain reads and compare
-/// with what was written; `corrupt_bytes` counts the differences, and the media is compared too.
+/// with what was written; with `cfg.dontcache`, drop the cache again and read it back with
+/// `RWF_DONTCACHE` too. `corrupt_bytes` counts the differences, and the media is compared too.
 pub fn integrity_run(cfg: DriverConfig) -> Result<RunResult, DriverError> {
     let io = cfg.io_bytes as u64;
     let range = cfg.range_bytes - cfg.range_bytes % io.max(1);
@@ -954,6 +955,16 @@ pub fn integrity_run(cfg: DriverConfig) -> Result<RunResult, DriverError> {
         max_ios: Some(range / io),
     };
     m.run_phase(&reads, &mut res)?;
+    if cfg.dontcache {
+        // Once more through RWF_DONTCACHE's own read path into an empty cache: readahead's
+        // dropbehind folios, each dropped after its copy (`filemap_end_dropbehind_read()`).
+        m.drop_caches();
+        let dontcache_reads = Phase {
+            dontcache: true,
+            ..reads
+        };
+        m.run_phase(&dontcache_reads, &mut res)?;
+    }
     m.drain()?;
     let media = m.dev.read_media(0, range as usize);
     let want = m.expected(0, range as usize);

@@ -17,8 +17,9 @@
 //! reporting: the first fill faults in host memory, so the ratio depends on how much of the run
 //! it is). The footprint in percent of the limit does depend on the scale: what a design holds
 //! for a fixed time (v5's and v6's one-jiffy delayed work) is a fixed number of folios, four
-//! times the percentage in `seed-writes`' 61 MiB that it is in the seed's 244 MB. A named
-//! machine ([`super::seed_machine`]) runs `seed-reads` over twice its RAM, as the seed did.
+//! times the percentage in `seed-writes`' 61 MiB that it is in the seed's 244 MB, as long as
+//! DONTCACHE writes run at the same rate in both. A named machine ([`super::seed_machine`])
+//! runs `seed-reads` over a range twice its RAM, as the seed did.
 
 /// What the task does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
