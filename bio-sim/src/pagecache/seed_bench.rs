@@ -253,7 +253,7 @@ pub(super) fn driver_config(
 }
 
 /// A bound on the memory one discrete-event bench row of `cfg` can hold, in bytes: 2.25 times
-/// the bytes it can have cached, 3 times the bytes of its range it can write, and 256 MiB.
+/// the bytes it can have cached and 3 times the bytes of its range it can write.
 /// The factors are fitted to measured peaks (`/usr/bin/time -f %M`, GB = 10^9 bytes), with a
 /// margin, not derived: `seed-reads` on `fc-guest` for 14 s peaked at 12.1 GB with 6.1 GB cached
 /// (2.0 times); `seed-writes --machine fc-guest --limit 244M` at 3.1 GB, with a 244 MiB cache
@@ -264,9 +264,7 @@ pub(super) fn driver_config(
 /// 0.5 GB of its 24105 MiB.
 pub fn deterministic_memory_need(cfg: &SeedBenchConfig) -> u64 {
     let (cached, written) = cached_and_written_at_most(cfg);
-    (cached.saturating_mul(9) / 4)
-        .saturating_add(written.saturating_mul(3))
-        .saturating_add(256 << 20)
+    (cached.saturating_mul(9) / 4).saturating_add(written.saturating_mul(3))
 }
 
 /// The bytes a run of `cfg` can have cached at once, and write to the device, at most
@@ -626,6 +624,23 @@ mod tests {
                 Ok(())
             );
         }
+        // The time bound: one CPU copying and adding 4 KiB pages, each also a host fault on a
+        // guest with page reporting; a write run's range is bounded the same way.
+        let (_, mut cfg) = need(SEED_READS, false, Some(24_105 << 20), 1);
+        let c = &cfg.costs;
+        let per_second = |ns: f64| (1e9 / ns * 4096.0) as u64;
+        assert_eq!(
+            cached_and_written_at_most(&cfg),
+            (per_second(c.copy_ns + c.alloc_add_ns), 0)
+        );
+        cfg.page_reporting_order = Some(9);
+        let with_faults = per_second(c.copy_ns + c.alloc_add_ns + c.reported_touch_ns);
+        assert_eq!(cached_and_written_at_most(&cfg), (with_faults, 0));
+        let (_, writes) = need(SEED_WRITES, true, Some(24_105 << 20), 1);
+        assert_eq!(
+            cached_and_written_at_most(&writes),
+            (with_faults, per_second(c.copy_ns + c.alloc_add_ns))
+        );
         let (n, cfg) = need(SEED_READS, true, None, 120);
         assert!(n > 2.0 * 24.0, "{n}");
         let e = check_deterministic_size_on(&cfg, Some(22_900_000_000)).unwrap_err();
@@ -635,6 +650,10 @@ mod tests {
             "{e}"
         );
         assert_eq!(check_deterministic_size_on(&cfg, None), Ok(()));
+        // Exactly what the host has is enough; a byte less is not.
+        let need = deterministic_memory_need(&cfg);
+        assert_eq!(check_deterministic_size_on(&cfg, Some(need)), Ok(()));
+        assert!(check_deterministic_size_on(&cfg, Some(need - 1)).is_err());
     }
 
     /// The report runs the oracle on every row and prints each verdict: a v7 write run that
