@@ -325,6 +325,14 @@ fn biosim(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `biosim` with `args` then `extra`, which must exit 0: its stdout.
+fn biosim_ok(args: &[&str], extra: &[&str]) -> String {
+    let args = [args, extra].concat();
+    let (code, out, err) = biosim(&args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    out
+}
+
 #[test]
 fn the_bench_prints_the_seed_tables() {
     let (code, out, err) = biosim(&[
@@ -403,22 +411,21 @@ fn a_costs_file_and_a_device_bandwidth_price_the_run() {
         file.display().to_string()
     };
     let run = |extra: &[&str]| {
-        let mut args = vec![
-            "bench",
-            "dontcache",
-            "--preset",
-            "seed-writes",
-            "--design",
-            "v7",
-            "--path",
-            "iomap",
-            "--seconds",
-            "1",
-        ];
-        args.extend_from_slice(extra);
-        let (code, out, err) = biosim(&args);
-        assert_eq!(code, 0, "{args:?}: {err}");
-        out
+        biosim_ok(
+            &[
+                "bench",
+                "dontcache",
+                "--preset",
+                "seed-writes",
+                "--design",
+                "v7",
+                "--path",
+                "iomap",
+                "--seconds",
+                "1",
+            ],
+            extra,
+        )
     };
     let (x20, x10) = (costs_times(20.0), costs_times(10.0));
     let slow_cpu = run(&["--costs", &x20]);
@@ -460,25 +467,25 @@ fn a_costs_file_and_a_device_bandwidth_price_the_run() {
 #[test]
 fn fc_guest_is_this_machines_flags_in_one_word() {
     let run = |extra: &[&str]| {
-        let mut args = vec![
-            "bench",
-            "dontcache",
-            "--design",
-            "v6",
-            "--path",
-            "iomap",
-            "--seconds",
-            "1",
-            "--limit",
-            "8M",
-            // A slow disk keeps the debug build's runs short (the flags' equality is the point).
-            "--device-gbps",
-            "0.1",
-        ];
-        args.extend_from_slice(extra);
-        let (code, out, err) = biosim(&args);
-        assert_eq!(code, 0, "{args:?}: {err}");
-        out
+        biosim_ok(
+            &[
+                "bench",
+                "dontcache",
+                "--design",
+                "v6",
+                "--path",
+                "iomap",
+                "--seconds",
+                "1",
+                "--limit",
+                "8M",
+                // A slow disk keeps the debug build's runs short (the flags' equality is the
+                // point).
+                "--device-gbps",
+                "0.1",
+            ],
+            extra,
+        )
     };
     let machine_line = "machine fc-guest: the Firecracker guest of the live companion (Linux \
                         6.18.44, measured 2026-12-05), 2 CPUs, 24105 MiB, CONFIG_HZ=250, cgroup \

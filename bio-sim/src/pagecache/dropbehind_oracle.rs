@@ -76,17 +76,32 @@ pub fn check_dontcache_run(
     path: WritebackPath,
     run: &RunResult,
 ) -> Vec<(&'static str, Verdict)> {
-    let integrity = if run.corrupt_bytes == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} bytes read differ from the device",
-            run.corrupt_bytes
-        ))
-    };
-    let mut out = vec![("data integrity", integrity)];
+    let mut out = vec![("data integrity", data_integrity(run))];
     out.extend(check_dropbehind(design, path, run));
     out
+}
+
+/// No byte the run read, or left on the device where it compared the device after its writes,
+/// differs from what the workload wrote (or the device held before it).
+pub fn data_integrity(run: &RunResult) -> Verdict {
+    match run.corrupt_bytes {
+        0 => Ok(()),
+        n => Err(format!(
+            "{n} bytes differ from the expected data (read back, or left on the device)"
+        )),
+    }
+}
+
+/// The verdicts as the benches print them, one `oracle: NAME: ok` or `oracle: NAME: FAILED:
+/// WHY` line each.
+pub fn verdict_lines(verdicts: &[(&'static str, Verdict)], out: &mut String) {
+    use std::fmt::Write as _;
+    for (name, v) in verdicts {
+        let _ = match v {
+            Ok(()) => writeln!(out, "oracle: {name}: ok"),
+            Err(e) => writeln!(out, "oracle: {name}: FAILED: {e}"),
+        };
+    }
 }
 
 /// The checks of [`check_dontcache_run`] on what a DONTCACHE write run left and where its folios

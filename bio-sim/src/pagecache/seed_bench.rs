@@ -5,7 +5,7 @@
 //! that priced it all.
 
 use super::driver::{run, DriverConfig, DriverError, RunResult};
-use super::dropbehind_oracle::{check_dropbehind, Verdict};
+use super::dropbehind_oracle::{check_dropbehind, data_integrity, verdict_lines, Verdict};
 use super::nvme_device::{Completion, CompletionIrq, NvmeModel};
 use super::seed_machine::SeedMachine;
 use super::seed_presets::{SeedPreset, Workload};
@@ -218,10 +218,7 @@ impl SeedBenchReport {
             Workload::Writes => check_dropbehind(&row.design, row.path, &row.dontcache),
             Workload::Reads => vec![(
                 "every byte read is the device's",
-                match row.normal.corrupt_bytes + row.dontcache.corrupt_bytes {
-                    0 => Ok(()),
-                    n => Err(format!("{n} bytes read differ from the device")),
-                },
+                data_integrity(&row.normal).and_then(|()| data_integrity(&row.dontcache)),
             )],
         }
     }
@@ -382,12 +379,7 @@ impl std::fmt::Display for SeedBenchReport {
         for r in &self.rows {
             let _ = writeln!(out);
             out.push_str(&row_text(p, r, ""));
-            for (name, v) in self.verdicts(r) {
-                let _ = match v {
-                    Ok(()) => writeln!(out, "oracle: {name}: ok"),
-                    Err(e) => writeln!(out, "oracle: {name}: FAILED: {e}"),
-                };
-            }
+            verdict_lines(&self.verdicts(r), &mut out);
         }
         let _ = writeln!(out);
         out.push_str(&summary_text(&self.rows));
@@ -708,7 +700,7 @@ mod tests {
         assert!(
             reads
                 .to_string()
-                .contains("oracle: every byte read is the device's: FAILED: 5 bytes read differ"),
+                .contains("oracle: every byte read is the device's: FAILED: 5 bytes differ"),
             "{reads}"
         );
     }

@@ -4,8 +4,8 @@
 //! [discrete-event bench](super::seed_bench), per wall-clock second, with the process's CPU time
 //! per MiB beside them and the oracle's verdicts on each DONTCACHE write run.
 
-use super::driver::{DriverError, RunResult};
-use super::dropbehind_oracle::{check_dontcache_run, Verdict};
+use super::driver::DriverError;
+use super::dropbehind_oracle::{check_dontcache_run, data_integrity, verdict_lines, Verdict};
 use super::seed_bench::{
     design_name, driver_config, kernel_config_lines, mib, path_name, row_text, summary_text,
     syscall_name, DesignRow, SeedBenchConfig,
@@ -54,19 +54,6 @@ impl ThreadedSeedReport {
         self.rows
             .iter()
             .all(|r| r.verdicts.iter().all(|(_, v)| v.is_ok()))
-    }
-}
-
-/// The data-integrity verdict of one run: no byte read, or left on the device, differs from
-/// what the workload wrote.
-fn integrity(run: &RunResult) -> Verdict {
-    if run.corrupt_bytes == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} bytes differ from what was written",
-            run.corrupt_bytes
-        ))
     }
 }
 
@@ -168,12 +155,14 @@ pub fn seed_bench_threaded(
                 dc.force_dontcache = true;
                 dontcache = run_threaded(dc, device)?;
             }
-            let mut verdicts = vec![("data integrity (normal)", integrity(&normal.run))];
+            let mut verdicts = vec![("data integrity (normal)", data_integrity(&normal.run))];
             match cfg.preset.workload {
                 Workload::Writes => {
                     verdicts.extend(check_dontcache_run(&design, path, &dontcache.run))
                 }
-                Workload::Reads => verdicts.push(("data integrity", integrity(&dontcache.run))),
+                Workload::Reads => {
+                    verdicts.push(("data integrity", data_integrity(&dontcache.run)))
+                }
             }
             let (n, d): (ThreadedRun, ThreadedRun) = (normal, dontcache);
             rows.push(ThreadedRow {
@@ -234,12 +223,7 @@ impl std::fmt::Display for ThreadedSeedReport {
                 us(r.normal_cpu_ns_per_mib),
                 us(r.dontcache_cpu_ns_per_mib)
             );
-            for (name, v) in &r.verdicts {
-                let _ = match v {
-                    Ok(()) => writeln!(out, "oracle: {name}: ok"),
-                    Err(e) => writeln!(out, "oracle: {name}: FAILED: {e}"),
-                };
-            }
+            verdict_lines(&r.verdicts, &mut out);
         }
         let rows: Vec<DesignRow> = self.rows.iter().map(|r| r.row.clone()).collect();
         let _ = writeln!(out);
