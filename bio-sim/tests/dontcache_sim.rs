@@ -1071,6 +1071,12 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
         v.extend_from_slice(extra);
         v
     };
+    // `--preset seed-writes --machine fc-guest` and `extra`.
+    let on_fc_guest = |extra: &[&'static str]| {
+        let mut v = vec!["--preset", "seed-writes", "--machine", "fc-guest"];
+        v.extend_from_slice(extra);
+        v
+    };
     for (args, want) in [
         (
             vec!["--preset", "seed-x"],
@@ -1136,83 +1142,31 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
             "--machine: unknown machine 'nvme' (known: fc-guest)",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--machine",
-                "fc-guest",
-                "--device",
-                "nvme",
-            ],
+            on_fc_guest(&["--device", "nvme"]),
             "'--machine <MACHINE>' cannot be used with '--device <DEVICE>'",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--machine",
-                "fc-guest",
-                "--page-reporting",
-            ],
+            on_fc_guest(&["--page-reporting"]),
             "'--machine <MACHINE>' cannot be used with '--page-reporting'",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--machine",
-                "fc-guest",
-                "--cgroup",
-                "v1",
-            ],
+            on_fc_guest(&["--cgroup", "v1"]),
             "'--machine <MACHINE>' cannot be used with '--cgroup <CGROUP>'",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--machine",
-                "fc-guest",
-                "--hz",
-                "250",
-            ],
+            on_fc_guest(&["--hz", "250"]),
             "'--machine <MACHINE>' cannot be used with '--hz <HZ>'",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--machine",
-                "fc-guest",
-                "--machine",
-                "fc-guest",
-            ],
+            on_fc_guest(&["--machine", "fc-guest"]),
             "'--machine <MACHINE>' cannot be used multiple times",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--machine",
-                "fc-guest",
-                "--runtime",
-                "threaded",
-            ],
+            on_fc_guest(&["--runtime", "threaded"]),
             "--machine fc-guest: needs --runtime deterministic",
         ),
         (
-            vec![
-                "--preset",
-                "seed-writes",
-                "--machine",
-                "fc-guest",
-                "--design",
-                "v7",
-                "--path",
-                "iomap",
-                "--trace",
-                "-",
-            ],
+            on_fc_guest(&["--design", "v7", "--path", "iomap", "--trace", "-"]),
             "--trace: traces one write without --machine",
         ),
         (
