@@ -1080,7 +1080,38 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
     for (args, want) in [
         (
             vec!["--preset", "seed-x"],
-            "--preset: unknown preset 'seed-x' (known: seed-reads, seed-writes)",
+            "--preset: unknown preset 'seed-x' (known: seed-reads, seed-writes, nomerge)",
+        ),
+        (
+            vec!["--preset", "nomerge", "--runtime", "threaded"],
+            "--preset nomerge: needs --runtime deterministic",
+        ),
+        (
+            vec![
+                "--preset", "nomerge", "--design", "v7", "--path", "iomap", "--trace", "-",
+            ],
+            "--trace: traces one write of seed-writes' design, not a nomerge round",
+        ),
+        (
+            vec!["--preset", "seed-writes", "--rounds", "10"],
+            "--rounds 10: counts the nomerge preset's rounds; seed-writes runs for --seconds",
+        ),
+        (vec!["--preset", "nomerge", "--rounds", "0"], "--rounds"),
+        (
+            vec!["--preset", "nomerge", "--rounds", "10", "--rounds", "20"],
+            "--rounds",
+        ),
+        (
+            vec!["--preset", "nomerge", "--design", "v7,v7"],
+            "--design: 'v7' is named twice in 'v7,v7'",
+        ),
+        (
+            vec!["--preset", "nomerge", "--design", "v7,all"],
+            "--design: 'all' cannot be part of a list ('v7,all')",
+        ),
+        (
+            vec!["--preset", "nomerge", "--design", "v7,"],
+            "--design: unknown design ``",
         ),
         (
             vec!["--preset", "seed-reads", "--design", "v9"],

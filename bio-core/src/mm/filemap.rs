@@ -423,6 +423,9 @@ pub(crate) struct Mapping {
     /// This call's reclaim reached `reclaim_throttle()`: the syscall stops and returns
     /// [`Blocked::ReclaimThrottle`].
     pub(crate) reclaim_throttle_pending: bool,
+    /// An `fsync()`'s `WB_SYNC_ALL` pass asleep on a dirty folio under writeback, with what it
+    /// has built so far ([`super::page_writeback::SyncPass`]).
+    pub(crate) sync_pass: Option<super::page_writeback::SyncPass>,
 }
 
 /// `struct address_space`: one block device's page cache, with its memcg and readahead state
@@ -633,6 +636,7 @@ impl AddressSpace {
                 reclaim_must_wait: false,
                 reclaim_wait: Default::default(),
                 reclaim_throttle_pending: false,
+                sync_pass: None,
             }),
             config,
             kernel: UntrackedArc::clone(kernel),

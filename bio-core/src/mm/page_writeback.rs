@@ -95,6 +95,26 @@ pub(crate) struct WbFolio {
     pub(crate) unwritten: bool,
 }
 
+/// A `WB_SYNC_ALL` pass (`fsync()`'s `__filemap_fdatawrite_range()`) that met a dirty folio
+/// still under writeback: `writeback_iter()` → `folio_prepare_writeback()` sleeps in
+/// `folio_wait_writeback()` there, in the middle of the pass. The bios built so far stay where
+/// the path keeps them: iomap's open ioend (`wpc->ioend`, submitted only when a folio cannot join
+/// it or the pass ends), so the folios after the wait can still join it; buffer_head's bios were
+/// each submitted (`submit_bh_wbc()` into the plug `blkdev_writepages()` holds, which the sleep
+/// flushes). The model's departure: the pass does not hold the folio lock it sleeps with, so the
+/// flusher may write that folio meanwhile (the pass then finds it clean and goes on, as the
+/// kernel's does when "somebody else wrote it for us").
+#[derive(Debug)]
+pub(crate) struct SyncPass {
+    /// The range, in pages.
+    first: u64,
+    last: u64,
+    /// Where the pass resumes: the folio it waits on.
+    next: u64,
+    /// iomap: the folios in the open ioend, under writeback, not yet in a bio.
+    held: Vec<WbFolio>,
+}
+
 /// `BANDWIDTH_INTERVAL`: `max(HZ / 5, 1)` jiffies (200 ms) between bandwidth updates.
 pub fn bandwidth_interval(hz: u64) -> u64 {
     (hz / 5).max(1)
@@ -593,8 +613,19 @@ impl AddressSpace {
         &self,
         m: &mut Mapping,
         cx: &Cpu,
-        mut indices: Vec<u64>,
+        indices: Vec<u64>,
     ) -> Vec<Box<Bio>> {
+        let wb = self.folio_start_writeback_indices(m, indices);
+        self.writepages(m, cx, wb)
+    }
+
+    /// `folio_clear_dirty_for_io()` + `folio_start_writeback()` on each of `indices` (ascending)
+    /// that is dirty and not under writeback: the folios for the path's bios.
+    fn folio_start_writeback_indices(
+        &self,
+        m: &mut Mapping,
+        mut indices: Vec<u64>,
+    ) -> Vec<WbFolio> {
         indices.sort_unstable();
         let mut wb = Vec::new();
         for index in indices {
@@ -622,6 +653,11 @@ impl AddressSpace {
             // The inode is clean: off the dirty list (`inode->dirtied_when` restarts).
             m.wb.dirtied_when = None;
         }
+        wb
+    }
+
+    /// The path's `->writepages()` over folios already under writeback: the bios to submit.
+    fn writepages(&self, m: &mut Mapping, cx: &Cpu, wb: Vec<WbFolio>) -> Vec<Box<Bio>> {
         if wb.is_empty() {
             return Vec::new();
         }
@@ -658,12 +694,15 @@ impl AddressSpace {
         }
         let (first, last) = (start / PAGE_SIZE as u64, end / PAGE_SIZE as u64);
         let mut m = self.inner.lock();
-        let submit = self.start_writeback_range(&mut m, cx, first, last);
-        let blocked = m
-            .folios
-            .range(first..=last)
-            .find(|(_, f)| f.flags.writeback || f.flags.dirty)
-            .map(|(i, _)| Blocked::Writeback(*i));
+        let submit = self.write_cache_pages_sync(&mut m, cx, first, last);
+        let blocked = match &m.sync_pass {
+            Some(p) => Some(Blocked::Writeback(p.next)),
+            None => m
+                .folios
+                .range(first..=last)
+                .find(|(_, f)| f.flags.writeback || f.flags.dirty)
+                .map(|(i, _)| Blocked::Writeback(*i)),
+        };
         // filemap_check_errors(): reported once the wait is over.
         let error = (blocked.is_none() && std::mem::take(&mut m.as_eio)).then_some(Errno::EIO);
         SyncProgress {
@@ -671,6 +710,66 @@ impl AddressSpace {
             blocked,
             error,
         }
+    }
+
+    /// `__filemap_fdatawrite_range(WB_SYNC_ALL)` of pages `first..=last`, from where an earlier
+    /// call's pass slept ([`SyncPass`]): every dirty folio in index order gets its writeback
+    /// started, until one is still under writeback, where the pass sleeps (the bios so far
+    /// submitted on buffer_head, held in the open ioend on iomap); at the end of the range the
+    /// pass's bios go out. A call for another range first sends out what a sleeping pass held.
+    fn write_cache_pages_sync(
+        &self,
+        m: &mut Mapping,
+        cx: &Cpu,
+        first: u64,
+        last: u64,
+    ) -> Vec<Box<Bio>> {
+        let mut bios = Vec::new();
+        let mut pass = match m.sync_pass.take() {
+            Some(p) if (p.first, p.last) == (first, last) => p,
+            other => {
+                if let Some(p) = other {
+                    bios = self.writepages(m, cx, p.held);
+                    self.wb_update_bandwidth_if_due(m);
+                }
+                self.wb_bandwidth_estimate_start(m);
+                SyncPass {
+                    first,
+                    last,
+                    next: first,
+                    held: Vec::new(),
+                }
+            }
+        };
+        let mut take = Vec::new();
+        let mut sleep_on = None;
+        for (&index, f) in m.folios.range(pass.next..=last) {
+            if !f.flags.dirty {
+                continue; // "Did somebody else write it for us?"
+            }
+            if f.flags.writeback {
+                sleep_on = Some(index); // folio_wait_writeback()
+                break;
+            }
+            take.push(index);
+        }
+        let mut started = self.folio_start_writeback_indices(m, take);
+        match sleep_on {
+            None => {
+                pass.held.append(&mut started);
+                bios.extend(self.writepages(m, cx, pass.held));
+                self.wb_update_bandwidth_if_due(m);
+            }
+            Some(index) => {
+                match self.config.path {
+                    WritebackPath::Iomap => pass.held.append(&mut started),
+                    WritebackPath::BufferHead => bios.extend(self.writepages(m, cx, started)),
+                }
+                pass.next = index;
+                m.sync_pass = Some(pass);
+            }
+        }
+        bios
     }
 
     /// `vfs_fsync()` of the whole device.

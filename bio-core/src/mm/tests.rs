@@ -310,6 +310,99 @@ fn merged_writeback(
     (shape, r.mapping.stats(), cached)
 }
 
+/// `fsync()`'s `WB_SYNC_ALL` pass sleeps on a dirty folio still under writeback in the middle of
+/// the pass (`folio_prepare_writeback()` → `folio_wait_writeback()`): on iomap the ioend built
+/// before the sleep stays open, nothing submitted, and the folios after it join it (one bio of
+/// 16, flagged, the 8 regular folios merged); on buffer_head the 8 regular folios' bios went out
+/// before the sleep (the plug is flushed when the task sleeps). Catches a pass that writes
+/// around a folio under writeback (two ioends on iomap, as the model did before).
+#[test]
+fn fsync_sleeps_inside_its_pass_with_the_ioend_open() {
+    use super::filemap::Blocked;
+    use crate::block::BioFlag;
+    for path in WritebackPath::ALL {
+        let r = rig(DontcacheDesign::Bio(Variant::V7), path, None);
+        r.pwrite(0, &pattern(8, 1), NONE).unwrap();
+        r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 2), DC).unwrap();
+        // Dirty again while the kick's writeback is in flight (not settled).
+        r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 3), DC).unwrap();
+        let cx = r.task();
+        let p = r.mapping.fsync(&cx);
+        assert!(
+            matches!(p.blocked, Some(Blocked::Writeback(8))),
+            "{path}: asleep on folio 8: {:?}",
+            p.blocked
+        );
+        assert!(
+            (0..8).all(|i| r.mapping.folio(i).is_some_and(|f| f.writeback && !f.dirty)),
+            "{path}: the pass started the regular folios' writeback before it slept"
+        );
+        let shape = |bios: &[Box<crate::block::Bio>]| -> Vec<(u64, bool)> {
+            bios.iter()
+                .map(|b| (b.sectors() / 8, b.flagged(BioFlag::CompleteInTask)))
+                .collect()
+        };
+        match path {
+            WritebackPath::Iomap => assert!(p.submit.is_empty(), "iomap: the ioend is open"),
+            WritebackPath::BufferHead => {
+                assert_eq!(shape(&p.submit), vec![(1, false); 8], "buffer_head: sent")
+            }
+        }
+        r.disk.submit(p.submit);
+        r.settle();
+        let p = r.mapping.fsync(&cx);
+        let want = match path {
+            WritebackPath::Iomap => vec![(16, true)],
+            WritebackPath::BufferHead => vec![(1, true); 8],
+        };
+        assert_eq!(shape(&p.submit), want, "{path}: after the wait");
+        r.disk.submit(p.submit);
+        r.settle();
+        r.fsync();
+        let merged = if path == WritebackPath::Iomap { 8 } else { 0 };
+        assert_eq!(r.mapping.stats().merged_regular_folios, merged, "{path}");
+        assert_eq!(
+            r.pread(0, 16 * PAGE_SIZE, NONE).unwrap(),
+            [pattern(8, 1), pattern(8, 3)].concat(),
+            "{path}"
+        );
+    }
+}
+
+/// A `WB_SYNC_ALL` call for another range while a pass sleeps sends out what that pass held
+/// first (the model has one pass per mapping); the held folios are never lost.
+#[test]
+fn another_ranges_sync_sends_out_a_sleeping_passs_ioend() {
+    let r = rig(
+        DontcacheDesign::Bio(Variant::V7),
+        WritebackPath::Iomap,
+        None,
+    );
+    r.pwrite(0, &pattern(8, 1), NONE).unwrap();
+    r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 2), DC).unwrap();
+    r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 3), DC).unwrap();
+    r.pwrite(32 * PAGE_SIZE as u64, &pattern(4, 4), NONE)
+        .unwrap();
+    let cx = r.task();
+    let p = r
+        .mapping
+        .filemap_write_and_wait_range(&cx, 0, 16 * PAGE_SIZE as u64 - 1);
+    assert!(p.submit.is_empty() && p.blocked.is_some());
+    let end = 36 * PAGE_SIZE as u64 - 1;
+    let p = r
+        .mapping
+        .filemap_write_and_wait_range(&cx, 32 * PAGE_SIZE as u64, end);
+    let sectors: Vec<u64> = p.submit.iter().map(|b| b.sectors() / 8).collect();
+    assert_eq!(sectors, [8, 4], "the held ioend, then the new range's");
+    r.disk.submit(p.submit);
+    r.settle();
+    r.fsync();
+    assert_eq!(
+        r.pread(0, 16 * PAGE_SIZE, NONE).unwrap(),
+        [pattern(8, 1), pattern(8, 3)].concat()
+    );
+}
+
 /// iomap after patch 2/4 merges regular folios into the dropbehind folios' flagged bio and defers
 /// them with it (counted); XFS's `IOMAP_IOEND_DONTCACHE` NOMERGE rule never merges them. Catches
 /// a series iomap that keeps the NOMERGE flag (no merging, count 0) and an XFS that merges.

@@ -410,9 +410,9 @@ pub struct BenchDontcacheArgs {
     /// Bytes written per run (K, M, G suffixes).
     #[arg(long, default_value = "256M")]
     pub size: String,
-    /// Rounds.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
-    pub rounds: u64,
+    /// Rounds (default 3). With --preset nomerge: stop after this many rounds (or at --seconds).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: Option<u64>,
     /// The live companion (root for the block device, XFS and the memory cgroup; else one-line
     /// skips): RWF_DONTCACHE on /dev/loopN, ext4 and a scratch XFS, and the seed's experiment.
     #[arg(long, conflicts_with_all = ["calibrate", "replay"])]
@@ -438,11 +438,13 @@ pub struct BenchDontcacheArgs {
     pub seconds: u32,
     /// The seed's experiment in the simulation instead of the real file: seed-reads (a range
     /// twice the cache limit read in 1 MiB preads) or seed-writes (1 MiB pwrites under a small
-    /// memcg limit), normal vs RWF_DONTCACHE, printed like the cover letter's tables.
-    #[arg(long, conflicts_with_all = ["dir", "size", "rounds", "live", "calibrate", "replay"])]
+    /// memcg limit), normal vs RWF_DONTCACHE, printed like the cover letter's tables; or nomerge
+    /// (rounds of regular and RWF_DONTCACHE writes side by side, synced together: what the
+    /// removal of IOMAP_IOEND_DONTCACHE from the NOMERGE flags costs the regular folios).
+    #[arg(long, conflicts_with_all = ["dir", "size", "live", "calibrate", "replay"])]
     pub preset: Option<String>,
     /// With --preset: the design (baseline, xfs-wq, v3, v5, v6, v6-review, v7, a registered
-    /// module) or all.
+    /// module), a comma-separated list of them, or all.
     #[arg(long, default_value = "all", requires = "preset")]
     pub design: String,
     /// With --preset: the bdev mapping's writeback path (iomap = CONFIG_BUFFER_HEAD=n,

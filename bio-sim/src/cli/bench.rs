@@ -98,7 +98,7 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
         let cfg = CalibrateConfig {
             dir: a.dir,
             size,
-            rounds: a.rounds as usize,
+            rounds: a.rounds.unwrap_or(3) as usize,
             limit,
             reclaim: true,
             reporting_wait: crate::perf::dontcache_costs::PAGE_REPORTING_WAIT,
@@ -127,7 +127,7 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
         let report = live_run(&LiveConfig {
             dir: a.dir,
             size,
-            rounds: a.rounds as usize,
+            rounds: a.rounds.unwrap_or(3) as usize,
             limit,
             seconds: a.seconds,
         })?;
@@ -156,7 +156,7 @@ fn dontcache(a: super::args::BenchDontcacheArgs) -> Result<(), Box<dyn std::erro
     let cfg = DontcacheConfig {
         dir: a.dir,
         size,
-        rounds: a.rounds as usize,
+        rounds: a.rounds.unwrap_or(3) as usize,
     };
     print!("{}", dontcache_bench(&cfg)?);
     Ok(())
@@ -236,6 +236,23 @@ fn seed_preset_bench(
     };
     let name = a.preset.as_deref().unwrap_or_default();
     let preset = SeedPreset::by_name(name).map_err(|e| format!("--preset: {e}"))?;
+    let nomerge = preset == crate::pagecache::seed_presets::NOMERGE;
+    if nomerge && threaded {
+        return Err(
+            "--preset nomerge: needs --runtime deterministic (its waits are the driver's clock's)"
+                .into(),
+        );
+    }
+    if let (Some(n), false) = (a.rounds, nomerge) {
+        return Err(format!(
+            "--rounds {n}: counts the nomerge preset's rounds; {} runs for --seconds",
+            preset.name
+        )
+        .into());
+    }
+    if nomerge && a.trace.is_some() {
+        return Err("--trace: traces one write of seed-writes' design, not a nomerge round (without --preset nomerge)".into());
+    }
     let mut cfg = SeedBenchConfig::new(preset);
     cfg.designs = parse_designs(&a.design).map_err(|e| format!("--design: {e}"))?;
     cfg.paths = parse_paths(&a.path).map_err(|e| format!("--path: {e}"))?;
@@ -363,6 +380,15 @@ fn seed_preset_bench(
         let trace =
             crate::pagecache::seed_bench::traced_write(design, path, &cfg.costs, cfg.device)?;
         out.write(&trace.to_string())?;
+        return Ok(());
+    }
+    if nomerge {
+        let report = crate::pagecache::nomerge_bench::nomerge_bench(&cfg, a.rounds)?;
+        print!("{report}");
+        if !report.oracle_ok() {
+            eprintln!("biosim: the oracle failed on a nomerge run (see the FAILED lines above)");
+            std::process::exit(1);
+        }
         return Ok(());
     }
     let report = seed_bench(&cfg)?;

@@ -222,6 +222,34 @@ pub struct RunResult {
     pub page_reporting: Option<FreePageReporting>,
     /// The simulated kernel's `CONFIG_HZ` (the stats' jiffies are of this rate).
     pub hz: u32,
+    /// Regular folios that came back from the device in a `BIO_COMPLETE_IN_TASK` bio, and how
+    /// long each waited from that interrupt to its `folio_end_writeback()`: what removing
+    /// `IOMAP_IOEND_DONTCACHE` from the NOMERGE flags costs the regular data merged into a
+    /// dropbehind folio's bio.
+    pub merged_wait: MergedRegularWait,
+}
+
+/// Regular (not dropbehind) folios the device completed inside a bio flagged
+/// `BIO_COMPLETE_IN_TASK`, followed from that interrupt to their `folio_end_writeback()`, on the
+/// driver's clock. A folio's wait ends with the step (interrupt or kworker) that ended its
+/// writeback.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergedRegularWait {
+    /// Regular folios under writeback found in a flagged bio when the device completed it.
+    pub seen_at_irq: u64,
+    /// Of those, the ones whose writeback has ended.
+    pub ended: u64,
+    /// Their waits, summed (ns).
+    pub total_ns: u64,
+    /// The longest wait (ns).
+    pub max_ns: u64,
+}
+
+impl MergedRegularWait {
+    /// The mean wait in ns, if any folio ended.
+    pub fn mean_ns(&self) -> Option<f64> {
+        (self.ended > 0).then(|| self.total_ns as f64 / self.ended as f64)
+    }
 }
 
 impl RunResult {
@@ -254,10 +282,15 @@ pub struct Machine {
     deferred: Arc<DeferCount>,
     /// Pages written by the workload: their last pass.
     passes: BTreeMap<u64, u64>,
+    /// The highest pass in `passes` (a phase's writes are the next one).
+    last_pass: u64,
     /// ns per jiffy.
     jiffy_ns: u64,
     next_tick: u64,
     now: u64,
+    /// Regular folios of flagged bios the device completed, by index: when their interrupt came.
+    merged_pending: BTreeMap<u64, u64>,
+    merged_wait: MergedRegularWait,
 }
 
 impl std::fmt::Debug for Machine {
@@ -275,7 +308,9 @@ pub struct Phase {
     pub workload: Workload,
     /// `RWF_DONTCACHE` on each syscall.
     pub dontcache: bool,
-    /// The range in bytes, from offset 0.
+    /// Where the range starts, in bytes (a multiple of the page).
+    pub start: u64,
+    /// The range in bytes, from `start`.
     pub range: u64,
     /// Start no syscall at or after this time (ns).
     pub until_ns: u64,
@@ -349,9 +384,12 @@ impl Machine {
             mapping,
             deferred,
             passes: BTreeMap::new(),
+            last_pass: 0,
             jiffy_ns: 1_000_000_000 / hz,
             next_tick: 1_000_000_000 / hz,
             now: 0,
+            merged_pending: BTreeMap::new(),
+            merged_wait: MergedRegularWait::default(),
             cfg,
         })
     }
@@ -464,11 +502,12 @@ impl Machine {
                     0
                 };
             let start = self.clocks.free_at(on as usize).max(at);
-            if unbound {
-                self.clocks.run(on as usize, at, ns, Runner::Worker);
+            let end = if unbound {
+                self.clocks.run(on as usize, at, ns, Runner::Worker)
             } else {
-                self.clocks.preempt(on as usize, at, ns, Runner::Worker);
-            }
+                self.clocks.preempt(on as usize, at, ns, Runner::Worker)
+            };
+            self.merged_ended_by(end);
             let bios = kernel_calls::flusher_bios(&self.mapping);
             self.submit_as_built(bios, on, start);
         }
@@ -517,6 +556,9 @@ impl Machine {
         }
         let irq = self.cfg.device.irq;
         let dev = self.mapping.config().dev;
+        for bios in by_cpu.values().flatten() {
+            self.merged_seen_at_irq(bios);
+        }
         for (cpu, requests) in by_cpu {
             // blk_mq_end_request() → blk_update_request(): the request's block_rq_complete,
             // then each of its bios ends.
@@ -553,10 +595,53 @@ impl Machine {
             }
             let after = self.stats();
             let ns = self.price(&before, &after) + self.cfg.costs.irq_ns as u64;
-            self.clocks.preempt(cpu as usize, self.now, ns, Runner::Irq);
+            let end = self.clocks.preempt(cpu as usize, self.now, ns, Runner::Irq);
+            self.merged_ended_by(end);
         }
         self.run_deferred();
         true
+    }
+
+    /// The regular folios under writeback in the `BIO_COMPLETE_IN_TASK` bios of requests the
+    /// device completes now: their wait for `folio_end_writeback()` starts with this interrupt.
+    fn merged_seen_at_irq(&mut self, bios: &[Box<Bio>]) {
+        for bio in bios.iter().filter(|b| b.flagged(BioFlag::CompleteInTask)) {
+            let first = bio.bi_iter.bi_sector / (PAGE as u64 / 512);
+            let pages = NvmeDevice::bio_bytes(bio).div_ceil(PAGE as u64);
+            for index in first..first + pages {
+                let regular = self
+                    .mapping
+                    .folio(index)
+                    .is_some_and(|f| f.writeback && !f.dropbehind);
+                if regular && self.merged_pending.insert(index, self.now).is_none() {
+                    self.merged_wait.seen_at_irq += 1;
+                }
+            }
+        }
+    }
+
+    /// Ends the wait of every followed folio whose writeback ended by the step that ends at `end`.
+    fn merged_ended_by(&mut self, end: u64) {
+        if self.merged_pending.is_empty() {
+            return;
+        }
+        let mapping = &self.mapping;
+        let w = &mut self.merged_wait;
+        self.merged_pending.retain(|&index, &mut irq_at| {
+            if mapping.folio(index).is_some_and(|f| f.writeback) {
+                return true;
+            }
+            let ns = end.saturating_sub(irq_at);
+            w.ended += 1;
+            w.total_ns += ns;
+            w.max_ns = w.max_ns.max(ns);
+            false
+        });
+    }
+
+    /// The driver's clock: when the last event it ran began (ns).
+    pub fn now(&self) -> u64 {
+        self.now
     }
 
     /// The time of the tick that makes `jiffies` reach `j` (now, if it already has).
@@ -593,7 +678,7 @@ impl Machine {
         let range = ph.range - ph.range % io as u64;
         let start_ns = self.now;
         let mut next_pos = 0u64;
-        let mut write_pass = self.passes.values().copied().max().unwrap_or(0) + 1;
+        let mut write_pass = self.last_pass + 1;
         let mut call: Option<Syscall> = None;
         let mut buf = vec![0u8; io];
         // The task is runnable at this time; None while it waits for a completion.
@@ -670,7 +755,7 @@ impl Machine {
             }
             // The task's turn: a new syscall, or the rest of one that waited.
             let c = *call.get_or_insert_with(|| {
-                let pos = next_pos;
+                let pos = ph.start + next_pos;
                 next_pos += io as u64;
                 if next_pos >= range {
                     next_pos = 0;
@@ -745,6 +830,7 @@ impl Machine {
                     Syscall::Write { pos, pass, .. } => {
                         for i in 0..(io / PAGE) as u64 {
                             self.passes.insert(pos / PAGE as u64 + i, pass);
+                            self.last_pass = self.last_pass.max(pass);
                         }
                     }
                 }
@@ -832,6 +918,50 @@ impl Machine {
         Err(DriverError::Stuck { at_ns: self.now })
     }
 
+    /// `sync_file_range(fd, start, len, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+    /// SYNC_FILE_RANGE_WAIT_AFTER)` of bytes `start..=end`, which `ksys_sync_file_range()` makes
+    /// a `file_write_and_wait_range()` (`WB_SYNC_ALL`), as the task lives it: the call, asleep
+    /// until a completion (or, with nothing in flight, the tick that runs a delayed work)
+    /// whenever the range still has writeback to wait for, called again, until the range is
+    /// clean. Unlike [`Machine::fsync`] it does not wait for everything else to go idle.
+    /// Returns when the call returned (ns).
+    pub fn write_and_wait_range(&mut self, start: u64, end: u64) -> Result<u64, DriverError> {
+        let cpu = self.cfg.task_cpu;
+        let mapping = Arc::clone(&self.mapping);
+        let mut at = self.now.max(self.clocks.free_at(cpu as usize));
+        for _ in 0..100_000 {
+            self.tick_until(at);
+            self.now = self.now.max(at);
+            self.rt.set_trace_clock(self.now);
+            let before = self.stats();
+            let (bios, waiting) = self
+                .rt
+                .on_cpu(CpuId(cpu), "sync_file_range", |cx| {
+                    kernel_calls::write_and_wait_range(&mapping, cx, start, end)
+                })
+                .expect("the task's CPU exists");
+            let after = self.stats();
+            let ns = self.price(&before, &after).max(1);
+            let end = self.clocks.run(cpu as usize, self.now, ns, Runner::Task);
+            self.submit(bios, cpu, end);
+            self.run_deferred_after(end);
+            if !waiting {
+                return Ok(end);
+            }
+            let t = match self.dev.next_completion() {
+                Some(t) => t,
+                None if self.timers_pending() > 0 => self.next_tick,
+                None => return Err(DriverError::Stuck { at_ns: self.now }),
+            };
+            self.tick_until(t);
+            self.now = self.now.max(t);
+            self.rt.set_trace_clock(self.now);
+            self.complete_due();
+            at = self.now.max(end);
+        }
+        Err(DriverError::Stuck { at_ns: self.now })
+    }
+
     /// `echo 1 > /proc/sys/vm/drop_caches` for the device's mapping: every clean, idle folio goes.
     pub fn drop_caches(&mut self) {
         let cpu = self.cfg.task_cpu;
@@ -854,6 +984,7 @@ impl Machine {
         res.v3_hook = self.cfg.dropbehind_irq.is_some();
         res.hz = self.cfg.hz;
         res.page_reporting = self.mapping.page_reporting();
+        res.merged_wait = self.merged_wait;
         if self.cfg.capture {
             res.trace = Some(self.rt.trace_text());
             res.ftrace = Some(crate::report::ftrace::record::write_trace(
@@ -873,6 +1004,7 @@ impl Machine {
         let ph = Phase {
             workload: self.cfg.workload,
             dontcache: self.cfg.dontcache,
+            start: 0,
             range: self.cfg.range_bytes,
             until_ns: self.cfg.duration_ns,
             max_ios: self.cfg.max_ios,
@@ -937,6 +1069,7 @@ pub fn integrity_run(cfg: DriverConfig) -> Result<RunResult, DriverError> {
     let writes = Phase {
         workload: Workload::Writes,
         dontcache: cfg.dontcache,
+        start: 0,
         range,
         until_ns: u64::MAX,
         max_ios: Some(cfg.max_ios.unwrap_or(2 * range / io)),
@@ -950,6 +1083,7 @@ pub fn integrity_run(cfg: DriverConfig) -> Result<RunResult, DriverError> {
     let reads = Phase {
         workload: Workload::Reads,
         dontcache: false,
+        start: 0,
         range,
         until_ns: u64::MAX,
         max_ios: Some(range / io),
@@ -1079,6 +1213,18 @@ mod kernel_calls {
     /// One step of `fsync()`: (bios to submit, still waiting).
     pub fn fsync(m: &AddressSpace, cx: &Cpu) -> (Vec<Box<Bio>>, bool) {
         let p = m.fsync(cx);
+        (p.submit, p.blocked.is_some())
+    }
+
+    /// One step of `file_write_and_wait_range()` of bytes `start..=end`: (bios to submit, still
+    /// waiting).
+    pub fn write_and_wait_range(
+        m: &AddressSpace,
+        cx: &Cpu,
+        start: u64,
+        end: u64,
+    ) -> (Vec<Box<Bio>>, bool) {
+        let p = m.filemap_write_and_wait_range(cx, start, end);
         (p.submit, p.blocked.is_some())
     }
 

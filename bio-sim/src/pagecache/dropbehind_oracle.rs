@@ -136,6 +136,25 @@ pub fn check_dropbehind(
     out
 }
 
+/// Every regular folio iomap merged into a `BIO_COMPLETE_IN_TASK` bio (patch 2/4, counted when
+/// the ioend was built) came back from the device in a flagged bio, ended its writeback after
+/// that interrupt, and ended it in task context with the bio's deferred `bi_end_io`: the count,
+/// the driver's interrupt-time view and the completion side agree. A device or stacking driver
+/// that drops the flag on the way, or a count of merges that did not happen, fails it.
+pub fn merged_regular_end_with_their_bio(run: &RunResult) -> Verdict {
+    let (s, w) = (&run.stats, &run.merged_wait);
+    if w.seen_at_irq == s.merged_regular_folios
+        && w.ended == w.seen_at_irq
+        && s.merged_regular_ended_in_task == s.merged_regular_folios
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "iomap merged {} regular folios into flagged bios; the interrupts found {} of them in a          flagged bio, {} ended their writeback after it, {} in task context",
+        s.merged_regular_folios, w.seen_at_irq, w.ended, s.merged_regular_ended_in_task
+    ))
+}
+
 /// [`DontcacheDesign::is_fixed`], for this run (`run` kept for callers that judge by it).
 pub fn fixed_in_run(design: &DontcacheDesign, path: WritebackPath, _run: &RunResult) -> bool {
     design.is_fixed(path)

@@ -9,6 +9,7 @@
 pub mod cpu_time;
 pub mod driver;
 pub mod dropbehind_oracle;
+pub mod nomerge_bench;
 pub mod nvme_device;
 pub mod seed_bench;
 pub mod seed_machine;

@@ -129,14 +129,26 @@ pub fn all_designs() -> Vec<DontcacheDesign> {
     DontcacheDesign::all()
 }
 
-/// `--design NAME|all`.
+/// `--design NAME[,NAME...]|all`: the designs in the order given, each once.
 pub fn parse_designs(name: &str) -> Result<Vec<DontcacheDesign>, String> {
     if name == "all" {
         return Ok(all_designs());
     }
-    DontcacheDesign::parse(name)
-        .map(|d| vec![d])
-        .map_err(|e| format!("{e}, or all"))
+    let mut out = Vec::new();
+    for one in name.split(',') {
+        let d = DontcacheDesign::parse(one).map_err(|e| {
+            if one == "all" {
+                format!("'all' cannot be part of a list ('{name}')")
+            } else {
+                format!("{e}, or all")
+            }
+        })?;
+        if out.contains(&d) {
+            return Err(format!("'{one}' is named twice in '{name}'"));
+        }
+        out.push(d);
+    }
+    Ok(out)
 }
 
 /// The name of a path.
@@ -317,6 +329,11 @@ pub fn check_deterministic_size_on(
 
 /// Runs the bench.
 pub fn seed_bench(cfg: &SeedBenchConfig) -> Result<SeedBenchReport, DriverError> {
+    if cfg.preset == super::seed_presets::NOMERGE {
+        return Err(DriverError::Config(
+            "the nomerge preset prints its own table (super::nomerge_bench)".to_owned(),
+        ));
+    }
     check_deterministic_size_on(cfg, super::threaded_seed_bench::host_mem_available())
         .map_err(DriverError::Config)?;
     let mut rows = Vec::new();

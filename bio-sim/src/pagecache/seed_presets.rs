@@ -71,8 +71,22 @@ pub const SEED_WRITES: SeedPreset = SeedPreset {
     title: "WRITES",
 };
 
+/// `nomerge`: not the seed's; rounds that make iomap merge regular folios into a dropbehind
+/// folio's bio ([`super::nomerge_bench`]), with 32 KiB writes over four times `seed-writes`'
+/// limit, to measure what patch 2/4's removal of `IOMAP_IOEND_DONTCACHE` from the NOMERGE
+/// flags costs.
+pub const NOMERGE: SeedPreset = SeedPreset {
+    name: "nomerge",
+    workload: Workload::Writes,
+    limit_bytes: 61 << 20,
+    range_limits: 4,
+    io_bytes: 32 << 10,
+    seconds: 5,
+    title: "NOMERGE",
+};
+
 /// Every preset.
-pub const PRESETS: [SeedPreset; 2] = [SEED_READS, SEED_WRITES];
+pub const PRESETS: [SeedPreset; 3] = [SEED_READS, SEED_WRITES, NOMERGE];
 
 impl SeedPreset {
     /// The preset called `name`, or an error naming the known ones.
@@ -104,6 +118,6 @@ mod tests {
         assert_eq!(SeedPreset::by_name("seed-reads").unwrap(), SEED_READS);
         assert_eq!(SEED_READS.range_bytes(), 2 * SEED_READS.limit_bytes);
         let e = SeedPreset::by_name("seed-x").unwrap_err();
-        assert!(e.contains("seed-reads, seed-writes"), "{e}");
+        assert!(e.contains("seed-reads, seed-writes, nomerge"), "{e}");
     }
 }
