@@ -426,6 +426,10 @@ pub(crate) struct Mapping {
     /// An `fsync()`'s `WB_SYNC_ALL` pass asleep on a dirty folio under writeback, with what it
     /// has built so far ([`super::page_writeback::SyncPass`]).
     pub(crate) sync_pass: Option<super::page_writeback::SyncPass>,
+    /// The xarray's `PAGECACHE_TAG_DIRTY` and `PAGECACHE_TAG_WRITEBACK` marks, for the writeback
+    /// walks: every folio dirty or under writeback is here (a superset: an entry whose folio is
+    /// clean and idle again goes when a walk meets it, [`Mapping::tagged_in`]).
+    pub(crate) tagged: BTreeSet<u64>,
 }
 
 /// `struct address_space`: one block device's page cache, with its memcg and readahead state
@@ -462,6 +466,9 @@ impl Mapping {
         if f.flags.dirty {
             self.stats.nr_dirty += 1;
         }
+        if f.flags.dirty || f.flags.writeback {
+            self.tagged.insert(index);
+        }
         let old = self.folios.insert(index, f);
         debug_assert!(old.is_none(), "a folio is added where none is cached");
         self.stats.folios_added += 1;
@@ -480,6 +487,7 @@ impl Mapping {
         index: u64,
     ) -> Option<Folio> {
         let f = self.folios.remove(&index)?;
+        self.tagged.remove(&index);
         self.lru.del(f.lru_seq, f.flags.active);
         self.memcg.uncharge(1);
         if let Some(r) = self.page_reporting.as_mut() {
@@ -497,6 +505,26 @@ impl Mapping {
         Some(f)
     }
 
+    /// The indices of `first..=last` whose folio is dirty or under writeback, ascending, from the
+    /// tags (the entries of folios clean and idle again are dropped on the way).
+    pub(crate) fn tagged_in(&mut self, first: u64, last: u64) -> Vec<u64> {
+        if first > last {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut stale = Vec::new();
+        for &i in self.tagged.range(first..=last) {
+            match self.folios.get(&i) {
+                Some(f) if f.flags.dirty || f.flags.writeback => out.push(i),
+                _ => stale.push(i),
+            }
+        }
+        for i in stale {
+            self.tagged.remove(&i);
+        }
+        out
+    }
+
     /// `folio_mark_dirty()`; returns whether the folio went from clean to dirty
     /// (`folio_account_dirtied()` ran).
     pub(crate) fn mark_dirty(&mut self, index: u64) -> bool {
@@ -504,6 +532,7 @@ impl Mapping {
             if !f.flags.dirty {
                 f.flags.dirty = true;
                 self.stats.nr_dirty += 1;
+                self.tagged.insert(index);
                 return true;
             }
         }
@@ -637,6 +666,7 @@ impl AddressSpace {
                 reclaim_wait: Default::default(),
                 reclaim_throttle_pending: false,
                 sync_pass: None,
+                tagged: BTreeSet::new(),
             }),
             config,
             kernel: UntrackedArc::clone(kernel),

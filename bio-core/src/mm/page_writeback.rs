@@ -101,9 +101,16 @@ pub(crate) struct WbFolio {
 /// the path keeps them: iomap's open ioend (`wpc->ioend`, submitted only when a folio cannot join
 /// it or the pass ends), so the folios after the wait can still join it; buffer_head's bios were
 /// each submitted (`submit_bh_wbc()` into the plug `blkdev_writepages()` holds, which the sleep
-/// flushes). The model's departure: the pass does not hold the folio lock it sleeps with, so the
-/// flusher may write that folio meanwhile (the pass then finds it clean and goes on, as the
-/// kernel's does when "somebody else wrote it for us").
+/// flushes). The pass writes the folios tagged `PAGECACHE_TAG_TOWRITE` when it began, as
+/// `tag_pages_for_writeback()` does, not those dirtied during the sleep. The model's departures:
+/// one pass per mapping (a call for another range sends out what a sleeping pass held, and a
+/// second caller of the same range goes on with the first's pass, where each kernel pass keeps
+/// its ioend to itself); the pass does not hold the folio lock it sleeps with, so the flusher may
+/// write that folio meanwhile (the pass then finds it clean and goes on, as the kernel's does when
+/// "somebody else wrote it for us"); a held folio's bytes are those of when its writeback began
+/// (the kernel's bio points at the page, which a write during the sleep may still change without
+/// stable pages); and the callers call again until the range is clean, where `fsync()` waits
+/// once (`filemap_fdatawait_range()`).
 #[derive(Debug)]
 pub(crate) struct SyncPass {
     /// The range, in pages.
@@ -111,6 +118,9 @@ pub(crate) struct SyncPass {
     last: u64,
     /// Where the pass resumes: the folio it waits on.
     next: u64,
+    /// The folios `tag_pages_for_writeback()` marked `PAGECACHE_TAG_TOWRITE` when the pass
+    /// began (dirty then), ascending: the pass writes these and no folio dirtied after.
+    towrite: Vec<u64>,
     /// iomap: the folios in the open ioend, under writeback, not yet in a bio.
     held: Vec<WbFolio>,
 }
@@ -567,10 +577,13 @@ impl AddressSpace {
         // returns; it does not wrap within the call.
         let start = m.wb.writeback_index;
         let indices: Vec<u64> = m
-            .folios
-            .range(start..)
-            .filter(|(_, f)| f.flags.dirty && !f.flags.writeback)
-            .map(|(i, _)| *i)
+            .tagged_in(start, u64::MAX)
+            .into_iter()
+            .filter(|i| {
+                m.folios
+                    .get(i)
+                    .is_some_and(|f| f.flags.dirty && !f.flags.writeback)
+            })
             .take(chunk as usize)
             .collect();
         let n = indices.len() as u64;
@@ -599,10 +612,13 @@ impl AddressSpace {
             return Vec::new();
         }
         let indices: Vec<u64> = m
-            .folios
-            .range(first..=last)
-            .filter(|(_, f)| f.flags.dirty && !f.flags.writeback)
-            .map(|(i, _)| *i)
+            .tagged_in(first, last)
+            .into_iter()
+            .filter(|i| {
+                m.folios
+                    .get(i)
+                    .is_some_and(|f| f.flags.dirty && !f.flags.writeback)
+            })
             .collect();
         self.do_writepages(m, cx, indices)
     }
@@ -698,10 +714,9 @@ impl AddressSpace {
         let blocked = match &m.sync_pass {
             Some(p) => Some(Blocked::Writeback(p.next)),
             None => m
-                .folios
-                .range(first..=last)
-                .find(|(_, f)| f.flags.writeback || f.flags.dirty)
-                .map(|(i, _)| Blocked::Writeback(*i)),
+                .tagged_in(first, last)
+                .first()
+                .map(|&i| Blocked::Writeback(i)),
         };
         // filemap_check_errors(): reported once the wait is over.
         let error = (blocked.is_none() && std::mem::take(&mut m.as_eio)).then_some(Errno::EIO);
@@ -733,17 +748,26 @@ impl AddressSpace {
                     self.wb_update_bandwidth_if_due(m);
                 }
                 self.wb_bandwidth_estimate_start(m);
+                let towrite = m
+                    .tagged_in(first, last)
+                    .into_iter()
+                    .filter(|i| m.folios.get(i).is_some_and(|f| f.flags.dirty))
+                    .collect();
                 SyncPass {
                     first,
                     last,
                     next: first,
+                    towrite,
                     held: Vec::new(),
                 }
             }
         };
         let mut take = Vec::new();
         let mut sleep_on = None;
-        for (&index, f) in m.folios.range(pass.next..=last) {
+        for &index in pass.towrite.iter().filter(|&&i| i >= pass.next) {
+            let Some(f) = m.folios.get(&index) else {
+                continue; // truncated or invalidated meanwhile
+            };
             if !f.flags.dirty {
                 continue; // "Did somebody else write it for us?"
             }

@@ -410,7 +410,8 @@ pub struct BenchDontcacheArgs {
     /// Bytes written per run (K, M, G suffixes).
     #[arg(long, default_value = "256M")]
     pub size: String,
-    /// Rounds (default 3). With --preset nomerge: stop after this many rounds (or at --seconds).
+    /// Rounds of the real-file bench and --calibrate (default 3). With --preset nomerge: at most
+    /// this many rounds per design and path (without it, rounds until --seconds).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub rounds: Option<u64>,
     /// The live companion (root for the block device, XFS and the memory cgroup; else one-line

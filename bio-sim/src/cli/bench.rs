@@ -286,13 +286,17 @@ fn seed_preset_bench(
     if let Some(l) = &a.limit {
         let bytes = parse_size(l).map_err(|e| format!("--limit: {e}"))?;
         if bytes < 4 << 20 {
-            return Err(format!("--limit: {l} is below the 4M the 1 MiB syscalls need").into());
+            return Err(format!(
+                "--limit: {l} is below the 4M minimum (the 1 MiB syscalls of the seed's presets)"
+            )
+            .into());
         }
         if !bytes.is_multiple_of(1 << 20) {
             // The range is a multiple of the limit and is walked in 1 MiB syscalls.
-            return Err(
-                format!("--limit: {l} is not a whole number of MiB (the 1 MiB syscalls)").into(),
-            );
+            return Err(format!(
+                "--limit: {l} is not a whole number of MiB (the range is walked in whole syscalls)"
+            )
+            .into());
         }
         cfg.limit_bytes = bytes;
     }

@@ -44,7 +44,7 @@ use bio_core::mm::filemap::{AddressSpace, Blocked, PageCacheStats, ReclaimSleep}
 use bio_core::mm::page_reporting::FreePageReporting;
 use bio_core::workqueue::PoolId;
 use bio_core::{Cpu, Kernel, KernelConfig};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -229,26 +229,32 @@ pub struct RunResult {
     pub merged_wait: MergedRegularWait,
 }
 
-/// Regular (not dropbehind) folios the device completed inside a bio flagged
-/// `BIO_COMPLETE_IN_TASK`, followed from that interrupt to their `folio_end_writeback()`, on the
-/// driver's clock. A folio's wait ends with the step (interrupt or kworker) that ended its
-/// writeback.
+/// Regular (not dropbehind) folios that went to the device in a bio flagged
+/// `BIO_COMPLETE_IN_TASK` (recorded as the bio is submitted, as iomap built it), followed from the
+/// interrupt that completed the bio to their `folio_end_writeback()`, on the driver's clock. The
+/// driver prices a kworker's or an interrupt's run as a whole, so a folio's end is known between
+/// two bounds: the run's start (after the work hand-off, where `bi_end_io` begins) and its end.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MergedRegularWait {
-    /// Regular folios under writeback found in a flagged bio when the device completed it.
+    /// Regular folios of flagged bios the device completed.
     pub seen_at_irq: u64,
     /// Of those, the ones whose writeback has ended.
     pub ended: u64,
-    /// Their waits, summed (ns).
-    pub total_ns: u64,
-    /// The longest wait (ns).
-    pub max_ns: u64,
+    /// Their waits to the start of the run that ended them, summed (ns).
+    pub total_lo_ns: u64,
+    /// Their waits to the end of that run, summed (ns).
+    pub total_hi_ns: u64,
+    /// The longest wait to the end of that run (ns).
+    pub max_hi_ns: u64,
 }
 
 impl MergedRegularWait {
-    /// The mean wait in ns, if any folio ended.
-    pub fn mean_ns(&self) -> Option<f64> {
-        (self.ended > 0).then(|| self.total_ns as f64 / self.ended as f64)
+    /// The mean wait in ns (to the start, to the end of the run that ended it), if any ended.
+    pub fn mean_ns(&self) -> Option<(f64, f64)> {
+        (self.ended > 0).then(|| {
+            let n = self.ended as f64;
+            (self.total_lo_ns as f64 / n, self.total_hi_ns as f64 / n)
+        })
     }
 }
 
@@ -288,9 +294,13 @@ pub struct Machine {
     jiffy_ns: u64,
     next_tick: u64,
     now: u64,
+    /// Regular folios submitted in flagged bios, not completed yet.
+    merged_in_flight: BTreeSet<u64>,
     /// Regular folios of flagged bios the device completed, by index: when their interrupt came.
     merged_pending: BTreeMap<u64, u64>,
     merged_wait: MergedRegularWait,
+    /// When the last run that ended a writeback (an ioend, a buffer_head bio) ended (ns).
+    last_writeback_end: u64,
 }
 
 impl std::fmt::Debug for Machine {
@@ -388,8 +398,10 @@ impl Machine {
             jiffy_ns: 1_000_000_000 / hz,
             next_tick: 1_000_000_000 / hz,
             now: 0,
+            merged_in_flight: BTreeSet::new(),
             merged_pending: BTreeMap::new(),
             merged_wait: MergedRegularWait::default(),
+            last_writeback_end: 0,
             cfg,
         })
     }
@@ -419,6 +431,20 @@ impl Machine {
         if self.cfg.twin == Some(Twin::DropsCompleteInTask) {
             for bio in bios.iter_mut() {
                 bio.clear_flag(BioFlag::CompleteInTask);
+            }
+        }
+        for bio in bios.iter().filter(|b| b.flagged(BioFlag::CompleteInTask)) {
+            // The ioend's regular folios: not dropbehind now, as iomap saw them in this step.
+            let first = bio.bi_iter.bi_sector / (PAGE as u64 / 512);
+            let pages = NvmeDevice::bio_bytes(bio).div_ceil(PAGE as u64);
+            for index in first..first + pages {
+                if self
+                    .mapping
+                    .folio(index)
+                    .is_some_and(|f| f.writeback && !f.dropbehind)
+                {
+                    self.merged_in_flight.insert(index);
+                }
             }
         }
         if !bios.is_empty() {
@@ -502,12 +528,18 @@ impl Machine {
                     0
                 };
             let start = self.clocks.free_at(on as usize).max(at);
-            let end = if unbound {
-                self.clocks.run(on as usize, at, ns, Runner::Worker)
+            if unbound {
+                self.clocks.run(on as usize, at, ns, Runner::Worker);
             } else {
-                self.clocks.preempt(on as usize, at, ns, Runner::Worker)
+                self.clocks.preempt(on as usize, at, ns, Runner::Worker);
+            }
+            // The run's `bi_end_io` begins after the hand-off; it ends with the run.
+            let handoff = if matches!(ev, Event::Worker { .. } | Event::Rescuer { .. }) {
+                self.cfg.costs.work_handoff_ns as u64
+            } else {
+                0
             };
-            self.merged_ended_by(end);
+            self.writeback_ended_by(&before, &after, start + handoff.min(ns), start + ns);
             let bios = kernel_calls::flusher_bios(&self.mapping);
             self.submit_as_built(bios, on, start);
         }
@@ -595,33 +627,45 @@ impl Machine {
             }
             let after = self.stats();
             let ns = self.price(&before, &after) + self.cfg.costs.irq_ns as u64;
-            let end = self.clocks.preempt(cpu as usize, self.now, ns, Runner::Irq);
-            self.merged_ended_by(end);
+            let start = self.clocks.free_at(cpu as usize).max(self.now);
+            self.clocks.preempt(cpu as usize, self.now, ns, Runner::Irq);
+            self.writeback_ended_by(&before, &after, start, start + ns);
         }
         self.run_deferred();
         true
     }
 
-    /// The regular folios under writeback in the `BIO_COMPLETE_IN_TASK` bios of requests the
-    /// device completes now: their wait for `folio_end_writeback()` starts with this interrupt.
+    /// The regular folios the flagged bios of requests the device completes now carried (as
+    /// [`Machine::submit`] recorded them): their wait for `folio_end_writeback()` starts with
+    /// this interrupt.
     fn merged_seen_at_irq(&mut self, bios: &[Box<Bio>]) {
         for bio in bios.iter().filter(|b| b.flagged(BioFlag::CompleteInTask)) {
             let first = bio.bi_iter.bi_sector / (PAGE as u64 / 512);
             let pages = NvmeDevice::bio_bytes(bio).div_ceil(PAGE as u64);
             for index in first..first + pages {
-                let regular = self
-                    .mapping
-                    .folio(index)
-                    .is_some_and(|f| f.writeback && !f.dropbehind);
-                if regular && self.merged_pending.insert(index, self.now).is_none() {
+                if self.merged_in_flight.remove(&index) {
+                    self.merged_pending.insert(index, self.now);
                     self.merged_wait.seen_at_irq += 1;
                 }
             }
         }
     }
 
-    /// Ends the wait of every followed folio whose writeback ended by the step that ends at `end`.
-    fn merged_ended_by(&mut self, end: u64) {
+    /// After a run (interrupt or kworker) from `lo` to `hi` that did the work between `before`
+    /// and `after`: if it ended a writeback, the task waiting for one may go on from `hi`; every
+    /// followed folio whose writeback it ended waited from its interrupt to between `lo` and
+    /// `hi`.
+    fn writeback_ended_by(
+        &mut self,
+        before: &PageCacheStats,
+        after: &PageCacheStats,
+        lo: u64,
+        hi: u64,
+    ) {
+        let ended = |s: &PageCacheStats| s.writeback_ended_in_task + s.writeback_ended_in_irq;
+        if ended(after) > ended(before) {
+            self.last_writeback_end = self.last_writeback_end.max(hi);
+        }
         if self.merged_pending.is_empty() {
             return;
         }
@@ -631,10 +675,11 @@ impl Machine {
             if mapping.folio(index).is_some_and(|f| f.writeback) {
                 return true;
             }
-            let ns = end.saturating_sub(irq_at);
+            // A run after the interrupt: the runs begin no earlier than the interrupt came.
             w.ended += 1;
-            w.total_ns += ns;
-            w.max_ns = w.max_ns.max(ns);
+            w.total_lo_ns += lo.saturating_sub(irq_at);
+            w.total_hi_ns += hi.saturating_sub(irq_at);
+            w.max_hi_ns = w.max_hi_ns.max(hi.saturating_sub(irq_at));
             false
         });
     }
@@ -918,14 +963,26 @@ impl Machine {
         Err(DriverError::Stuck { at_ns: self.now })
     }
 
-    /// `sync_file_range(fd, start, len, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
-    /// SYNC_FILE_RANGE_WAIT_AFTER)` of bytes `start..=end`, which `ksys_sync_file_range()` makes
-    /// a `file_write_and_wait_range()` (`WB_SYNC_ALL`), as the task lives it: the call, asleep
-    /// until a completion (or, with nothing in flight, the tick that runs a delayed work)
-    /// whenever the range still has writeback to wait for, called again, until the range is
-    /// clean. Unlike [`Machine::fsync`] it does not wait for everything else to go idle.
-    /// Returns when the call returned (ns).
-    pub fn write_and_wait_range(&mut self, start: u64, end: u64) -> Result<u64, DriverError> {
+    /// `fsync()` of the device as the task lives it: `blkdev_fsync()` →
+    /// `file_write_and_wait_range(0, LLONG_MAX)`, whose `WB_SYNC_ALL` pass may sleep on a folio
+    /// under writeback in the middle (bio-core's `SyncPass`), asleep until a completion (or, with
+    /// nothing in flight, the tick that runs a delayed work), woken when the run that ended a
+    /// writeback ends, called again until the device is clean. Unlike [`Machine::fsync`] it does
+    /// not wait for everything else to go idle. `blkdev_issue_flush()` is not modelled (the
+    /// device has no volatile cache). Returns when the call returned (ns).
+    pub fn fsync_wait(&mut self) -> Result<u64, DriverError> {
+        let end = self.mapping.i_size().saturating_sub(1);
+        self.write_and_wait_range(0, end, "fsync")
+    }
+
+    /// `file_write_and_wait_range()` of bytes `start..=end` as the task lives it, in a syscall
+    /// named `name` (see [`Machine::fsync_wait`]).
+    pub fn write_and_wait_range(
+        &mut self,
+        start: u64,
+        end: u64,
+        name: &'static str,
+    ) -> Result<u64, DriverError> {
         let cpu = self.cfg.task_cpu;
         let mapping = Arc::clone(&self.mapping);
         let mut at = self.now.max(self.clocks.free_at(cpu as usize));
@@ -936,7 +993,7 @@ impl Machine {
             let before = self.stats();
             let (bios, waiting) = self
                 .rt
-                .on_cpu(CpuId(cpu), "sync_file_range", |cx| {
+                .on_cpu(CpuId(cpu), name, |cx| {
                     kernel_calls::write_and_wait_range(&mapping, cx, start, end)
                 })
                 .expect("the task's CPU exists");
@@ -957,7 +1014,8 @@ impl Machine {
             self.now = self.now.max(t);
             self.rt.set_trace_clock(self.now);
             self.complete_due();
-            at = self.now.max(end);
+            // Woken by the run that ended the writeback it waited for, when that run ends.
+            at = self.now.max(end).max(self.last_writeback_end);
         }
         Err(DriverError::Stuck { at_ns: self.now })
     }
