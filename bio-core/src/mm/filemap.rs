@@ -463,12 +463,8 @@ impl Mapping {
         f.flags = flags;
         f.flags.active = false;
         f.lru_seq = self.lru.add_head(index, false);
-        if f.flags.dirty {
-            self.stats.nr_dirty += 1;
-        }
-        if f.flags.dirty || f.flags.writeback {
-            self.tagged.insert(index);
-        }
+        // A new folio is clean and idle: folio_mark_dirty() dirties it (and tags it) later.
+        debug_assert!(!f.flags.dirty && !f.flags.writeback, "a new folio is clean");
         let old = self.folios.insert(index, f);
         debug_assert!(old.is_none(), "a folio is added where none is cached");
         self.stats.folios_added += 1;

@@ -611,15 +611,9 @@ impl AddressSpace {
             // An empty range (`lend < lstart`): nothing to write, as the kernel returns 0.
             return Vec::new();
         }
-        let indices: Vec<u64> = m
-            .tagged_in(first, last)
-            .into_iter()
-            .filter(|i| {
-                m.folios
-                    .get(i)
-                    .is_some_and(|f| f.flags.dirty && !f.flags.writeback)
-            })
-            .collect();
+        // The tagged folios: `folio_start_writeback_indices()` skips those not dirty or under
+        // writeback (`WB_SYNC_NONE`).
+        let indices = m.tagged_in(first, last);
         self.do_writepages(m, cx, indices)
     }
 

@@ -349,6 +349,12 @@ fn fsync_sleeps_inside_its_pass_with_the_ioend_open() {
             }
         }
         r.disk.submit(p.submit);
+        // Called again before the folio's writeback ended: still asleep on it, nothing more sent.
+        let again = r.mapping.fsync(&cx);
+        assert!(
+            again.submit.is_empty() && matches!(again.blocked, Some(Blocked::Writeback(8))),
+            "{path}: still asleep on folio 8"
+        );
         r.settle();
         let p = r.mapping.fsync(&cx);
         let want = match path {
@@ -368,6 +374,35 @@ fn fsync_sleeps_inside_its_pass_with_the_ioend_open() {
             "{path}"
         );
     }
+}
+
+/// A range's sync writes its own pages and no others, a one-byte range included
+/// (`filemap_write_and_wait_range()` over bytes `start..=end`).
+#[test]
+fn a_range_sync_writes_only_the_pages_of_its_range() {
+    use crate::block::Bio;
+    let r = rig(
+        DontcacheDesign::Bio(Variant::V7),
+        WritebackPath::Iomap,
+        None,
+    );
+    r.pwrite(0, &pattern(8, 1), NONE).unwrap();
+    let cx = r.task();
+    let pages = |bios: &[Box<Bio>]| bios.iter().map(|b| b.sectors() / 8).sum::<u64>();
+    let p = r
+        .mapping
+        .filemap_write_and_wait_range(&cx, 0, 4 * PAGE_SIZE as u64 - 1);
+    assert_eq!(pages(&p.submit), 4, "pages 0..4");
+    let dirty = |i| r.mapping.folio(i).is_some_and(|f| f.dirty);
+    assert!((0..4).all(|i| !dirty(i)) && (4..8).all(dirty));
+    r.disk.submit(p.submit);
+    r.settle();
+    let at = 5 * PAGE_SIZE as u64 + 7;
+    let p = r.mapping.filemap_write_and_wait_range(&cx, at, at);
+    assert_eq!(pages(&p.submit), 1, "one byte: its page");
+    assert!(!dirty(5) && dirty(4) && dirty(6));
+    r.disk.submit(p.submit);
+    r.settle();
 }
 
 /// The model's departure (one pass per mapping): a `WB_SYNC_ALL` call for another range while a
