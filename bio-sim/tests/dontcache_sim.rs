@@ -1110,6 +1110,8 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
         v.extend_from_slice(extra);
         v
     };
+    // `--preset nomerge` and `extra`.
+    let on_nomerge = |extra: &[&'static str]| [&["--preset", "nomerge"][..], extra].concat();
     // `--preset seed-writes --machine fc-guest` and `extra`.
     let on_fc_guest = |extra: &[&'static str]| {
         let mut v = vec!["--preset", "seed-writes", "--machine", "fc-guest"];
@@ -1122,7 +1124,7 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
             "--preset: unknown preset 'seed-x' (known: seed-reads, seed-writes, nomerge)",
         ),
         (
-            vec!["--preset", "nomerge", "--runtime", "threaded"],
+            on_nomerge(&["--runtime", "threaded"]),
             "--preset nomerge: needs --runtime deterministic",
         ),
         (
@@ -1136,23 +1138,23 @@ fn bad_bench_input_is_exit_2_with_a_clear_message() {
             "--rounds 10: counts the nomerge preset's rounds; seed-writes runs for --seconds",
         ),
         (
-            vec!["--preset", "nomerge", "--rounds", "0"],
+            on_nomerge(&["--rounds", "0"]),
             "invalid value '0' for '--rounds <ROUNDS>'",
         ),
         (
-            vec!["--preset", "nomerge", "--rounds", "10", "--rounds", "20"],
+            on_nomerge(&["--rounds", "10", "--rounds", "20"]),
             "the argument '--rounds <ROUNDS>' cannot be used multiple times",
         ),
         (
-            vec!["--preset", "nomerge", "--design", "v7,v7"],
+            on_nomerge(&["--design", "v7,v7"]),
             "--design: 'v7' is named twice in 'v7,v7'",
         ),
         (
-            vec!["--preset", "nomerge", "--design", "v7,all"],
+            on_nomerge(&["--design", "v7,all"]),
             "--design: 'all' cannot be part of a list ('v7,all')",
         ),
         (
-            vec!["--preset", "nomerge", "--design", "v7,"],
+            on_nomerge(&["--design", "v7,"]),
             "--design: unknown design ``",
         ),
         (

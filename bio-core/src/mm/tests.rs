@@ -283,6 +283,15 @@ fn readahead_reads_are_never_flagged() {
     }
 }
 
+/// Regular dirty folios 0..8 (pass 1), then dropbehind folios 8..16 written with `RWF_DONTCACHE`
+/// (pass 2) and written again (pass 3) while the first write's kick has them under writeback:
+/// dirty again, skipped by the second kick (`WB_SYNC_NONE`), still under writeback.
+fn regular_beside_redirtied_dropbehind(r: &Rig) {
+    r.pwrite(0, &pattern(8, 1), NONE).unwrap();
+    r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 2), DC).unwrap();
+    r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 3), DC).unwrap();
+}
+
 /// Regular dirty folios 0..8 and redirtied dropbehind folios 8..16 written back together (fsync).
 /// Returns the fsync's bios as (pages, flagged), the stats after completion and the indices
 /// still cached.
@@ -291,10 +300,7 @@ fn merged_writeback(
 ) -> (Vec<(u64, bool)>, super::filemap::PageCacheStats, Vec<u64>) {
     use crate::block::BioFlag;
     let r = rig(design, WritebackPath::Iomap, None);
-    r.pwrite(0, &pattern(8, 1), NONE).unwrap();
-    r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 2), DC).unwrap();
-    // Written again while the kick's writeback is in flight: dirty again, the kick skips them.
-    r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 3), DC).unwrap();
+    regular_beside_redirtied_dropbehind(&r);
     r.settle();
     let cx = r.task();
     let p = r.mapping.fsync(&cx);
@@ -322,10 +328,7 @@ fn fsync_sleeps_inside_its_pass_with_the_ioend_open() {
     use crate::block::BioFlag;
     for path in WritebackPath::ALL {
         let r = rig(DontcacheDesign::Bio(Variant::V7), path, None);
-        r.pwrite(0, &pattern(8, 1), NONE).unwrap();
-        r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 2), DC).unwrap();
-        // Dirty again while the kick's writeback is in flight (not settled).
-        r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 3), DC).unwrap();
+        regular_beside_redirtied_dropbehind(&r);
         let cx = r.task();
         let p = r.mapping.fsync(&cx);
         assert!(
@@ -415,9 +418,7 @@ fn another_ranges_sync_sends_out_a_sleeping_passs_ioend() {
         WritebackPath::Iomap,
         None,
     );
-    r.pwrite(0, &pattern(8, 1), NONE).unwrap();
-    r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 2), DC).unwrap();
-    r.pwrite(8 * PAGE_SIZE as u64, &pattern(8, 3), DC).unwrap();
+    regular_beside_redirtied_dropbehind(&r);
     r.pwrite(32 * PAGE_SIZE as u64, &pattern(4, 4), NONE)
         .unwrap();
     let cx = r.task();

@@ -684,11 +684,6 @@ impl Machine {
         });
     }
 
-    /// The driver's clock: when the last event it ran began (ns).
-    pub fn now(&self) -> u64 {
-        self.now
-    }
-
     /// The time of the tick that makes `jiffies` reach `j` (now, if it already has).
     fn jiffy_time(&self, j: u64) -> u64 {
         let now = self.rt.kernel().jiffies();
